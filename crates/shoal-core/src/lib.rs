@@ -1,0 +1,4 @@
+//! shoal's runtime.
+
+pub mod store;
+pub mod rendezvous;

@@ -1,0 +1,8 @@
+//! shoal's algorithm layer: the plan IR, the built-in generators and the verifier.
+
+pub mod algorithms;
+pub mod plan;
+pub mod verify;
+
+pub use algorithms::{find, registry, Algorithm, CostParams};
+pub use plan::{Buf, CallShape, Collective, Op, Plan, Region, Step};

@@ -1,0 +1,250 @@
+//! The algorithm IR: a plan is, for one rank, a list of steps over regions of
+//! the input, output and scratch buffers, each with the steps it waits on.
+//!
+//! Plans are data: the executor runs them, the verifier checks them, the
+//! simulator and tracer replay them. Sizes and offsets are in *elements*; the
+//! executor multiplies by the element size of the call's dtype.
+
+use std::fmt;
+
+/// Which collective a plan implements. Determines the buffer contract below.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Collective {
+    Allreduce,
+    Broadcast,
+    Reduce,
+    Allgather,
+    ReduceScatter,
+    Alltoall,
+    Gather,
+    Scatter,
+    Barrier,
+}
+
+impl Collective {
+    pub const ALL: [Collective; 9] = [
+        Collective::Allreduce,
+        Collective::Broadcast,
+        Collective::Reduce,
+        Collective::Allgather,
+        Collective::ReduceScatter,
+        Collective::Alltoall,
+        Collective::Gather,
+        Collective::Scatter,
+        Collective::Barrier,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::Allreduce => "allreduce",
+            Collective::Broadcast => "broadcast",
+            Collective::Reduce => "reduce",
+            Collective::Allgather => "allgather",
+            Collective::ReduceScatter => "reduce_scatter",
+            Collective::Alltoall => "alltoall",
+            Collective::Gather => "gather",
+            Collective::Scatter => "scatter",
+            Collective::Barrier => "barrier",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Collective> {
+        Collective::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    /// Whether the collective combines values with a reduction op.
+    pub fn reduces(self) -> bool {
+        matches!(
+            self,
+            Collective::Allreduce | Collective::Reduce | Collective::ReduceScatter
+        )
+    }
+
+    /// Whether the collective has a root rank.
+    pub fn rooted(self) -> bool {
+        matches!(
+            self,
+            Collective::Broadcast | Collective::Reduce | Collective::Gather | Collective::Scatter
+        )
+    }
+}
+
+impl fmt::Display for Collective {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The parameters a generator needs to build the plans of one call.
+///
+/// `count` is the per-rank block size `n` in elements; the buffer contract per
+/// collective (all ranks are group-local indices `0..world`):
+///
+/// | collective     | Input (read-only)          | Output                                        |
+/// |----------------|----------------------------|-----------------------------------------------|
+/// | allreduce      | n, own contribution        | n, the reduction of all Inputs                |
+/// | reduce         | n, own contribution        | n at root (result); 0 elsewhere               |
+/// | broadcast      | n at root; 0 elsewhere     | n, root's Input on every rank                 |
+/// | allgather      | n                          | world*n, block q = Input of rank q            |
+/// | reduce_scatter | world*n                    | n, reduction over ranks of their Input block r|
+/// | alltoall       | world*n, block q goes to q | world*n, block q came from rank q             |
+/// | gather         | n                          | world*n at root; 0 elsewhere                  |
+/// | scatter        | world*n at root; 0 elsewhere | n, block r of root's Input                  |
+/// | barrier        | 0                          | 0                                             |
+///
+/// Input and Output may be the same memory (in-place calls: allreduce with
+/// Input == Output, broadcast at root). Plans must therefore copy Input into
+/// Output/Scratch before writing Output, and never read Input after writing
+/// Output; the executor turns a Copy whose source and destination are the same
+/// memory into a no-op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CallShape {
+    pub collective: Collective,
+    /// Group size.
+    pub world: usize,
+    /// Per-rank block size in elements (see the table above).
+    pub count: usize,
+    /// Root rank for rooted collectives, 0 otherwise.
+    pub root: usize,
+    /// Elements per pipelined chunk; generators split transfers into pieces
+    /// of at most this many elements so the executor can overlap them.
+    pub chunk: usize,
+}
+
+impl CallShape {
+    /// Length in elements of each buffer for `rank`.
+    pub fn buffer_len(&self, rank: usize, buf: Buf) -> usize {
+        use Collective::*;
+        let n = self.count;
+        let w = self.world;
+        let is_root = rank == self.root;
+        match (self.collective, buf) {
+            (_, Buf::Scratch) => 0, // scratch size is declared by the plan
+            (Allreduce, _) => n,
+            (Reduce, Buf::Input) => n,
+            (Reduce, Buf::Output) => if is_root { n } else { 0 },
+            (Broadcast, Buf::Input) => if is_root { n } else { 0 },
+            (Broadcast, Buf::Output) => n,
+            (Allgather, Buf::Input) => n,
+            (Allgather, Buf::Output) => w * n,
+            (ReduceScatter, Buf::Input) => w * n,
+            (ReduceScatter, Buf::Output) => n,
+            (Alltoall, _) => w * n,
+            (Gather, Buf::Input) => n,
+            (Gather, Buf::Output) => if is_root { w * n } else { 0 },
+            (Scatter, Buf::Input) => if is_root { w * n } else { 0 },
+            (Scatter, Buf::Output) => n,
+            (Barrier, _) => 0,
+        }
+    }
+}
+
+/// A buffer a step reads or writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Buf {
+    /// The caller's input; never written by a plan.
+    Input,
+    /// The caller's output.
+    Output,
+    /// Private scratch of `Plan::scratch_len` elements, allocated by the executor.
+    Scratch,
+}
+
+/// A contiguous range of elements in one buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Region {
+    pub buf: Buf,
+    pub offset: usize,
+    pub len: usize,
+}
+
+impl Region {
+    pub fn new(buf: Buf, offset: usize, len: usize) -> Region {
+        Region { buf, offset, len }
+    }
+    pub fn input(offset: usize, len: usize) -> Region {
+        Region::new(Buf::Input, offset, len)
+    }
+    pub fn output(offset: usize, len: usize) -> Region {
+        Region::new(Buf::Output, offset, len)
+    }
+    pub fn scratch(offset: usize, len: usize) -> Region {
+        Region::new(Buf::Scratch, offset, len)
+    }
+    pub fn end(&self) -> usize {
+        self.offset + self.len
+    }
+    /// Whether the two regions share at least one element.
+    pub fn overlaps(&self, other: &Region) -> bool {
+        self.buf == other.buf
+            && self.len > 0
+            && other.len > 0
+            && self.offset < other.end()
+            && other.offset < self.end()
+    }
+    /// The sub-region `[offset, offset+len)` relative to this one.
+    pub fn sub(&self, offset: usize, len: usize) -> Region {
+        debug_assert!(offset + len <= self.len);
+        Region::new(self.buf, self.offset + offset, len)
+    }
+}
+
+/// What a step does. Peers are group-local ranks. A `Send` matches the `Recv`
+/// or `RecvReduce` on `peer` that names this rank and carries the same `tag`;
+/// the lengths must agree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    Send { peer: usize, tag: u32, src: Region },
+    Recv { peer: usize, tag: u32, dst: Region },
+    /// `dst = dst (op) incoming`, fused with the receive.
+    RecvReduce { peer: usize, tag: u32, dst: Region },
+    Copy { src: Region, dst: Region },
+    /// `dst = dst (op) src`.
+    Reduce { src: Region, dst: Region },
+}
+
+/// One step and the indices (into `Plan::steps`) of the steps it waits on.
+/// Dependencies always point to earlier steps, so a plan is a DAG in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub op: Op,
+    pub deps: Vec<usize>,
+}
+
+/// The steps of one rank for one call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub rank: usize,
+    pub steps: Vec<Step>,
+    /// Scratch elements the executor must provide.
+    pub scratch_len: usize,
+}
+
+impl Plan {
+    pub fn new(rank: usize) -> Plan {
+        Plan { rank, steps: Vec::new(), scratch_len: 0 }
+    }
+
+    /// Appends a step and returns its index, for use in later `deps`.
+    pub fn push(&mut self, op: Op, deps: Vec<usize>) -> usize {
+        debug_assert!(deps.iter().all(|&d| d < self.steps.len()));
+        self.steps.push(Step { op, deps });
+        self.steps.len() - 1
+    }
+
+    pub fn send(&mut self, peer: usize, tag: u32, src: Region, deps: Vec<usize>) -> usize {
+        self.push(Op::Send { peer, tag, src }, deps)
+    }
+    pub fn recv(&mut self, peer: usize, tag: u32, dst: Region, deps: Vec<usize>) -> usize {
+        self.push(Op::Recv { peer, tag, dst }, deps)
+    }
+    pub fn recv_reduce(&mut self, peer: usize, tag: u32, dst: Region, deps: Vec<usize>) -> usize {
+        self.push(Op::RecvReduce { peer, tag, dst }, deps)
+    }
+    pub fn copy(&mut self, src: Region, dst: Region, deps: Vec<usize>) -> usize {
+        self.push(Op::Copy { src, dst }, deps)
+    }
+    pub fn reduce(&mut self, src: Region, dst: Region, deps: Vec<usize>) -> usize {
+        self.push(Op::Reduce { src, dst }, deps)
+    }
+}

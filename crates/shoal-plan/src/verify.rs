@@ -1,0 +1,1 @@
+//! The plan verifier (to be written).

@@ -1,0 +1,145 @@
+//! Point-to-point transports behind one trait: tag-matched, non-blocking,
+//! with completion handles. `shm` connects ranks of one host, `tcp` any ranks.
+//!
+//! Every message carries its [`Tag`] and the [`CallSig`] of the collective
+//! call that sent it, so a receiver whose own call differs (another
+//! collective, count, dtype, op or root) reports a mismatch instead of
+//! waiting forever or reading the wrong bytes.
+
+use std::fmt;
+use std::time::Duration;
+
+pub mod routed;
+pub mod shm;
+pub mod tcp;
+
+/// Identifies a message between one sender and one receiver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Tag {
+    /// Communicator (group) id, equal on all members.
+    pub comm: u32,
+    /// Per-communicator collective sequence number.
+    pub seq: u32,
+    /// Step tag from the plan.
+    pub step: u32,
+}
+
+/// A fingerprint of one collective call, compared between sender and receiver
+/// of every message with the same `(comm, seq)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct CallSig {
+    /// Collective kind (its index in the core's list; 0xff for point-to-point).
+    pub kind: u8,
+    pub dtype: u8,
+    pub op: u8,
+    /// Algorithm index, so ranks that picked different algorithms are caught too.
+    pub algo: u8,
+    pub root: u32,
+    pub count: u64,
+}
+
+/// A transport request handle.
+pub type ReqId = u64;
+
+/// Receives the bytes of an incoming message piece by piece: `(offset, bytes)`.
+/// Every piece but the last has a length that is a multiple of 64, so
+/// element boundaries of any dtype are respected.
+pub type Sink = Box<dyn FnMut(usize, &[u8]) + Send>;
+
+/// Where a receive puts the incoming bytes.
+pub enum RecvInto {
+    /// Copy into `len` bytes at `dst`.
+    Buffer { dst: *mut u8, len: usize },
+    /// Hand the bytes to a sink (used to reduce straight out of the transport).
+    Sink { len: usize, sink: Sink },
+}
+
+// SAFETY: the raw pointer is only dereferenced while the owning request is
+// live; the caller of `irecv` guarantees the memory outlives the request.
+unsafe impl Send for RecvInto {}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TransportError {
+    /// The peer process exited or its connection broke.
+    PeerDied { peer: usize, detail: String },
+    /// A message from `peer` for the same collective call carried another call signature.
+    Mismatch { peer: usize, ours: CallSig, theirs: CallSig },
+    /// A message matched by tag had a different length than the receive expected.
+    LengthMismatch { peer: usize, tag: Tag, expected: usize, got: usize },
+    /// A peer aborted the job and told us why.
+    Aborted { peer: usize, reason: String },
+    /// Setting up or using the transport failed.
+    Io(String),
+}
+
+impl fmt::Display for TransportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TransportError::PeerDied { peer, detail } => write!(f, "rank {peer} died ({detail})"),
+            TransportError::Mismatch { peer, ours, theirs } => write!(
+                f,
+                "mismatched collective: rank {peer} called {theirs:?} while this rank called {ours:?}"
+            ),
+            TransportError::LengthMismatch { peer, tag, expected, got } => write!(
+                f,
+                "message from rank {peer} ({tag:?}) has {got} bytes, expected {expected}"
+            ),
+            TransportError::Aborted { peer, reason } => write!(f, "rank {peer} aborted: {reason}"),
+            TransportError::Io(e) => write!(f, "transport error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for TransportError {}
+
+pub type Result<T> = std::result::Result<T, TransportError>;
+
+/// A blocking key-value store shared by all ranks, used to exchange addresses
+/// and segment names while a transport is being set up.
+pub trait KvStore: Send + Sync {
+    fn set(&self, key: &str, value: &[u8]) -> std::io::Result<()>;
+    /// Waits until `key` exists (or the store's timeout passes).
+    fn get(&self, key: &str) -> std::io::Result<Vec<u8>>;
+}
+
+/// A point-to-point transport among the ranks `0..world` of one job.
+///
+/// Ranks are global job ranks. Requests progress when `progress`, `test` or
+/// `wait` is called (and, for transports with I/O threads, in the
+/// background). All methods may be called from one thread at a time per
+/// transport; implementations must be `Send + Sync` so a transport can be
+/// shared by the Python binding's threads.
+pub trait Transport: Send + Sync {
+    fn rank(&self) -> usize;
+    fn world(&self) -> usize;
+
+    /// Starts sending `len` bytes at `data` to `peer`.
+    ///
+    /// # Safety
+    /// The memory must stay valid and unmodified until the request completes.
+    unsafe fn isend(&self, peer: usize, tag: Tag, sig: CallSig, data: *const u8, len: usize)
+        -> Result<ReqId>;
+
+    /// Posts a receive of the message from `peer` with `tag`.
+    ///
+    /// # Safety
+    /// For `RecvInto::Buffer`, the memory must stay valid and otherwise
+    /// untouched until the request completes.
+    unsafe fn irecv(&self, peer: usize, tag: Tag, sig: CallSig, into: RecvInto) -> Result<ReqId>;
+
+    /// Whether the request is complete; a completed request is forgotten, so
+    /// `test` returns `Ok(true)` once per request. Errors name the failing peer.
+    fn test(&self, req: ReqId) -> Result<bool>;
+
+    /// Moves data without blocking. Returns whether anything changed.
+    fn progress(&self) -> Result<bool>;
+
+    /// Blocks until something may have changed or `timeout` passes, spinning
+    /// briefly and then sleeping (so waiting ranks do not burn the CPU when
+    /// ranks outnumber cores). Returns an error when a peer died or aborted.
+    fn wait(&self, timeout: Duration) -> Result<()>;
+
+    /// Tells every peer that this rank gives up, with the reason; their
+    /// pending and later operations fail with `TransportError::Aborted`.
+    fn abort(&self, reason: &str);
+}

@@ -1,0 +1,1 @@
+//! routed transport (to be written).

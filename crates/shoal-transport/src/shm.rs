@@ -1,0 +1,1 @@
+//! shm transport (to be written).

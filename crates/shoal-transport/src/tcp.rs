@@ -1,0 +1,1 @@
+//! tcp transport (to be written).
