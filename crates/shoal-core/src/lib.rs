@@ -1,4 +1,17 @@
-//! shoal's runtime.
+//! shoal's runtime: configuration, rendezvous, reduction kernels, algorithm
+//! selection, the plan executor and communicators.
 
-pub mod store;
+pub mod comm;
+pub mod config;
+pub mod dtype;
+pub mod error;
+pub mod exec;
+pub mod init;
+pub mod reduce;
 pub mod rendezvous;
+pub mod select;
+pub mod store;
+pub mod work;
+
+pub use dtype::{DType, ReduceOp};
+pub use error::{Error, ErrorKind, Result};

@@ -1,1 +1,57 @@
-//! The plan verifier (to be written).
+//! The plan verifier: checks the plans of all ranks of one call together, by
+//! structure checks and symbolic execution.
+//!
+//! Every element's value is modelled as the multiset of `(rank, input index)`
+//! contributions it holds: Copy and Recv replace it, Reduce and RecvReduce
+//! merge. Messages use rendezvous semantics (a send completes only together
+//! with its receive), the strictest a transport may choose, so a plan that
+//! passes runs on any transport. The checks, in order:
+//!
+//! 1. [`structure`]: regions in bounds, Input never written, deps backwards;
+//! 2. [`matching`]: each Send matched by exactly one receive and vice versa;
+//! 3. [`races`]: no two unordered steps of a rank touch overlapping regions
+//!    where one writes (Input and Output count as one buffer when the call
+//!    may be in place, and Input must not be read after Output is written);
+//! 4. [`exec`]: running all ranks completes (else the stuck steps are named);
+//! 5. [`expect`]: each Output holds the collective's result;
+//! 6. [`barrier`]: for barriers, no rank can leave before all have entered.
+
+mod barrier;
+mod error;
+mod exec;
+mod expect;
+mod matching;
+mod races;
+mod structure;
+
+pub use error::{ErrorKind, Problem, Stuck, VerifyError};
+
+use crate::algorithms::Algorithm;
+use crate::plan::{CallShape, Collective, Plan};
+
+/// Verifies the plans of one call; `plans[r]` must be the plan of rank `r`.
+pub fn verify_plans(shape: &CallShape, plans: &[Plan]) -> Result<(), VerifyError> {
+    structure::check(shape, plans)?;
+    let matches = matching::match_messages(plans)?;
+    for plan in plans {
+        races::check(shape, plan)?;
+    }
+    let memories = exec::run(shape, plans, &matches)?;
+    expect::check(shape, &memories)?;
+    if shape.collective == Collective::Barrier {
+        barrier::check(plans, &matches)?;
+    }
+    Ok(())
+}
+
+/// Generates the plans of every rank with `alg` and verifies them.
+pub fn verify(alg: &Algorithm, shape: &CallShape) -> Result<(), VerifyError> {
+    if alg.collective != shape.collective {
+        return Err(VerifyError::global(ErrorKind::WrongCollective {
+            algorithm: alg.collective,
+            call: shape.collective,
+        }));
+    }
+    let plans: Vec<Plan> = (0..shape.world).map(|r| (alg.generate)(shape, r)).collect();
+    verify_plans(shape, &plans)
+}

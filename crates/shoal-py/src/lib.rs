@@ -1,1 +1,213 @@
+//! The `shoal._shoal` extension module: communicators, work handles, errors
+//! and plan inspection. Buffers arrive as (address, byte length) pairs that
+//! the Python layer has validated and keeps alive; nothing is copied here.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
+use pyo3::prelude::*;
+
+use shoal_core::comm::{CollArgs, Communicator};
+use shoal_core::exec::CallBuffers;
+use shoal_core::init::{init_world, InitArgs};
+use shoal_core::select::parse_collective;
+use shoal_core::work::Work;
+use shoal_core::{DType, Error, ErrorKind, ReduceOp};
+
+create_exception!(_shoal, ShoalError, PyRuntimeError, "A collective or the runtime failed.");
+create_exception!(_shoal, PeerDiedError, ShoalError, "A peer rank died.");
+create_exception!(_shoal, MismatchError, ShoalError, "Ranks called mismatched collectives.");
+create_exception!(_shoal, AbortedError, ShoalError, "A peer rank aborted the job.");
+create_exception!(_shoal, ShoalTimeoutError, PyTimeoutError, "Nothing moved for SHOAL_TIMEOUT seconds.");
+
+fn to_py(e: Error) -> PyErr {
+    match e.kind {
+        ErrorKind::InvalidArgument => PyValueError::new_err(e.message),
+        ErrorKind::PeerDied => PeerDiedError::new_err(e.message),
+        ErrorKind::Mismatch => MismatchError::new_err(e.message),
+        ErrorKind::Aborted => AbortedError::new_err(e.message),
+        ErrorKind::Timeout => ShoalTimeoutError::new_err(e.message),
+        ErrorKind::Runtime => ShoalError::new_err(e.message),
+    }
+}
+
+fn invalid(msg: String) -> PyErr {
+    PyValueError::new_err(msg)
+}
+
+/// A group of ranks that run collectives together.
+#[pyclass(module = "shoal._shoal", name = "Communicator", frozen)]
+struct PyCommunicator {
+    inner: Arc<Communicator>,
+}
+
+/// A started asynchronous collective.
+#[pyclass(module = "shoal._shoal", name = "Work", frozen)]
+struct PyWork {
+    inner: Arc<Work>,
+}
+
+#[pymethods]
+impl PyWork {
+    /// Blocks until the collective is done; raises its error if it failed.
+    #[pyo3(signature = (timeout=None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        let inner = self.inner.clone();
+        py.allow_threads(move || inner.wait(timeout.map(Duration::from_secs_f64)))
+            .map_err(to_py)
+    }
+
+    fn is_completed(&self) -> bool {
+        self.inner.is_completed()
+    }
+}
+
+#[pymethods]
+impl PyCommunicator {
+    #[getter]
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+
+    #[getter]
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+
+    /// Global ranks of the members in group order.
+    #[getter]
+    fn members(&self) -> Vec<usize> {
+        self.inner.members().to_vec()
+    }
+
+    /// Global ranks that share this process's host (shared memory peers).
+    #[getter]
+    fn local_ranks(&self) -> Vec<usize> {
+        self.inner.engine().local_ranks.clone()
+    }
+
+    /// Runs one collective over raw buffers (address, bytes).
+    #[pyo3(signature = (collective, count, dtype, op, root, algorithm, input, output, async_op))]
+    #[allow(clippy::too_many_arguments)]
+    fn collective(
+        &self,
+        py: Python<'_>,
+        collective: &str,
+        count: usize,
+        dtype: &str,
+        op: &str,
+        root: usize,
+        algorithm: Option<String>,
+        input: (usize, usize),
+        output: (usize, usize),
+        async_op: bool,
+    ) -> PyResult<Option<PyWork>> {
+        let args = CollArgs {
+            collective: parse_collective(collective).map_err(to_py)?,
+            count,
+            dtype: DType::from_name(dtype).map_err(invalid)?,
+            op: ReduceOp::from_name(op).map_err(invalid)?,
+            root,
+            algorithm,
+        };
+        let bufs = CallBuffers {
+            input: input.0 as *const u8,
+            input_bytes: input.1,
+            output: output.0 as *mut u8,
+            output_bytes: output.1,
+        };
+        let comm = self.inner.clone();
+        if async_op {
+            let work = comm.collective_async(&args, bufs).map_err(to_py)?;
+            return Ok(Some(PyWork { inner: work }));
+        }
+        let bufs = SendableBuffers(bufs);
+        py.allow_threads(move || {
+            let bufs = bufs;
+            comm.collective(&args, bufs.0)
+        })
+        .map_err(to_py)?;
+        Ok(None)
+    }
+
+    /// Sends `count` elements at `address` to group rank `peer`.
+    fn send(&self, py: Python<'_>, peer: usize, tag: u32, dtype: &str, address: usize, count: usize) -> PyResult<()> {
+        let dtype = DType::from_name(dtype).map_err(invalid)?;
+        let comm = self.inner.clone();
+        py.allow_threads(move || comm.send(peer, tag, dtype, address as *const u8, count))
+            .map_err(to_py)
+    }
+
+    /// Receives `count` elements from group rank `peer` into `address`.
+    fn recv(&self, py: Python<'_>, peer: usize, tag: u32, dtype: &str, address: usize, count: usize) -> PyResult<()> {
+        let dtype = DType::from_name(dtype).map_err(invalid)?;
+        let comm = self.inner.clone();
+        py.allow_threads(move || comm.recv(peer, tag, dtype, address as *mut u8, count))
+            .map_err(to_py)
+    }
+
+    /// A sub-communicator; every member of this one must call it alike.
+    fn new_group(&self, ranks: Vec<usize>) -> PyResult<Option<PyCommunicator>> {
+        let group = self.inner.new_group(&ranks).map_err(to_py)?;
+        Ok(group.map(|c| PyCommunicator { inner: Arc::new(c) }))
+    }
+
+    /// Waits for every asynchronous collective issued so far.
+    fn synchronize(&self, py: Python<'_>) {
+        let comm = self.inner.clone();
+        py.allow_threads(move || comm.synchronize());
+    }
+
+    /// Which algorithm the selector would run for a call (for inspection).
+    #[pyo3(signature = (collective, count, dtype, root=0, algorithm=None))]
+    fn choose_algorithm(
+        &self,
+        collective: &str,
+        count: usize,
+        dtype: &str,
+        root: usize,
+        algorithm: Option<&str>,
+    ) -> PyResult<String> {
+        let collective = parse_collective(collective).map_err(to_py)?;
+        let dtype = DType::from_name(dtype).map_err(invalid)?;
+        self.inner.choose_algorithm(collective, count, dtype, root, algorithm).map_err(to_py)
+    }
+}
+
+struct SendableBuffers(CallBuffers);
+// SAFETY: the Python layer keeps the buffers alive for the whole call.
+unsafe impl Send for SendableBuffers {}
+
+/// Joins the job described by the arguments or the environment and returns
+/// the world communicator.
+#[pyfunction]
+#[pyo3(signature = (rank=None, world_size=None, addr=None))]
+fn init(py: Python<'_>, rank: Option<usize>, world_size: Option<usize>, addr: Option<String>) -> PyResult<PyCommunicator> {
+    let args = InitArgs { rank, world_size, addr };
+    let comm = py.allow_threads(move || init_world(&args)).map_err(to_py)?;
+    Ok(PyCommunicator { inner: Arc::new(comm) })
+}
+
+/// Names of the built-in algorithms of a collective.
+#[pyfunction]
+fn algorithms(collective: &str) -> PyResult<Vec<&'static str>> {
+    let c = parse_collective(collective).map_err(to_py)?;
+    Ok(shoal_plan::algorithms::for_collective(c).map(|a| a.name).collect())
+}
+
+#[pymodule]
+fn _shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<PyCommunicator>()?;
+    m.add_class::<PyWork>()?;
+    m.add_function(wrap_pyfunction!(init, m)?)?;
+    m.add_function(wrap_pyfunction!(algorithms, m)?)?;
+    m.add("ShoalError", py.get_type::<ShoalError>())?;
+    m.add("PeerDiedError", py.get_type::<PeerDiedError>())?;
+    m.add("MismatchError", py.get_type::<MismatchError>())?;
+    m.add("AbortedError", py.get_type::<AbortedError>())?;
+    m.add("ShoalTimeoutError", py.get_type::<ShoalTimeoutError>())?;
+    Ok(())
+}

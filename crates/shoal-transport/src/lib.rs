@@ -9,9 +9,17 @@
 use std::fmt;
 use std::time::Duration;
 
+pub mod doorbell;
+mod frame;
+mod matching;
 pub mod routed;
 pub mod shm;
 pub mod tcp;
+
+pub use doorbell::Doorbell;
+pub use routed::{Routed, RoutedConfig};
+pub use shm::{ShmConfig, ShmTransport};
+pub use tcp::{TcpConfig, TcpTransport};
 
 /// Identifies a message between one sender and one receiver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -63,9 +71,18 @@ pub enum TransportError {
     /// The peer process exited or its connection broke.
     PeerDied { peer: usize, detail: String },
     /// A message from `peer` for the same collective call carried another call signature.
-    Mismatch { peer: usize, ours: CallSig, theirs: CallSig },
+    Mismatch {
+        peer: usize,
+        ours: CallSig,
+        theirs: CallSig,
+    },
     /// A message matched by tag had a different length than the receive expected.
-    LengthMismatch { peer: usize, tag: Tag, expected: usize, got: usize },
+    LengthMismatch {
+        peer: usize,
+        tag: Tag,
+        expected: usize,
+        got: usize,
+    },
     /// A peer aborted the job and told us why.
     Aborted { peer: usize, reason: String },
     /// Setting up or using the transport failed.
@@ -117,8 +134,14 @@ pub trait Transport: Send + Sync {
     ///
     /// # Safety
     /// The memory must stay valid and unmodified until the request completes.
-    unsafe fn isend(&self, peer: usize, tag: Tag, sig: CallSig, data: *const u8, len: usize)
-        -> Result<ReqId>;
+    unsafe fn isend(
+        &self,
+        peer: usize,
+        tag: Tag,
+        sig: CallSig,
+        data: *const u8,
+        len: usize,
+    ) -> Result<ReqId>;
 
     /// Posts a receive of the message from `peer` with `tag`.
     ///

@@ -1,1 +1,232 @@
-//! routed transport (to be written).
+//! The transport the core uses: shm for ranks on this host, tcp for the rest.
+//!
+//! Both sides ring one [`Doorbell`] (the shm segment's, which tcp's I/O
+//! threads ring too), so `wait` sleeps once and wakes on either. Request ids
+//! are the inner id shifted left by one with the low bit naming the side.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use crate::doorbell::{wait_on, Doorbell};
+use crate::shm::{ShmConfig, ShmTransport, DEFAULT_RING_SIZE};
+use crate::tcp::{TcpConfig, TcpTransport};
+use crate::{CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError};
+
+/// Settings of a [`Routed`] transport.
+#[derive(Clone, Debug)]
+pub struct RoutedConfig {
+    pub rank: usize,
+    pub world: usize,
+    /// Unique per job; names shm segments and store keys.
+    pub job_id: String,
+    /// Global ranks on this host, including this one. They talk over shm
+    /// when `use_shm` is set; every other rank over tcp.
+    pub local_ranks: Vec<usize>,
+    pub use_shm: bool,
+    /// Bytes per directed shm ring.
+    pub ring_size: usize,
+    /// Address tcp listens on and publishes.
+    pub bind_ip: IpAddr,
+    /// Limit for setup and for flushing on close.
+    pub timeout: Duration,
+}
+
+impl RoutedConfig {
+    pub fn new(rank: usize, world: usize, local_ranks: Vec<usize>, job_id: &str) -> RoutedConfig {
+        RoutedConfig {
+            rank,
+            world,
+            job_id: job_id.to_string(),
+            local_ranks,
+            use_shm: true,
+            ring_size: DEFAULT_RING_SIZE,
+            bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Via {
+    Shm = 0,
+    Tcp = 1,
+}
+
+/// Routes each peer to shm or tcp; see the module docs.
+pub struct Routed {
+    rank: usize,
+    world: usize,
+    shm: Option<ShmTransport>,
+    tcp: Option<TcpTransport>,
+    bell: Doorbell,
+}
+
+impl Routed {
+    /// Builds the shm side over the local ranks (when there are others and
+    /// `use_shm` is set) and the tcp side over all remaining ranks.
+    pub fn connect(cfg: &RoutedConfig, store: &dyn KvStore) -> Result<Routed> {
+        let mut locals: Vec<usize> = cfg
+            .local_ranks
+            .iter()
+            .copied()
+            .filter(|&r| r < cfg.world)
+            .collect();
+        if !locals.contains(&cfg.rank) {
+            locals.push(cfg.rank);
+        }
+        let shm = if cfg.use_shm && locals.len() > 1 {
+            let c = ShmConfig {
+                rank: cfg.rank,
+                world: cfg.world,
+                local_ranks: locals.clone(),
+                job_id: cfg.job_id.clone(),
+                ring_size: cfg.ring_size,
+                timeout: cfg.timeout,
+            };
+            Some(ShmTransport::connect(&c, store)?)
+        } else {
+            None
+        };
+        let bell = shm.as_ref().map_or_else(Doorbell::new, |s| s.doorbell());
+        let remote: Vec<usize> = (0..cfg.world)
+            .filter(|&r| r != cfg.rank && (shm.is_none() || !locals.contains(&r)))
+            .collect();
+        let tcp = if remote.is_empty() {
+            None
+        } else {
+            let mut c = TcpConfig::new(cfg.rank, cfg.world, remote, &cfg.job_id);
+            c.bind_ip = cfg.bind_ip;
+            c.timeout = cfg.timeout;
+            Some(TcpTransport::connect_with_doorbell(
+                &c,
+                store,
+                bell.clone(),
+            )?)
+        };
+        Ok(Routed {
+            rank: cfg.rank,
+            world: cfg.world,
+            shm,
+            tcp,
+            bell,
+        })
+    }
+
+    /// Combines transports built elsewhere. For `wait` to wake promptly on
+    /// both, the tcp side should ring the shm side's doorbell
+    /// ([`TcpTransport::connect_with_doorbell`]); otherwise it notices tcp
+    /// activity within the doorbell's nap (20 ms).
+    pub fn new(
+        rank: usize,
+        world: usize,
+        shm: Option<ShmTransport>,
+        tcp: Option<TcpTransport>,
+    ) -> Routed {
+        let bell = match (&shm, &tcp) {
+            (Some(s), _) => s.doorbell(),
+            (None, Some(t)) => t.doorbell(),
+            (None, None) => Doorbell::new(),
+        };
+        Routed {
+            rank,
+            world,
+            shm,
+            tcp,
+            bell,
+        }
+    }
+
+    /// Which side reaches `peer`: local ranks through shm when it exists.
+    fn via(&self, peer: usize) -> Result<(Via, &dyn Transport)> {
+        if let Some(s) = &self.shm {
+            if s.reaches(peer) {
+                return Ok((Via::Shm, s));
+            }
+        }
+        match &self.tcp {
+            Some(t) if peer != self.rank && peer < self.world => Ok((Via::Tcp, t)),
+            _ => Err(TransportError::Io(format!(
+                "rank {peer} is not reachable from rank {}",
+                self.rank
+            ))),
+        }
+    }
+
+    fn side(&self, req: ReqId) -> Result<&dyn Transport> {
+        let t: Option<&dyn Transport> = if req & 1 == 0 {
+            self.shm.as_ref().map(|s| s as &dyn Transport)
+        } else {
+            self.tcp.as_ref().map(|t| t as &dyn Transport)
+        };
+        t.ok_or_else(|| TransportError::Io(format!("unknown request {req}")))
+    }
+
+    /// Closes both sides, saying bye to every peer.
+    pub fn close(&self) {
+        if let Some(s) = &self.shm {
+            s.close();
+        }
+        if let Some(t) = &self.tcp {
+            t.close();
+        }
+    }
+}
+
+fn wrap(via: Via, id: ReqId) -> ReqId {
+    (id << 1) | via as u64
+}
+
+impl Transport for Routed {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world(&self) -> usize {
+        self.world
+    }
+
+    unsafe fn isend(
+        &self,
+        peer: usize,
+        tag: Tag,
+        sig: CallSig,
+        data: *const u8,
+        len: usize,
+    ) -> Result<ReqId> {
+        let (via, t) = self.via(peer)?;
+        Ok(wrap(via, t.isend(peer, tag, sig, data, len)?))
+    }
+
+    unsafe fn irecv(&self, peer: usize, tag: Tag, sig: CallSig, into: RecvInto) -> Result<ReqId> {
+        let (via, t) = self.via(peer)?;
+        Ok(wrap(via, t.irecv(peer, tag, sig, into)?))
+    }
+
+    fn test(&self, req: ReqId) -> Result<bool> {
+        self.side(req)?.test(req >> 1)
+    }
+
+    fn progress(&self) -> Result<bool> {
+        let mut changed = false;
+        if let Some(s) = &self.shm {
+            changed |= s.progress()?;
+        }
+        if let Some(t) = &self.tcp {
+            changed |= t.progress()?;
+        }
+        Ok(changed)
+    }
+
+    fn wait(&self, timeout: Duration) -> Result<()> {
+        wait_on(&self.bell, timeout, || self.progress())
+    }
+
+    fn abort(&self, reason: &str) {
+        if let Some(s) = &self.shm {
+            s.abort(reason);
+        }
+        if let Some(t) = &self.tcp {
+            t.abort(reason);
+        }
+    }
+}

@@ -1,1 +1,713 @@
-//! shm transport (to be written).
+//! Shared-memory transport for ranks on one host.
+//!
+//! Every local rank creates one segment in `/dev/shm` holding its control
+//! block (doorbell, pid, bye and abort flags, abort reason) and one
+//! single-producer/single-consumer ring per local sender. A sender streams
+//! frames (64-byte header + payload padded to 64) into the receiver's ring,
+//! so messages of any size pass through a fixed ring; the receiver matches
+//! each header and copies the payload straight from the ring into the posted
+//! buffer or sink, or to the heap when no receive matches yet.
+//!
+//! Segments are unlinked as soon as every local rank has mapped them, so a
+//! crash leaks nothing. Peer death is noticed by polling the peers' pids.
+//! Sending to self is rejected: plans never do it.
+
+use std::collections::VecDeque;
+use std::ffi::CString;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::doorbell::{wait_on, BellWords, Doorbell};
+use crate::frame::{Header, HEADER_LEN};
+use crate::matching::{Incoming, Matcher};
+use crate::{CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError};
+
+/// Default ring size per directed pair of local ranks.
+pub const DEFAULT_RING_SIZE: usize = 4 << 20;
+const CONTROL_SIZE: usize = 4096;
+const RING_HDR_SIZE: usize = 128;
+const REASON_MAX: usize = 1024;
+/// Bytes published per step, so the receiver copies out while the sender
+/// still copies in.
+const CHUNK: usize = 256 << 10;
+/// How often peers' pids are checked.
+const LIVENESS_EVERY: Duration = Duration::from_millis(50);
+
+/// Settings of a [`ShmTransport`].
+#[derive(Clone, Debug)]
+pub struct ShmConfig {
+    pub rank: usize,
+    pub world: usize,
+    /// Global ranks on this host, including `rank`; only these are reachable.
+    pub local_ranks: Vec<usize>,
+    /// Unique per job; names segments and store keys.
+    pub job_id: String,
+    /// Bytes per directed ring (rounded up to 4 KiB).
+    pub ring_size: usize,
+    /// Limit for setup and for flushing sends on close.
+    pub timeout: Duration,
+}
+
+impl ShmConfig {
+    pub fn new(rank: usize, world: usize, local_ranks: Vec<usize>, job_id: &str) -> ShmConfig {
+        ShmConfig {
+            rank,
+            world,
+            local_ranks,
+            job_id: job_id.to_string(),
+            ring_size: DEFAULT_RING_SIZE,
+            timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The control block at the start of every segment. Written by its owner,
+/// read by everyone.
+#[repr(C)]
+struct Control {
+    bell: BellWords,
+    pid: AtomicU32,
+    abort: AtomicU32,
+    bye: AtomicU32,
+    reason_len: AtomicU32,
+    reason: std::cell::UnsafeCell<[u8; REASON_MAX]>,
+}
+
+/// Ring positions, each on its own cache line (producer and consumer write one each).
+#[repr(C, align(64))]
+struct Pos(AtomicU64);
+
+#[repr(C)]
+struct RingHdr {
+    tail: Pos,
+    head: Pos,
+}
+
+/// One mapped segment; unmapped when the last user drops it.
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is shared memory accessed through atomics and the SPSC
+// ring protocol.
+unsafe impl Send for Mapping {}
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: we own this mapping.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+impl Mapping {
+    fn control(&self) -> &Control {
+        // SAFETY: every segment starts with a control block.
+        unsafe { &*(self.ptr as *const Control) }
+    }
+
+    fn ring(self: &Arc<Self>, slot: usize, size: usize) -> Ring {
+        let off = CONTROL_SIZE + slot * (RING_HDR_SIZE + size);
+        assert!(off + RING_HDR_SIZE + size <= self.len);
+        // SAFETY: in bounds (asserted).
+        let hdr = unsafe { self.ptr.add(off) } as *const RingHdr;
+        let data = unsafe { self.ptr.add(off + RING_HDR_SIZE) };
+        Ring {
+            hdr,
+            data,
+            size,
+            _map: self.clone(),
+        }
+    }
+
+    fn bell(self: &Arc<Self>) -> Doorbell {
+        let words = &self.control().bell as *const BellWords;
+        // SAFETY: the bell lives in this mapping, which the clone keeps alive.
+        unsafe { Doorbell::at(words, self.clone()) }
+    }
+}
+
+/// One direction of one pair: a byte ring with monotonically growing positions.
+struct Ring {
+    hdr: *const RingHdr,
+    data: *mut u8,
+    size: usize,
+    _map: Arc<Mapping>,
+}
+
+impl Ring {
+    fn hdr(&self) -> &RingHdr {
+        // SAFETY: points into the live mapping.
+        unsafe { &*self.hdr }
+    }
+
+    /// Copies `src` into the ring at position `pos` (wrapping).
+    fn write(&self, pos: u64, src: &[u8]) {
+        let at = (pos % self.size as u64) as usize;
+        let first = src.len().min(self.size - at);
+        // SAFETY: both ranges are inside the ring; the producer owns [tail, head+size).
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.data.add(at), first);
+            std::ptr::copy_nonoverlapping(src.as_ptr().add(first), self.data, src.len() - first);
+        }
+    }
+
+    /// The contiguous readable bytes at `pos`, at most `max`.
+    fn read(&self, pos: u64, max: usize) -> &[u8] {
+        let at = (pos % self.size as u64) as usize;
+        // SAFETY: the consumer owns [head, tail) and `max` stays below it.
+        unsafe { std::slice::from_raw_parts(self.data.add(at), max.min(self.size - at)) }
+    }
+}
+
+/// A send being streamed into a ring.
+struct SendOp {
+    id: ReqId,
+    header: [u8; HEADER_LEN],
+    data: *const u8,
+    len: usize,
+    /// Frame bytes (header + padded payload) already in the ring.
+    sent: usize,
+}
+
+impl SendOp {
+    fn frame_len(&self) -> usize {
+        HEADER_LEN + pad64(self.len)
+    }
+}
+
+fn pad64(n: usize) -> usize {
+    n.div_ceil(64) * 64
+}
+
+struct OutChan {
+    ring: Ring,
+    tail: u64,
+    head_seen: u64,
+    queue: VecDeque<SendOp>,
+    bell: Doorbell,
+}
+
+struct InChan {
+    peer: usize,
+    ring: Ring,
+    head: u64,
+    incoming: Option<Incoming>,
+    /// Rung after freeing space, in case the producer waits for it.
+    producer_bell: Doorbell,
+    producer: Arc<Mapping>,
+    pid: i32,
+    bye_done: bool,
+}
+
+struct Inner {
+    matcher: Matcher,
+    outs: Vec<OutChan>,
+    ins: Vec<InChan>,
+    /// Index into `outs`/`ins` by global rank.
+    index: Vec<Option<usize>>,
+    last_liveness: Instant,
+    closed: bool,
+}
+
+// SAFETY: raw pointers in the channels point into shared mappings kept alive
+// by `Arc<Mapping>`s; send buffers are the caller's responsibility (isend).
+unsafe impl Send for Inner {}
+
+/// Shared-memory transport; see the module docs.
+pub struct ShmTransport {
+    rank: usize,
+    world: usize,
+    timeout: Duration,
+    own: Arc<Mapping>,
+    bell: Doorbell,
+    inner: Mutex<Inner>,
+}
+
+impl ShmTransport {
+    /// Creates this rank's segment, maps every local peer's, and unlinks its
+    /// own once all local peers have mapped it. Blocks on `store` until all
+    /// local ranks arrive.
+    pub fn connect(cfg: &ShmConfig, store: &dyn KvStore) -> Result<ShmTransport> {
+        let mut locals = cfg.local_ranks.clone();
+        locals.sort_unstable();
+        locals.dedup();
+        let slot_of = |r: usize| locals.iter().position(|&x| x == r);
+        let me = slot_of(cfg.rank).ok_or_else(|| io_err("local_ranks must contain this rank"))?;
+        let ring_size = cfg.ring_size.max(4096).div_ceil(4096) * 4096;
+        let seg_len = CONTROL_SIZE + locals.len() * (RING_HDR_SIZE + ring_size);
+        let key = |r: usize| format!("{}/shm/{r}", cfg.job_id);
+
+        let path = seg_path(&cfg.job_id, cfg.rank);
+        let own = Arc::new(create_segment(&path, seg_len)?);
+        let pid = std::process::id();
+        own.control().pid.store(pid, Ordering::Release);
+        store
+            .set(&key(cfg.rank), pid.to_string().as_bytes())
+            .map_err(io)?;
+
+        let mut maps = Vec::new();
+        for &r in &locals {
+            if r == cfg.rank {
+                maps.push((r, own.clone(), pid as i32));
+                continue;
+            }
+            let v = store.get(&key(r)).map_err(io)?;
+            let peer_pid = String::from_utf8_lossy(&v)
+                .trim()
+                .parse::<i32>()
+                .map_err(|_| io_err("bad pid"))?;
+            maps.push((
+                r,
+                Arc::new(open_segment(&seg_path(&cfg.job_id, r), seg_len)?),
+                peer_pid,
+            ));
+        }
+        store
+            .set(&format!("{}/mapped", key(cfg.rank)), b"1")
+            .map_err(io)?;
+        for &r in locals.iter().filter(|&&r| r != cfg.rank) {
+            store.get(&format!("{}/mapped", key(r))).map_err(io)?;
+        }
+        unlink(&path);
+
+        let mut inner = Inner {
+            matcher: Matcher::new(cfg.rank, locals.iter().copied()),
+            outs: Vec::new(),
+            ins: Vec::new(),
+            index: vec![None; cfg.world.max(locals.iter().max().map_or(0, |m| m + 1))],
+            last_liveness: Instant::now(),
+            closed: false,
+        };
+        for (r, map, peer_pid) in maps.into_iter().filter(|(r, ..)| *r != cfg.rank) {
+            inner.index[r] = Some(inner.outs.len());
+            let theirs = slot_of(r).unwrap();
+            inner.outs.push(OutChan {
+                ring: map.ring(me, ring_size),
+                tail: 0,
+                head_seen: 0,
+                queue: VecDeque::new(),
+                bell: map.bell(),
+            });
+            inner.ins.push(InChan {
+                peer: r,
+                ring: own.ring(theirs, ring_size),
+                head: 0,
+                incoming: None,
+                producer_bell: map.bell(),
+                producer: map,
+                pid: peer_pid,
+                bye_done: false,
+            });
+        }
+        let bell = own.bell();
+        Ok(ShmTransport {
+            rank: cfg.rank,
+            world: cfg.world,
+            timeout: cfg.timeout,
+            own,
+            bell,
+            inner: Mutex::new(inner),
+        })
+    }
+
+    /// The doorbell this transport's peers ring; a [`crate::Routed`] lets its
+    /// tcp side ring it too so one sleep covers both.
+    pub fn doorbell(&self) -> Doorbell {
+        self.bell.clone()
+    }
+
+    /// Whether `peer` is another local rank of this transport.
+    pub fn reaches(&self, peer: usize) -> bool {
+        self.lock().index.get(peer).is_some_and(|i| i.is_some())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Pushes pending sends, says bye, and stops. Called by `Drop` too.
+    pub fn close(&self) {
+        let deadline = Instant::now() + self.timeout.min(Duration::from_secs(10));
+        loop {
+            let pending = {
+                let mut g = self.lock();
+                if g.closed {
+                    return;
+                }
+                let _ = g.poll();
+                g.outs.iter().any(|o| !o.queue.is_empty())
+            };
+            if !pending || Instant::now() >= deadline || self.lock().matcher.health().is_err() {
+                break;
+            }
+            let _ = self.wait(Duration::from_millis(10));
+        }
+        let mut g = self.lock();
+        g.closed = true;
+        self.own.control().bye.store(1, Ordering::Release);
+        for o in &g.outs {
+            o.bell.ring();
+        }
+        g.outs.clear();
+    }
+
+    /// Progress plus error reporting, as used by `progress`, `test` and `wait`.
+    fn poll(&self) -> Result<bool> {
+        let mut g = self.lock();
+        let changed = g.poll();
+        g.matcher.health()?;
+        Ok(changed)
+    }
+}
+
+impl Inner {
+    /// Moves bytes in both directions and checks flags; returns whether anything moved.
+    fn poll(&mut self) -> bool {
+        let mut changed = false;
+        for i in 0..self.outs.len() {
+            changed |= self.push_out(i);
+        }
+        for i in 0..self.ins.len() {
+            changed |= self.pull_in(i);
+        }
+        self.check_flags();
+        if self.last_liveness.elapsed() >= LIVENESS_EVERY {
+            self.last_liveness = Instant::now();
+            self.check_liveness();
+        }
+        changed
+    }
+
+    /// Streams queued sends of `outs[i]` into its ring while space lasts.
+    fn push_out(&mut self, i: usize) -> bool {
+        let Inner { outs, matcher, .. } = self;
+        let o = &mut outs[i];
+        let mut moved = false;
+        while let Some(op) = o.queue.front_mut() {
+            let size = o.ring.size as u64;
+            if o.tail - o.head_seen == size {
+                o.head_seen = o.ring.hdr().head.0.load(Ordering::Acquire);
+                if o.tail - o.head_seen == size {
+                    break;
+                }
+            }
+            let free = (size - (o.tail - o.head_seen)) as usize;
+            let n = push_chunk(&o.ring, o.tail, op, free.min(CHUNK));
+            o.tail += n as u64;
+            o.ring.hdr().tail.0.store(o.tail, Ordering::Release);
+            o.bell.ring();
+            moved = true;
+            if op.sent == op.frame_len() {
+                let id = op.id;
+                o.queue.pop_front();
+                matcher.complete(id);
+            }
+        }
+        moved
+    }
+
+    /// Consumes frames from `ins[i]`'s ring into receives or the unexpected queue.
+    fn pull_in(&mut self, i: usize) -> bool {
+        let Inner { ins, matcher, .. } = self;
+        let c = &mut ins[i];
+        let tail = c.ring.hdr().tail.0.load(Ordering::Acquire);
+        if tail == c.head {
+            return false;
+        }
+        while c.head < tail {
+            let mut inc = match c.incoming.take() {
+                Some(inc) => inc,
+                None => {
+                    let h = match Header::decode(c.ring.read(c.head, HEADER_LEN)) {
+                        Ok(h) => h,
+                        Err(e) => {
+                            matcher.peer_down(c.peer, &e.to_string());
+                            return true;
+                        }
+                    };
+                    c.head += HEADER_LEN as u64;
+                    matcher.on_header(c.peer, &h)
+                }
+            };
+            while !inc.done() && c.head < tail {
+                let piece = c
+                    .ring
+                    .read(c.head, ((tail - c.head) as usize).min(inc.remaining()));
+                let n = piece.len();
+                inc.push(piece);
+                c.head += n as u64;
+            }
+            if inc.done() {
+                c.head = pad64(c.head as usize) as u64;
+                matcher.on_complete(c.peer, inc);
+            } else {
+                c.incoming = Some(inc);
+            }
+            c.ring.hdr().head.0.store(c.head, Ordering::Release);
+        }
+        c.producer_bell.ring();
+        true
+    }
+
+    /// Picks up peers' abort and bye flags.
+    fn check_flags(&mut self) {
+        for c in &mut self.ins {
+            let ctl = c.producer.control();
+            if ctl.abort.load(Ordering::Acquire) != 0 {
+                let reason = read_reason(ctl);
+                self.matcher.set_fatal(TransportError::Aborted {
+                    peer: c.peer,
+                    reason,
+                });
+            }
+            if !c.bye_done && ctl.bye.load(Ordering::Acquire) != 0 {
+                let drained = c.ring.hdr().tail.0.load(Ordering::Acquire) == c.head;
+                if drained && c.incoming.is_none() {
+                    c.bye_done = true;
+                    self.matcher.peer_bye(c.peer);
+                }
+            }
+        }
+    }
+
+    fn check_liveness(&mut self) {
+        for c in &self.ins {
+            if c.bye_done || c.producer.control().bye.load(Ordering::Acquire) != 0 {
+                continue;
+            }
+            if let Some(why) = pid_dead(c.pid) {
+                self.matcher
+                    .peer_down(c.peer, &format!("process {} {why}", c.pid));
+            }
+        }
+    }
+}
+
+/// Writes the next up-to-`room` bytes of `op`'s frame at ring position `pos`;
+/// returns how many ring bytes were used (a multiple of 64).
+fn push_chunk(ring: &Ring, pos: u64, op: &mut SendOp, room: usize) -> usize {
+    let mut used = 0;
+    if op.sent == 0 {
+        ring.write(pos, &op.header);
+        op.sent = HEADER_LEN;
+        used = HEADER_LEN;
+    }
+    let n = (op.frame_len() - op.sent).min(room - used);
+    let off = op.sent - HEADER_LEN;
+    let copy = n.min(op.len.saturating_sub(off));
+    if copy > 0 {
+        // SAFETY: the caller of isend keeps `data[..len]` valid until completion.
+        let src = unsafe { std::slice::from_raw_parts(op.data.add(off), copy) };
+        ring.write(pos + used as u64, src);
+    }
+    op.sent += n;
+    used + n
+}
+
+fn read_reason(ctl: &Control) -> String {
+    let n = (ctl.reason_len.load(Ordering::Acquire) as usize).min(REASON_MAX);
+    // SAFETY: written before the abort flag was released; we acquired it.
+    let bytes = unsafe { &(&*ctl.reason.get())[..n] };
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Why `pid` is dead, or `None` while it runs. A zombie counts as dead: it
+/// will never write again but `kill(pid, 0)` still succeeds on it.
+fn pid_dead(pid: i32) -> Option<&'static str> {
+    // SAFETY: signal 0 only checks existence.
+    if unsafe { libc::kill(pid, 0) } != 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    {
+        return Some("exited");
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => match s
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+        {
+            Some('Z') | Some('X') => Some("exited (zombie)"),
+            _ => None,
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("exited"),
+        Err(_) => None,
+    }
+}
+
+impl Transport for ShmTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world(&self) -> usize {
+        self.world
+    }
+
+    unsafe fn isend(
+        &self,
+        peer: usize,
+        tag: Tag,
+        sig: CallSig,
+        data: *const u8,
+        len: usize,
+    ) -> Result<ReqId> {
+        let mut g = self.lock();
+        if g.closed {
+            return Err(io_err("transport is closed"));
+        }
+        let id = g.matcher.add_send(peer)?;
+        let i = g.index[peer].expect("add_send checked the peer");
+        let header = Header::data(tag, sig, len).encode();
+        g.outs[i].queue.push_back(SendOp {
+            id,
+            header,
+            data,
+            len,
+            sent: 0,
+        });
+        g.push_out(i);
+        Ok(id)
+    }
+
+    unsafe fn irecv(&self, peer: usize, tag: Tag, sig: CallSig, into: RecvInto) -> Result<ReqId> {
+        let mut g = self.lock();
+        let id = g.matcher.post_recv(peer, tag, sig, into)?;
+        if let Some(i) = g.index.get(peer).copied().flatten() {
+            g.pull_in(i);
+        }
+        Ok(id)
+    }
+
+    fn test(&self, req: ReqId) -> Result<bool> {
+        let mut g = self.lock();
+        g.poll();
+        g.matcher.test(req)
+    }
+
+    fn progress(&self) -> Result<bool> {
+        self.poll()
+    }
+
+    fn wait(&self, timeout: Duration) -> Result<()> {
+        wait_on(&self.bell, timeout, || self.poll())
+    }
+
+    fn abort(&self, reason: &str) {
+        let ctl = self.own.control();
+        let n = reason.len().min(REASON_MAX);
+        // SAFETY: only this rank writes its reason, before releasing the flag.
+        unsafe { (&mut *ctl.reason.get())[..n].copy_from_slice(&reason.as_bytes()[..n]) };
+        ctl.reason_len.store(n as u32, Ordering::Release);
+        ctl.abort.store(1, Ordering::Release);
+        let mut g = self.lock();
+        g.matcher.set_fatal(TransportError::Aborted {
+            peer: self.rank,
+            reason: reason.to_string(),
+        });
+        for o in &g.outs {
+            o.bell.ring();
+        }
+    }
+}
+
+impl Drop for ShmTransport {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn seg_path(job: &str, rank: usize) -> String {
+    let job: String = job
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("/dev/shm/shoal-{job}-{rank}")
+}
+
+fn create_segment(path: &str, len: usize) -> Result<Mapping> {
+    let c = CString::new(path).map_err(|_| io_err("bad path"))?;
+    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
+    // SAFETY: plain libc calls on a valid C string.
+    let mut fd = unsafe { libc::open(c.as_ptr(), flags, 0o600) };
+    if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
+        unlink(path); // stale segment of a crashed job with the same id
+        fd = unsafe { libc::open(c.as_ptr(), flags, 0o600) };
+    }
+    if fd < 0 {
+        return Err(os_err(&format!("create {path}")));
+    }
+    // Reserve the pages now: a full /dev/shm fails here instead of SIGBUS later.
+    let rc = unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) };
+    if rc != 0 {
+        unsafe { libc::close(fd) };
+        unlink(path);
+        return Err(io_err(&format!(
+            "allocate {len} bytes for {path}: errno {rc}"
+        )));
+    }
+    map_fd(fd, len, path)
+}
+
+fn open_segment(path: &str, len: usize) -> Result<Mapping> {
+    let c = CString::new(path).map_err(|_| io_err("bad path"))?;
+    // SAFETY: plain libc calls.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(os_err(&format!("open {path}")));
+    }
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_size as usize != len {
+        unsafe { libc::close(fd) };
+        return Err(io_err(&format!(
+            "{path} has the wrong size (ring sizes differ between ranks?)"
+        )));
+    }
+    map_fd(fd, len, path)
+}
+
+fn map_fd(fd: i32, len: usize, path: &str) -> Result<Mapping> {
+    // SAFETY: mapping a file we just opened; the fd is closed right after.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    let err = os_err(&format!("mmap {path}"));
+    unsafe { libc::close(fd) };
+    if p == libc::MAP_FAILED {
+        return Err(err);
+    }
+    Ok(Mapping { ptr: p.cast(), len })
+}
+
+fn unlink(path: &str) {
+    if let Ok(c) = CString::new(path) {
+        // SAFETY: plain libc call.
+        unsafe { libc::unlink(c.as_ptr()) };
+    }
+}
+
+fn io_err(msg: &str) -> TransportError {
+    TransportError::Io(format!("shm: {msg}"))
+}
+
+fn os_err(what: &str) -> TransportError {
+    io_err(&format!("{what}: {}", std::io::Error::last_os_error()))
+}
+
+fn io(e: std::io::Error) -> TransportError {
+    io_err(&format!("store: {e}"))
+}

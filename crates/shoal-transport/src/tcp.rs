@@ -1,1 +1,576 @@
-//! tcp transport (to be written).
+//! TCP transport: one connection per pair of ranks.
+//!
+//! The higher rank dials the lower one (whose `ip:port` it reads from the
+//! store) and introduces itself with its rank and the job id. Each connection
+//! has a writer thread fed by a queue, so `isend` never blocks, and a reader
+//! thread that parses frames and reads payloads straight into the posted
+//! receive's buffer (or through a staging buffer into its sink), falling back
+//! to the unexpected queue. Both threads ring a [`Doorbell`] the waiting rank
+//! sleeps on. EOF without a prior `Bye` frame marks the peer dead.
+//! Sending to self is rejected: plans never do it.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::doorbell::{wait_on, Doorbell};
+use crate::frame::{Header, Kind, HEADER_LEN};
+use crate::matching::Matcher;
+use crate::{CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError};
+
+const HELLO: &[u8; 8] = b"SHOALTCP";
+/// Staging buffer for sink receives and discarded payloads.
+const STAGING: usize = 256 << 10;
+
+/// Settings of a [`TcpTransport`].
+#[derive(Clone, Debug)]
+pub struct TcpConfig {
+    pub rank: usize,
+    pub world: usize,
+    /// Global ranks to connect to (this rank is ignored if listed).
+    pub peers: Vec<usize>,
+    /// Address to listen on and publish; must be reachable by the peers (an
+    /// address, not a hostname, and not 0.0.0.0).
+    pub bind_ip: IpAddr,
+    /// Unique per job; prefixes store keys and is checked in the handshake.
+    pub job_id: String,
+    /// Limit for setting up connections and for flushing sends on close.
+    pub timeout: Duration,
+}
+
+impl TcpConfig {
+    pub fn new(rank: usize, world: usize, peers: Vec<usize>, job_id: &str) -> TcpConfig {
+        TcpConfig {
+            rank,
+            world,
+            peers,
+            bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            job_id: job_id.to_string(),
+            timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// State shared with the I/O threads.
+struct Shared {
+    matcher: Mutex<Matcher>,
+    bell: Doorbell,
+    /// Set when we close: our own EOFs are then expected, not peer deaths.
+    closing: AtomicBool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Matcher> {
+        self.matcher.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the matcher, then wakes the waiting rank.
+    fn update(&self, f: impl FnOnce(&mut Matcher)) {
+        f(&mut self.lock());
+        self.bell.ring();
+    }
+
+    fn lost(&self, peer: usize, detail: &str) {
+        if !self.closing.load(Ordering::Acquire) {
+            self.update(|m| m.peer_down(peer, detail));
+        }
+    }
+}
+
+struct SendPtr(*const u8);
+// SAFETY: the isend caller keeps the memory valid until the request completes.
+unsafe impl Send for SendPtr {}
+
+enum Job {
+    Data {
+        id: ReqId,
+        header: [u8; HEADER_LEN],
+        data: SendPtr,
+        len: usize,
+    },
+    Control {
+        header: [u8; HEADER_LEN],
+        payload: Vec<u8>,
+    },
+}
+
+struct Conn {
+    peer: usize,
+    stream: TcpStream,
+    queue: Mutex<Option<Sender<Job>>>,
+}
+
+/// TCP transport; see the module docs.
+pub struct TcpTransport {
+    rank: usize,
+    world: usize,
+    shared: Arc<Shared>,
+    conns: Vec<Conn>,
+    /// Index into `conns` by global rank.
+    index: Vec<Option<usize>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    last_seen: AtomicU32,
+}
+
+impl TcpTransport {
+    /// Listens, publishes `ip:port`, and connects to every peer.
+    pub fn connect(cfg: &TcpConfig, store: &dyn KvStore) -> Result<TcpTransport> {
+        Self::connect_with_doorbell(cfg, store, Doorbell::new())
+    }
+
+    /// Like `connect`, but the I/O threads ring `bell` (shared with another
+    /// transport so one sleep covers both).
+    pub fn connect_with_doorbell(
+        cfg: &TcpConfig,
+        store: &dyn KvStore,
+        bell: Doorbell,
+    ) -> Result<TcpTransport> {
+        let mut peers: Vec<usize> = cfg
+            .peers
+            .iter()
+            .copied()
+            .filter(|&p| p != cfg.rank)
+            .collect();
+        peers.sort_unstable();
+        peers.dedup();
+        let streams = establish(cfg, store, &peers)?;
+        let shared = Arc::new(Shared {
+            matcher: Mutex::new(Matcher::new(cfg.rank, peers.iter().copied())),
+            bell,
+            closing: AtomicBool::new(false),
+        });
+        let mut index = vec![None; cfg.world.max(peers.last().map_or(0, |m| m + 1))];
+        let mut conns = Vec::new();
+        let mut threads = Vec::new();
+        for (peer, stream) in streams {
+            index[peer] = Some(conns.len());
+            let (tx, rx) = channel::<Job>();
+            let (w, r) = (
+                stream.try_clone().map_err(io)?,
+                stream.try_clone().map_err(io)?,
+            );
+            let sh = shared.clone();
+            threads.push(spawn(format!("shoal-tcp-w{peer}"), move || {
+                writer_loop(&sh, peer, w, rx)
+            })?);
+            let sh = shared.clone();
+            threads.push(spawn(format!("shoal-tcp-r{peer}"), move || {
+                reader_loop(&sh, peer, r)
+            })?);
+            conns.push(Conn {
+                peer,
+                stream,
+                queue: Mutex::new(Some(tx)),
+            });
+        }
+        let last_seen = AtomicU32::new(shared.bell.seq());
+        Ok(TcpTransport {
+            rank: cfg.rank,
+            world: cfg.world,
+            shared,
+            conns,
+            index,
+            threads: Mutex::new(threads),
+            last_seen,
+        })
+    }
+
+    /// The doorbell the I/O threads ring.
+    pub fn doorbell(&self) -> Doorbell {
+        self.shared.bell.clone()
+    }
+
+    fn enqueue(&self, peer: usize, job: Job) -> Result<()> {
+        let c = self
+            .index
+            .get(peer)
+            .copied()
+            .flatten()
+            .map(|i| &self.conns[i]);
+        let q = c.map(|c| c.queue.lock().unwrap_or_else(|e| e.into_inner()));
+        match q.as_ref().and_then(|q| q.as_ref()) {
+            Some(tx) => tx
+                .send(job)
+                .map_err(|_| io_err("connection writer stopped")),
+            None => Err(io_err("transport is closed")),
+        }
+    }
+
+    /// Flushes queued sends, says bye to every peer, and stops the threads.
+    pub fn close(&self) {
+        self.stop(true);
+    }
+
+    /// Drops every connection without saying bye, as a crash would (tests).
+    #[doc(hidden)]
+    pub fn close_without_bye(&self) {
+        self.stop(false);
+    }
+
+    fn stop(&self, bye: bool) {
+        for c in &self.conns {
+            let tx = c.queue.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let (Some(tx), true) = (tx, bye) {
+                let _ = tx.send(Job::Control {
+                    header: Header::control(Kind::Bye, 0).encode(),
+                    payload: vec![],
+                });
+            }
+        }
+        // Writers exit once their queue is drained (they see it closed).
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        let (writers, readers): (Vec<_>, Vec<_>) = threads
+            .into_iter()
+            .partition(|t| t.thread().name().is_some_and(|n| n.contains("-w")));
+        if bye {
+            for t in writers {
+                let _ = t.join();
+            }
+        }
+        self.shared.closing.store(true, Ordering::Release);
+        for c in &self.conns {
+            let _ = c.stream.shutdown(Shutdown::Both);
+        }
+        for t in readers {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for TcpTransport {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new().name(name).spawn(f).map_err(io)
+}
+
+/// Sends queued frames in order; completes each send once written.
+fn writer_loop(sh: &Shared, peer: usize, mut s: TcpStream, rx: std::sync::mpsc::Receiver<Job>) {
+    for job in rx {
+        match job {
+            Job::Data {
+                id,
+                header,
+                data,
+                len,
+            } => {
+                // SAFETY: the isend caller keeps the buffer valid until completion.
+                let payload = unsafe { std::slice::from_raw_parts(data.0, len) };
+                match send_frame(&mut s, &header, payload) {
+                    Ok(()) => sh.update(|m| m.complete(id)),
+                    Err(e) => {
+                        sh.update(|m| {
+                            m.fail(
+                                id,
+                                TransportError::PeerDied {
+                                    peer,
+                                    detail: e.to_string(),
+                                },
+                            )
+                        });
+                        sh.lost(peer, &format!("send failed: {e}"));
+                    }
+                }
+            }
+            Job::Control { header, payload } => {
+                let _ = send_frame(&mut s, &header, &payload);
+            }
+        }
+    }
+}
+
+/// Writes header and payload; small payloads go in the same segment as the
+/// header so a small message costs one system call and one packet.
+fn send_frame(s: &mut TcpStream, header: &[u8], payload: &[u8]) -> std::io::Result<()> {
+    if payload.len() <= 4096 {
+        let mut buf = Vec::with_capacity(HEADER_LEN + payload.len());
+        buf.extend_from_slice(header);
+        buf.extend_from_slice(payload);
+        return s.write_all(&buf);
+    }
+    s.write_all(header)?;
+    s.write_all(payload)
+}
+
+/// Parses frames from `peer` until EOF, delivering payloads as they arrive.
+fn reader_loop(sh: &Shared, peer: usize, mut s: TcpStream) {
+    let mut staging = vec![0u8; STAGING];
+    let mut hdr = [0u8; HEADER_LEN];
+    loop {
+        if let Err(e) = s.read_exact(&mut hdr) {
+            if !sh.lock().said_bye(peer) {
+                let what = if e.kind() == ErrorKind::UnexpectedEof {
+                    "connection closed without bye".into()
+                } else {
+                    e.to_string()
+                };
+                sh.lost(peer, &what);
+            }
+            return;
+        }
+        let h = match Header::decode(&hdr) {
+            Ok(h) => h,
+            Err(e) => return sh.lost(peer, &e.to_string()),
+        };
+        let r = match h.kind {
+            Kind::Data => read_data(sh, peer, &mut s, &h, &mut staging),
+            Kind::Abort => read_abort(sh, peer, &mut s, &h),
+            Kind::Bye => {
+                sh.update(|m| m.peer_bye(peer));
+                Ok(())
+            }
+        };
+        if let Err(e) = r {
+            return sh.lost(peer, &format!("receive failed: {e}"));
+        }
+    }
+}
+
+fn read_data(
+    sh: &Shared,
+    peer: usize,
+    s: &mut TcpStream,
+    h: &Header,
+    staging: &mut [u8],
+) -> std::io::Result<()> {
+    let mut inc = sh.lock().on_header(peer, h);
+    while !inc.done() {
+        if let Some(dst) = inc.direct() {
+            let n = read_some(s, dst)?;
+            inc.advance(n);
+        } else {
+            let want = inc.remaining().min(staging.len());
+            let n = read_some(s, &mut staging[..want])?;
+            inc.push(&staging[..n]);
+        }
+    }
+    sh.update(|m| m.on_complete(peer, inc));
+    Ok(())
+}
+
+fn read_abort(sh: &Shared, peer: usize, s: &mut TcpStream, h: &Header) -> std::io::Result<()> {
+    let mut reason = vec![0u8; (h.len as usize).min(1 << 20)];
+    s.read_exact(&mut reason)?;
+    let reason = String::from_utf8_lossy(&reason).into_owned();
+    sh.update(|m| m.set_fatal(TransportError::Aborted { peer, reason }));
+    Ok(())
+}
+
+fn read_some(s: &mut TcpStream, dst: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match s.read(dst) {
+            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Opens one connection per peer: dials lower ranks, accepts higher ones.
+fn establish(
+    cfg: &TcpConfig,
+    store: &dyn KvStore,
+    peers: &[usize],
+) -> Result<Vec<(usize, TcpStream)>> {
+    let deadline = Instant::now() + cfg.timeout;
+    let listener = TcpListener::bind(SocketAddr::new(cfg.bind_ip, 0)).map_err(io)?;
+    let addr = listener.local_addr().map_err(io)?;
+    store
+        .set(
+            &addr_key(&cfg.job_id, cfg.rank),
+            addr.to_string().as_bytes(),
+        )
+        .map_err(io)?;
+    let mut out = Vec::new();
+    for &p in peers.iter().filter(|&&p| p < cfg.rank) {
+        out.push((p, dial(cfg, store, p, deadline)?));
+    }
+    let mut missing: Vec<usize> = peers.iter().copied().filter(|&p| p > cfg.rank).collect();
+    listener.set_nonblocking(true).map_err(io)?;
+    while !missing.is_empty() {
+        match listener.accept() {
+            Ok((s, _)) => {
+                if let Some(p) = greet_incoming(cfg, s, &missing, deadline).map(|(p, s)| {
+                    out.push((p, s));
+                    p
+                }) {
+                    missing.retain(|&m| m != p);
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    return Err(io_err(&format!(
+                        "timed out waiting for ranks {missing:?} to connect"
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(io(e)),
+        }
+    }
+    Ok(out)
+}
+
+fn addr_key(job: &str, rank: usize) -> String {
+    format!("{job}/tcp/{rank}")
+}
+
+fn dial(cfg: &TcpConfig, store: &dyn KvStore, peer: usize, deadline: Instant) -> Result<TcpStream> {
+    let v = store.get(&addr_key(&cfg.job_id, peer)).map_err(io)?;
+    let addr: SocketAddr = String::from_utf8_lossy(&v)
+        .parse()
+        .map_err(|_| io_err("bad address in store"))?;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match TcpStream::connect_timeout(&addr, left.max(Duration::from_millis(1))) {
+            Ok(mut s) => {
+                tune(&s)?;
+                s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                    .map_err(io)?;
+                let mut hello = HELLO.to_vec();
+                hello.extend_from_slice(&(cfg.rank as u32).to_le_bytes());
+                hello.extend_from_slice(&(cfg.job_id.len() as u32).to_le_bytes());
+                hello.extend_from_slice(cfg.job_id.as_bytes());
+                s.write_all(&hello).map_err(io)?;
+                let mut ack = [0u8; 1];
+                s.read_exact(&mut ack)
+                    .map_err(|e| io_err(&format!("rank {peer} did not accept us: {e}")))?;
+                s.set_read_timeout(None).map_err(io)?;
+                return Ok(s);
+            }
+            Err(e) if Instant::now() >= deadline => {
+                return Err(io_err(&format!("connect to rank {peer} at {addr}: {e}")))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
+/// Reads a dialer's hello; returns its rank when it belongs to this job and
+/// is one we wait for (anything else is dropped).
+fn greet_incoming(
+    cfg: &TcpConfig,
+    mut s: TcpStream,
+    want: &[usize],
+    deadline: Instant,
+) -> Option<(usize, TcpStream)> {
+    s.set_nonblocking(false).ok()?;
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(100));
+    s.set_read_timeout(Some(left.min(Duration::from_secs(5))))
+        .ok()?;
+    let mut head = [0u8; 16];
+    s.read_exact(&mut head).ok()?;
+    let rank = u32::from_le_bytes(head[8..12].try_into().unwrap()) as usize;
+    let job_len = u32::from_le_bytes(head[12..16].try_into().unwrap()) as usize;
+    if &head[..8] != HELLO || job_len > 4096 {
+        return None;
+    }
+    let mut job = vec![0u8; job_len];
+    s.read_exact(&mut job).ok()?;
+    if job != cfg.job_id.as_bytes() || !want.contains(&rank) {
+        return None;
+    }
+    tune(&s).ok()?;
+    s.write_all(&[1]).ok()?;
+    s.set_read_timeout(None).ok()?;
+    Some((rank, s))
+}
+
+fn tune(s: &TcpStream) -> Result<()> {
+    s.set_nodelay(true).map_err(io)?;
+    let _ = s.as_raw_fd(); // buffer sizes are left to kernel autotuning (fixed sizes disable it)
+    Ok(())
+}
+
+impl Transport for TcpTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world(&self) -> usize {
+        self.world
+    }
+
+    unsafe fn isend(
+        &self,
+        peer: usize,
+        tag: Tag,
+        sig: CallSig,
+        data: *const u8,
+        len: usize,
+    ) -> Result<ReqId> {
+        let id = self.shared.lock().add_send(peer)?;
+        let header = Header::data(tag, sig, len).encode();
+        if let Err(e) = self.enqueue(
+            peer,
+            Job::Data {
+                id,
+                header,
+                data: SendPtr(data),
+                len,
+            },
+        ) {
+            self.shared.lock().fail(id, e.clone());
+            return Err(e);
+        }
+        Ok(id)
+    }
+
+    unsafe fn irecv(&self, peer: usize, tag: Tag, sig: CallSig, into: RecvInto) -> Result<ReqId> {
+        self.shared.lock().post_recv(peer, tag, sig, into)
+    }
+
+    fn test(&self, req: ReqId) -> Result<bool> {
+        self.shared.lock().test(req)
+    }
+
+    /// The I/O threads move the data; this reports whether they did anything
+    /// since the last call, or a peer failure.
+    fn progress(&self) -> Result<bool> {
+        self.shared.lock().health()?;
+        let now = self.shared.bell.seq();
+        Ok(self.last_seen.swap(now, Ordering::AcqRel) != now)
+    }
+
+    fn wait(&self, timeout: Duration) -> Result<()> {
+        wait_on(&self.shared.bell, timeout, || self.progress())
+    }
+
+    fn abort(&self, reason: &str) {
+        self.shared.update(|m| {
+            m.set_fatal(TransportError::Aborted {
+                peer: self.rank,
+                reason: reason.to_string(),
+            })
+        });
+        let header = Header::control(Kind::Abort, reason.len()).encode();
+        for c in &self.conns {
+            let _ = self.enqueue(
+                c.peer,
+                Job::Control {
+                    header,
+                    payload: reason.as_bytes().to_vec(),
+                },
+            );
+        }
+    }
+}
+
+fn io_err(msg: &str) -> TransportError {
+    TransportError::Io(format!("tcp: {msg}"))
+}
+
+fn io(e: std::io::Error) -> TransportError {
+    io_err(&e.to_string())
+}

@@ -1,7 +1,22 @@
 //! Built-in algorithm generators, one file each, and the registry that names them.
 //!
 //! An algorithm is a function from a call shape and a rank to that rank's plan,
-//! plus an alpha-beta-gamma cost estimate used by the selector.
+//! plus an alpha-beta-gamma cost estimate used by the selector. Each lives in
+//! `<collective>/<name>.rs`; patterns several of them share (ring, butterfly,
+//! binomial tree) live in [`phases`], and the plan builder infers all
+//! dependencies, so a generator reads like the textbook description.
+
+pub mod allgather;
+pub mod allreduce;
+pub mod alltoall;
+pub mod barrier;
+pub mod broadcast;
+pub mod cost;
+pub mod gather;
+pub mod phases;
+pub mod reduce;
+pub mod reduce_scatter;
+pub mod scatter;
 
 use crate::plan::{CallShape, Collective, Plan};
 
@@ -28,8 +43,32 @@ pub struct Algorithm {
 
 /// Every built-in algorithm.
 pub fn registry() -> &'static [Algorithm] {
-    &[]
+    REGISTRY
 }
+
+static REGISTRY: &[Algorithm] = &[
+    allreduce::ring::ALGORITHM,
+    allreduce::recursive_doubling::ALGORITHM,
+    allreduce::rabenseifner::ALGORITHM,
+    allreduce::binomial::ALGORITHM,
+    allreduce::direct::ALGORITHM,
+    broadcast::binomial::ALGORITHM,
+    broadcast::scatter_allgather::ALGORITHM,
+    broadcast::pc::ALGORITHM,
+    reduce::binomial::ALGORITHM,
+    reduce::direct::ALGORITHM,
+    allgather::ring::ALGORITHM,
+    allgather::recursive_doubling::ALGORITHM,
+    allgather::bruck::ALGORITHM,
+    reduce_scatter::ring::ALGORITHM,
+    reduce_scatter::halving::ALGORITHM,
+    alltoall::pairwise::ALGORITHM,
+    gather::linear::ALGORITHM,
+    gather::binomial::ALGORITHM,
+    scatter::linear::ALGORITHM,
+    scatter::binomial::ALGORITHM,
+    barrier::dissemination::ALGORITHM,
+];
 
 /// The algorithms of one collective.
 pub fn for_collective(collective: Collective) -> impl Iterator<Item = &'static Algorithm> {

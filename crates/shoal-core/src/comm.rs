@@ -1,0 +1,412 @@
+//! Communicators: a group of ranks sharing one transport, issuing collectives
+//! and point-to-point messages. The world communicator and every sub-group
+//! made by `new_group` share one [`Engine`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use shoal_plan::{Buf, CallShape, Collective, Op, Plan, Region};
+use shoal_transport::{CallSig, Transport};
+
+use crate::config::Config;
+use crate::dtype::{DType, ReduceOp};
+use crate::error::{Error, ErrorKind, Result};
+use crate::exec::{execute, CallBuffers, CallContext, CompiledPlan};
+use crate::reduce::divide;
+use crate::select::Selector;
+use crate::work::{AsyncQueue, Work};
+
+/// Sequence numbers with this bit set belong to point-to-point messages.
+const P2P_SEQ: u32 = 1 << 31;
+/// The signature kind of point-to-point messages.
+const P2P_KIND: u8 = 0xff;
+
+/// What the ranks of one process share: the transport and the execution lock.
+pub struct Engine {
+    pub transport: Box<dyn Transport>,
+    pub config: Config,
+    pub selector: Selector,
+    /// Global ranks sharing this process's host.
+    pub local_ranks: Vec<usize>,
+    /// Held while a plan runs (the transport is driven by one thread at a
+    /// time); guards the reusable scratch memory.
+    scratch: Mutex<Vec<u64>>,
+    queue: AsyncQueue,
+    /// The first fatal error; after it every call fails fast with it.
+    failed: Mutex<Option<Error>>,
+    /// Keeps whatever the transport needs alive (store, store server).
+    _keepalive: Vec<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl Engine {
+    pub fn new(
+        transport: Box<dyn Transport>,
+        config: Config,
+        selector: Selector,
+        local_ranks: Vec<usize>,
+        keepalive: Vec<Box<dyn std::any::Any + Send + Sync>>,
+    ) -> Engine {
+        Engine {
+            transport,
+            config,
+            selector,
+            local_ranks,
+            scratch: Mutex::new(Vec::new()),
+            queue: AsyncQueue::new(),
+            failed: Mutex::new(None),
+            _keepalive: keepalive,
+        }
+    }
+
+    fn check_healthy(&self) -> Result<()> {
+        match &*self.failed.lock().unwrap() {
+            Some(e) => Err(Error::new(
+                e.kind,
+                format!("communicator is unusable after an earlier failure: {}", e.message),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn run(&self, cp: &CompiledPlan, ctx: &CallContext, bufs: CallBuffers) -> Result<()> {
+        self.check_healthy()?;
+        let mut scratch = self.scratch.lock().unwrap();
+        let r = execute(cp, ctx, bufs, &mut scratch);
+        if let Err(e) = &r {
+            if e.kind != ErrorKind::InvalidArgument {
+                self.failed.lock().unwrap().get_or_insert_with(|| e.clone());
+            }
+        }
+        r
+    }
+}
+
+/// Arguments of one collective call. `count` is the per-rank block size
+/// (see the buffer contract in `shoal_plan::CallShape`).
+#[derive(Clone, Debug)]
+pub struct CollArgs {
+    pub collective: Collective,
+    pub count: usize,
+    pub dtype: DType,
+    pub op: ReduceOp,
+    pub root: usize,
+    pub algorithm: Option<String>,
+}
+
+/// Per-communicator mutable state.
+#[derive(Default)]
+struct CommState {
+    seq: u32,
+    groups_made: u32,
+    /// Next message index per (peer, user tag), for sends and receives apart.
+    sends: HashMap<(usize, u32), u32>,
+    recvs: HashMap<(usize, u32), u32>,
+    plans: HashMap<(CallShape, u8), Arc<CompiledPlan>>,
+}
+
+pub struct Communicator {
+    engine: Arc<Engine>,
+    /// Global rank of each member, in group order.
+    members: Vec<usize>,
+    rank: usize,
+    id: u32,
+    state: Mutex<CommState>,
+}
+
+/// Raw call buffers that may travel to the async worker thread; the Python
+/// layer keeps the arrays alive until the work is waited on.
+struct SendBuffers(CallBuffers);
+// SAFETY: see the type's doc.
+unsafe impl Send for SendBuffers {}
+
+/// One call prepared for execution: its plan and identity.
+struct Prepared {
+    cp: Arc<CompiledPlan>,
+    seq: u32,
+    sig: CallSig,
+    describe: String,
+    op: ReduceOp,
+    dtype: DType,
+    divide_by: Option<usize>,
+}
+
+impl Communicator {
+    /// The world communicator over every rank of the engine's transport.
+    pub fn world(engine: Arc<Engine>) -> Communicator {
+        let world = engine.transport.world();
+        let rank = engine.transport.rank();
+        Communicator::with_members(engine, (0..world).collect(), rank, 0)
+    }
+
+    fn with_members(engine: Arc<Engine>, members: Vec<usize>, rank: usize, id: u32) -> Communicator {
+        Communicator { engine, members, rank, id, state: Mutex::new(CommState::default()) }
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+    pub fn size(&self) -> usize {
+        self.members.len()
+    }
+    /// Global ranks of the members, in group order.
+    pub fn members(&self) -> &[usize] {
+        &self.members
+    }
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Runs a collective and returns when it is done.
+    pub fn collective(&self, args: &CollArgs, bufs: CallBuffers) -> Result<()> {
+        let p = self.prepare(args, &bufs)?;
+        self.engine.queue.flush();
+        self.run_prepared(&p, bufs)
+    }
+
+    /// Starts a collective on the async worker and returns its work handle.
+    pub fn collective_async(self: &Arc<Self>, args: &CollArgs, bufs: CallBuffers) -> Result<Arc<Work>> {
+        let p = self.prepare(args, &bufs)?;
+        let me = self.clone();
+        let bufs = SendBuffers(bufs);
+        Ok(self.engine.queue.submit(Box::new(move || {
+            let bufs = bufs;
+            me.run_prepared(&p, bufs.0)
+        })))
+    }
+
+    /// The algorithm the selector picks for a call (for inspection and tests).
+    pub fn choose_algorithm(
+        &self,
+        collective: Collective,
+        count: usize,
+        dtype: DType,
+        root: usize,
+        explicit: Option<&str>,
+    ) -> Result<String> {
+        let args = CollArgs { collective, count, dtype, op: ReduceOp::Sum, root, algorithm: None };
+        let shape = self.shape(&args)?;
+        let (_, alg) = self.engine.selector.choose(&shape, dtype.size(), explicit)?;
+        Ok(alg.name.to_string())
+    }
+
+    /// Waits for every asynchronous call issued so far.
+    pub fn synchronize(&self) {
+        self.engine.queue.flush();
+    }
+
+    fn run_prepared(&self, p: &Prepared, bufs: CallBuffers) -> Result<()> {
+        let ctx = CallContext {
+            transport: &*self.engine.transport,
+            members: &self.members,
+            comm: self.id,
+            seq: p.seq,
+            sig: p.sig,
+            dtype: p.dtype,
+            op: p.op,
+            timeout: self.engine.config.timeout,
+            describe: &p.describe,
+        };
+        self.engine.run(&p.cp, &ctx, bufs)?;
+        if let Some(n) = p.divide_by {
+            // SAFETY: the output buffer was validated by prepare.
+            let out = unsafe { std::slice::from_raw_parts_mut(bufs.output, bufs.output_bytes) };
+            divide(p.dtype, out, n);
+        }
+        Ok(())
+    }
+
+    /// Validates the call, picks the algorithm, fetches or builds the plan,
+    /// and takes the next sequence number.
+    fn prepare(&self, args: &CollArgs, bufs: &CallBuffers) -> Result<Prepared> {
+        self.engine.check_healthy()?;
+        let shape = self.shape(args)?;
+        if args.collective.reduces() {
+            args.op.check(args.dtype).map_err(Error::invalid)?;
+        }
+        self.check_buffers(&shape, args.dtype, bufs)?;
+        let esize = args.dtype.size();
+        let (algo_index, alg) =
+            self.engine.selector.choose(&shape, esize, args.algorithm.as_deref())?;
+        let op = if args.collective.reduces() { args.op } else { ReduceOp::Sum };
+        let sig = CallSig {
+            kind: Collective::ALL.iter().position(|&c| c == args.collective).unwrap() as u8,
+            dtype: args.dtype.index(),
+            op: op.index(),
+            algo: algo_index,
+            root: args.root as u32,
+            count: args.count as u64,
+        };
+        let describe = format!(
+            "{}(algorithm={}, count={}, dtype={}, op={}, root={}) on rank {}",
+            args.collective,
+            alg.name,
+            args.count,
+            args.dtype,
+            op,
+            args.root,
+            self.members[self.rank]
+        );
+        let has_output = shape.buffer_len(self.rank, Buf::Output) > 0;
+        let divide_by = (op == ReduceOp::Avg && has_output).then_some(self.size());
+        let mut st = self.state.lock().unwrap();
+        let cp = st
+            .plans
+            .entry((shape, algo_index))
+            .or_insert_with(|| Arc::new(CompiledPlan::new((alg.generate)(&shape, self.rank))))
+            .clone();
+        let seq = st.seq;
+        st.seq = (st.seq + 1) & !P2P_SEQ;
+        Ok(Prepared { cp, seq, sig, describe, op, dtype: args.dtype, divide_by })
+    }
+
+    fn shape(&self, args: &CollArgs) -> Result<CallShape> {
+        let world = self.size();
+        if args.collective.rooted() && args.root >= world {
+            return Err(Error::invalid(format!(
+                "{}: root {} is not a rank of this group of {world}",
+                args.collective, args.root
+            )));
+        }
+        let chunk = (self.engine.config.chunk_bytes / args.dtype.size()).max(1);
+        let root = if args.collective.rooted() { args.root } else { 0 };
+        Ok(CallShape { collective: args.collective, world, count: args.count, root, chunk })
+    }
+
+    fn check_buffers(&self, shape: &CallShape, dtype: DType, bufs: &CallBuffers) -> Result<()> {
+        let esize = dtype.size();
+        for (buf, have, name) in [
+            (Buf::Input, bufs.input_bytes, "input"),
+            (Buf::Output, bufs.output_bytes, "output"),
+        ] {
+            let need = shape.buffer_len(self.rank, buf) * esize;
+            if have != need {
+                return Err(Error::invalid(format!(
+                    "{}: {name} buffer has {} elements of {dtype}, expected {} on rank {} (count={}, world={})",
+                    shape.collective,
+                    have / esize,
+                    need / esize,
+                    self.rank,
+                    shape.count,
+                    shape.world
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `count` elements at `data` to group rank `peer`. Messages with the
+    /// same (peer, tag) arrive in order.
+    pub fn send(&self, peer: usize, tag: u32, dtype: DType, data: *const u8, count: usize) -> Result<()> {
+        let src = Region::new(Buf::Input, 0, count);
+        let bufs = CallBuffers { input: data, input_bytes: count * dtype.size(), output: std::ptr::null_mut(), output_bytes: 0 };
+        self.point_to_point(peer, tag, dtype, count, true, bufs, |t| Op::Send { peer, tag: t, src })
+    }
+
+    /// Receives `count` elements from group rank `peer` into `data`.
+    pub fn recv(&self, peer: usize, tag: u32, dtype: DType, data: *mut u8, count: usize) -> Result<()> {
+        let dst = Region::new(Buf::Output, 0, count);
+        let bufs = CallBuffers { input: std::ptr::null(), input_bytes: 0, output: data, output_bytes: count * dtype.size() };
+        self.point_to_point(peer, tag, dtype, count, false, bufs, |t| Op::Recv { peer, tag: t, dst })
+    }
+
+    /// Point-to-point messages run as one-step plans, so they share the
+    /// executor's error handling, timeouts and mismatch checks.
+    #[allow(clippy::too_many_arguments)]
+    fn point_to_point(
+        &self,
+        peer: usize,
+        tag: u32,
+        dtype: DType,
+        count: usize,
+        sending: bool,
+        bufs: CallBuffers,
+        make: impl FnOnce(u32) -> Op,
+    ) -> Result<()> {
+        self.engine.check_healthy()?;
+        if peer >= self.size() || peer == self.rank {
+            return Err(Error::invalid(format!(
+                "{}: peer {peer} must be another rank of this group of {}",
+                if sending { "send" } else { "recv" },
+                self.size()
+            )));
+        }
+        if tag >= P2P_SEQ {
+            return Err(Error::invalid(format!("tag {tag} too large (must be < 2^31)")));
+        }
+        let index = {
+            let mut st = self.state.lock().unwrap();
+            let counters = if sending { &mut st.sends } else { &mut st.recvs };
+            let next = counters.entry((peer, tag)).or_insert(0);
+            *next += 1;
+            *next - 1
+        };
+        let mut plan = Plan::new(self.rank);
+        plan.push(make(index), vec![]);
+        let cp = CompiledPlan::new(plan);
+        let describe = format!(
+            "{}({} x {dtype}, tag={tag}) between ranks {} and {}",
+            if sending { "send" } else { "recv" },
+            count,
+            self.members[self.rank],
+            self.members[peer]
+        );
+        let sig = CallSig { kind: P2P_KIND, dtype: dtype.index(), op: 0, algo: 0, root: 0, count: count as u64 };
+        let ctx = CallContext {
+            transport: &*self.engine.transport,
+            members: &self.members,
+            comm: self.id,
+            seq: P2P_SEQ | tag,
+            sig,
+            dtype,
+            op: ReduceOp::Sum,
+            timeout: self.engine.config.timeout,
+            describe: &describe,
+        };
+        self.engine.queue.flush();
+        self.engine.run(&cp, &ctx, bufs)
+    }
+
+    /// Makes a sub-communicator of the given group ranks. Every rank of this
+    /// communicator must call it with the same list (like torch's
+    /// `new_group`); non-members get `None`.
+    pub fn new_group(&self, ranks: &[usize]) -> Result<Option<Communicator>> {
+        let mut sorted = ranks.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted.len() != ranks.len() || sorted.is_empty() {
+            return Err(Error::invalid(format!("new_group: ranks {ranks:?} must be distinct and non-empty")));
+        }
+        if let Some(bad) = ranks.iter().find(|&&r| r >= self.size()) {
+            return Err(Error::invalid(format!(
+                "new_group: rank {bad} is not in this group of {}",
+                self.size()
+            )));
+        }
+        let k = {
+            let mut st = self.state.lock().unwrap();
+            st.groups_made += 1;
+            st.groups_made
+        };
+        let id = group_id(self.id, k, ranks);
+        let Some(rank) = ranks.iter().position(|&r| r == self.rank) else {
+            return Ok(None);
+        };
+        let members = ranks.iter().map(|&r| self.members[r]).collect();
+        Ok(Some(Communicator::with_members(self.engine.clone(), members, rank, id)))
+    }
+}
+
+/// A communicator id every member derives alike, without messages: a hash of
+/// the parent's id, how many groups the parent made before, and the members.
+fn group_id(parent: u32, k: u32, ranks: &[usize]) -> u32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut mix = |v: u64| {
+        h ^= v;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    };
+    mix(parent as u64);
+    mix(k as u64);
+    ranks.iter().for_each(|&r| mix(r as u64));
+    // Id 0 is the world's.
+    ((h ^ (h >> 32)) as u32).max(1)
+}

@@ -1,0 +1,110 @@
+//! Runtime configuration from `SHOAL_*` environment variables. Every variable
+//! is documented with its default in docs/configuration.md.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Which transport connects the ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransportChoice {
+    /// Shared memory between ranks of one host, TCP between hosts.
+    Auto,
+    /// Shared memory only (every rank must be on one host).
+    Shm,
+    /// TCP for every pair, also on one host.
+    Tcp,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `SHOAL_TIMEOUT` (seconds, default 300): longest time any wait may make no progress.
+    pub timeout: Duration,
+    /// `SHOAL_TRANSPORT` (auto | shm | tcp, default auto).
+    pub transport: TransportChoice,
+    /// `SHOAL_ALGO` (default empty): per-collective algorithm overrides, `allreduce:ring,broadcast:pc`.
+    pub algo: String,
+    /// `SHOAL_CHUNK_BYTES` (default 262144): pipelining piece size of chunked algorithms.
+    pub chunk_bytes: usize,
+    /// `SHOAL_SHM_RING_BYTES` (default 4194304): ring buffer per ordered pair of local ranks.
+    pub shm_ring_bytes: usize,
+    /// `SHOAL_HOST_ID` (default: the hostname): ranks with equal ids share memory.
+    pub host_id: Option<String>,
+    /// `SHOAL_TCP_ADDR` (default: the address that reaches the store, else 127.0.0.1):
+    /// the address this rank listens on for TCP peers.
+    pub tcp_addr: Option<String>,
+}
+
+impl Config {
+    /// Reads the configuration through `env` (injected so tests are hermetic).
+    pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Config> {
+        Ok(Config {
+            timeout: Duration::from_secs_f64(parse(env, "SHOAL_TIMEOUT", 300.0)?),
+            transport: parse_transport(env)?,
+            algo: env("SHOAL_ALGO").unwrap_or_default(),
+            chunk_bytes: parse(env, "SHOAL_CHUNK_BYTES", 262_144usize)?.max(64),
+            shm_ring_bytes: parse(env, "SHOAL_SHM_RING_BYTES", 4_194_304usize)?.max(4096),
+            host_id: env("SHOAL_HOST_ID").filter(|s| !s.is_empty()),
+            tcp_addr: env("SHOAL_TCP_ADDR").filter(|s| !s.is_empty()),
+        })
+    }
+
+    /// The configuration of this process's environment.
+    pub fn from_process_env() -> Result<Config> {
+        Config::from_env(&|k| std::env::var(k).ok())
+    }
+}
+
+fn parse<T: std::str::FromStr>(
+    env: &dyn Fn(&str) -> Option<String>,
+    key: &str,
+    default: T,
+) -> Result<T> {
+    match env(key).filter(|v| !v.trim().is_empty()) {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| Error::invalid(format!("{key}={v:?} is not a valid number"))),
+    }
+}
+
+fn parse_transport(env: &dyn Fn(&str) -> Option<String>) -> Result<TransportChoice> {
+    match env("SHOAL_TRANSPORT").as_deref().map(str::trim) {
+        None | Some("") | Some("auto") => Ok(TransportChoice::Auto),
+        Some("shm") => Ok(TransportChoice::Shm),
+        Some("tcp") => Ok(TransportChoice::Tcp),
+        Some(other) => Err(Error::invalid(format!(
+            "SHOAL_TRANSPORT={other:?} is not a transport; valid: auto, shm, tcp"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let c = Config::from_env(&env_of(&[])).unwrap();
+        assert_eq!(c.timeout, Duration::from_secs(300));
+        assert_eq!(c.transport, TransportChoice::Auto);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        let e = Config::from_env(&env_of(&[("SHOAL_TIMEOUT", "soon")])).unwrap_err();
+        assert!(e.message.contains("SHOAL_TIMEOUT"));
+        let e = Config::from_env(&env_of(&[("SHOAL_TRANSPORT", "ib")])).unwrap_err();
+        assert!(e.message.contains("auto, shm, tcp"));
+    }
+}

@@ -1,0 +1,166 @@
+//! Element types and reduction operators, with the rules for which op is
+//! valid on which type.
+
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    F64,
+    F16,
+    BF16,
+    I8,
+    U8,
+    I32,
+    I64,
+}
+
+impl DType {
+    pub const ALL: [DType; 8] = [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I8,
+        DType::U8,
+        DType::I32,
+        DType::I64,
+    ];
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::I8 | DType::U8 => 1,
+            DType::F16 | DType::BF16 => 2,
+            DType::F32 | DType::I32 => 4,
+            DType::F64 | DType::I64 => 8,
+        }
+    }
+
+    /// The name used by the Python API (numpy's, plus `bfloat16`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "float32",
+            DType::F64 => "float64",
+            DType::F16 => "float16",
+            DType::BF16 => "bfloat16",
+            DType::I8 => "int8",
+            DType::U8 => "uint8",
+            DType::I32 => "int32",
+            DType::I64 => "int64",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Result<DType, String> {
+        DType::ALL
+            .into_iter()
+            .find(|d| d.name() == name)
+            .ok_or_else(|| {
+                let valid: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
+                format!(
+                    "unsupported dtype '{name}'; supported: {}",
+                    valid.join(", ")
+                )
+            })
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+    }
+
+    /// Stable small index carried in message signatures.
+    pub fn index(self) -> u8 {
+        DType::ALL.iter().position(|&d| d == self).unwrap() as u8
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    Sum,
+    Prod,
+    Min,
+    Max,
+    /// Sum, then divided by the number of ranks (floats only).
+    Avg,
+    Band,
+    Bor,
+    Bxor,
+}
+
+impl ReduceOp {
+    pub const ALL: [ReduceOp; 8] = [
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+        ReduceOp::Min,
+        ReduceOp::Max,
+        ReduceOp::Avg,
+        ReduceOp::Band,
+        ReduceOp::Bor,
+        ReduceOp::Bxor,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Min => "min",
+            ReduceOp::Max => "max",
+            ReduceOp::Avg => "avg",
+            ReduceOp::Band => "band",
+            ReduceOp::Bor => "bor",
+            ReduceOp::Bxor => "bxor",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Result<ReduceOp, String> {
+        ReduceOp::ALL
+            .into_iter()
+            .find(|o| o.name() == name)
+            .ok_or_else(|| {
+                let valid: Vec<&str> = ReduceOp::ALL.iter().map(|o| o.name()).collect();
+                format!("unknown reduction op '{name}'; valid: {}", valid.join(", "))
+            })
+    }
+
+    pub fn index(self) -> u8 {
+        ReduceOp::ALL.iter().position(|&o| o == self).unwrap() as u8
+    }
+
+    /// Rejects combinations that have no meaning (avg of integers, bitwise of floats).
+    pub fn check(self, dtype: DType) -> Result<(), String> {
+        let bitwise = matches!(self, ReduceOp::Band | ReduceOp::Bor | ReduceOp::Bxor);
+        if bitwise && dtype.is_float() {
+            return Err(format!(
+                "op '{}' needs an integer dtype, got {dtype}",
+                self.name()
+            ));
+        }
+        if self == ReduceOp::Avg && !dtype.is_float() {
+            return Err(format!(
+                "op 'avg' needs a floating-point dtype, got {dtype}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The op the pairwise kernels apply: avg combines by summing.
+    pub fn combining(self) -> ReduceOp {
+        if self == ReduceOp::Avg {
+            ReduceOp::Sum
+        } else {
+            self
+        }
+    }
+}
+
+impl fmt::Display for ReduceOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

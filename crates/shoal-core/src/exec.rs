@@ -1,0 +1,340 @@
+//! The executor: runs one rank's plan over a transport.
+//!
+//! Every step whose dependencies are done is posted at once (sends and
+//! receives as non-blocking requests, copies and reductions run inline), so
+//! the chunk pipelining a generator writes into its plan happens on the wire.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use shoal_plan::{Buf, Op, Plan, Region};
+use shoal_transport::{CallSig, RecvInto, ReqId, Tag, Transport};
+
+use crate::dtype::{DType, ReduceOp};
+use crate::error::{Error, ErrorKind, Result};
+use crate::reduce::reduce_into;
+
+/// A plan with the dependency graph inverted once, so it can be cached and
+/// executed many times.
+pub struct CompiledPlan {
+    pub plan: Plan,
+    dependents: Vec<Vec<usize>>,
+    dep_counts: Vec<u32>,
+}
+
+impl CompiledPlan {
+    pub fn new(plan: Plan) -> CompiledPlan {
+        let mut dependents = vec![Vec::new(); plan.steps.len()];
+        for (i, step) in plan.steps.iter().enumerate() {
+            for &d in &step.deps {
+                dependents[d].push(i);
+            }
+        }
+        let dep_counts = plan.steps.iter().map(|s| s.deps.len() as u32).collect();
+        CompiledPlan {
+            plan,
+            dependents,
+            dep_counts,
+        }
+    }
+}
+
+/// The caller's memory for one call. Input may alias Output (in-place calls).
+#[derive(Clone, Copy)]
+pub struct CallBuffers {
+    pub input: *const u8,
+    pub input_bytes: usize,
+    pub output: *mut u8,
+    pub output_bytes: usize,
+}
+
+/// Everything about the call that is not the plan.
+pub struct CallContext<'a> {
+    pub transport: &'a dyn Transport,
+    /// Global rank of each group-local rank.
+    pub members: &'a [usize],
+    pub comm: u32,
+    pub seq: u32,
+    pub sig: CallSig,
+    pub dtype: DType,
+    pub op: ReduceOp,
+    pub timeout: Duration,
+    /// Names the call in errors, e.g. `allreduce(algorithm=ring, count=7, dtype=float32)`.
+    pub describe: &'a str,
+}
+
+/// A raw pointer that may cross into a transport's I/O thread; the executor
+/// keeps the memory alive until the request completes.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut u8);
+// SAFETY: see the type's doc; the executor does not touch the region while the
+// receive that writes it is in flight (the plan verifier rules out races).
+unsafe impl Send for SendPtr {}
+
+struct Run<'a> {
+    cp: &'a CompiledPlan,
+    ctx: &'a CallContext<'a>,
+    bufs: CallBuffers,
+    scratch: *mut u8,
+    remaining: Vec<u32>,
+    ready: VecDeque<usize>,
+    pending: Vec<(ReqId, usize)>,
+    done: usize,
+}
+
+/// Runs `cp` to completion. `scratch` is grown to the plan's needs.
+pub fn execute(
+    cp: &CompiledPlan,
+    ctx: &CallContext,
+    bufs: CallBuffers,
+    scratch: &mut Vec<u64>,
+) -> Result<()> {
+    let esize = ctx.dtype.size();
+    let words = (cp.plan.scratch_len * esize).div_ceil(8);
+    if scratch.len() < words {
+        scratch.resize(words, 0);
+    }
+    let mut run = Run {
+        cp,
+        ctx,
+        bufs,
+        scratch: scratch.as_mut_ptr() as *mut u8,
+        remaining: cp.dep_counts.clone(),
+        ready: (0..cp.plan.steps.len())
+            .filter(|&i| cp.dep_counts[i] == 0)
+            .collect(),
+        pending: Vec::new(),
+        done: 0,
+    };
+    let result = run.drive();
+    if let Err(e) = &result {
+        // Tell the peers, so nobody waits for a rank that has given up.
+        if e.kind != ErrorKind::Aborted && e.kind != ErrorKind::InvalidArgument {
+            ctx.transport.abort(&e.message);
+        }
+    }
+    result
+}
+
+impl Run<'_> {
+    fn drive(&mut self) -> Result<()> {
+        let total = self.cp.plan.steps.len();
+        let mut last_progress = Instant::now();
+        loop {
+            while let Some(step) = self.ready.pop_front() {
+                self.post(step)?;
+            }
+            if self.done == total {
+                return Ok(());
+            }
+            let moved = self
+                .ctx
+                .transport
+                .progress()
+                .map_err(|e| self.transport_error(&e))?;
+            if self.reap()? || moved {
+                last_progress = Instant::now();
+                continue;
+            }
+            if last_progress.elapsed() > self.ctx.timeout {
+                return Err(self.timeout_error());
+            }
+            self.ctx
+                .transport
+                .wait(Duration::from_millis(50))
+                .map_err(|e| self.transport_error(&e))?;
+        }
+    }
+
+    /// Tests every in-flight request; returns whether any completed.
+    fn reap(&mut self) -> Result<bool> {
+        let mut completed = Vec::new();
+        let mut i = 0;
+        while i < self.pending.len() {
+            let (req, step) = self.pending[i];
+            let finished = self
+                .ctx
+                .transport
+                .test(req)
+                .map_err(|e| self.step_error(step, &e))?;
+            if finished {
+                completed.push(step);
+                self.pending.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        let any = !completed.is_empty();
+        for step in completed {
+            self.complete(step);
+        }
+        Ok(any)
+    }
+
+    fn complete(&mut self, step: usize) {
+        self.done += 1;
+        for &next in &self.cp.dependents[step] {
+            self.remaining[next] -= 1;
+            if self.remaining[next] == 0 {
+                self.ready.push_back(next);
+            }
+        }
+    }
+
+    fn post(&mut self, step: usize) -> Result<()> {
+        let op = &self.cp.plan.steps[step].op;
+        let t = self.ctx.transport;
+        match *op {
+            Op::Copy { src, dst } => {
+                let (s, len) = self.resolve(src);
+                let (d, _) = self.resolve(dst);
+                if s != d {
+                    // SAFETY: both regions lie inside their buffers (checked by resolve);
+                    // ptr::copy tolerates overlap.
+                    unsafe { std::ptr::copy(s, d, len) };
+                }
+                self.complete(step);
+            }
+            Op::Reduce { src, dst } => {
+                let (s, len) = self.resolve(src);
+                let (d, _) = self.resolve(dst);
+                // SAFETY: regions are in bounds; plans never reduce a region into itself.
+                let (d, s) = unsafe {
+                    (
+                        std::slice::from_raw_parts_mut(d, len),
+                        std::slice::from_raw_parts(s, len),
+                    )
+                };
+                reduce_into(self.ctx.dtype, self.ctx.op, d, s);
+                self.complete(step);
+            }
+            Op::Send { peer, tag, src } => {
+                let (s, len) = self.resolve(src);
+                // SAFETY: the region stays untouched until the request completes
+                // (steps that write it depend on this one).
+                let req =
+                    unsafe { t.isend(self.global(peer), self.tag(tag), self.ctx.sig, s, len) }
+                        .map_err(|e| self.step_error(step, &e))?;
+                self.pending.push((req, step));
+            }
+            Op::Recv { peer, tag, dst } => {
+                let (d, len) = self.resolve(dst);
+                let into = RecvInto::Buffer { dst: d, len };
+                self.post_recv(step, peer, tag, into)?;
+            }
+            Op::RecvReduce { peer, tag, dst } => {
+                let (d, len) = self.resolve(dst);
+                let into = RecvInto::Sink {
+                    len,
+                    sink: reducing_sink(SendPtr(d), len, self.ctx),
+                };
+                self.post_recv(step, peer, tag, into)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn post_recv(&mut self, step: usize, peer: usize, tag: u32, into: RecvInto) -> Result<()> {
+        let t = self.ctx.transport;
+        // SAFETY: the destination region is written only by this request until it completes.
+        let req = unsafe { t.irecv(self.global(peer), self.tag(tag), self.ctx.sig, into) }
+            .map_err(|e| self.step_error(step, &e))?;
+        self.pending.push((req, step));
+        Ok(())
+    }
+
+    /// The address and byte length of a region, bounds-checked.
+    fn resolve(&self, r: Region) -> (*mut u8, usize) {
+        let esize = self.ctx.dtype.size();
+        let (base, cap) = match r.buf {
+            Buf::Input => (self.bufs.input as *mut u8, self.bufs.input_bytes),
+            Buf::Output => (self.bufs.output, self.bufs.output_bytes),
+            Buf::Scratch => (self.scratch, self.cp.plan.scratch_len * esize),
+        };
+        let (start, len) = (r.offset * esize, r.len * esize);
+        assert!(
+            start + len <= cap,
+            "plan region {r:?} outside its buffer of {cap} bytes"
+        );
+        // SAFETY: start is within the buffer (asserted above).
+        (unsafe { base.add(start) }, len)
+    }
+
+    fn global(&self, peer: usize) -> usize {
+        self.ctx.members[peer]
+    }
+
+    fn tag(&self, step: u32) -> Tag {
+        Tag {
+            comm: self.ctx.comm,
+            seq: self.ctx.seq,
+            step,
+        }
+    }
+
+    fn transport_error(&self, e: &shoal_transport::TransportError) -> Error {
+        Error::from_transport(e, self.ctx.describe)
+    }
+
+    fn step_error(&self, step: usize, e: &shoal_transport::TransportError) -> Error {
+        let what = describe_step(&self.cp.plan.steps[step].op, self.ctx.members);
+        Error::from_transport(e, &format!("{} step {step} ({what})", self.ctx.describe))
+    }
+
+    fn timeout_error(&self) -> Error {
+        let waiting: Vec<String> = self
+            .pending
+            .iter()
+            .take(4)
+            .map(|&(_, s)| {
+                format!(
+                    "step {s} ({})",
+                    describe_step(&self.cp.plan.steps[s].op, self.ctx.members)
+                )
+            })
+            .collect();
+        Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "{}: no progress for {:.0?} (SHOAL_TIMEOUT); waiting on {}",
+                self.ctx.describe,
+                self.ctx.timeout,
+                waiting.join(", ")
+            ),
+        )
+    }
+}
+
+/// A sink that reduces each arriving piece into the destination region.
+fn reducing_sink(dst: SendPtr, len: usize, ctx: &CallContext) -> shoal_transport::Sink {
+    let (dtype, op) = (ctx.dtype, ctx.op);
+    Box::new(move |offset: usize, bytes: &[u8]| {
+        let dst = dst;
+        assert!(
+            offset + bytes.len() <= len,
+            "incoming piece beyond the receive region"
+        );
+        // SAFETY: the region [dst, dst+len) is owned by this receive until it completes.
+        let d = unsafe { std::slice::from_raw_parts_mut(dst.0.add(offset), bytes.len()) };
+        reduce_into(dtype, op, d, bytes);
+    })
+}
+
+fn describe_step(op: &Op, members: &[usize]) -> String {
+    match op {
+        Op::Send { peer, src, .. } => {
+            format!("send {} elements to rank {}", src.len, members[*peer])
+        }
+        Op::Recv { peer, dst, .. } => {
+            format!("recv {} elements from rank {}", dst.len, members[*peer])
+        }
+        Op::RecvReduce { peer, dst, .. } => {
+            format!(
+                "recv-reduce {} elements from rank {}",
+                dst.len, members[*peer]
+            )
+        }
+        Op::Copy { src, .. } => format!("copy {} elements", src.len),
+        Op::Reduce { src, .. } => format!("reduce {} elements", src.len),
+    }
+}

@@ -1,0 +1,106 @@
+//! Joining a job: rendezvous through the store, building the transports, and
+//! returning the world communicator.
+
+use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::sync::Arc;
+
+use shoal_transport::{Routed, ShmConfig, ShmTransport, TcpConfig, TcpTransport, Transport};
+
+use crate::comm::{Communicator, Engine};
+use crate::config::{Config, TransportChoice};
+use crate::error::{Error, Result};
+use crate::rendezvous::{establish, Explicit, Rendezvous};
+use crate::select::{Selector, SHM_COST, TCP_COST};
+
+/// What `shoal.init()` was given explicitly; the environment fills the rest.
+#[derive(Clone, Debug, Default)]
+pub struct InitArgs {
+    pub rank: Option<usize>,
+    pub world_size: Option<usize>,
+    /// `host:port` where rank 0 serves the rendezvous store.
+    pub addr: Option<String>,
+}
+
+/// Rendezvous with the other ranks and connect to them.
+pub fn init_world(args: &InitArgs) -> Result<Communicator> {
+    let config = Config::from_process_env()?;
+    let env = |k: &str| std::env::var(k).ok();
+    let explicit = Explicit { rank: args.rank, world_size: args.world_size, addr: args.addr.clone() };
+    let rdzv = establish(&explicit, &env, config.timeout, config.host_id.as_deref())
+        .map_err(Error::runtime)?;
+    let multi_host = rdzv.hosts.num_hosts() > 1;
+    if config.transport == TransportChoice::Shm && multi_host {
+        return Err(Error::invalid(format!(
+            "SHOAL_TRANSPORT=shm needs every rank on one host, but the ranks are on {} hosts ({})",
+            rdzv.hosts.num_hosts(),
+            rdzv.hosts.hosts.join(", ")
+        )));
+    }
+    let transport = build_transport(&config, &rdzv)?;
+    // Every rank must price algorithms alike so they all pick the same one.
+    let cost = if multi_host || config.transport == TransportChoice::Tcp { TCP_COST } else { SHM_COST };
+    let selector = Selector::new(&config.algo, cost)?;
+    let local_ranks = rdzv.hosts.local_ranks.clone();
+    let mut keepalive: Vec<Box<dyn std::any::Any + Send + Sync>> = vec![Box::new(rdzv.store)];
+    if let Some(server) = rdzv.server {
+        keepalive.push(Box::new(server));
+    }
+    let engine = Engine::new(transport, config, selector, local_ranks, keepalive);
+    Ok(Communicator::world(Arc::new(engine)))
+}
+
+/// Shared memory to the ranks of this host (unless TCP is forced), TCP to the rest.
+fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Box<dyn Transport>> {
+    let (rank, world) = (rdzv.info.rank, rdzv.info.world_size);
+    let job = "transport";
+    let others = |keep: &dyn Fn(usize) -> bool| (0..world).filter(|&r| r != rank && keep(r)).collect::<Vec<_>>();
+    let local = &rdzv.hosts.local_ranks;
+    let (shm_peers, tcp_peers) = match config.transport {
+        TransportChoice::Tcp => (vec![], others(&|_| true)),
+        _ => (others(&|r| local.contains(&r)), others(&|r| !local.contains(&r))),
+    };
+    let setup = |e: shoal_transport::TransportError| Error::runtime(format!("transport setup on rank {rank}: {e}"));
+    let shm = if shm_peers.is_empty() {
+        None
+    } else {
+        let mut cfg = ShmConfig::new(rank, world, local.clone(), job);
+        cfg.ring_size = config.shm_ring_bytes;
+        cfg.timeout = config.timeout;
+        Some(ShmTransport::connect(&cfg, &rdzv.store).map_err(setup)?)
+    };
+    let tcp = if tcp_peers.is_empty() {
+        None
+    } else {
+        let mut cfg = TcpConfig::new(rank, world, tcp_peers, job);
+        cfg.bind_ip = tcp_address(config, rdzv)?;
+        cfg.timeout = config.timeout;
+        Some(TcpTransport::connect(&cfg, &rdzv.store).map_err(setup)?)
+    };
+    Ok(Box::new(Routed::new(rank, world, shm, tcp)))
+}
+
+/// The address peers reach this rank at: `SHOAL_TCP_ADDR`, else loopback on
+/// one host, else the local address of the route to the master.
+fn tcp_address(config: &Config, rdzv: &Rendezvous) -> Result<IpAddr> {
+    if let Some(addr) = &config.tcp_addr {
+        return addr
+            .parse()
+            .map_err(|_| Error::invalid(format!("SHOAL_TCP_ADDR={addr:?} is not an IP address")));
+    }
+    if rdzv.hosts.num_hosts() == 1 {
+        return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    let master = rdzv.info.store_addr.clone().or_else(|| {
+        let host = rdzv.info.master_addr.clone()?;
+        Some(format!("{host}:{}", rdzv.info.master_port.unwrap_or(29500)))
+    });
+    let route = master.and_then(|m| {
+        // Connecting a UDP socket sends nothing; it only asks the kernel for the route.
+        let sock = UdpSocket::bind("0.0.0.0:0").ok()?;
+        sock.connect(m).ok()?;
+        sock.local_addr().ok().map(|a| a.ip())
+    });
+    route.ok_or_else(|| {
+        Error::invalid("cannot tell which address other hosts reach this rank at: set SHOAL_TCP_ADDR")
+    })
+}

@@ -1,0 +1,312 @@
+//! Reduction kernels: `dst = dst (op) src` over raw bytes of one dtype.
+//!
+//! The loops are written over typed slices so the compiler vectorises them;
+//! half-precision types are widened to f32 in small blocks, combined, and
+//! rounded back, which is what frameworks do on CPUs without native f16 math.
+
+use crate::dtype::{DType, ReduceOp};
+use half::{bf16, f16};
+
+/// Elements per block when a slow path (unaligned memory, half precision)
+/// stages data through stack buffers.
+const BLOCK: usize = 256;
+
+/// Element types with the arithmetic the ops need.
+trait Elem: Copy + Default + PartialOrd {
+    fn add(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
+    fn bitwise(self, o: Self, op: ReduceOp) -> Self;
+}
+
+macro_rules! float_elem {
+    ($t:ty) => {
+        impl Elem for $t {
+            #[inline(always)]
+            fn add(self, o: Self) -> Self {
+                self + o
+            }
+            #[inline(always)]
+            fn mul(self, o: Self) -> Self {
+                self * o
+            }
+            fn bitwise(self, _: Self, _: ReduceOp) -> Self {
+                unreachable!("bitwise ops are rejected for floats before reaching a kernel")
+            }
+        }
+    };
+}
+
+macro_rules! int_elem {
+    ($t:ty) => {
+        impl Elem for $t {
+            // Integers wrap on overflow, like numpy and MPI implementations.
+            #[inline(always)]
+            fn add(self, o: Self) -> Self {
+                self.wrapping_add(o)
+            }
+            #[inline(always)]
+            fn mul(self, o: Self) -> Self {
+                self.wrapping_mul(o)
+            }
+            #[inline(always)]
+            fn bitwise(self, o: Self, op: ReduceOp) -> Self {
+                match op {
+                    ReduceOp::Band => self & o,
+                    ReduceOp::Bor => self | o,
+                    _ => self ^ o,
+                }
+            }
+        }
+    };
+}
+
+float_elem!(f32);
+float_elem!(f64);
+int_elem!(i8);
+int_elem!(u8);
+int_elem!(i32);
+int_elem!(i64);
+
+/// One loop per op so each body is a single vectorisable expression.
+fn combine<T: Elem>(op: ReduceOp, dst: &mut [T], src: &[T]) {
+    let pairs = dst.iter_mut().zip(src);
+    match op.combining() {
+        ReduceOp::Sum => pairs.for_each(|(d, &s)| *d = d.add(s)),
+        ReduceOp::Prod => pairs.for_each(|(d, &s)| *d = d.mul(s)),
+        ReduceOp::Min => pairs.for_each(|(d, &s)| {
+            if s < *d {
+                *d = s
+            }
+        }),
+        ReduceOp::Max => pairs.for_each(|(d, &s)| {
+            if s > *d {
+                *d = s
+            }
+        }),
+        bit => pairs.for_each(|(d, &s)| *d = d.bitwise(s, bit)),
+    }
+}
+
+/// Runs `f` over `dst`/`src` viewed as `[T]`, staging through aligned blocks
+/// when either pointer is not aligned for `T`.
+fn with_typed<T: Elem>(dst: &mut [u8], src: &[u8], f: impl Fn(&mut [T], &[T])) {
+    let size = std::mem::size_of::<T>();
+    let n = dst.len() / size;
+    let aligned = |p: *const u8| p as usize % std::mem::align_of::<T>() == 0;
+    if aligned(dst.as_ptr()) && aligned(src.as_ptr()) {
+        // SAFETY: both pointers are aligned for T and hold n*size bytes; every bit
+        // pattern is a valid value of the numeric types used here.
+        let (d, s) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(dst.as_mut_ptr() as *mut T, n),
+                std::slice::from_raw_parts(src.as_ptr() as *const T, n),
+            )
+        };
+        return f(d, s);
+    }
+    let mut d = [T::default(); BLOCK];
+    let mut s = [T::default(); BLOCK];
+    for start in (0..n).step_by(BLOCK) {
+        let len = BLOCK.min(n - start);
+        let bytes = start * size..(start + len) * size;
+        // SAFETY: the byte ranges hold exactly len values of T; copies are unaligned-safe.
+        unsafe {
+            copy_bytes(&dst[bytes.clone()], d.as_mut_ptr() as *mut u8);
+            copy_bytes(&src[bytes.clone()], s.as_mut_ptr() as *mut u8);
+        }
+        f(&mut d[..len], &s[..len]);
+        // SAFETY: d holds len initialised values, the destination range len*size bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                d.as_ptr() as *const u8,
+                dst[bytes].as_mut_ptr(),
+                len * size,
+            )
+        };
+    }
+}
+
+unsafe fn copy_bytes(from: &[u8], to: *mut u8) {
+    std::ptr::copy_nonoverlapping(from.as_ptr(), to, from.len());
+}
+
+/// Half-precision types combined in f32 and rounded back once per step.
+trait Half: Copy + Default {
+    fn widen(self) -> f32;
+    fn narrow(v: f32) -> Self;
+}
+impl Half for f16 {
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+    fn narrow(v: f32) -> Self {
+        f16::from_f32(v)
+    }
+}
+impl Half for bf16 {
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+    fn narrow(v: f32) -> Self {
+        bf16::from_f32(v)
+    }
+}
+
+fn combine_half<H: Half>(op: ReduceOp, dst: &mut [u8], src: &[u8]) {
+    let n = dst.len() / 2;
+    let mut d = [0f32; BLOCK];
+    let mut s = [0f32; BLOCK];
+    for start in (0..n).step_by(BLOCK) {
+        let len = BLOCK.min(n - start);
+        for i in 0..len {
+            let at = 2 * (start + i);
+            d[i] = load_half::<H>(&dst[at..at + 2]).widen();
+            s[i] = load_half::<H>(&src[at..at + 2]).widen();
+        }
+        combine(op, &mut d[..len], &s[..len]);
+        for i in 0..len {
+            let at = 2 * (start + i);
+            store_half(H::narrow(d[i]), &mut dst[at..at + 2]);
+        }
+    }
+}
+
+fn load_half<H: Half>(b: &[u8]) -> H {
+    // SAFETY: b has 2 bytes; f16/bf16 are 2-byte plain values.
+    unsafe { std::ptr::read_unaligned(b.as_ptr() as *const H) }
+}
+
+fn store_half<H: Half>(v: H, b: &mut [u8]) {
+    // SAFETY: b has 2 bytes.
+    unsafe { std::ptr::write_unaligned(b.as_mut_ptr() as *mut H, v) }
+}
+
+/// `dst = dst (op) src`, element-wise. Both slices must have the same length,
+/// a multiple of the element size. `op` must be valid for `dtype`
+/// (see [`ReduceOp::check`]); avg combines as sum.
+pub fn reduce_into(dtype: DType, op: ReduceOp, dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len(), "reduce_into: length mismatch");
+    assert_eq!(dst.len() % dtype.size(), 0, "reduce_into: partial element");
+    match dtype {
+        DType::F32 => with_typed::<f32>(dst, src, |d, s| combine(op, d, s)),
+        DType::F64 => with_typed::<f64>(dst, src, |d, s| combine(op, d, s)),
+        DType::I8 => with_typed::<i8>(dst, src, |d, s| combine(op, d, s)),
+        DType::U8 => with_typed::<u8>(dst, src, |d, s| combine(op, d, s)),
+        DType::I32 => with_typed::<i32>(dst, src, |d, s| combine(op, d, s)),
+        DType::I64 => with_typed::<i64>(dst, src, |d, s| combine(op, d, s)),
+        DType::F16 => combine_half::<f16>(op, dst, src),
+        DType::BF16 => combine_half::<bf16>(op, dst, src),
+    }
+}
+
+/// Divides every element by `divisor` (the last step of avg; floats only).
+pub fn divide(dtype: DType, buf: &mut [u8], divisor: usize) {
+    let q = divisor as f64;
+    match dtype {
+        DType::F32 => map_typed::<f32>(buf, |v| (v as f64 / q) as f32),
+        DType::F64 => map_typed::<f64>(buf, |v| v / q),
+        DType::F16 => map_half::<f16>(buf, |v| (v as f64 / q) as f32),
+        DType::BF16 => map_half::<bf16>(buf, |v| (v as f64 / q) as f32),
+        other => panic!("divide: {other} is not a floating-point dtype"),
+    }
+}
+
+fn map_typed<T: Copy>(buf: &mut [u8], f: impl Fn(T) -> T) {
+    let size = std::mem::size_of::<T>();
+    for chunk in buf.chunks_exact_mut(size) {
+        // SAFETY: chunk has size_of::<T>() bytes; unaligned access is used.
+        unsafe {
+            let p = chunk.as_mut_ptr() as *mut T;
+            p.write_unaligned(f(p.read_unaligned()));
+        }
+    }
+}
+
+fn map_half<H: Half>(buf: &mut [u8], f: impl Fn(f32) -> f32) {
+    for chunk in buf.chunks_exact_mut(2) {
+        let v = load_half::<H>(chunk).widen();
+        store_half(H::narrow(f(v)), chunk);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes<T: Copy>(v: &[T]) -> Vec<u8> {
+        let n = std::mem::size_of_val(v);
+        // SAFETY: reading plain numeric values as bytes.
+        unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, n).to_vec() }
+    }
+
+    fn typed<T: Copy + Default>(b: &[u8]) -> Vec<T> {
+        let mut out = vec![T::default(); b.len() / std::mem::size_of::<T>()];
+        // SAFETY: out has exactly b.len() bytes.
+        unsafe { copy_bytes(b, out.as_mut_ptr() as *mut u8) };
+        out
+    }
+
+    #[test]
+    fn f32_ops() {
+        let a = [1.0f32, -2.0, 3.5, 7.0];
+        let b = [2.0f32, 5.0, -1.0, 7.0];
+        for (op, want) in [
+            (ReduceOp::Sum, [3.0f32, 3.0, 2.5, 14.0]),
+            (ReduceOp::Prod, [2.0, -10.0, -3.5, 49.0]),
+            (ReduceOp::Min, [1.0, -2.0, -1.0, 7.0]),
+            (ReduceOp::Max, [2.0, 5.0, 3.5, 7.0]),
+        ] {
+            let mut d = bytes(&a);
+            reduce_into(DType::F32, op, &mut d, &bytes(&b));
+            assert_eq!(typed::<f32>(&d), want, "{op}");
+        }
+    }
+
+    #[test]
+    fn unaligned_matches_aligned() {
+        let a: Vec<i32> = (0..1000).collect();
+        let b: Vec<i32> = (0..1000).map(|x| x * 3 - 7).collect();
+        let mut d = vec![0u8; 4001];
+        d[1..].copy_from_slice(&bytes(&a));
+        let mut s = vec![0u8; 4001];
+        s[1..].copy_from_slice(&bytes(&b));
+        reduce_into(DType::I32, ReduceOp::Bxor, &mut d[1..], &s[1..]);
+        let want: Vec<i32> = a.iter().zip(&b).map(|(x, y)| x ^ y).collect();
+        assert_eq!(typed::<i32>(&d[1..]), want);
+    }
+
+    #[test]
+    fn half_sums_in_f32() {
+        let a: Vec<f16> = (0..600).map(|i| f16::from_f32(i as f32 * 0.5)).collect();
+        let mut d = bytes(&a);
+        reduce_into(DType::F16, ReduceOp::Sum, &mut d, &bytes(&a));
+        let got = typed::<f16>(&d);
+        for (i, v) in got.iter().enumerate() {
+            assert_eq!(v.to_f32(), i as f32, "element {i}");
+        }
+    }
+
+    #[test]
+    fn integer_sum_wraps() {
+        let mut d = bytes(&[250u8]);
+        reduce_into(DType::U8, ReduceOp::Sum, &mut d, &bytes(&[10u8]));
+        assert_eq!(d, [4]);
+    }
+
+    #[test]
+    fn avg_divides() {
+        let mut d = bytes(&[3.0f64, 9.0]);
+        divide(DType::F64, &mut d, 3);
+        assert_eq!(typed::<f64>(&d), [1.0, 3.0]);
+    }
+
+    #[test]
+    fn op_dtype_rules() {
+        assert!(ReduceOp::Avg.check(DType::I32).is_err());
+        assert!(ReduceOp::Band.check(DType::F32).is_err());
+        assert!(ReduceOp::Bxor.check(DType::U8).is_ok());
+        assert!(DType::from_name("complex64")
+            .unwrap_err()
+            .contains("float32"));
+    }
+}

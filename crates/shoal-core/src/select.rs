@@ -1,0 +1,89 @@
+//! Algorithm selection: a user override (the call's `algorithm=` argument,
+//! else `SHOAL_ALGO`) wins; otherwise the cheapest algorithm under the
+//! alpha-beta-gamma cost model of the transport in use.
+
+use std::collections::HashMap;
+
+use shoal_plan::algorithms::{self, Algorithm, CostParams};
+use shoal_plan::{CallShape, Collective};
+
+use crate::error::{Error, Result};
+
+/// Cost parameters for shared memory between ranks of one host.
+pub const SHM_COST: CostParams = CostParams {
+    alpha: 2e-6,
+    beta: 1.0 / 4e9,
+    gamma: 1.0 / 4e9,
+};
+/// Cost parameters for TCP (loopback or a LAN).
+pub const TCP_COST: CostParams = CostParams {
+    alpha: 30e-6,
+    beta: 1.0 / 1.5e9,
+    gamma: 1.0 / 4e9,
+};
+
+pub struct Selector {
+    overrides: HashMap<Collective, &'static Algorithm>,
+    cost: CostParams,
+}
+
+impl Selector {
+    /// `spec` is the `SHOAL_ALGO` syntax: `collective:algorithm` pairs separated by commas.
+    pub fn new(spec: &str, cost: CostParams) -> Result<Selector> {
+        let mut overrides = HashMap::new();
+        for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (coll, algo) = item.split_once(':').ok_or_else(|| {
+                Error::invalid(format!(
+                    "SHOAL_ALGO entry {item:?} is not 'collective:algorithm' (e.g. allreduce:ring)"
+                ))
+            })?;
+            let collective = parse_collective(coll.trim())?;
+            let alg = algorithms::find(collective, algo.trim()).map_err(Error::invalid)?;
+            overrides.insert(collective, alg);
+        }
+        Ok(Selector { overrides, cost })
+    }
+
+    /// The algorithm for one call, and its index in the registry (carried in
+    /// message signatures so ranks that chose differently are caught).
+    pub fn choose(
+        &self,
+        shape: &CallShape,
+        elem_size: usize,
+        explicit: Option<&str>,
+    ) -> Result<(u8, &'static Algorithm)> {
+        let alg = match explicit {
+            Some(name) => algorithms::find(shape.collective, name).map_err(Error::invalid)?,
+            None => match self.overrides.get(&shape.collective) {
+                Some(alg) => alg,
+                None => self.cheapest(shape, elem_size)?,
+            },
+        };
+        Ok((registry_index(alg), alg))
+    }
+
+    fn cheapest(&self, shape: &CallShape, elem_size: usize) -> Result<&'static Algorithm> {
+        algorithms::for_collective(shape.collective)
+            .map(|a| ((a.cost)(shape, elem_size, &self.cost), a))
+            .min_by(|x, y| x.0.total_cmp(&y.0))
+            .map(|(_, a)| a)
+            .ok_or_else(|| Error::runtime(format!("no algorithm implements {}", shape.collective)))
+    }
+}
+
+fn registry_index(alg: &Algorithm) -> u8 {
+    algorithms::registry()
+        .iter()
+        .position(|a| a.collective == alg.collective && a.name == alg.name)
+        .unwrap_or(255) as u8
+}
+
+pub fn parse_collective(name: &str) -> Result<Collective> {
+    Collective::from_name(name).ok_or_else(|| {
+        let valid: Vec<&str> = Collective::ALL.iter().map(|c| c.name()).collect();
+        Error::invalid(format!(
+            "unknown collective '{name}'; valid: {}",
+            valid.join(", ")
+        ))
+    })
+}

@@ -1,0 +1,7 @@
+//! Allreduce algorithms.
+
+pub mod binomial;
+pub mod direct;
+pub mod rabenseifner;
+pub mod recursive_doubling;
+pub mod ring;

@@ -1,0 +1,3 @@
+//! Alltoall algorithms.
+
+pub mod pairwise;

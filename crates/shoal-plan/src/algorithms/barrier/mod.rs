@@ -1,0 +1,3 @@
+//! Barrier algorithms.
+
+pub mod dissemination;

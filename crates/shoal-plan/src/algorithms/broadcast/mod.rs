@@ -1,0 +1,5 @@
+//! Broadcast algorithms.
+
+pub mod binomial;
+pub mod pc;
+pub mod scatter_allgather;

@@ -1,0 +1,51 @@
+//! Shared terms of the alpha-beta-gamma cost model (Thakur, Rabenseifner and
+//! Gropp 2005; Chan et al. 2007). Chunked transfers pay one alpha per piece,
+//! which is what makes small chunks lose on latency-bound calls.
+
+use crate::algorithms::CostParams;
+use crate::partition::piece_count;
+use crate::plan::CallShape;
+
+/// Cost terms for one call shape and element size.
+pub struct Model<'a> {
+    params: &'a CostParams,
+    elem_size: f64,
+    chunk: usize,
+}
+
+impl<'a> Model<'a> {
+    pub fn new(shape: &CallShape, elem_size: usize, params: &'a CostParams) -> Model<'a> {
+        Model { params, elem_size: elem_size as f64, chunk: shape.chunk }
+    }
+
+    /// One message of `elems` elements: alpha per piece plus beta per byte.
+    pub fn msg(&self, elems: usize) -> f64 {
+        self.latency(elems) + self.transfer(elems)
+    }
+
+    /// The alpha part of a message of `elems` elements.
+    pub fn latency(&self, elems: usize) -> f64 {
+        self.params.alpha * piece_count(elems, self.chunk).max(1) as f64
+    }
+
+    /// The beta part of a message of `elems` elements.
+    pub fn transfer(&self, elems: usize) -> f64 {
+        self.params.beta * self.elem_size * elems as f64
+    }
+
+    /// Reducing `elems` elements locally.
+    pub fn reduce(&self, elems: usize) -> f64 {
+        self.params.gamma * self.elem_size * elems as f64
+    }
+
+    /// A pipeline of `stages` hops carrying `elems` elements in pieces: the
+    /// first piece crosses every hop, the others follow one hop behind.
+    pub fn pipeline(&self, stages: usize, elems: usize) -> f64 {
+        if stages == 0 || elems == 0 {
+            return 0.0;
+        }
+        let pieces = piece_count(elems, self.chunk);
+        let piece = elems.min(self.chunk.max(1));
+        (stages + pieces - 1) as f64 * self.msg(piece)
+    }
+}

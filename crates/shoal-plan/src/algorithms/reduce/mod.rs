@@ -1,0 +1,4 @@
+//! Reduce algorithms.
+
+pub mod binomial;
+pub mod direct;

@@ -1,0 +1,4 @@
+//! Reduce-scatter algorithms.
+
+pub mod halving;
+pub mod ring;

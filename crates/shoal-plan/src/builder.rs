@@ -1,0 +1,218 @@
+//! A plan builder that infers dependencies from the regions steps touch.
+//!
+//! Generators only say *what* moves where, in program order; the builder adds
+//! the minimal read-after-write, write-after-read and write-after-write
+//! dependencies per element range. Pipelining then falls out by itself: piece
+//! `k` of round `s` waits only for the steps that last touched piece `k`, and
+//! plans are race-free by construction. Transfers are split into pieces of at
+//! most `shape.chunk` elements, tagged `(round, piece)`.
+
+use crate::partition::{piece_count, pieces};
+use crate::plan::{Buf, CallShape, Collective, Op, Plan, Region};
+
+/// Builds the plan of one rank; see the module docs.
+pub struct PlanBuilder {
+    plan: Plan,
+    world: usize,
+    chunk: usize,
+    /// Tags are `round * stride + piece`; `stride` bounds the pieces of any message.
+    stride: usize,
+    /// Whether Input and Output may be the same memory (in-place calls), in
+    /// which case they share one hazard map.
+    aliased: bool,
+    hazards: [Hazards; 3],
+}
+
+impl PlanBuilder {
+    pub fn new(shape: &CallShape, rank: usize) -> PlanBuilder {
+        let largest = (shape.world * shape.count).max(1);
+        PlanBuilder {
+            plan: Plan::new(rank),
+            world: shape.world,
+            chunk: shape.chunk.max(1),
+            stride: piece_count(largest, shape.chunk),
+            aliased: may_alias(shape.collective),
+            hazards: Default::default(),
+        }
+    }
+
+    pub fn rank(&self) -> usize {
+        self.plan.rank
+    }
+
+    pub fn world(&self) -> usize {
+        self.world
+    }
+
+    /// Reserves `len` fresh scratch elements.
+    pub fn scratch(&mut self, len: usize) -> Region {
+        let region = Region::scratch(self.plan.scratch_len, len);
+        self.plan.scratch_len += len;
+        region
+    }
+
+    /// Appends `op`, waiting on the inferred dependencies plus `after`
+    /// (needed only for ordering that no data carries, e.g. barriers).
+    pub fn push(&mut self, op: Op, after: &[usize]) -> usize {
+        let index = self.plan.steps.len();
+        let mut deps = after.to_vec();
+        let (reads, writes) = accesses(&op);
+        for (region, write) in reads.iter().map(|r| (r, false)).chain(writes.iter().map(|w| (w, true))) {
+            if region.len > 0 {
+                let slot = self.slot(region.buf);
+                self.hazards[slot].access(region.offset, region.end(), index, write, &mut deps);
+            }
+        }
+        deps.retain(|&d| d != index);
+        deps.sort_unstable();
+        deps.dedup();
+        self.plan.push(op, deps)
+    }
+
+    /// Sends `src` to `peer` in pieces; returns the steps.
+    pub fn send(&mut self, peer: usize, round: usize, src: Region) -> Vec<usize> {
+        self.message(Msg::Send, peer, round, src, &[])
+    }
+
+    /// Receives into `dst` from `peer`, matching [`PlanBuilder::send`] with the same round.
+    pub fn recv(&mut self, peer: usize, round: usize, dst: Region) -> Vec<usize> {
+        self.message(Msg::Recv, peer, round, dst, &[])
+    }
+
+    /// Receives from `peer` and reduces into `dst`.
+    pub fn recv_reduce(&mut self, peer: usize, round: usize, dst: Region) -> Vec<usize> {
+        self.message(Msg::RecvReduce, peer, round, dst, &[])
+    }
+
+    /// One message split into pieces tagged `(round, piece)`, each piece
+    /// also waiting for `after`.
+    pub fn message(&mut self, kind: Msg, peer: usize, round: usize, region: Region, after: &[usize]) -> Vec<usize> {
+        pieces(region.len, self.chunk)
+            .enumerate()
+            .map(|(k, (off, len))| {
+                let (tag, part) = (self.tag(round, k), region.sub(off, len));
+                let op = match kind {
+                    Msg::Send => Op::Send { peer, tag, src: part },
+                    Msg::Recv => Op::Recv { peer, tag, dst: part },
+                    Msg::RecvReduce => Op::RecvReduce { peer, tag, dst: part },
+                };
+                self.push(op, after)
+            })
+            .collect()
+    }
+
+    /// Copies `src` to `dst` piece by piece, so later pieces need not wait.
+    pub fn copy(&mut self, src: Region, dst: Region) -> Vec<usize> {
+        self.local(src, dst, |src, dst| Op::Copy { src, dst })
+    }
+
+    /// `dst = dst (op) src`, piece by piece.
+    pub fn reduce(&mut self, src: Region, dst: Region) -> Vec<usize> {
+        self.local(src, dst, |src, dst| Op::Reduce { src, dst })
+    }
+
+    pub fn finish(self) -> Plan {
+        self.plan
+    }
+
+    fn local(&mut self, src: Region, dst: Region, op: impl Fn(Region, Region) -> Op) -> Vec<usize> {
+        assert_eq!(src.len, dst.len, "copy/reduce of unequal regions");
+        pieces(src.len, self.chunk)
+            .map(|(off, len)| self.push(op(src.sub(off, len), dst.sub(off, len)), &[]))
+            .collect()
+    }
+
+    fn tag(&self, round: usize, piece: usize) -> u32 {
+        debug_assert!(piece < self.stride);
+        u32::try_from(round * self.stride + piece)
+            .expect("message tags overflow u32: raise the chunk size")
+    }
+
+    fn slot(&self, buf: Buf) -> usize {
+        match buf {
+            Buf::Input => 0,
+            Buf::Output if self.aliased => 0,
+            Buf::Output => 1,
+            Buf::Scratch => 2,
+        }
+    }
+}
+
+/// The kinds of message step, for [`PlanBuilder::message`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Msg {
+    Send,
+    Recv,
+    RecvReduce,
+}
+
+/// Collectives whose Input and Output may be one buffer (in-place calls).
+/// Reduce is included because frameworks call it in place at the root.
+pub fn may_alias(collective: Collective) -> bool {
+    matches!(
+        collective,
+        Collective::Allreduce | Collective::Broadcast | Collective::Reduce
+    )
+}
+
+/// The regions `op` reads and the regions it writes (RecvReduce and Reduce
+/// read their destination too, which a write already orders).
+pub fn accesses(op: &Op) -> (Vec<Region>, Vec<Region>) {
+    match *op {
+        Op::Send { src, .. } => (vec![src], vec![]),
+        Op::Recv { dst, .. } | Op::RecvReduce { dst, .. } => (vec![], vec![dst]),
+        Op::Copy { src, dst } | Op::Reduce { src, dst } => (vec![src], vec![dst]),
+    }
+}
+
+/// Per element range: the last step that wrote it and the steps that read it since.
+#[derive(Clone, Debug)]
+struct Segment {
+    start: usize,
+    writer: Option<usize>,
+    readers: Vec<usize>,
+}
+
+/// Sorted segments covering `[0, usize::MAX)` of one buffer.
+#[derive(Clone, Debug)]
+struct Hazards(Vec<Segment>);
+
+impl Default for Hazards {
+    fn default() -> Self {
+        Hazards(vec![Segment { start: 0, writer: None, readers: Vec::new() }])
+    }
+}
+
+impl Hazards {
+    /// Records that `step` reads or writes `[start, end)` and adds the steps it must wait for.
+    fn access(&mut self, start: usize, end: usize, step: usize, write: bool, deps: &mut Vec<usize>) {
+        let first = self.split(start);
+        let last = self.split(end);
+        for seg in &mut self.0[first..last] {
+            if write {
+                if seg.readers.is_empty() {
+                    deps.extend(seg.writer);
+                } else {
+                    // Every reader already waits for the writer.
+                    deps.append(&mut seg.readers);
+                }
+                seg.writer = Some(step);
+            } else {
+                deps.extend(seg.writer);
+                seg.readers.push(step);
+            }
+        }
+    }
+
+    /// Makes a segment start at `pos` and returns its index.
+    fn split(&mut self, pos: usize) -> usize {
+        let i = self.0.partition_point(|s| s.start <= pos) - 1;
+        if self.0[i].start == pos {
+            return i;
+        }
+        let mut tail = self.0[i].clone();
+        tail.start = pos;
+        self.0.insert(i + 1, tail);
+        i + 1
+    }
+}

@@ -1,0 +1,206 @@
+//! What the verifier reports: the rank, the step and what is wrong.
+
+use std::fmt;
+
+use crate::plan::{Buf, Collective, Op, Region};
+
+/// A verification failure. `rank` and `step` locate it when it belongs to
+/// one step; `op` is that step's operation, for the message.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VerifyError {
+    pub rank: Option<usize>,
+    pub step: Option<usize>,
+    pub op: Option<Op>,
+    pub kind: ErrorKind,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ErrorKind {
+    WrongCollective { algorithm: Collective, call: Collective },
+    PlanCount { expected: usize, got: usize },
+    RankField { got: usize },
+    BadPeer { peer: usize },
+    BadDep { dep: usize },
+    OutOfBounds { region: Region, buf_len: usize },
+    WritesInput,
+    LengthMismatch { src: usize, dst: usize },
+    SelfOverlap,
+    DuplicateTag { peer: usize, tag: u32, first: usize },
+    Unmatched { peer: usize, tag: u32 },
+    MessageLength { sent: usize, received: usize },
+    Race { other: usize, region: Region },
+    /// Reads Input after `writer` wrote the same elements of Output, which
+    /// breaks in-place calls where they are one buffer.
+    InPlaceHazard { writer: usize, region: Region },
+    Deadlock { stuck: Vec<Stuck> },
+    WrongResult { buf: Buf, index: usize, problem: Problem },
+    BarrierLeak { unseen: usize },
+}
+
+/// A step that is ready but whose message partner never becomes ready.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stuck {
+    pub rank: usize,
+    pub step: usize,
+    pub op: Op,
+    /// The partner (rank, step) and the deps it still waits on.
+    pub partner: (usize, usize),
+    pub partner_waits_on: Vec<usize>,
+}
+
+/// What is wrong with one output element.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Problem {
+    Uninitialized,
+    Missing { rank: usize },
+    CountedTwice { rank: usize },
+    WrongElement { got: (usize, usize), expected: (usize, usize) },
+    NotASingleValue { contributions: usize },
+}
+
+impl VerifyError {
+    pub fn global(kind: ErrorKind) -> VerifyError {
+        VerifyError { rank: None, step: None, op: None, kind }
+    }
+
+    pub fn at(rank: usize, step: usize, op: &Op, kind: ErrorKind) -> VerifyError {
+        VerifyError { rank: Some(rank), step: Some(step), op: Some(op.clone()), kind }
+    }
+}
+
+impl std::error::Error for VerifyError {}
+
+impl fmt::Display for VerifyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(rank) = self.rank {
+            write!(f, "rank {rank}")?;
+            if let Some(step) = self.step {
+                write!(f, " step {step}")?;
+            }
+            if let Some(op) = &self.op {
+                write!(f, " ({})", OpText(op))?;
+            }
+            write!(f, ": ")?;
+        }
+        write!(f, "{}", self.kind)
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use ErrorKind::*;
+        match self {
+            WrongCollective { algorithm, call } => {
+                write!(f, "a {algorithm} algorithm cannot serve a {call} call")
+            }
+            PlanCount { expected, got } => write!(f, "expected {expected} plans, got {got}"),
+            RankField { got } => write!(f, "plan says it is rank {got}"),
+            BadPeer { peer } => write!(f, "peer {peer} is itself or outside the group"),
+            BadDep { dep } => write!(f, "depends on step {dep}, which is not earlier"),
+            OutOfBounds { region, buf_len } => write!(
+                f,
+                "{} is outside its buffer of {buf_len} elements",
+                RegionText(region)
+            ),
+            WritesInput => write!(f, "writes the read-only Input"),
+            LengthMismatch { src, dst } => {
+                write!(f, "source has {src} elements, destination {dst}")
+            }
+            SelfOverlap => write!(f, "source and destination overlap"),
+            DuplicateTag { peer, tag, first } => write!(
+                f,
+                "tag {tag} with peer {peer} is already used by step {first}"
+            ),
+            Unmatched { peer, tag } => {
+                write!(f, "no matching message on rank {peer} (tag {tag})")
+            }
+            MessageLength { sent, received } => {
+                write!(f, "{sent} elements sent but {received} received")
+            }
+            Race { other, region } => write!(
+                f,
+                "data race with step {other} on {}: neither waits for the other",
+                RegionText(region)
+            ),
+            InPlaceHazard { writer, region } => write!(
+                f,
+                "reads Input after step {writer} wrote {}; wrong when Input and Output are one buffer",
+                RegionText(region)
+            ),
+            Deadlock { stuck } => {
+                write!(f, "deadlock; {} step(s) wait for partners that never come:", stuck.len())?;
+                for s in stuck {
+                    write!(f, "\n  {s}")?;
+                }
+                Ok(())
+            }
+            WrongResult { buf, index, problem } => write!(f, "{buf:?}[{index}]: {problem}"),
+            BarrierLeak { unseen } => write!(
+                f,
+                "can leave the barrier before rank {unseen} has entered it"
+            ),
+        }
+    }
+}
+
+impl fmt::Display for Stuck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (pr, ps) = self.partner;
+        write!(
+            f,
+            "rank {} step {} ({}) waits for rank {pr} step {ps}, which waits on steps {:?}",
+            self.rank,
+            self.step,
+            OpText(&self.op),
+            self.partner_waits_on
+        )
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::Uninitialized => write!(f, "holds uninitialised data"),
+            Problem::Missing { rank } => write!(f, "missing the contribution of rank {rank}"),
+            Problem::CountedTwice { rank } => {
+                write!(f, "contribution of rank {rank} counted twice")
+            }
+            Problem::WrongElement { got, expected } => write!(
+                f,
+                "holds element {} of rank {}, expected element {} of rank {}",
+                got.1, got.0, expected.1, expected.0
+            ),
+            Problem::NotASingleValue { contributions } => {
+                write!(f, "holds a sum of {contributions} values, expected a copy of one")
+            }
+        }
+    }
+}
+
+/// `Output[3..7]`.
+pub struct RegionText<'a>(pub &'a Region);
+
+impl fmt::Display for RegionText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}[{}..{}]", self.0.buf, self.0.offset, self.0.end())
+    }
+}
+
+/// `Send to 2 tag 5 Output[0..4]`.
+pub struct OpText<'a>(pub &'a Op);
+
+impl fmt::Display for OpText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Op::Send { peer, tag, src } => write!(f, "Send to {peer} tag {tag} {}", RegionText(src)),
+            Op::Recv { peer, tag, dst } => write!(f, "Recv from {peer} tag {tag} {}", RegionText(dst)),
+            Op::RecvReduce { peer, tag, dst } => {
+                write!(f, "RecvReduce from {peer} tag {tag} {}", RegionText(dst))
+            }
+            Op::Copy { src, dst } => write!(f, "Copy {} -> {}", RegionText(src), RegionText(dst)),
+            Op::Reduce { src, dst } => {
+                write!(f, "Reduce {} into {}", RegionText(src), RegionText(dst))
+            }
+        }
+    }
+}

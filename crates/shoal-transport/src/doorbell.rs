@@ -1,0 +1,191 @@
+//! A futex-backed doorbell: a counter that producers bump ("ring") and a
+//! consumer sleeps on. It can live in process-private memory (tcp's I/O
+//! threads ring it) or in a shared segment (shm peers in other processes ring
+//! it), so one `wait` can sleep on activity of both transports at once.
+
+use std::any::Any;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::Result;
+
+/// Two words: the ring counter and the number of sleepers. Ringers only make
+/// the futex syscall when somebody sleeps, so ringing an idle bell is two
+/// atomic operations.
+#[repr(C, align(64))]
+#[derive(Default)]
+pub struct BellWords {
+    seq: AtomicU32,
+    sleepers: AtomicU32,
+}
+
+/// A handle on a doorbell; clones ring and wait on the same counter.
+#[derive(Clone)]
+pub struct Doorbell {
+    words: *const BellWords,
+    /// Keeps the memory behind `words` alive (a heap box or a shm mapping).
+    _owner: Arc<dyn Any + Send + Sync>,
+}
+
+// SAFETY: `words` points at atomics kept alive by `_owner`; all access is atomic.
+unsafe impl Send for Doorbell {}
+unsafe impl Sync for Doorbell {}
+
+impl Default for Doorbell {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Doorbell {
+    /// A doorbell in private heap memory.
+    pub fn new() -> Doorbell {
+        let owner: Arc<BellWords> = Arc::new(BellWords::default());
+        let words = Arc::as_ptr(&owner);
+        Doorbell {
+            words,
+            _owner: owner,
+        }
+    }
+
+    /// A doorbell at `words` (e.g. inside a shared mapping) kept alive by `owner`.
+    ///
+    /// # Safety
+    /// `words` must point at a `BellWords` valid as long as `owner` lives.
+    pub(crate) unsafe fn at(
+        words: *const BellWords,
+        owner: Arc<dyn Any + Send + Sync>,
+    ) -> Doorbell {
+        Doorbell {
+            words,
+            _owner: owner,
+        }
+    }
+
+    fn words(&self) -> &BellWords {
+        // SAFETY: see the struct invariant.
+        unsafe { &*self.words }
+    }
+
+    /// The current counter; pass it to [`Doorbell::sleep`] to sleep only if
+    /// nothing rang since.
+    pub fn seq(&self) -> u32 {
+        self.words().seq.load(Ordering::SeqCst)
+    }
+
+    /// Signals that something changed; wakes sleepers.
+    pub fn ring(&self) {
+        let w = self.words();
+        w.seq.fetch_add(1, Ordering::SeqCst);
+        if w.sleepers.load(Ordering::SeqCst) != 0 {
+            futex_wake(&w.seq);
+        }
+    }
+
+    /// Sleeps until the counter differs from `seen` or `timeout` passes.
+    pub fn sleep(&self, seen: u32, timeout: Duration) {
+        let w = self.words();
+        w.sleepers.fetch_add(1, Ordering::SeqCst);
+        if w.seq.load(Ordering::SeqCst) == seen {
+            futex_wait(&w.seq, seen, timeout);
+        }
+        w.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Spin budget before sleeping: long enough to catch a ping-pong reply from a
+/// peer on another core, short enough not to starve peers sharing a core.
+const SPIN: Duration = Duration::from_micros(30);
+/// Longest single futex sleep, so liveness checks still run while idle.
+const NAP: Duration = Duration::from_millis(20);
+
+/// The shared `Transport::wait` loop: spins on `poll` briefly, then sleeps on
+/// `bell`. `poll` moves data and checks peers; it returns whether anything
+/// changed. Returns once something changed, the bell rang, or `timeout` passed.
+pub(crate) fn wait_on(
+    bell: &Doorbell,
+    timeout: Duration,
+    mut poll: impl FnMut() -> Result<bool>,
+) -> Result<()> {
+    let start = Instant::now();
+    let deadline = start + timeout;
+    while start.elapsed() < SPIN.min(timeout) {
+        if poll()? {
+            return Ok(());
+        }
+        for _ in 0..32 {
+            std::hint::spin_loop();
+        }
+    }
+    loop {
+        let seen = bell.seq();
+        if poll()? {
+            return Ok(());
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(());
+        }
+        bell.sleep(seen, (deadline - now).min(NAP));
+        if bell.seq() != seen {
+            poll()?;
+            return Ok(());
+        }
+    }
+}
+
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: plain futex syscall on a live atomic; a shared (non-private)
+    // futex so wakers in other processes mapping the same page reach us.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            0,
+        );
+    }
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: see futex_wait.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            0,
+            0,
+            0,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_wakes_sleeper() {
+        let bell = Doorbell::new();
+        let b2 = bell.clone();
+        let seen = bell.seq();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            b2.ring();
+        });
+        let t0 = Instant::now();
+        bell.sleep(seen, Duration::from_secs(5));
+        assert!(t0.elapsed() < Duration::from_secs(2));
+        t.join().unwrap();
+    }
+}

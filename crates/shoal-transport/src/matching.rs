@@ -1,0 +1,577 @@
+//! Tag matching shared by all transports: posted receives, the unexpected
+//! message queue, request states, call-signature and length checks, and the
+//! bookkeeping of dead, closed and aborted peers.
+//!
+//! Transports only move bytes: when a header arrives they ask
+//! [`Matcher::on_header`] where its payload goes, push the payload into the
+//! returned [`Incoming`], and hand it back to [`Matcher::on_complete`]. A
+//! message matching no posted receive is copied to the heap, so a channel
+//! never stalls behind a receive that has not been posted yet.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::frame::Header;
+use crate::{CallSig, RecvInto, ReqId, Result, Sink, Tag, TransportError};
+
+/// Where the payload of one arriving message goes.
+enum Dest {
+    Buffer(*mut u8),
+    /// `carry` holds received bytes not yet handed on (fewer than 64), so
+    /// every piece but the last is a multiple of 64 whatever the I/O sizes.
+    Sink {
+        sink: Sink,
+        carry: Vec<u8>,
+    },
+    Heap(Vec<u8>),
+    Discard,
+}
+
+enum Target {
+    Req(ReqId),
+    Unexpected(u64),
+    Discard,
+}
+
+/// A message whose payload is arriving.
+pub(crate) struct Incoming {
+    pub len: usize,
+    pub received: usize,
+    target: Target,
+    dest: Dest,
+}
+
+// SAFETY: the buffer pointer comes from a receive whose caller guarantees the
+// memory outlives the request (see `Transport::irecv`).
+unsafe impl Send for Incoming {}
+
+impl Incoming {
+    pub fn done(&self) -> bool {
+        self.received == self.len
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.len - self.received
+    }
+
+    /// The rest of the destination when it is plain memory, so a transport
+    /// can read straight into it (then call [`Incoming::advance`]).
+    pub fn direct(&mut self) -> Option<&mut [u8]> {
+        let rest = self.remaining();
+        match &mut self.dest {
+            // SAFETY: the receive's buffer has `len` bytes (checked on match).
+            Dest::Buffer(p) => {
+                Some(unsafe { std::slice::from_raw_parts_mut(p.add(self.received), rest) })
+            }
+            Dest::Heap(v) => Some(&mut v[self.received..]),
+            _ => None,
+        }
+    }
+
+    pub fn advance(&mut self, n: usize) {
+        debug_assert!(n <= self.remaining());
+        self.received += n;
+    }
+
+    /// Appends the next payload bytes (at most `remaining()`).
+    pub fn push(&mut self, bytes: &[u8]) {
+        let n = bytes.len();
+        debug_assert!(n <= self.remaining());
+        match &mut self.dest {
+            Dest::Buffer(_) | Dest::Heap(_) => self.direct().unwrap()[..n].copy_from_slice(bytes),
+            Dest::Sink { sink, carry } => feed_sink(sink, carry, self.received, self.len, bytes),
+            Dest::Discard => {}
+        }
+        self.received += n;
+    }
+}
+
+/// Hands `bytes` (arriving at message offset `at`) to `sink` in pieces that
+/// are multiples of 64 except the message's last one.
+fn feed_sink(sink: &mut Sink, carry: &mut Vec<u8>, at: usize, total: usize, mut bytes: &[u8]) {
+    let end = at + bytes.len();
+    if !carry.is_empty() {
+        let take = (64 - carry.len()).min(bytes.len());
+        carry.extend_from_slice(&bytes[..take]);
+        bytes = &bytes[take..];
+        if carry.len() < 64 && end < total {
+            return;
+        }
+        sink(at + take - carry.len(), carry);
+        carry.clear();
+    }
+    let start = end - bytes.len();
+    let whole = if end == total {
+        bytes.len()
+    } else {
+        bytes.len() / 64 * 64
+    };
+    if whole > 0 {
+        sink(start, &bytes[..whole]);
+    }
+    carry.extend_from_slice(&bytes[whole..]);
+}
+
+fn dest_of(into: RecvInto) -> Dest {
+    match into {
+        RecvInto::Buffer { dst, .. } => Dest::Buffer(dst),
+        RecvInto::Sink { sink, .. } => Dest::Sink {
+            sink,
+            carry: Vec::with_capacity(64),
+        },
+    }
+}
+
+fn len_of(into: &RecvInto) -> usize {
+    match into {
+        RecvInto::Buffer { len, .. } | RecvInto::Sink { len, .. } => *len,
+    }
+}
+
+/// Delivers a fully received unexpected message into a late receive.
+fn deliver(into: RecvInto, data: &[u8]) {
+    match into {
+        // SAFETY: lengths were checked equal when the receive matched.
+        RecvInto::Buffer { dst, .. } => unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len())
+        },
+        RecvInto::Sink { mut sink, .. } => sink(0, data),
+    }
+}
+
+enum State {
+    Pending,
+    Done,
+    Failed(TransportError),
+}
+
+struct Req {
+    peer: usize,
+    state: State,
+}
+
+struct Posted {
+    id: ReqId,
+    tag: Tag,
+    sig: CallSig,
+    into: RecvInto,
+}
+
+/// What happens to an unexpected message still arriving when a receive matches it.
+enum Claim {
+    None,
+    Recv(ReqId, RecvInto),
+    Drop,
+}
+
+struct Unexpected {
+    key: u64,
+    tag: Tag,
+    sig: CallSig,
+    len: usize,
+    /// `None` while the payload is still arriving.
+    data: Option<Vec<u8>>,
+    claim: Claim,
+}
+
+#[derive(Default)]
+struct PeerQ {
+    posted: VecDeque<Posted>,
+    unexpected: VecDeque<Unexpected>,
+    /// Set when the peer died (or its channel broke) without saying bye.
+    down: Option<TransportError>,
+    /// Set when the peer closed cleanly: nothing more will arrive.
+    bye: bool,
+}
+
+/// Matching state of one transport.
+pub(crate) struct Matcher {
+    rank: usize,
+    next_id: ReqId,
+    next_key: u64,
+    reqs: HashMap<ReqId, Req>,
+    peers: HashMap<usize, PeerQ>,
+    /// A job-wide failure (an abort, ours or a peer's): every request fails.
+    fatal: Option<TransportError>,
+}
+
+fn same_call(a: Tag, b: Tag) -> bool {
+    a.comm == b.comm && a.seq == b.seq
+}
+
+impl Matcher {
+    pub fn new(rank: usize, peers: impl IntoIterator<Item = usize>) -> Matcher {
+        let peers = peers
+            .into_iter()
+            .filter(|&p| p != rank)
+            .map(|p| (p, PeerQ::default()))
+            .collect();
+        Matcher {
+            rank,
+            next_id: 1,
+            next_key: 0,
+            reqs: HashMap::new(),
+            peers,
+            fatal: None,
+        }
+    }
+
+    fn peer(&mut self, peer: usize) -> Result<&mut PeerQ> {
+        if peer == self.rank {
+            return Err(TransportError::Io(format!(
+                "rank {peer}: sending to self is not supported"
+            )));
+        }
+        self.peers.get_mut(&peer).ok_or_else(|| {
+            TransportError::Io(format!(
+                "rank {peer} is not reachable through this transport"
+            ))
+        })
+    }
+
+    fn new_req(&mut self, peer: usize, state: State) -> ReqId {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.reqs.insert(id, Req { peer, state });
+        id
+    }
+
+    /// Registers a send to `peer`; the transport completes or fails it.
+    pub fn add_send(&mut self, peer: usize) -> Result<ReqId> {
+        self.health_fatal()?;
+        let q = self.peer(peer)?;
+        if let Some(e) = &q.down {
+            return Err(e.clone());
+        }
+        if q.bye {
+            return Err(closed(peer));
+        }
+        Ok(self.new_req(peer, State::Pending))
+    }
+
+    /// Posts a receive: matches a queued unexpected message or waits for one.
+    pub fn post_recv(
+        &mut self,
+        peer: usize,
+        tag: Tag,
+        sig: CallSig,
+        into: RecvInto,
+    ) -> Result<ReqId> {
+        self.health_fatal()?;
+        let q = self.peer(peer)?;
+        let len = len_of(&into);
+        if let Some(u) = q
+            .unexpected
+            .iter()
+            .find(|u| same_call(u.tag, tag) && u.sig != sig)
+        {
+            let e = TransportError::Mismatch {
+                peer,
+                ours: sig,
+                theirs: u.sig,
+            };
+            return Ok(self.new_req(peer, State::Failed(e)));
+        }
+        let hit = q
+            .unexpected
+            .iter()
+            .position(|u| u.tag == tag && matches!(u.claim, Claim::None));
+        let Some(i) = hit else {
+            let early = q.down.clone().or_else(|| q.bye.then(|| closed(peer)));
+            let state = early.map_or(State::Pending, State::Failed);
+            let id = self.new_req(peer, state);
+            if matches!(self.reqs[&id].state, State::Pending) {
+                self.peers
+                    .get_mut(&peer)
+                    .unwrap()
+                    .posted
+                    .push_back(Posted { id, tag, sig, into });
+            }
+            return Ok(id);
+        };
+        let got = q.unexpected[i].len;
+        if got != len {
+            drop_unexpected(q, i);
+            let e = TransportError::LengthMismatch {
+                peer,
+                tag,
+                expected: len,
+                got,
+            };
+            return Ok(self.new_req(peer, State::Failed(e)));
+        }
+        if q.unexpected[i].data.is_some() {
+            let u = q.unexpected.remove(i).unwrap();
+            deliver(into, u.data.as_deref().unwrap());
+            return Ok(self.new_req(peer, State::Done));
+        }
+        let id = self.new_req(peer, State::Pending);
+        self.peers.get_mut(&peer).unwrap().unexpected[i].claim = Claim::Recv(id, into);
+        Ok(id)
+    }
+
+    /// A data header arrived from `peer`: fails posted receives of the same
+    /// call with another signature, then picks where the payload goes.
+    pub fn on_header(&mut self, peer: usize, h: &Header) -> Incoming {
+        let len = h.len as usize;
+        let mismatched = self.take_posted(peer, |p| same_call(p.tag, h.tag) && p.sig != h.sig);
+        for p in mismatched {
+            self.fail(
+                p.id,
+                TransportError::Mismatch {
+                    peer,
+                    ours: p.sig,
+                    theirs: h.sig,
+                },
+            );
+        }
+        if let Some(p) = self
+            .take_posted(peer, |p| p.tag == h.tag)
+            .into_iter()
+            .next()
+        {
+            let expected = len_of(&p.into);
+            if expected != len {
+                self.fail(
+                    p.id,
+                    TransportError::LengthMismatch {
+                        peer,
+                        tag: h.tag,
+                        expected,
+                        got: len,
+                    },
+                );
+                return Incoming {
+                    len,
+                    received: 0,
+                    target: Target::Discard,
+                    dest: Dest::Discard,
+                };
+            }
+            return Incoming {
+                len,
+                received: 0,
+                target: Target::Req(p.id),
+                dest: dest_of(p.into),
+            };
+        }
+        let key = self.next_key;
+        self.next_key += 1;
+        if let Some(q) = self.peers.get_mut(&peer) {
+            q.unexpected.push_back(Unexpected {
+                key,
+                tag: h.tag,
+                sig: h.sig,
+                len,
+                data: None,
+                claim: Claim::None,
+            });
+        }
+        Incoming {
+            len,
+            received: 0,
+            target: Target::Unexpected(key),
+            dest: Dest::Heap(vec![0; len]),
+        }
+    }
+
+    /// Removes the first posted receive from `peer` satisfying `pred` (all of
+    /// them when `pred` is a signature check, since those all fail).
+    fn take_posted(&mut self, peer: usize, pred: impl Fn(&Posted) -> bool) -> Vec<Posted> {
+        let Some(q) = self.peers.get_mut(&peer) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < q.posted.len() {
+            if pred(&q.posted[i]) {
+                out.push(q.posted.remove(i).unwrap());
+            } else {
+                i += 1;
+            }
+        }
+        out
+    }
+
+    /// The payload of `inc` (from `peer`) has fully arrived.
+    pub fn on_complete(&mut self, peer: usize, inc: Incoming) {
+        debug_assert!(inc.done());
+        match (inc.target, inc.dest) {
+            (Target::Req(id), _) => self.complete(id),
+            (Target::Unexpected(key), Dest::Heap(data)) => self.unexpected_arrived(peer, key, data),
+            _ => {}
+        }
+    }
+
+    fn unexpected_arrived(&mut self, peer: usize, key: u64, data: Vec<u8>) {
+        let Some(q) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        let Some(i) = q.unexpected.iter().position(|u| u.key == key) else {
+            return;
+        };
+        match std::mem::replace(&mut q.unexpected[i].claim, Claim::None) {
+            Claim::None => q.unexpected[i].data = Some(data),
+            Claim::Drop => drop(q.unexpected.remove(i)),
+            Claim::Recv(id, into) => {
+                q.unexpected.remove(i);
+                deliver(into, &data);
+                self.complete(id);
+            }
+        }
+    }
+
+    pub fn complete(&mut self, id: ReqId) {
+        if let Some(r) = self.reqs.get_mut(&id) {
+            if matches!(r.state, State::Pending) {
+                r.state = State::Done;
+            }
+        }
+    }
+
+    pub fn fail(&mut self, id: ReqId, e: TransportError) {
+        if let Some(r) = self.reqs.get_mut(&id) {
+            if matches!(r.state, State::Pending) {
+                r.state = State::Failed(e);
+            }
+        }
+    }
+
+    /// `peer` died or its channel broke: its pending requests fail and
+    /// `health` reports it from now on.
+    pub fn peer_down(&mut self, peer: usize, detail: &str) {
+        let Some(q) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        if q.down.is_some() || q.bye {
+            return;
+        }
+        let e = TransportError::PeerDied {
+            peer,
+            detail: detail.to_string(),
+        };
+        q.down = Some(e.clone());
+        self.fail_pending_of(peer, &e);
+    }
+
+    /// `peer` closed cleanly; receives still waiting on it can never complete.
+    pub fn peer_bye(&mut self, peer: usize) {
+        let Some(q) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        q.bye = true;
+        let posted: Vec<ReqId> = q.posted.drain(..).map(|p| p.id).collect();
+        for id in posted {
+            self.fail(id, closed(peer));
+        }
+    }
+
+    pub fn said_bye(&self, peer: usize) -> bool {
+        self.peers.get(&peer).is_some_and(|q| q.bye)
+    }
+
+    fn fail_pending_of(&mut self, peer: usize, e: &TransportError) {
+        if let Some(q) = self.peers.get_mut(&peer) {
+            q.posted.clear();
+            q.unexpected.retain(|u| u.data.is_some());
+        }
+        for r in self.reqs.values_mut() {
+            if r.peer == peer && matches!(r.state, State::Pending) {
+                r.state = State::Failed(e.clone());
+            }
+        }
+    }
+
+    /// Records a job-wide failure (the first one wins).
+    pub fn set_fatal(&mut self, e: TransportError) {
+        self.fatal.get_or_insert(e);
+    }
+
+    fn health_fatal(&self) -> Result<()> {
+        self.fatal.clone().map_or(Ok(()), Err)
+    }
+
+    /// Errors when the job is aborted or any peer died without saying bye.
+    pub fn health(&self) -> Result<()> {
+        self.health_fatal()?;
+        let mut dead: Vec<(&usize, &PeerQ)> = self
+            .peers
+            .iter()
+            .filter(|(_, q)| q.down.is_some())
+            .collect();
+        dead.sort_by_key(|(p, _)| **p);
+        dead.first()
+            .map_or(Ok(()), |(_, q)| Err(q.down.clone().unwrap()))
+    }
+
+    /// Whether `id` completed (forgetting it then), or its error.
+    pub fn test(&mut self, id: ReqId) -> Result<bool> {
+        let Some(r) = self.reqs.get(&id) else {
+            return Err(TransportError::Io(format!("unknown request {id}")));
+        };
+        match &r.state {
+            State::Pending => {
+                let down = self.peers.get(&r.peer).and_then(|q| q.down.clone());
+                match self.fatal.clone().or(down) {
+                    Some(e) => {
+                        self.reqs.remove(&id);
+                        Err(e)
+                    }
+                    None => Ok(false),
+                }
+            }
+            State::Done => {
+                self.reqs.remove(&id);
+                Ok(true)
+            }
+            State::Failed(_) => match self.reqs.remove(&id).unwrap().state {
+                State::Failed(e) => Err(e),
+                _ => unreachable!(),
+            },
+        }
+    }
+}
+
+fn drop_unexpected(q: &mut PeerQ, i: usize) {
+    if q.unexpected[i].data.is_some() {
+        q.unexpected.remove(i);
+    } else {
+        q.unexpected[i].claim = Claim::Drop;
+    }
+}
+
+fn closed(peer: usize) -> TransportError {
+    TransportError::PeerDied {
+        peer,
+        detail: "peer closed its transport".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn sink_pieces_are_multiples_of_64() {
+        let got: Arc<Mutex<Vec<(usize, usize)>>> = Arc::default();
+        let g = got.clone();
+        let mut sink: Sink = Box::new(move |off, b| g.lock().unwrap().push((off, b.len())));
+        let mut carry = Vec::new();
+        let total = 1000;
+        let mut at = 0;
+        for n in [10, 100, 3, 500, 387] {
+            feed_sink(&mut sink, &mut carry, at, total, &vec![0; n]);
+            at += n;
+        }
+        let got = got.lock().unwrap();
+        let mut next = 0;
+        for (i, &(off, len)) in got.iter().enumerate() {
+            assert_eq!(off, next);
+            if i + 1 < got.len() {
+                assert_eq!(len % 64, 0);
+            }
+            next += len;
+        }
+        assert_eq!(next, total);
+    }
+}

@@ -1,0 +1,218 @@
+//! Test helpers: in-memory and file-backed key-value stores, rank runners,
+//! and blocking send/receive wrappers with timeouts.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use shoal_transport::*;
+
+/// A store shared by threads of one process.
+#[derive(Default)]
+pub struct MemStore {
+    map: Mutex<HashMap<String, Vec<u8>>>,
+    cv: Condvar,
+}
+
+impl KvStore for MemStore {
+    fn set(&self, key: &str, value: &[u8]) -> std::io::Result<()> {
+        self.map
+            .lock()
+            .unwrap()
+            .insert(key.to_string(), value.to_vec());
+        self.cv.notify_all();
+        Ok(())
+    }
+
+    fn get(&self, key: &str) -> std::io::Result<Vec<u8>> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut m = self.map.lock().unwrap();
+        loop {
+            if let Some(v) = m.get(key) {
+                return Ok(v.clone());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    key.to_string(),
+                ));
+            }
+            m = self.cv.wait_timeout(m, left).unwrap().0;
+        }
+    }
+}
+
+/// A store in a directory, shared by processes.
+pub struct FileStore(pub PathBuf);
+
+impl KvStore for FileStore {
+    fn set(&self, key: &str, value: &[u8]) -> std::io::Result<()> {
+        let name = key.replace('/', "_");
+        let tmp = self.0.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, value)?;
+        std::fs::rename(tmp, self.0.join(name))
+    }
+
+    fn get(&self, key: &str) -> std::io::Result<Vec<u8>> {
+        let path = self.0.join(key.replace('/', "_"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match std::fs::read(&path) {
+                Ok(v) => return Ok(v),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(2)),
+            }
+        }
+    }
+}
+
+pub fn job_id(name: &str) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "t{}-{name}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    Shm,
+    Tcp,
+}
+
+pub const TIMEOUT: Duration = Duration::from_secs(20);
+
+pub fn build(
+    kind: Kind,
+    rank: usize,
+    world: usize,
+    job: &str,
+    ring: usize,
+    store: &dyn KvStore,
+) -> Box<dyn Transport> {
+    match kind {
+        Kind::Shm => {
+            let mut c = ShmConfig::new(rank, world, (0..world).collect(), job);
+            c.ring_size = ring;
+            Box::new(ShmTransport::connect(&c, store).unwrap())
+        }
+        Kind::Tcp => {
+            let c = TcpConfig::new(rank, world, (0..world).collect(), job);
+            Box::new(TcpTransport::connect(&c, store).unwrap())
+        }
+    }
+}
+
+/// Runs `body(rank, transport)` on `world` threads, each with its own transport.
+pub fn run<F>(kind: Kind, world: usize, ring: usize, body: F)
+where
+    F: Fn(usize, &dyn Transport) + Send + Sync + 'static,
+{
+    let store = Arc::new(MemStore::default());
+    let job = job_id("run");
+    let body = Arc::new(body);
+    let handles: Vec<_> = (0..world)
+        .map(|r| {
+            let (store, job, body) = (store.clone(), job.clone(), body.clone());
+            std::thread::spawn(move || {
+                let t = build(kind, r, world, &job, ring, &*store);
+                body(r, &*t);
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+pub fn tag(step: u32) -> Tag {
+    Tag {
+        comm: 1,
+        seq: 7,
+        step,
+    }
+}
+
+pub fn sig() -> CallSig {
+    CallSig {
+        kind: 1,
+        dtype: 2,
+        op: 0,
+        algo: 0,
+        root: 0,
+        count: 100,
+    }
+}
+
+pub fn pattern(len: usize, seed: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i * 31 + seed * 7) % 251) as u8)
+        .collect()
+}
+
+/// Waits until every request completes; panics after `TIMEOUT`.
+pub fn wait_all(t: &dyn Transport, reqs: &[ReqId]) -> Result<()> {
+    let deadline = Instant::now() + TIMEOUT;
+    let mut left: Vec<ReqId> = reqs.to_vec();
+    while !left.is_empty() {
+        let mut still = Vec::new();
+        for r in left {
+            if !t.test(r)? {
+                still.push(r);
+            }
+        }
+        left = still;
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "timed out");
+        t.wait(Duration::from_millis(50))?;
+    }
+    Ok(())
+}
+
+pub fn isend(t: &dyn Transport, peer: usize, step: u32, data: &[u8]) -> ReqId {
+    unsafe {
+        t.isend(peer, tag(step), sig(), data.as_ptr(), data.len())
+            .unwrap()
+    }
+}
+
+pub fn irecv(t: &dyn Transport, peer: usize, step: u32, buf: &mut [u8]) -> ReqId {
+    let into = RecvInto::Buffer {
+        dst: buf.as_mut_ptr(),
+        len: buf.len(),
+    };
+    unsafe { t.irecv(peer, tag(step), sig(), into).unwrap() }
+}
+
+pub fn send(t: &dyn Transport, peer: usize, step: u32, data: &[u8]) {
+    wait_all(t, &[isend(t, peer, step, data)]).unwrap();
+}
+
+pub fn recv(t: &dyn Transport, peer: usize, step: u32, len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    wait_all(t, &[irecv(t, peer, step, &mut buf)]).unwrap();
+    buf
+}
+
+/// Waits until a transport call fails; returns the error.
+pub fn wait_error(t: &dyn Transport, req: ReqId, within: Duration) -> TransportError {
+    let deadline = Instant::now() + within;
+    loop {
+        match t.test(req) {
+            Err(e) => return e,
+            Ok(true) => panic!("request completed unexpectedly"),
+            Ok(false) => {}
+        }
+        if let Err(e) = t.wait(Duration::from_millis(20)) {
+            return e;
+        }
+        assert!(Instant::now() < deadline, "no error within {within:?}");
+    }
+}

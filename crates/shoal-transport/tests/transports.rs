@@ -1,0 +1,411 @@
+//! Behaviour tests run against both transports (threads in one process, each
+//! with its own transport), plus multi-process and routed tests.
+
+mod common;
+
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use shoal_transport::*;
+
+const RING: usize = 64 << 10;
+
+macro_rules! both {
+    ($name:ident) => {
+        mod $name {
+            #[test]
+            fn shm() {
+                super::$name(super::Kind::Shm);
+            }
+            #[test]
+            fn tcp() {
+                super::$name(super::Kind::Tcp);
+            }
+        }
+    };
+}
+
+fn ping_pong(kind: Kind) {
+    run(kind, 2, RING, |r, t| {
+        for i in 0..100u32 {
+            let data = pattern(100, i as usize);
+            if r == 0 {
+                send(t, 1, i, &data);
+                assert_eq!(recv(t, 1, i, 100), data);
+            } else {
+                assert_eq!(recv(t, 0, i, 100), data);
+                send(t, 0, i, &data);
+            }
+        }
+    });
+}
+both!(ping_pong);
+
+fn out_of_order(kind: Kind) {
+    run(kind, 2, RING, |r, t| {
+        let n = 60;
+        let size = |i: usize| (i * 997) % 5000;
+        if r == 0 {
+            let bufs: Vec<Vec<u8>> = (0..n).map(|i| pattern(size(i), i)).collect();
+            let reqs: Vec<ReqId> = bufs
+                .iter()
+                .enumerate()
+                .map(|(i, b)| isend(t, 1, i as u32, b))
+                .collect();
+            wait_all(t, &reqs).unwrap();
+        } else {
+            std::thread::sleep(Duration::from_millis(20));
+            let mut bufs: Vec<Vec<u8>> = (0..n).map(|i| vec![0; size(i)]).collect();
+            let reqs: Vec<ReqId> = bufs
+                .iter_mut()
+                .enumerate()
+                .rev()
+                .map(|(i, b)| irecv(t, 0, i as u32, b))
+                .collect();
+            wait_all(t, &reqs).unwrap();
+            for (i, b) in bufs.iter().enumerate() {
+                assert_eq!(*b, pattern(size(i), i), "message {i}");
+            }
+        }
+    });
+}
+both!(out_of_order);
+
+fn larger_than_ring(kind: Kind) {
+    run(kind, 2, RING, |r, t| {
+        let len = 3 * RING + 13;
+        let data = pattern(len, 5);
+        if r == 0 {
+            let a = isend(t, 1, 0, &data);
+            let b = isend(t, 1, 1, &data);
+            wait_all(t, &[a, b]).unwrap();
+        } else {
+            assert_eq!(recv(t, 0, 0, len), data);
+            // Second one arrives before its receive: goes through the unexpected queue.
+            std::thread::sleep(Duration::from_millis(50));
+            t.progress().unwrap();
+            assert_eq!(recv(t, 0, 1, len), data);
+        }
+    });
+}
+both!(larger_than_ring);
+
+fn zero_length(kind: Kind) {
+    run(kind, 2, RING, |r, t| {
+        if r == 0 {
+            send(t, 1, 0, &[]);
+            send(t, 1, 1, &[]);
+        } else {
+            assert!(recv(t, 0, 1, 0).is_empty());
+            assert!(recv(t, 0, 0, 0).is_empty());
+        }
+    });
+}
+both!(zero_length);
+
+/// Receives `len` bytes through a sink, checking offsets and piece sizes.
+fn sink_recv(t: &dyn Transport, peer: usize, step: u32, len: usize) -> Vec<u8> {
+    let out = Arc::new(Mutex::new((vec![0u8; len], 0usize, false)));
+    let o = out.clone();
+    let sink: Sink = Box::new(move |off, bytes| {
+        let mut g = o.lock().unwrap();
+        assert_eq!(off, g.1, "pieces arrive in order");
+        assert!(
+            !g.2,
+            "a piece followed a piece that was not a multiple of 64"
+        );
+        g.2 = bytes.len() % 64 != 0;
+        g.0[off..off + bytes.len()].copy_from_slice(bytes);
+        g.1 += bytes.len();
+    });
+    let req = unsafe {
+        t.irecv(peer, tag(step), sig(), RecvInto::Sink { len, sink })
+            .unwrap()
+    };
+    wait_all(t, &[req]).unwrap();
+    let g = out.lock().unwrap();
+    assert_eq!(g.1, len);
+    g.0.clone()
+}
+
+fn sink_offsets(kind: Kind) {
+    run(kind, 2, RING, |r, t| {
+        let sizes = [1, 63, 64, 1000, 3 * RING + 7, 1 << 20];
+        for (i, &len) in sizes.iter().enumerate() {
+            if r == 0 {
+                send(t, 1, i as u32, &pattern(len, i));
+            } else {
+                assert_eq!(sink_recv(t, 0, i as u32, len), pattern(len, i));
+            }
+        }
+    });
+}
+both!(sink_offsets);
+
+fn other_sig() -> CallSig {
+    CallSig { count: 99, ..sig() }
+}
+
+fn mismatch_recv_first(kind: Kind) {
+    run(kind, 2, RING, |r, t| {
+        if r == 0 {
+            std::thread::sleep(Duration::from_millis(50));
+            let d = [1u8; 8];
+            let s = unsafe { t.isend(1, tag(0), other_sig(), d.as_ptr(), 8).unwrap() };
+            wait_all(t, &[s]).unwrap();
+        } else {
+            let mut buf = [0u8; 8];
+            let req = irecv(t, 0, 0, &mut buf);
+            let e = wait_error(t, req, TIMEOUT);
+            assert_eq!(
+                e,
+                TransportError::Mismatch {
+                    peer: 0,
+                    ours: sig(),
+                    theirs: other_sig()
+                }
+            );
+        }
+    });
+}
+both!(mismatch_recv_first);
+
+fn mismatch_message_first(kind: Kind) {
+    run(kind, 2, RING, |r, t| {
+        if r == 0 {
+            let d = [1u8; 8];
+            // Different step too: the signature check covers the whole call.
+            let s = unsafe { t.isend(1, tag(3), other_sig(), d.as_ptr(), 8).unwrap() };
+            wait_all(t, &[s]).unwrap();
+        } else {
+            std::thread::sleep(Duration::from_millis(50));
+            t.progress().unwrap();
+            let mut buf = [0u8; 8];
+            let req = irecv(t, 0, 0, &mut buf);
+            let e = wait_error(t, req, TIMEOUT);
+            assert_eq!(
+                e,
+                TransportError::Mismatch {
+                    peer: 0,
+                    ours: sig(),
+                    theirs: other_sig()
+                }
+            );
+        }
+    });
+}
+both!(mismatch_message_first);
+
+fn length_mismatch(kind: Kind) {
+    run(kind, 2, RING, |r, t| {
+        if r == 0 {
+            send(t, 1, 0, &[1u8; 100]);
+            send(t, 1, 1, &pattern(10, 1));
+        } else {
+            let mut buf = [0u8; 50];
+            let req = irecv(t, 0, 0, &mut buf);
+            let e = wait_error(t, req, TIMEOUT);
+            assert_eq!(
+                e,
+                TransportError::LengthMismatch {
+                    peer: 0,
+                    tag: tag(0),
+                    expected: 50,
+                    got: 100
+                }
+            );
+            // The channel stays usable after the discarded payload.
+            assert_eq!(recv(t, 0, 1, 10), pattern(10, 1));
+        }
+    });
+}
+both!(length_mismatch);
+
+fn abort_propagates(kind: Kind) {
+    let barrier = Arc::new(Barrier::new(3));
+    run(kind, 3, RING, move |r, t| {
+        barrier.wait();
+        if r == 0 {
+            t.abort("out of memory");
+        } else {
+            let mut buf = [0u8; 8];
+            let req = irecv(t, 0, 0, &mut buf);
+            let e = wait_error(t, req, Duration::from_secs(5));
+            assert_eq!(
+                e,
+                TransportError::Aborted {
+                    peer: 0,
+                    reason: "out of memory".into()
+                }
+            );
+        }
+        barrier.wait();
+    });
+}
+both!(abort_propagates);
+
+fn all_to_all(kind: Kind) {
+    let world = 5;
+    run(kind, world, RING, move |r, t| {
+        for round in 0..3u32 {
+            let len = [10, 70_000, 200_000][round as usize];
+            let sends: Vec<Vec<u8>> = (0..world).map(|p| pattern(len, r * 100 + p)).collect();
+            let mut recvs: Vec<Vec<u8>> = (0..world).map(|_| vec![0; len]).collect();
+            let mut reqs = Vec::new();
+            for p in (0..world).filter(|&p| p != r) {
+                reqs.push(irecv(t, p, round, &mut recvs[p]));
+                reqs.push(isend(t, p, round, &sends[p]));
+            }
+            wait_all(t, &reqs).unwrap();
+            for p in (0..world).filter(|&p| p != r) {
+                assert_eq!(recvs[p], pattern(len, p * 100 + r));
+            }
+        }
+    });
+}
+both!(all_to_all);
+
+#[test]
+fn send_to_self_is_rejected() {
+    run(Kind::Shm, 2, RING, |r, t| {
+        let d = [0u8; 4];
+        assert!(unsafe { t.isend(r, tag(0), sig(), d.as_ptr(), 4) }.is_err());
+    });
+}
+
+#[test]
+fn tcp_peer_death_without_bye() {
+    let store = Arc::new(MemStore::default());
+    let job = job_id("death");
+    let s2 = store.clone();
+    let j2 = job.clone();
+    let child = std::thread::spawn(move || {
+        let c = TcpConfig::new(1, 2, vec![0], &j2);
+        let t = TcpTransport::connect(&c, &*s2).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        t.close_without_bye();
+    });
+    let c = TcpConfig::new(0, 2, vec![1], &job);
+    let t = TcpTransport::connect(&c, &*store).unwrap();
+    let mut buf = [0u8; 8];
+    let req = irecv(&t, 1, 0, &mut buf);
+    let t0 = Instant::now();
+    let e = wait_error(&t, req, Duration::from_secs(5));
+    assert!(
+        matches!(e, TransportError::PeerDied { peer: 1, .. }),
+        "{e:?}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(1));
+    child.join().unwrap();
+}
+
+#[test]
+fn clean_close_is_not_death() {
+    run(Kind::Tcp, 2, RING, |r, t| {
+        if r == 0 {
+            send(t, 1, 0, &[7u8; 1000]);
+        } else {
+            assert_eq!(recv(t, 0, 0, 1000), vec![7u8; 1000]);
+        }
+    });
+}
+
+const CHILD_ENV: &str = "SHOAL_TRANSPORT_TEST_CHILD";
+
+/// Entry point of the child process of `shm_peer_death_process`; a no-op
+/// when run as an ordinary test.
+#[test]
+fn child_process_entry() {
+    let Ok(dir) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let store = FileStore(dir.into());
+    let job = std::env::var("SHOAL_TRANSPORT_TEST_JOB").unwrap();
+    let c = ShmConfig::new(1, 2, vec![0, 1], &job);
+    let t = ShmTransport::connect(&c, &store).unwrap();
+    let got = recv(&t, 0, 0, 1000);
+    send(&t, 0, 1, &got);
+    // Exit without bye, as a crash would.
+    unsafe { libc::_exit(0) };
+}
+
+#[test]
+fn shm_peer_death_process() {
+    let dir = std::env::temp_dir().join(job_id("store"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let job = job_id("proc");
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "child_process_entry",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, &dir)
+        .env("SHOAL_TRANSPORT_TEST_JOB", &job)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let store = FileStore(dir.clone());
+    let c = ShmConfig::new(0, 2, vec![0, 1], &job);
+    let t = ShmTransport::connect(&c, &store).unwrap();
+    let data = pattern(1000, 3);
+    send(&t, 1, 0, &data);
+    assert_eq!(recv(&t, 1, 1, 1000), data);
+    let mut buf = [0u8; 8];
+    let req = irecv(&t, 1, 2, &mut buf);
+    let t0 = Instant::now();
+    // The child stays a zombie (not yet reaped) while we wait: still dead.
+    let e = wait_error(&t, req, Duration::from_secs(5));
+    assert!(
+        matches!(e, TransportError::PeerDied { peer: 1, .. }),
+        "{e:?}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    child.wait().unwrap();
+    let leaked: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains(&job))
+        .collect();
+    assert!(leaked.is_empty(), "segments left behind: {leaked:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn routed_mixed_shm_and_tcp() {
+    // Two "hosts": {0, 1} and {2, 3}.
+    let world = 4;
+    let store = Arc::new(MemStore::default());
+    let job = job_id("routed");
+    let handles: Vec<_> = (0..world)
+        .map(|r| {
+            let (store, job) = (store.clone(), job.clone());
+            std::thread::spawn(move || {
+                let host: Vec<usize> = if r < 2 { vec![0, 1] } else { vec![2, 3] };
+                let mut c = RoutedConfig::new(r, world, host, &job);
+                c.ring_size = RING;
+                let t = Routed::connect(&c, &*store).unwrap();
+                for round in 0..2u32 {
+                    let len = [100, 300_000][round as usize];
+                    let sends: Vec<Vec<u8>> =
+                        (0..world).map(|p| pattern(len, r * 10 + p)).collect();
+                    let mut recvs: Vec<Vec<u8>> = (0..world).map(|_| vec![0; len]).collect();
+                    let mut reqs = Vec::new();
+                    for p in (0..world).filter(|&p| p != r) {
+                        reqs.push(irecv(&t, p, round, &mut recvs[p]));
+                        reqs.push(isend(&t, p, round, &sends[p]));
+                    }
+                    wait_all(&t, &reqs).unwrap();
+                    for p in (0..world).filter(|&p| p != r) {
+                        assert_eq!(recvs[p], pattern(len, p * 10 + r));
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}

@@ -1,0 +1,190 @@
+"""shoal: collective communication for distributed deep learning.
+
+>>> import numpy as np, shoal
+>>> shoal.init()                      # torchrun / Slurm / OpenMPI / `shoal run` env, or explicit
+>>> x = np.arange(10, dtype=np.float32) * (shoal.rank() + 1)
+>>> shoal.allreduce(x, op="sum")      # in place; returns x
+>>> shoal.finalize()
+"""
+
+from __future__ import annotations
+
+from shoal._shoal import (
+    AbortedError,
+    MismatchError,
+    PeerDiedError,
+    ShoalError,
+    ShoalTimeoutError,
+    algorithms,
+)
+from shoal.group import Buffer, Group, Work
+from typing import Any
+
+__all__ = [
+    "AbortedError",
+    "Group",
+    "MismatchError",
+    "PeerDiedError",
+    "ShoalError",
+    "ShoalTimeoutError",
+    "Work",
+    "algorithms",
+    "allgather",
+    "allreduce",
+    "alltoall",
+    "barrier",
+    "broadcast",
+    "finalize",
+    "gather",
+    "init",
+    "is_initialized",
+    "new_group",
+    "rank",
+    "recv",
+    "reduce",
+    "reduce_scatter",
+    "scatter",
+    "send",
+    "size",
+    "world",
+    "world_size",
+]
+
+__version__ = "0.1.0"
+
+_world: Group | None = None
+
+
+def init(rank: int | None = None, world_size: int | None = None, addr: str | None = None) -> Group:
+    """Joins the job and returns the world group.
+
+    Without arguments the job is described by the environment: ``shoal run``
+    and torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), Slurm
+    (SLURM_PROCID, ...), OpenMPI (OMPI_COMM_WORLD_RANK, ...); with none of
+    them, a single process. ``addr`` is the ``host:port`` of the rendezvous
+    store, served by rank 0.
+    """
+    global _world
+    if _world is not None:
+        raise RuntimeError("shoal.init() was already called; call shoal.finalize() first")
+    from shoal import _shoal
+
+    _world = Group(_shoal.init(rank=rank, world_size=world_size, addr=addr))
+    return _world
+
+
+def is_initialized() -> bool:
+    return _world is not None
+
+
+def world() -> Group:
+    """The world group; raises if ``init`` was not called."""
+    if _world is None:
+        raise RuntimeError("shoal is not initialized: call shoal.init() first")
+    return _world
+
+
+def finalize() -> None:
+    """Waits for outstanding work, synchronises all ranks, and leaves the job."""
+    global _world
+    if _world is None:
+        return
+    group, _world = _world, None
+    group.close()
+
+
+def _group(group: Group | None) -> Group:
+    return group if group is not None else world()
+
+
+def rank(group: Group | None = None) -> int:
+    return _group(group).rank
+
+
+def world_size(group: Group | None = None) -> int:
+    return _group(group).size
+
+
+size = world_size
+
+
+def new_group(ranks: list[int], group: Group | None = None) -> Group | None:
+    """A sub-group of ``ranks`` (ranks of ``group``); every rank must call it alike. None for non-members."""
+    return _group(group).new_group(ranks)
+
+
+def allreduce(
+    x: Buffer, op: str = "sum", *, group: Group | None = None, algorithm: str | None = None, async_op: bool = False, dtype: str | None = None,
+) -> Any:
+    """Reduces ``x`` across ranks in place; returns ``x`` (or a Work if ``async_op``)."""
+    return _group(group).allreduce(x, op, algorithm=algorithm, async_op=async_op, dtype=dtype)
+
+
+def broadcast(
+    x: Buffer, root: int = 0, *, group: Group | None = None, algorithm: str | None = None, async_op: bool = False, dtype: str | None = None,
+) -> Any:
+    """Copies root's ``x`` into ``x`` on every rank, in place."""
+    return _group(group).broadcast(x, root, algorithm=algorithm, async_op=async_op, dtype=dtype)
+
+
+def reduce(
+    x: Buffer, root: int = 0, op: str = "sum", *, group: Group | None = None, algorithm: str | None = None, async_op: bool = False, dtype: str | None = None,
+) -> Any:
+    """Reduces ``x`` into root's ``x`` in place; other ranks' ``x`` is unchanged."""
+    return _group(group).reduce(x, root, op, algorithm=algorithm, async_op=async_op, dtype=dtype)
+
+
+def allgather(
+    x: Buffer, out: Buffer | None = None, *, group: Group | None = None, algorithm: str | None = None, async_op: bool = False, dtype: str | None = None,
+) -> Any:
+    """Every rank's ``x`` concatenated in rank order; ``out`` defaults to shape (size, *x.shape)."""
+    return _group(group).allgather(x, out, algorithm=algorithm, async_op=async_op, dtype=dtype)
+
+
+def reduce_scatter(
+    x: Buffer, out: Buffer | None = None, op: str = "sum", *, group: Group | None = None, algorithm: str | None = None, async_op: bool = False, dtype: str | None = None,
+) -> Any:
+    """Reduces ``x`` (size blocks of equal length) and gives rank r block r."""
+    return _group(group).reduce_scatter(x, out, op, algorithm=algorithm, async_op=async_op, dtype=dtype)
+
+
+def alltoall(
+    x: Buffer, out: Buffer | None = None, *, group: Group | None = None, algorithm: str | None = None, async_op: bool = False, dtype: str | None = None,
+) -> Any:
+    """Block q of ``x`` goes to rank q; block q of the result came from rank q."""
+    return _group(group).alltoall(x, out, algorithm=algorithm, async_op=async_op, dtype=dtype)
+
+
+def gather(
+    x: Buffer, root: int = 0, out: Buffer | None = None, *, group: Group | None = None, algorithm: str | None = None, async_op: bool = False, dtype: str | None = None,
+) -> Any:
+    """Every rank's ``x`` concatenated at root (None elsewhere)."""
+    return _group(group).gather(x, root, out, algorithm=algorithm, async_op=async_op, dtype=dtype)
+
+
+def scatter(
+    x: Buffer | None, out: Buffer, root: int = 0, *, group: Group | None = None, algorithm: str | None = None, async_op: bool = False, dtype: str | None = None,
+) -> Any:
+    """Block r of root's ``x`` into ``out`` on rank r (``x`` is ignored off root)."""
+    return _group(group).scatter(x, out, root, algorithm=algorithm, async_op=async_op, dtype=dtype)
+
+
+def barrier(
+    *, group: Group | None = None, async_op: bool = False,
+) -> Any:
+    """Returns once every rank of the group has entered the barrier."""
+    return _group(group).barrier(async_op=async_op)
+
+
+def send(
+    x: Buffer, dst: int, tag: int = 0, *, group: Group | None = None, dtype: str | None = None,
+) -> Any:
+    """Sends ``x`` to rank ``dst``; blocks until it is handed to the transport."""
+    return _group(group).send(x, dst, tag, dtype=dtype)
+
+
+def recv(
+    x: Buffer, src: int, tag: int = 0, *, group: Group | None = None, dtype: str | None = None,
+) -> Any:
+    """Receives into ``x`` from rank ``src``; returns ``x``."""
+    return _group(group).recv(x, src, tag, dtype=dtype)

@@ -1,0 +1,263 @@
+"""Groups of ranks and the collectives they run, over numpy arrays or any
+C-contiguous buffer, without copying."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from shoal._buffers import address, as_array, dtype_name, itemsize
+
+Buffer = Any  # a numpy array or any object supporting the buffer protocol
+
+
+class Work:
+    """An asynchronous collective in flight. ``wait()`` returns its result."""
+
+    def __init__(self, inner: Any, result: Any, keepalive: tuple[Any, ...]) -> None:
+        self._inner = inner
+        self._result = result
+        self._keepalive = keepalive  # the buffers must outlive the collective
+
+    def wait(self, timeout: float | None = None) -> Any:
+        """Blocks until done; raises the collective's error if it failed."""
+        self._inner.wait(timeout)
+        self._keepalive = ()
+        return self._result
+
+    def is_completed(self) -> bool:
+        return self._inner.is_completed()
+
+
+class Group:
+    """A communicator: the world (from ``shoal.init``) or a ``new_group``."""
+
+    def __init__(self, comm: Any) -> None:
+        self._comm = comm
+
+    def __repr__(self) -> str:
+        return f"Group(rank={self.rank}, size={self.size}, members={self.members})"
+
+    @property
+    def rank(self) -> int:
+        return self._comm.rank
+
+    @property
+    def size(self) -> int:
+        return self._comm.size
+
+    @property
+    def members(self) -> list[int]:
+        """World ranks of the members, in group order."""
+        return self._comm.members
+
+    @property
+    def local_ranks(self) -> list[int]:
+        """World ranks on this host (reached through shared memory)."""
+        return self._comm.local_ranks
+
+    def new_group(self, ranks: list[int]) -> Group | None:
+        comm = self._comm.new_group(list(ranks))
+        return None if comm is None else Group(comm)
+
+    def choose_algorithm(self, collective: str, count: int, dtype: str = "float32", root: int = 0) -> str:
+        """The algorithm the selector would use for such a call."""
+        return self._comm.choose_algorithm(collective, count, dtype, root)
+
+    def close(self) -> None:
+        """Finishes outstanding work and synchronises the members."""
+        if self._comm is None:
+            return
+        self._comm.synchronize()
+        self.barrier()
+        self._comm = None
+
+    def _run(
+        self,
+        collective: str,
+        count: int,
+        dtype: str,
+        op: str,
+        root: int,
+        algorithm: str | None,
+        inp: np.ndarray | None,
+        out: np.ndarray | None,
+        async_op: bool,
+        result: Any,
+    ) -> Any:
+        if self._comm is None:
+            raise RuntimeError("this group was closed")
+        work = self._comm.collective(
+            collective, count, dtype, op, root, algorithm, address(inp), address(out), async_op
+        )
+        if async_op:
+            return Work(work, result, (inp, out))
+        return result
+
+    def _root_check(self, root: int) -> None:
+        if not 0 <= root < self.size:
+            raise ValueError(f"root {root} is not a rank of this group of {self.size}")
+
+    def allreduce(
+        self, x: Buffer, op: str = "sum", *, algorithm: str | None = None, async_op: bool = False, dtype: str | None = None
+    ) -> Any:
+        a = as_array(x, "x", writable=True)
+        dt = dtype_name(a, dtype)
+        n = a.nbytes // itemsize(dt)
+        return self._run("allreduce", n, dt, op, 0, algorithm, a, a, async_op, x)
+
+    def broadcast(
+        self, x: Buffer, root: int = 0, *, algorithm: str | None = None, async_op: bool = False, dtype: str | None = None
+    ) -> Any:
+        self._root_check(root)
+        a = as_array(x, "x", writable=True)
+        dt = dtype_name(a, dtype)
+        n = a.nbytes // itemsize(dt)
+        inp = a if self.rank == root else None
+        return self._run("broadcast", n, dt, "sum", root, algorithm, inp, a, async_op, x)
+
+    def reduce(
+        self,
+        x: Buffer,
+        root: int = 0,
+        op: str = "sum",
+        *,
+        algorithm: str | None = None,
+        async_op: bool = False,
+        dtype: str | None = None,
+    ) -> Any:
+        self._root_check(root)
+        a = as_array(x, "x", writable=self.rank == root)
+        dt = dtype_name(a, dtype)
+        n = a.nbytes // itemsize(dt)
+        out = a if self.rank == root else None
+        return self._run("reduce", n, dt, op, root, algorithm, a, out, async_op, x)
+
+    def allgather(
+        self,
+        x: Buffer,
+        out: Buffer | None = None,
+        *,
+        algorithm: str | None = None,
+        async_op: bool = False,
+        dtype: str | None = None,
+    ) -> Any:
+        a = as_array(x, "x", writable=False)
+        dt = dtype_name(a, dtype)
+        n = a.nbytes // itemsize(dt)
+        if out is None:
+            out = np.empty((self.size, *a.shape), dtype=a.dtype)
+        o = self._out_array(out, dt, self.size * n)
+        return self._run("allgather", n, dt, "sum", 0, algorithm, a, o, async_op, out)
+
+    def reduce_scatter(
+        self,
+        x: Buffer,
+        out: Buffer | None = None,
+        op: str = "sum",
+        *,
+        algorithm: str | None = None,
+        async_op: bool = False,
+        dtype: str | None = None,
+    ) -> Any:
+        a = as_array(x, "x", writable=False)
+        dt = dtype_name(a, dtype)
+        total = a.nbytes // itemsize(dt)
+        if total % self.size:
+            raise ValueError(f"reduce_scatter: x has {total} elements, not a multiple of the group size {self.size}")
+        n = total // self.size
+        if out is None:
+            out = np.empty(a.size // self.size, dtype=a.dtype)
+        o = self._out_array(out, dt, n)
+        return self._run("reduce_scatter", n, dt, op, 0, algorithm, a, o, async_op, out)
+
+    def alltoall(
+        self,
+        x: Buffer,
+        out: Buffer | None = None,
+        *,
+        algorithm: str | None = None,
+        async_op: bool = False,
+        dtype: str | None = None,
+    ) -> Any:
+        a = as_array(x, "x", writable=False)
+        dt = dtype_name(a, dtype)
+        total = a.nbytes // itemsize(dt)
+        if total % self.size:
+            raise ValueError(f"alltoall: x has {total} elements, not a multiple of the group size {self.size}")
+        if out is None:
+            out = np.empty_like(a)
+        o = self._out_array(out, dt, total)
+        return self._run("alltoall", total // self.size, dt, "sum", 0, algorithm, a, o, async_op, out)
+
+    def gather(
+        self,
+        x: Buffer,
+        root: int = 0,
+        out: Buffer | None = None,
+        *,
+        algorithm: str | None = None,
+        async_op: bool = False,
+        dtype: str | None = None,
+    ) -> Any:
+        self._root_check(root)
+        a = as_array(x, "x", writable=False)
+        dt = dtype_name(a, dtype)
+        n = a.nbytes // itemsize(dt)
+        o = None
+        if self.rank == root:
+            if out is None:
+                out = np.empty((self.size, *a.shape), dtype=a.dtype)
+            o = self._out_array(out, dt, self.size * n)
+        else:
+            out = None
+        return self._run("gather", n, dt, "sum", root, algorithm, a, o, async_op, out)
+
+    def scatter(
+        self,
+        x: Buffer | None,
+        out: Buffer,
+        root: int = 0,
+        *,
+        algorithm: str | None = None,
+        async_op: bool = False,
+        dtype: str | None = None,
+    ) -> Any:
+        self._root_check(root)
+        o = as_array(out, "out", writable=True)
+        dt = dtype_name(o, dtype)
+        n = o.nbytes // itemsize(dt)
+        inp = None
+        if self.rank == root:
+            if x is None:
+                raise ValueError("scatter: the root must pass x")
+            inp = as_array(x, "x", writable=False)
+            if dtype_name(inp, dtype) != dt or inp.nbytes != self.size * o.nbytes:
+                raise ValueError(
+                    f"scatter: x must hold {self.size} blocks of {n} {dt} (like out), got {inp.size} {inp.dtype}"
+                )
+        return self._run("scatter", n, dt, "sum", root, algorithm, inp, o, async_op, out)
+
+    def barrier(self, *, async_op: bool = False) -> Any:
+        return self._run("barrier", 0, "uint8", "sum", 0, None, None, None, async_op, None)
+
+    def send(self, x: Buffer, dst: int, tag: int = 0, *, dtype: str | None = None) -> None:
+        a = as_array(x, "x", writable=False)
+        dt = dtype_name(a, dtype)
+        addr, nbytes = address(a)
+        self._comm.send(dst, tag, dt, addr, nbytes // itemsize(dt))
+
+    def recv(self, x: Buffer, src: int, tag: int = 0, *, dtype: str | None = None) -> Any:
+        a = as_array(x, "x", writable=True)
+        dt = dtype_name(a, dtype)
+        addr, nbytes = address(a)
+        self._comm.recv(src, tag, dt, addr, nbytes // itemsize(dt))
+        return x
+
+    def _out_array(self, out: Buffer, dt: str, count: int) -> np.ndarray:
+        o = as_array(out, "out", writable=True)
+        same_type = o.dtype.name == dt or (dt == "bfloat16" and o.itemsize in (1, 2))
+        if not same_type or o.nbytes != count * itemsize(dt):
+            raise ValueError(f"out must hold {count} elements of {dt}, got {o.size} of {o.dtype}")
+        return o

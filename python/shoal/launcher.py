@@ -1,0 +1,346 @@
+"""`shoal run`: start N ranks of a command on this machine.
+
+Usage::
+
+    shoal run -n N [--master-port P] [--no-prefix] [--timeout S] [--env K=V ...] [--] cmd args...
+
+Every rank gets the torchrun environment convention (``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``) plus a
+fresh ``SHOAL_JOB_ID`` and ``PYTHONUNBUFFERED=1``; ``--env`` values are applied
+last, so the user has the final word. Output lines are prefixed with
+``[rank]: `` (stdout and stderr kept apart).
+
+Failure handling follows the rule "one rank fails, the job fails": when a rank
+exits non-zero the others get SIGTERM, then SIGKILL after a grace period, and
+the launcher exits with the failing rank's code (a death by signal N becomes
+128+N, as in shells). SIGINT/SIGTERM sent to the launcher are forwarded to the
+ranks. ``--timeout`` stops everything after S seconds with exit code 124.
+
+This module deliberately imports only the standard library: it must work
+before (and without) the compiled extension.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO, TextIO
+
+#: Seconds between SIGTERM and SIGKILL when stopping ranks.
+GRACE_SECONDS = 3.0
+#: Exit code on --timeout (the convention of coreutils' `timeout`).
+EXIT_TIMEOUT = 124
+#: Exit code when the command cannot be started (the shell's "command not found").
+EXIT_CANNOT_START = 127
+#: How often the supervisor checks on the ranks.
+POLL_SECONDS = 0.05
+
+
+@dataclass
+class Options:
+    """The parsed command line of `shoal run`."""
+
+    nprocs: int
+    master_port: int
+    prefix: bool
+    timeout: float | None
+    env: dict[str, str]
+    command: list[str]
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (1-65535)")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def _assignment(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not of the form KEY=VALUE")
+    return key, value
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="shoal run",
+        description="Start N ranks of a command on this machine.",
+    )
+    p.add_argument("-n", "--nprocs", type=_positive_int, required=True, help="number of ranks")
+    p.add_argument("--master-port", type=_port, help="store port of rank 0 (default: a free port)")
+    p.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with [rank]: ")
+    p.add_argument("--timeout", type=_positive_float, help="stop all ranks after this many seconds (exit 124)")
+    p.add_argument(
+        "--env", type=_assignment, action="append", default=[], metavar="K=V", help="extra environment variable"
+    )
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the command to run (after an optional --)")
+    return p
+
+
+def parse_args(argv: list[str]) -> Options:
+    """Parses `shoal run` arguments; exits via argparse (code 2) on errors."""
+    parser = _parser()
+    ns = parser.parse_args(argv)
+    command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
+    if not command:
+        parser.error("no command given (usage: shoal run -n N [options] -- cmd args...)")
+    return Options(
+        nprocs=ns.nprocs,
+        master_port=ns.master_port or free_port(),
+        prefix=not ns.no_prefix,
+        timeout=ns.timeout,
+        env=dict(ns.env),
+        command=command,
+    )
+
+
+def free_port() -> int:
+    """A TCP port that is free on all interfaces right now (rank 0 binds 0.0.0.0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def rank_env(opts: Options, rank: int, job_id: str) -> dict[str, str]:
+    """The environment of one rank: ours, the rank variables, then --env."""
+    env = dict(os.environ)
+    env.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(opts.nprocs),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(opts.nprocs),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(opts.master_port),
+        SHOAL_JOB_ID=job_id,
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(opts.env)
+    return env
+
+
+def exit_code(returncode: int) -> int:
+    """A child's status as a shell reports it: death by signal N becomes 128+N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def describe_exit(returncode: int) -> str:
+    """'exited with code 3' or 'was killed by signal 9 (SIGKILL)'."""
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = "unknown"
+    return f"was killed by signal {-returncode} ({name})"
+
+
+def _log(message: str) -> None:
+    print(f"shoal run: {message}", file=sys.stderr, flush=True)
+
+
+def _write(dst: TextIO, data: bytes) -> None:
+    """Writes raw bytes to a text stream (through its buffer when it has one)."""
+    buffer = getattr(dst, "buffer", None)
+    if buffer is not None:
+        buffer.write(data)
+    else:
+        dst.write(data.decode(errors="replace"))
+    dst.flush()
+
+
+def _pump(src: IO[bytes], dst: TextIO, prefix: bytes, lock: threading.Lock) -> None:
+    """Copies `src` to `dst` line by line, each line prefixed, whole lines at a time."""
+    with src:
+        for line in iter(src.readline, b""):
+            if not line.endswith(b"\n"):
+                line += b"\n"
+            with lock:
+                _write(dst, prefix + line)
+
+
+@dataclass
+class RankGroup:
+    """The ranks of one job: their processes and output reader threads.
+
+    Each rank runs in its own session (process group), so signals reach the
+    processes it spawns too, and a Ctrl-C in the terminal reaches the ranks
+    only through the launcher's forwarding, exactly once.
+    """
+
+    opts: Options
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    readers: list[threading.Thread] = field(default_factory=list)
+    locks: tuple[threading.Lock, threading.Lock] = field(default_factory=lambda: (threading.Lock(), threading.Lock()))
+
+    def start(self) -> None:
+        """Starts every rank; raises OSError if the command cannot be run."""
+        job_id = uuid.uuid4().hex
+        pipe = subprocess.PIPE if self.opts.prefix else None
+        for rank in range(self.opts.nprocs):
+            proc = subprocess.Popen(
+                self.opts.command,
+                env=rank_env(self.opts, rank, job_id),
+                stdin=subprocess.DEVNULL,
+                stdout=pipe,
+                stderr=pipe,
+                start_new_session=True,
+            )
+            self.procs.append(proc)
+            if self.opts.prefix:
+                self._read_output(rank, proc)
+
+    def _read_output(self, rank: int, proc: subprocess.Popen[bytes]) -> None:
+        prefix = f"[{rank}]: ".encode()
+        for src, dst, lock in ((proc.stdout, sys.stdout, self.locks[0]), (proc.stderr, sys.stderr, self.locks[1])):
+            assert src is not None
+            t = threading.Thread(target=_pump, args=(src, dst, prefix, lock), daemon=True)
+            t.start()
+            self.readers.append(t)
+
+    def running(self) -> list[subprocess.Popen[bytes]]:
+        """The processes that have not exited yet."""
+        return [p for p in self.procs if p.poll() is None]
+
+    def first_failure(self) -> tuple[int, int] | None:
+        """(rank, returncode) of the lowest failed rank among those that exited, if any."""
+        for rank, proc in enumerate(self.procs):
+            code = proc.poll()
+            if code is not None and code != 0:
+                return rank, code
+        return None
+
+    def signal(self, signum: int) -> None:
+        """Sends `signum` to the process group of every running rank."""
+        for proc in self.running():
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signum)
+
+    def stop(self, grace: float = GRACE_SECONDS) -> None:
+        """SIGTERM to every running rank, SIGKILL to those still alive after `grace`."""
+        self.signal(signal.SIGTERM)
+        self.wait(grace)
+        if self.running():
+            self.signal(signal.SIGKILL)
+            self.wait(None)
+
+    def wait(self, seconds: float | None) -> bool:
+        """Waits up to `seconds` (None: forever) for all ranks; True if all exited."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        while self.running():
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL_SECONDS)
+        return True
+
+    def close(self) -> None:
+        """Waits briefly for the output readers to drain (a grandchild may hold a pipe open)."""
+        for t in self.readers:
+            t.join(timeout=1.0)
+
+
+@contextlib.contextmanager
+def forwarded_signals(group: RankGroup) -> Iterator[list[int]]:
+    """Forwards SIGINT/SIGTERM to the ranks while active; yields the list of signals received.
+
+    A second signal escalates to SIGKILL. Handlers can only be installed from
+    the main thread; elsewhere (e.g. tests calling `main` in a thread) nothing
+    is forwarded.
+    """
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        group.signal(signal.SIGKILL if received else signum)
+        received.append(signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def supervise(group: RankGroup, timeout: float | None, received: list[int]) -> int:
+    """Watches the ranks until all succeed, one fails, a signal arrives or time runs out; returns the exit code."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        if received:
+            return _after_signal(group, received[0])
+        failure = group.first_failure()
+        if failure is not None:
+            return _after_failure(group, *failure)
+        if not group.running():
+            return 0
+        if deadline is not None and time.monotonic() >= deadline:
+            _log(f"timed out after {timeout:g}s; stopping all {len(group.procs)} ranks")
+            group.stop()
+            return EXIT_TIMEOUT
+        time.sleep(POLL_SECONDS)
+
+
+def _after_failure(group: RankGroup, rank: int, returncode: int) -> int:
+    others = len(group.running())
+    suffix = f"; stopping the other {others} rank(s)" if others else ""
+    _log(f"rank {rank} {describe_exit(returncode)}{suffix}")
+    group.stop()
+    return exit_code(returncode)
+
+
+def _after_signal(group: RankGroup, signum: int) -> int:
+    """The signal was already forwarded; give the ranks the grace period, then kill."""
+    if not group.wait(GRACE_SECONDS):
+        _log(f"ranks still running {GRACE_SECONDS:g}s after {signal.Signals(signum).name}; killing them")
+        group.signal(signal.SIGKILL)
+        group.wait(None)
+    return 128 + signum
+
+
+def main(argv: list[str]) -> int:
+    """Runs `shoal run` with `argv` (the arguments after `run`); returns the exit code."""
+    try:
+        opts = parse_args(argv)
+    except SystemExit as e:  # argparse: --help (0) or a usage error (2)
+        return e.code if isinstance(e.code, int) else 2
+    group = RankGroup(opts)
+    with forwarded_signals(group) as received:
+        try:
+            group.start()
+        except OSError as e:
+            _log(f"cannot start {opts.command[0]!r}: {e.strerror or e}")
+            group.stop()
+            return EXIT_CANNOT_START
+        code = supervise(group, opts.timeout, received)
+    group.close()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Sets up a virtual environment, builds shoal, and runs the demo: 4 local
+# ranks allreduce, broadcast and allgather over shared memory, then over TCP.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv
+. .venv/bin/activate
+pip install -q --upgrade pip
+pip install -q maturin numpy
+maturin develop --release -q
+shoal run -n 4 python examples/demo.py
+SHOAL_TRANSPORT=tcp shoal run -n 4 python examples/demo.py
