@@ -23,3 +23,37 @@ def launch(n: int, script: str, *args: str, env: dict[str, str] | None = None, t
         pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}\nstdout:\n{proc.stdout[-6000:]}\n"
                     f"stderr:\n{proc.stderr[-6000:]}")
     return proc
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn_ranks(n: int, script: str, *args: str, env: dict[str, str] | None = None,
+                timeout: float = 120) -> list[subprocess.CompletedProcess[str]]:
+    """Starts n ranks directly (torchrun's environment convention, no launcher),
+    so that every rank runs to its own end even when another one fails."""
+    import uuid
+
+    base = {**os.environ, **(env or {}), "WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(free_port()), "SHOAL_JOB_ID": uuid.uuid4().hex, "PYTHONUNBUFFERED": "1"}
+    procs = [
+        subprocess.Popen([sys.executable, str(WORKERS / script), *args],
+                         env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for r in range(n)
+    ]
+    results = []
+    for r, p in enumerate(procs):
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail(f"rank {r} of {script} hung for {timeout}s")
+        results.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    return results

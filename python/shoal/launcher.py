@@ -200,22 +200,22 @@ class RankGroup:
     def start(self) -> None:
         """Starts every rank; raises OSError if the command cannot be run."""
         job_id = uuid.uuid4().hex
-        pipe = subprocess.PIPE if self.opts.prefix else None
         for rank in range(self.opts.nprocs):
             proc = subprocess.Popen(
                 self.opts.command,
                 env=rank_env(self.opts, rank, job_id),
                 stdin=subprocess.DEVNULL,
-                stdout=pipe,
-                stderr=pipe,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 start_new_session=True,
             )
             self.procs.append(proc)
-            if self.opts.prefix:
-                self._read_output(rank, proc)
+            self._read_output(rank, proc)
 
     def _read_output(self, rank: int, proc: subprocess.Popen[bytes]) -> None:
-        prefix = f"[{rank}]: ".encode()
+        """Copies the rank's output through reader threads, so lines of
+        different ranks never mix, even with --no-prefix."""
+        prefix = f"[{rank}]: ".encode() if self.opts.prefix else b""
         for src, dst, lock in ((proc.stdout, sys.stdout, self.locks[0]), (proc.stderr, sys.stderr, self.locks[1])):
             assert src is not None
             t = threading.Thread(target=_pump, args=(src, dst, prefix, lock), daemon=True)

@@ -240,7 +240,8 @@ fn from_slurm(env: Env) -> Result<Option<Found>, String> {
     };
     let world = match num(env, "SLURM_NTASKS")? {
         Some(w) => w,
-        None => required(env, "SLURM_NPROCS", "SLURM_PROCID")?,
+        None => num(env, "SLURM_NPROCS")?
+            .ok_or("SLURM_PROCID is set but neither SLURM_NTASKS nor SLURM_NPROCS is")?,
     };
     let vars = Vars {
         rank: "SLURM_PROCID",
@@ -1030,7 +1031,13 @@ mod tests {
     #[test]
     fn slurm_errors() {
         let e = err(&[("SLURM_PROCID", "0")]);
-        assert!(e.contains("SLURM_NPROCS"), "{e}");
+        assert!(e.contains("neither SLURM_NTASKS nor SLURM_NPROCS"), "{e}");
+        let i = det(&[
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NPROCS", "2"),
+            ("SLURM_NODELIST", "n"),
+        ]);
+        assert_eq!(i.unwrap().world_size, 2);
         let e = err(&[
             ("SLURM_PROCID", "4"),
             ("SLURM_NTASKS", "4"),

@@ -88,6 +88,13 @@ fn fmt_secs(d: Duration) -> String {
     }
 }
 
+/// `now + timeout`, saturating: an "infinite" timeout must not overflow `Instant`.
+fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
+}
+
 /// Adds `context` in front of an error's message, keeping its kind.
 fn with_context(e: io::Error, context: impl std::fmt::Display) -> io::Error {
     io::Error::new(e.kind(), format!("{context}: {e}"))
@@ -238,7 +245,7 @@ impl Shared {
 
     /// Blocks until `key` exists, the timeout passes, or the server stops.
     fn wait_for(&self, key: &str, timeout: Duration) -> Option<Vec<u8>> {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let mut map = lock(&self.map);
         loop {
             if let Some(v) = map.get(key) {
@@ -422,7 +429,7 @@ impl TcpStore {
     pub fn connect(addr: &str, timeout: Duration) -> io::Result<TcpStore> {
         let stream = connect_retrying(addr, timeout)?;
         // Bounds how long any reply may take, so a hung server is detected.
-        stream.set_read_timeout(Some(timeout + REPLY_GRACE))?;
+        stream.set_read_timeout(Some(timeout.saturating_add(REPLY_GRACE)))?;
         Ok(TcpStore {
             addr: addr.to_string(),
             timeout,
@@ -483,7 +490,7 @@ impl TcpStore {
         if conn.is_none() {
             let stream = connect_once(&self.addr)
                 .and_then(|s| {
-                    s.set_read_timeout(Some(self.timeout + REPLY_GRACE))
+                    s.set_read_timeout(Some(self.timeout.saturating_add(REPLY_GRACE)))
                         .map(|_| s)
                 })
                 .map_err(|e| with_context(e, context()))?;
@@ -538,7 +545,7 @@ fn connect_within(addr: &str, limit: Duration) -> io::Result<TcpStream> {
 
 /// Connects, retrying with backoff until `timeout` passes.
 fn connect_retrying(addr: &str, timeout: Duration) -> io::Result<TcpStream> {
-    let deadline = Instant::now() + timeout;
+    let deadline = deadline_after(timeout);
     let mut backoff = Duration::from_millis(10);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -570,7 +577,8 @@ impl KvStore for TcpStore {
     fn get(&self, key: &str) -> io::Result<Vec<u8>> {
         let mut req = vec![OP_GET];
         put_bytes(&mut req, key.as_bytes());
-        req.extend_from_slice(&(self.timeout.as_millis() as u64).to_le_bytes());
+        let timeout_ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
+        req.extend_from_slice(&timeout_ms.to_le_bytes());
         let v = self.request("get", key, &req, |r| read_bytes(r, MAX_VALUE))?;
         v.ok_or_else(|| key_timeout(&format!("store {}", self.addr), key, self.timeout))
     }
@@ -696,7 +704,7 @@ impl KvStore for FileStore {
     }
 
     fn get(&self, key: &str) -> io::Result<Vec<u8>> {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = deadline_after(self.timeout);
         let mut backoff = Duration::from_millis(1);
         loop {
             if let Some(v) = self.read(key)? {
@@ -1138,6 +1146,20 @@ pub(crate) mod tests {
         assert_eq!(j1.add("n", 1).unwrap(), 1);
         assert!(j1.check(&["k", "n"]).unwrap() && !j2.check(&["n"]).unwrap());
         assert!(j2.get("n").unwrap_err().to_string().contains("'job2/n'"));
+    }
+
+    #[test]
+    fn unbounded_timeouts_do_not_overflow() {
+        let s = server();
+        let addr = s.local_connect_addr().to_string();
+        let c = TcpStore::connect(&addr, Duration::MAX).unwrap();
+        c.set("k", b"v").unwrap();
+        assert_eq!(c.get("k").unwrap(), b"v");
+        let d = temp_dir("max");
+        let f = FileStore::new(&d, Duration::MAX).unwrap();
+        f.set("k", b"v").unwrap();
+        assert_eq!(f.get("k").unwrap(), b"v");
+        fs::remove_dir_all(d).unwrap();
     }
 
     #[test]

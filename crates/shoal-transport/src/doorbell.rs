@@ -114,9 +114,10 @@ pub(crate) fn wait_on(
         if poll()? {
             return Ok(());
         }
-        for _ in 0..32 {
-            std::hint::spin_loop();
-        }
+        // Yield rather than spin: an I/O thread or a peer sharing this core
+        // may be the one that has to run for `poll` to see progress.
+        std::hint::spin_loop();
+        std::thread::yield_now();
     }
     loop {
         let seen = bell.seq();

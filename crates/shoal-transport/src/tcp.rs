@@ -115,6 +115,8 @@ pub struct TcpTransport {
     index: Vec<Option<usize>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     last_seen: AtomicU32,
+    /// How long `close` waits for queued sends to drain.
+    close_timeout: Duration,
 }
 
 impl TcpTransport {
@@ -177,6 +179,7 @@ impl TcpTransport {
             index,
             threads: Mutex::new(threads),
             last_seen,
+            close_timeout: cfg.timeout.min(Duration::from_secs(10)),
         })
     }
 
@@ -228,15 +231,18 @@ impl TcpTransport {
             .into_iter()
             .partition(|t| t.thread().name().is_some_and(|n| n.contains("-w")));
         if bye {
-            for t in writers {
-                let _ = t.join();
+            // A peer that stopped reading (e.g. SIGSTOPped) must not hang us:
+            // give the writers a bounded time, then cut the sockets under them.
+            let deadline = Instant::now() + self.close_timeout;
+            while writers.iter().any(|t| !t.is_finished()) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
             }
         }
         self.shared.closing.store(true, Ordering::Release);
         for c in &self.conns {
             let _ = c.stream.shutdown(Shutdown::Both);
         }
-        for t in readers {
+        for t in writers.into_iter().chain(readers) {
             let _ = t.join();
         }
     }

@@ -28,7 +28,9 @@ fn stream(kind: Kind, len: usize, iters: usize) -> f64 {
         while i < iters {
             let n = window.min(iters - i);
             if r == 0 {
-                let reqs: Vec<ReqId> = (0..n).map(|k| isend(t, 1, (1 + i + k) as u32, &buf)).collect();
+                let reqs: Vec<ReqId> = (0..n)
+                    .map(|k| isend(t, 1, (1 + i + k) as u32, &buf))
+                    .collect();
                 wait_all(t, &reqs).unwrap();
             } else {
                 let ptr = buf.as_mut_ptr();

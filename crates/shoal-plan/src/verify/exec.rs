@@ -1,0 +1,175 @@
+//! Symbolic execution of all ranks under rendezvous semantics.
+//!
+//! Each element holds the sorted multiset of `(rank, input index)`
+//! contributions it carries; uninitialised memory holds [`UNDEFINED`], which
+//! survives any reduction it takes part in. Steps run as soon as their deps
+//! are done, a Send and its receive together; since races are ruled out
+//! beforehand, the order among ready steps does not change the outcome.
+
+use super::error::{ErrorKind, Stuck, VerifyError};
+use super::matching::Matches;
+use super::structure::buffer_len;
+use crate::plan::{Buf, CallShape, Op, Plan, Region};
+
+/// A contribution: input element `.1` of rank `.0`.
+pub type Contribution = (u32, u32);
+/// Sorted contributions of one element.
+pub type Value = Vec<Contribution>;
+/// The contribution that marks garbage.
+pub const UNDEFINED: Contribution = (u32::MAX, u32::MAX);
+
+/// The final buffers of one rank, indexed by [`slot`].
+pub struct Memory {
+    pub bufs: [Vec<Value>; 3],
+}
+
+pub fn slot(buf: Buf) -> usize {
+    match buf {
+        Buf::Input => 0,
+        Buf::Output => 1,
+        Buf::Scratch => 2,
+    }
+}
+
+impl Memory {
+    fn new(shape: &CallShape, plan: &Plan) -> Memory {
+        let len = |b| buffer_len(shape, plan, b);
+        let input = (0..len(Buf::Input)).map(|i| vec![(plan.rank as u32, i as u32)]).collect();
+        let garbage = |b| vec![vec![UNDEFINED]; len(b)];
+        Memory { bufs: [input, garbage(Buf::Output), garbage(Buf::Scratch)] }
+    }
+
+    pub fn get(&self, buf: Buf) -> &[Value] {
+        &self.bufs[slot(buf)]
+    }
+
+    fn read(&self, r: Region) -> Vec<Value> {
+        self.bufs[slot(r.buf)][r.offset..r.end()].to_vec()
+    }
+
+    fn write(&mut self, r: Region, values: Vec<Value>, reduce: bool) {
+        let dst = &mut self.bufs[slot(r.buf)][r.offset..r.end()];
+        for (d, v) in dst.iter_mut().zip(values) {
+            if reduce {
+                d.extend(v);
+                d.sort_unstable();
+            } else {
+                *d = v;
+            }
+        }
+    }
+}
+
+/// Runs every plan to completion and returns the final memories, or the
+/// steps that deadlock.
+pub fn run(shape: &CallShape, plans: &[Plan], matches: &Matches) -> Result<Vec<Memory>, VerifyError> {
+    let mut sched = Scheduler::new(plans);
+    let mut mem: Vec<Memory> = plans.iter().map(|p| Memory::new(shape, p)).collect();
+    while let Some((r, i)) = sched.ready.pop() {
+        match plans[r].steps[i].op {
+            Op::Copy { src, dst } | Op::Reduce { src, dst } => {
+                let reduce = matches!(plans[r].steps[i].op, Op::Reduce { .. });
+                let values = mem[r].read(src);
+                mem[r].write(dst, values, reduce);
+                sched.complete(r, i);
+            }
+            _ => {
+                sched.posted[r][i] = true;
+                let (p, j) = matches.partner(r, i).expect("matched before running");
+                if sched.posted[p][j] {
+                    transfer(plans, &mut mem, (r, i), (p, j));
+                    sched.complete(r, i);
+                    sched.complete(p, j);
+                }
+            }
+        }
+    }
+    if sched.remaining > 0 {
+        return Err(VerifyError::global(ErrorKind::Deadlock { stuck: sched.stuck(plans, matches) }));
+    }
+    Ok(mem)
+}
+
+/// Moves a message between the two ends, whichever is the sender.
+fn transfer(plans: &[Plan], mem: &mut [Memory], a: (usize, usize), b: (usize, usize)) {
+    let (send, recv) = match plans[a.0].steps[a.1].op {
+        Op::Send { .. } => (a, b),
+        _ => (b, a),
+    };
+    let Op::Send { src, .. } = plans[send.0].steps[send.1].op else { unreachable!("matched to a Send") };
+    let values = mem[send.0].read(src);
+    match plans[recv.0].steps[recv.1].op {
+        Op::Recv { dst, .. } => mem[recv.0].write(dst, values, false),
+        Op::RecvReduce { dst, .. } => mem[recv.0].write(dst, values, true),
+        _ => unreachable!("matched to a receive"),
+    }
+}
+
+/// Which steps are ready, posted and done.
+struct Scheduler {
+    ready: Vec<(usize, usize)>,
+    waiting: Vec<Vec<usize>>,
+    dependents: Vec<Vec<Vec<usize>>>,
+    posted: Vec<Vec<bool>>,
+    done: Vec<Vec<bool>>,
+    remaining: usize,
+}
+
+impl Scheduler {
+    fn new(plans: &[Plan]) -> Scheduler {
+        let mut s = Scheduler {
+            ready: Vec::new(),
+            waiting: Vec::new(),
+            dependents: Vec::new(),
+            posted: Vec::new(),
+            done: Vec::new(),
+            remaining: plans.iter().map(|p| p.steps.len()).sum(),
+        };
+        for (r, plan) in plans.iter().enumerate() {
+            let n = plan.steps.len();
+            let mut dependents = vec![Vec::new(); n];
+            for (i, step) in plan.steps.iter().enumerate() {
+                for &d in &step.deps {
+                    dependents[d].push(i);
+                }
+                if step.deps.is_empty() {
+                    s.ready.push((r, i));
+                }
+            }
+            s.waiting.push(plan.steps.iter().map(|st| st.deps.len()).collect());
+            s.dependents.push(dependents);
+            s.posted.push(vec![false; n]);
+            s.done.push(vec![false; n]);
+        }
+        s
+    }
+
+    fn complete(&mut self, r: usize, i: usize) {
+        self.done[r][i] = true;
+        self.remaining -= 1;
+        for k in 0..self.dependents[r][i].len() {
+            let d = self.dependents[r][i][k];
+            self.waiting[r][d] -= 1;
+            if self.waiting[r][d] == 0 {
+                self.ready.push((r, d));
+            }
+        }
+    }
+
+    /// Posted messages whose partner is not posted: the frontier of the deadlock.
+    fn stuck(&self, plans: &[Plan], matches: &Matches) -> Vec<Stuck> {
+        const SHOWN: usize = 8;
+        let mut out = Vec::new();
+        for (r, plan) in plans.iter().enumerate() {
+            for (i, step) in plan.steps.iter().enumerate() {
+                if !self.posted[r][i] || self.done[r][i] || out.len() == SHOWN {
+                    continue;
+                }
+                let (p, j) = matches.partner(r, i).expect("matched");
+                let partner_waits_on = plans[p].steps[j].deps.iter().copied().filter(|&d| !self.done[p][d]).collect();
+                out.push(Stuck { rank: r, step: i, op: step.op.clone(), partner: (p, j), partner_waits_on });
+            }
+        }
+        out
+    }
+}

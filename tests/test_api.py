@@ -1,0 +1,51 @@
+"""The Python API on real jobs: async work, groups, send/recv, argument checks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import launch
+
+import shoal
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_api_behaviour(transport: str, world: int) -> None:
+    proc = launch(world, "api.py", env={"SHOAL_TRANSPORT": transport})
+    assert proc.stdout.count("OK api") == world
+
+
+def test_single_process_without_environment() -> None:
+    code = (
+        "import numpy as np, shoal; shoal.init(); x = np.arange(4.0); shoal.allreduce(x); "
+        "print(shoal.rank(), shoal.size(), x.tolist()); shoal.finalize()"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "0 1 [0.0, 1.0, 2.0, 3.0]"
+
+
+def test_unknown_algorithm_in_environment_is_a_clear_error() -> None:
+    code = "import shoal; shoal.init()"
+    env = {**__import__("os").environ, "SHOAL_ALGO": "allreduce:fastest"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "unknown allreduce algorithm 'fastest'" in out.stderr and "ring" in out.stderr
+
+
+def test_algorithm_lists() -> None:
+    for coll in ("allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall", "gather", "scatter",
+                 "barrier"):
+        assert shoal.algorithms(coll), coll
+    with pytest.raises(ValueError, match="valid: allreduce"):
+        shoal.algorithms("allsum")
+
+
+def test_uninitialized_use_is_an_error() -> None:
+    with pytest.raises(RuntimeError, match="not initialized"):
+        shoal.allreduce(np.zeros(3))

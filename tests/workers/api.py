@@ -1,0 +1,109 @@
+"""API behaviour on a real job: async work, groups, send/recv, overrides,
+argument errors. Launched by tests/test_api.py through `shoal run`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import shoal
+
+
+def expect_error(exc: type[BaseException], fragment: str, fn, *args, **kwargs) -> None:  # noqa: ANN001
+    try:
+        fn(*args, **kwargs)
+    except exc as e:
+        assert fragment in str(e), f"error {e!r} does not mention {fragment!r}"
+        return
+    raise AssertionError(f"{fn.__name__} did not raise {exc.__name__} ({fragment})")
+
+
+def check_async(r: int, p: int) -> None:
+    xs = [np.full(100_003, r + i, dtype=np.float64) for i in range(4)]
+    works = [shoal.allreduce(x, async_op=True) for x in xs]
+    for i, (w, x) in enumerate(zip(works, xs)):
+        assert w.wait() is x
+        assert w.is_completed()
+        assert np.all(x == sum(q + i for q in range(p)))
+    # a sync call after async ones keeps the issue order
+    y = np.full(3, r, dtype=np.int32)
+    w = shoal.broadcast(y, root=p - 1, async_op=True)
+    z = np.array([r], dtype=np.int64)
+    shoal.allreduce(z, op="max")
+    w.wait()
+    assert np.all(y == p - 1) and z[0] == p - 1
+
+
+def check_groups(r: int, p: int) -> None:
+    evens = list(range(0, p, 2))
+    g = shoal.new_group(evens)
+    if r % 2 == 0:
+        assert g is not None and g.size == len(evens) and g.rank == r // 2
+        x = np.array([r], dtype=np.int64)
+        g.allreduce(x)
+        assert x[0] == sum(evens), x
+        out = g.allgather(np.array([r], dtype=np.int32))
+        assert list(out.ravel()) == evens
+    else:
+        assert g is None
+    # a group in reverse order: group rank 0 is the last world rank
+    rev = shoal.new_group(list(range(p - 1, -1, -1)))
+    b = np.array([r], dtype=np.int32)
+    rev.broadcast(b, root=0)
+    assert b[0] == p - 1
+
+
+def check_send_recv(r: int, p: int) -> None:
+    if p < 2:
+        return
+    if r == 0:
+        for tag in (5, 5, 9):
+            shoal.send(np.arange(7, dtype=np.int32) + tag, 1, tag=tag)
+    elif r == 1:
+        # receive the tag-9 message first: tags are matched, not arrival order
+        c = np.empty(7, dtype=np.int32)
+        shoal.recv(c, 0, tag=9)
+        a, b = np.empty(7, dtype=np.int32), np.empty(7, dtype=np.int32)
+        shoal.recv(a, 0, tag=5)
+        shoal.recv(b, 0, tag=5)
+        assert np.array_equal(c, np.arange(7) + 9) and np.array_equal(a, np.arange(7) + 5)
+        assert np.array_equal(b, a)
+    shoal.barrier()
+
+
+def check_arguments(r: int, p: int) -> None:
+    x = np.zeros((4, 4), dtype=np.float32)
+    expect_error(ValueError, "C-contiguous", shoal.allreduce, x[:, 1])
+    ro = np.zeros(4, dtype=np.float32)
+    ro.flags.writeable = False
+    expect_error(ValueError, "read-only", shoal.allreduce, ro)
+    expect_error(ValueError, "out must hold", shoal.allgather, np.zeros(3, np.float32), np.zeros(3 * p + 1, np.float32))
+    expect_error(ValueError, "unsupported dtype", shoal.allreduce, np.zeros(3, np.complex64))
+    expect_error(ValueError, "needs a floating-point", shoal.allreduce, np.zeros(3, np.int32), "avg")
+    expect_error(ValueError, "needs an integer", shoal.allreduce, np.zeros(3, np.float32), "band")
+    expect_error(ValueError, "unknown reduction op", shoal.allreduce, np.zeros(3, np.float32), "mean")
+    expect_error(ValueError, "valid: ", shoal.allreduce, np.zeros(3, np.float32), algorithm="nope")
+    expect_error(ValueError, "root", shoal.broadcast, np.zeros(3, np.float32), root=p)
+    expect_error(ValueError, "not a multiple", shoal.reduce_scatter, np.zeros(p * 2 + 1, np.float32)) if p > 1 else None
+    # any buffer-protocol object works, in place
+    buf = bytearray([r + 1] * 5)
+    shoal.allreduce(buf, op="max")
+    assert bytes(buf) == bytes([p] * 5)
+    # the communicator is still healthy after rejected calls
+    y = np.ones(5, dtype=np.float16)
+    shoal.allreduce(y)
+    assert np.all(y == p)
+
+
+def main() -> None:
+    shoal.init()
+    r, p = shoal.rank(), shoal.size()
+    check_async(r, p)
+    check_groups(r, p)
+    check_send_recv(r, p)
+    check_arguments(r, p)
+    shoal.finalize()
+    print("OK api")
+
+
+if __name__ == "__main__":
+    main()
