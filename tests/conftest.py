@@ -13,15 +13,17 @@ HERE = Path(__file__).parent
 WORKERS = HERE / "workers"
 
 
-def launch(n: int, script: str, *args: str, env: dict[str, str] | None = None, timeout: float = 240,
-           check: bool = True) -> subprocess.CompletedProcess[str]:
+def launch(
+    n: int, script: str, *args: str, env: dict[str, str] | None = None, timeout: float = 240, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     """Runs `script` (a file under tests/workers) on n ranks with the real launcher."""
     full_env = {**os.environ, **(env or {})}
     cmd = [sys.executable, "-m", "shoal.cli", "run", "-n", str(n), "--", sys.executable, str(WORKERS / script), *args]
     proc = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
-        pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}\nstdout:\n{proc.stdout[-6000:]}\n"
-                    f"stderr:\n{proc.stderr[-6000:]}")
+        pytest.fail(
+            f"{' '.join(cmd)} exited {proc.returncode}\nstdout:\n{proc.stdout[-6000:]}\nstderr:\n{proc.stderr[-6000:]}"
+        )
     return proc
 
 
@@ -33,18 +35,30 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn_ranks(n: int, script: str, *args: str, env: dict[str, str] | None = None,
-                timeout: float = 120) -> list[subprocess.CompletedProcess[str]]:
+def spawn_ranks(
+    n: int, script: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> list[subprocess.CompletedProcess[str]]:
     """Starts n ranks directly (torchrun's environment convention, no launcher),
     so that every rank runs to its own end even when another one fails."""
     import uuid
 
-    base = {**os.environ, **(env or {}), "WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(free_port()), "SHOAL_JOB_ID": uuid.uuid4().hex, "PYTHONUNBUFFERED": "1"}
+    base = {
+        **os.environ,
+        **(env or {}),
+        "WORLD_SIZE": str(n),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "SHOAL_JOB_ID": uuid.uuid4().hex,
+        "PYTHONUNBUFFERED": "1",
+    }
     procs = [
-        subprocess.Popen([sys.executable, str(WORKERS / script), *args],
-                         env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, str(WORKERS / script), *args],
+            env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for r in range(n)
     ]
     results = []

@@ -7,9 +7,8 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import launch
-
 import shoal
+from conftest import launch
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
@@ -39,8 +38,17 @@ def test_unknown_algorithm_in_environment_is_a_clear_error() -> None:
 
 
 def test_algorithm_lists() -> None:
-    for coll in ("allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall", "gather", "scatter",
-                 "barrier"):
+    for coll in (
+        "allreduce",
+        "broadcast",
+        "reduce",
+        "allgather",
+        "reduce_scatter",
+        "alltoall",
+        "gather",
+        "scatter",
+        "barrier",
+    ):
         assert shoal.algorithms(coll), coll
     with pytest.raises(ValueError, match="valid: allreduce"):
         shoal.algorithms("allsum")

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from shoal._shoal import (
     AbortedError,
     MismatchError,
@@ -18,7 +20,6 @@ from shoal._shoal import (
     algorithms,
 )
 from shoal.group import Buffer, Group, Work
-from typing import Any
 
 __all__ = [
     "AbortedError",
@@ -114,77 +115,141 @@ def new_group(ranks: list[int], group: Group | None = None) -> Group | None:
 
 
 def allreduce(
-    x: Buffer, op: str = "sum", *, group: Group | None = None, algorithm: str | None = None, async_op: bool = False, dtype: str | None = None,
+    x: Buffer,
+    op: str = "sum",
+    *,
+    group: Group | None = None,
+    algorithm: str | None = None,
+    async_op: bool = False,
+    dtype: str | None = None,
 ) -> Any:
     """Reduces ``x`` across ranks in place; returns ``x`` (or a Work if ``async_op``)."""
     return _group(group).allreduce(x, op, algorithm=algorithm, async_op=async_op, dtype=dtype)
 
 
 def broadcast(
-    x: Buffer, root: int = 0, *, group: Group | None = None, algorithm: str | None = None, async_op: bool = False, dtype: str | None = None,
+    x: Buffer,
+    root: int = 0,
+    *,
+    group: Group | None = None,
+    algorithm: str | None = None,
+    async_op: bool = False,
+    dtype: str | None = None,
 ) -> Any:
     """Copies root's ``x`` into ``x`` on every rank, in place."""
     return _group(group).broadcast(x, root, algorithm=algorithm, async_op=async_op, dtype=dtype)
 
 
 def reduce(
-    x: Buffer, root: int = 0, op: str = "sum", *, group: Group | None = None, algorithm: str | None = None, async_op: bool = False, dtype: str | None = None,
+    x: Buffer,
+    root: int = 0,
+    op: str = "sum",
+    *,
+    group: Group | None = None,
+    algorithm: str | None = None,
+    async_op: bool = False,
+    dtype: str | None = None,
 ) -> Any:
     """Reduces ``x`` into root's ``x`` in place; other ranks' ``x`` is unchanged."""
     return _group(group).reduce(x, root, op, algorithm=algorithm, async_op=async_op, dtype=dtype)
 
 
 def allgather(
-    x: Buffer, out: Buffer | None = None, *, group: Group | None = None, algorithm: str | None = None, async_op: bool = False, dtype: str | None = None,
+    x: Buffer,
+    out: Buffer | None = None,
+    *,
+    group: Group | None = None,
+    algorithm: str | None = None,
+    async_op: bool = False,
+    dtype: str | None = None,
 ) -> Any:
     """Every rank's ``x`` concatenated in rank order; ``out`` defaults to shape (size, *x.shape)."""
     return _group(group).allgather(x, out, algorithm=algorithm, async_op=async_op, dtype=dtype)
 
 
 def reduce_scatter(
-    x: Buffer, out: Buffer | None = None, op: str = "sum", *, group: Group | None = None, algorithm: str | None = None, async_op: bool = False, dtype: str | None = None,
+    x: Buffer,
+    out: Buffer | None = None,
+    op: str = "sum",
+    *,
+    group: Group | None = None,
+    algorithm: str | None = None,
+    async_op: bool = False,
+    dtype: str | None = None,
 ) -> Any:
     """Reduces ``x`` (size blocks of equal length) and gives rank r block r."""
     return _group(group).reduce_scatter(x, out, op, algorithm=algorithm, async_op=async_op, dtype=dtype)
 
 
 def alltoall(
-    x: Buffer, out: Buffer | None = None, *, group: Group | None = None, algorithm: str | None = None, async_op: bool = False, dtype: str | None = None,
+    x: Buffer,
+    out: Buffer | None = None,
+    *,
+    group: Group | None = None,
+    algorithm: str | None = None,
+    async_op: bool = False,
+    dtype: str | None = None,
 ) -> Any:
     """Block q of ``x`` goes to rank q; block q of the result came from rank q."""
     return _group(group).alltoall(x, out, algorithm=algorithm, async_op=async_op, dtype=dtype)
 
 
 def gather(
-    x: Buffer, root: int = 0, out: Buffer | None = None, *, group: Group | None = None, algorithm: str | None = None, async_op: bool = False, dtype: str | None = None,
+    x: Buffer,
+    root: int = 0,
+    out: Buffer | None = None,
+    *,
+    group: Group | None = None,
+    algorithm: str | None = None,
+    async_op: bool = False,
+    dtype: str | None = None,
 ) -> Any:
     """Every rank's ``x`` concatenated at root (None elsewhere)."""
     return _group(group).gather(x, root, out, algorithm=algorithm, async_op=async_op, dtype=dtype)
 
 
 def scatter(
-    x: Buffer | None, out: Buffer, root: int = 0, *, group: Group | None = None, algorithm: str | None = None, async_op: bool = False, dtype: str | None = None,
+    x: Buffer | None,
+    out: Buffer,
+    root: int = 0,
+    *,
+    group: Group | None = None,
+    algorithm: str | None = None,
+    async_op: bool = False,
+    dtype: str | None = None,
 ) -> Any:
     """Block r of root's ``x`` into ``out`` on rank r (``x`` is ignored off root)."""
     return _group(group).scatter(x, out, root, algorithm=algorithm, async_op=async_op, dtype=dtype)
 
 
 def barrier(
-    *, group: Group | None = None, async_op: bool = False,
+    *,
+    group: Group | None = None,
+    async_op: bool = False,
 ) -> Any:
     """Returns once every rank of the group has entered the barrier."""
     return _group(group).barrier(async_op=async_op)
 
 
 def send(
-    x: Buffer, dst: int, tag: int = 0, *, group: Group | None = None, dtype: str | None = None,
+    x: Buffer,
+    dst: int,
+    tag: int = 0,
+    *,
+    group: Group | None = None,
+    dtype: str | None = None,
 ) -> Any:
     """Sends ``x`` to rank ``dst``; blocks until it is handed to the transport."""
     return _group(group).send(x, dst, tag, dtype=dtype)
 
 
 def recv(
-    x: Buffer, src: int, tag: int = 0, *, group: Group | None = None, dtype: str | None = None,
+    x: Buffer,
+    src: int,
+    tag: int = 0,
+    *,
+    group: Group | None = None,
+    dtype: str | None = None,
 ) -> Any:
     """Receives into ``x`` from rank ``src``; returns ``x``."""
     return _group(group).recv(x, src, tag, dtype=dtype)

@@ -24,7 +24,9 @@ def as_array(buf: Any, name: str, writable: bool) -> np.ndarray:
         try:
             view = memoryview(buf)
         except TypeError:
-            raise TypeError(f"{name} must be a numpy array or support the buffer protocol, got {type(buf).__name__}") from None
+            raise TypeError(
+                f"{name} must be a numpy array or support the buffer protocol, got {type(buf).__name__}"
+            ) from None
         if not view.c_contiguous:
             raise ValueError(f"{name} must be C-contiguous")
         arr = np.asarray(view)

@@ -16,8 +16,17 @@ def _info() -> int:
     import shoal
 
     print(f"shoal {shoal.__version__}")
-    for coll in ("allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall", "gather", "scatter",
-                 "barrier"):
+    for coll in (
+        "allreduce",
+        "broadcast",
+        "reduce",
+        "allgather",
+        "reduce_scatter",
+        "alltoall",
+        "gather",
+        "scatter",
+        "barrier",
+    ):
         print(f"  {coll:15s} {', '.join(shoal.algorithms(coll))}")
     return 0
 

@@ -100,7 +100,13 @@ class Group:
             raise ValueError(f"root {root} is not a rank of this group of {self.size}")
 
     def allreduce(
-        self, x: Buffer, op: str = "sum", *, algorithm: str | None = None, async_op: bool = False, dtype: str | None = None
+        self,
+        x: Buffer,
+        op: str = "sum",
+        *,
+        algorithm: str | None = None,
+        async_op: bool = False,
+        dtype: str | None = None,
     ) -> Any:
         a = as_array(x, "x", writable=True)
         dt = dtype_name(a, dtype)
@@ -108,7 +114,13 @@ class Group:
         return self._run("allreduce", n, dt, op, 0, algorithm, a, a, async_op, x)
 
     def broadcast(
-        self, x: Buffer, root: int = 0, *, algorithm: str | None = None, async_op: bool = False, dtype: str | None = None
+        self,
+        x: Buffer,
+        root: int = 0,
+        *,
+        algorithm: str | None = None,
+        async_op: bool = False,
+        dtype: str | None = None,
     ) -> Any:
         self._root_check(root)
         a = as_array(x, "x", writable=True)

@@ -8,7 +8,8 @@ Every rank gets the torchrun environment convention (``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``) plus a
 fresh ``SHOAL_JOB_ID`` and ``PYTHONUNBUFFERED=1``; ``--env`` values are applied
 last, so the user has the final word. Output lines are prefixed with
-``[rank]: `` (stdout and stderr kept apart).
+``[rank]: `` (stdout and stderr kept apart); with ``--no-prefix`` they still
+pass through the launcher whole, so lines of different ranks never mix.
 
 Failure handling follows the rule "one rank fails, the job fails": when a rank
 exits non-zero the others get SIGTERM, then SIGKILL after a grace period, and

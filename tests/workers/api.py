@@ -4,7 +4,6 @@ argument errors. Launched by tests/test_api.py through `shoal run`."""
 from __future__ import annotations
 
 import numpy as np
-
 import shoal
 
 

@@ -9,7 +9,6 @@ import sys
 import time
 
 import numpy as np
-
 import shoal
 
 victim = int(sys.argv[1])

@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-
 import shoal
 
 what = sys.argv[1]

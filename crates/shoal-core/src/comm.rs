@@ -19,7 +19,7 @@ use crate::work::{AsyncQueue, Work};
 /// Sequence numbers with this bit set belong to point-to-point messages.
 const P2P_SEQ: u32 = 1 << 31;
 /// The signature kind of point-to-point messages.
-const P2P_KIND: u8 = 0xff;
+const P2P_KIND: u8 = CallSig::P2P_KIND;
 
 /// What the ranks of one process share: the transport and the execution lock.
 pub struct Engine {
@@ -62,7 +62,10 @@ impl Engine {
         match &*self.failed.lock().unwrap() {
             Some(e) => Err(Error::new(
                 e.kind,
-                format!("communicator is unusable after an earlier failure: {}", e.message),
+                format!(
+                    "communicator is unusable after an earlier failure: {}",
+                    e.message
+                ),
             )),
             None => Ok(()),
         }
@@ -138,8 +141,19 @@ impl Communicator {
         Communicator::with_members(engine, (0..world).collect(), rank, 0)
     }
 
-    fn with_members(engine: Arc<Engine>, members: Vec<usize>, rank: usize, id: u32) -> Communicator {
-        Communicator { engine, members, rank, id, state: Mutex::new(CommState::default()) }
+    fn with_members(
+        engine: Arc<Engine>,
+        members: Vec<usize>,
+        rank: usize,
+        id: u32,
+    ) -> Communicator {
+        Communicator {
+            engine,
+            members,
+            rank,
+            id,
+            state: Mutex::new(CommState::default()),
+        }
     }
 
     pub fn rank(&self) -> usize {
@@ -164,7 +178,11 @@ impl Communicator {
     }
 
     /// Starts a collective on the async worker and returns its work handle.
-    pub fn collective_async(self: &Arc<Self>, args: &CollArgs, bufs: CallBuffers) -> Result<Arc<Work>> {
+    pub fn collective_async(
+        self: &Arc<Self>,
+        args: &CollArgs,
+        bufs: CallBuffers,
+    ) -> Result<Arc<Work>> {
         let p = self.prepare(args, &bufs)?;
         let me = self.clone();
         let bufs = SendBuffers(bufs);
@@ -183,9 +201,19 @@ impl Communicator {
         root: usize,
         explicit: Option<&str>,
     ) -> Result<String> {
-        let args = CollArgs { collective, count, dtype, op: ReduceOp::Sum, root, algorithm: None };
+        let args = CollArgs {
+            collective,
+            count,
+            dtype,
+            op: ReduceOp::Sum,
+            root,
+            algorithm: None,
+        };
         let shape = self.shape(&args)?;
-        let (_, alg) = self.engine.selector.choose(&shape, dtype.size(), explicit)?;
+        let (_, alg) = self
+            .engine
+            .selector
+            .choose(&shape, dtype.size(), explicit)?;
         Ok(alg.name.to_string())
     }
 
@@ -226,10 +254,19 @@ impl Communicator {
         self.check_buffers(&shape, args.dtype, bufs)?;
         let esize = args.dtype.size();
         let (algo_index, alg) =
-            self.engine.selector.choose(&shape, esize, args.algorithm.as_deref())?;
-        let op = if args.collective.reduces() { args.op } else { ReduceOp::Sum };
+            self.engine
+                .selector
+                .choose(&shape, esize, args.algorithm.as_deref())?;
+        let op = if args.collective.reduces() {
+            args.op
+        } else {
+            ReduceOp::Sum
+        };
         let sig = CallSig {
-            kind: Collective::ALL.iter().position(|&c| c == args.collective).unwrap() as u8,
+            kind: Collective::ALL
+                .iter()
+                .position(|&c| c == args.collective)
+                .unwrap() as u8,
             dtype: args.dtype.index(),
             op: op.index(),
             algo: algo_index,
@@ -256,7 +293,15 @@ impl Communicator {
             .clone();
         let seq = st.seq;
         st.seq = (st.seq + 1) & !P2P_SEQ;
-        Ok(Prepared { cp, seq, sig, describe, op, dtype: args.dtype, divide_by })
+        Ok(Prepared {
+            cp,
+            seq,
+            sig,
+            describe,
+            op,
+            dtype: args.dtype,
+            divide_by,
+        })
     }
 
     fn shape(&self, args: &CollArgs) -> Result<CallShape> {
@@ -268,8 +313,18 @@ impl Communicator {
             )));
         }
         let chunk = (self.engine.config.chunk_bytes / args.dtype.size()).max(1);
-        let root = if args.collective.rooted() { args.root } else { 0 };
-        Ok(CallShape { collective: args.collective, world, count: args.count, root, chunk })
+        let root = if args.collective.rooted() {
+            args.root
+        } else {
+            0
+        };
+        Ok(CallShape {
+            collective: args.collective,
+            world,
+            count: args.count,
+            root,
+            chunk,
+        })
     }
 
     fn check_buffers(&self, shape: &CallShape, dtype: DType, bufs: &CallBuffers) -> Result<()> {
@@ -296,17 +351,49 @@ impl Communicator {
 
     /// Sends `count` elements at `data` to group rank `peer`. Messages with the
     /// same (peer, tag) arrive in order.
-    pub fn send(&self, peer: usize, tag: u32, dtype: DType, data: *const u8, count: usize) -> Result<()> {
+    pub fn send(
+        &self,
+        peer: usize,
+        tag: u32,
+        dtype: DType,
+        data: *const u8,
+        count: usize,
+    ) -> Result<()> {
         let src = Region::new(Buf::Input, 0, count);
-        let bufs = CallBuffers { input: data, input_bytes: count * dtype.size(), output: std::ptr::null_mut(), output_bytes: 0 };
-        self.point_to_point(peer, tag, dtype, count, true, bufs, |t| Op::Send { peer, tag: t, src })
+        let bufs = CallBuffers {
+            input: data,
+            input_bytes: count * dtype.size(),
+            output: std::ptr::null_mut(),
+            output_bytes: 0,
+        };
+        self.point_to_point(peer, tag, dtype, count, true, bufs, |t| Op::Send {
+            peer,
+            tag: t,
+            src,
+        })
     }
 
     /// Receives `count` elements from group rank `peer` into `data`.
-    pub fn recv(&self, peer: usize, tag: u32, dtype: DType, data: *mut u8, count: usize) -> Result<()> {
+    pub fn recv(
+        &self,
+        peer: usize,
+        tag: u32,
+        dtype: DType,
+        data: *mut u8,
+        count: usize,
+    ) -> Result<()> {
         let dst = Region::new(Buf::Output, 0, count);
-        let bufs = CallBuffers { input: std::ptr::null(), input_bytes: 0, output: data, output_bytes: count * dtype.size() };
-        self.point_to_point(peer, tag, dtype, count, false, bufs, |t| Op::Recv { peer, tag: t, dst })
+        let bufs = CallBuffers {
+            input: std::ptr::null(),
+            input_bytes: 0,
+            output: data,
+            output_bytes: count * dtype.size(),
+        };
+        self.point_to_point(peer, tag, dtype, count, false, bufs, |t| Op::Recv {
+            peer,
+            tag: t,
+            dst,
+        })
     }
 
     /// Point-to-point messages run as one-step plans, so they share the
@@ -331,11 +418,17 @@ impl Communicator {
             )));
         }
         if tag >= P2P_SEQ {
-            return Err(Error::invalid(format!("tag {tag} too large (must be < 2^31)")));
+            return Err(Error::invalid(format!(
+                "tag {tag} too large (must be < 2^31)"
+            )));
         }
         let index = {
             let mut st = self.state.lock().unwrap();
-            let counters = if sending { &mut st.sends } else { &mut st.recvs };
+            let counters = if sending {
+                &mut st.sends
+            } else {
+                &mut st.recvs
+            };
             let next = counters.entry((peer, tag)).or_insert(0);
             *next += 1;
             *next - 1
@@ -350,7 +443,14 @@ impl Communicator {
             self.members[self.rank],
             self.members[peer]
         );
-        let sig = CallSig { kind: P2P_KIND, dtype: dtype.index(), op: 0, algo: 0, root: 0, count: count as u64 };
+        let sig = CallSig {
+            kind: P2P_KIND,
+            dtype: dtype.index(),
+            op: 0,
+            algo: 0,
+            root: 0,
+            count: count as u64,
+        };
         let ctx = CallContext {
             transport: &*self.engine.transport,
             members: &self.members,
@@ -374,7 +474,9 @@ impl Communicator {
         sorted.sort_unstable();
         sorted.dedup();
         if sorted.len() != ranks.len() || sorted.is_empty() {
-            return Err(Error::invalid(format!("new_group: ranks {ranks:?} must be distinct and non-empty")));
+            return Err(Error::invalid(format!(
+                "new_group: ranks {ranks:?} must be distinct and non-empty"
+            )));
         }
         if let Some(bad) = ranks.iter().find(|&&r| r >= self.size()) {
             return Err(Error::invalid(format!(
@@ -392,7 +494,12 @@ impl Communicator {
             return Ok(None);
         };
         let members = ranks.iter().map(|&r| self.members[r]).collect();
-        Ok(Some(Communicator::with_members(self.engine.clone(), members, rank, id)))
+        Ok(Some(Communicator::with_members(
+            self.engine.clone(),
+            members,
+            rank,
+            id,
+        )))
     }
 }
 

@@ -1,6 +1,9 @@
 //! The error type every public operation of the core returns.
 
-use shoal_transport::TransportError;
+use shoal_plan::Collective;
+use shoal_transport::{CallSig, TransportError};
+
+use crate::dtype::{DType, ReduceOp};
 use std::fmt;
 
 /// What went wrong, so the binding can raise the matching Python exception.
@@ -50,7 +53,15 @@ impl Error {
             TransportError::Aborted { .. } => ErrorKind::Aborted,
             TransportError::Io(_) => ErrorKind::Runtime,
         };
-        Error::new(kind, format!("{context}: {e}"))
+        let detail = match e {
+            TransportError::Mismatch { peer, ours, theirs } => format!(
+                "mismatched collective: rank {peer} called {} while this rank called {}",
+                describe_sig(theirs),
+                describe_sig(ours)
+            ),
+            other => other.to_string(),
+        };
+        Error::new(kind, format!("{context}: {detail}"))
     }
 }
 
@@ -63,3 +74,19 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// A call signature in words, e.g. `allreduce(count=1000, dtype=float32, op=sum, root=0, algorithm=ring)`.
+pub fn describe_sig(sig: &CallSig) -> String {
+    let dtype = DType::ALL.get(sig.dtype as usize).map_or("?", |d| d.name());
+    let Some(coll) = Collective::ALL.get(sig.kind as usize) else {
+        return format!("send/recv(count={}, dtype={dtype})", sig.count);
+    };
+    let op = ReduceOp::ALL.get(sig.op as usize).map_or("?", |o| o.name());
+    let algo = shoal_plan::registry()
+        .get(sig.algo as usize)
+        .map_or("?", |a| a.name);
+    format!(
+        "{coll}(count={}, dtype={dtype}, op={op}, root={}, algorithm={algo})",
+        sig.count, sig.root
+    )
+}

@@ -25,7 +25,11 @@ pub struct InitArgs {
 pub fn init_world(args: &InitArgs) -> Result<Communicator> {
     let config = Config::from_process_env()?;
     let env = |k: &str| std::env::var(k).ok();
-    let explicit = Explicit { rank: args.rank, world_size: args.world_size, addr: args.addr.clone() };
+    let explicit = Explicit {
+        rank: args.rank,
+        world_size: args.world_size,
+        addr: args.addr.clone(),
+    };
     let rdzv = establish(&explicit, &env, config.timeout, config.host_id.as_deref())
         .map_err(Error::runtime)?;
     let multi_host = rdzv.hosts.num_hosts() > 1;
@@ -38,7 +42,11 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
     }
     let transport = build_transport(&config, &rdzv)?;
     // Every rank must price algorithms alike so they all pick the same one.
-    let cost = if multi_host || config.transport == TransportChoice::Tcp { TCP_COST } else { SHM_COST };
+    let cost = if multi_host || config.transport == TransportChoice::Tcp {
+        TCP_COST
+    } else {
+        SHM_COST
+    };
     let selector = Selector::new(&config.algo, cost)?;
     let local_ranks = rdzv.hosts.local_ranks.clone();
     let mut keepalive: Vec<Box<dyn std::any::Any + Send + Sync>> = vec![Box::new(rdzv.store)];
@@ -53,13 +61,22 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
 fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Box<dyn Transport>> {
     let (rank, world) = (rdzv.info.rank, rdzv.info.world_size);
     let job = "transport";
-    let others = |keep: &dyn Fn(usize) -> bool| (0..world).filter(|&r| r != rank && keep(r)).collect::<Vec<_>>();
+    let others = |keep: &dyn Fn(usize) -> bool| {
+        (0..world)
+            .filter(|&r| r != rank && keep(r))
+            .collect::<Vec<_>>()
+    };
     let local = &rdzv.hosts.local_ranks;
     let (shm_peers, tcp_peers) = match config.transport {
         TransportChoice::Tcp => (vec![], others(&|_| true)),
-        _ => (others(&|r| local.contains(&r)), others(&|r| !local.contains(&r))),
+        _ => (
+            others(&|r| local.contains(&r)),
+            others(&|r| !local.contains(&r)),
+        ),
     };
-    let setup = |e: shoal_transport::TransportError| Error::runtime(format!("transport setup on rank {rank}: {e}"));
+    let setup = |e: shoal_transport::TransportError| {
+        Error::runtime(format!("transport setup on rank {rank}: {e}"))
+    };
     let shm = if shm_peers.is_empty() {
         None
     } else {
@@ -101,6 +118,8 @@ fn tcp_address(config: &Config, rdzv: &Rendezvous) -> Result<IpAddr> {
         sock.local_addr().ok().map(|a| a.ip())
     });
     route.ok_or_else(|| {
-        Error::invalid("cannot tell which address other hosts reach this rank at: set SHOAL_TCP_ADDR")
+        Error::invalid(
+            "cannot tell which address other hosts reach this rank at: set SHOAL_TCP_ADDR",
+        )
     })
 }

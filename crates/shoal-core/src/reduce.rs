@@ -92,7 +92,7 @@ fn combine<T: Elem>(op: ReduceOp, dst: &mut [T], src: &[T]) {
 fn with_typed<T: Elem>(dst: &mut [u8], src: &[u8], f: impl Fn(&mut [T], &[T])) {
     let size = std::mem::size_of::<T>();
     let n = dst.len() / size;
-    let aligned = |p: *const u8| p as usize % std::mem::align_of::<T>() == 0;
+    let aligned = |p: *const u8| (p as usize).is_multiple_of(std::mem::align_of::<T>());
     if aligned(dst.as_ptr()) && aligned(src.as_ptr()) {
         // SAFETY: both pointers are aligned for T and hold n*size bytes; every bit
         // pattern is a valid value of the numeric types used here.
@@ -158,15 +158,17 @@ fn combine_half<H: Half>(op: ReduceOp, dst: &mut [u8], src: &[u8]) {
     let mut s = [0f32; BLOCK];
     for start in (0..n).step_by(BLOCK) {
         let len = BLOCK.min(n - start);
-        for i in 0..len {
-            let at = 2 * (start + i);
-            d[i] = load_half::<H>(&dst[at..at + 2]).widen();
-            s[i] = load_half::<H>(&src[at..at + 2]).widen();
+        let bytes = 2 * start..2 * (start + len);
+        let pairs = dst[bytes.clone()]
+            .chunks_exact(2)
+            .zip(src[bytes.clone()].chunks_exact(2));
+        for ((dv, sv), (db, sb)) in d.iter_mut().zip(s.iter_mut()).zip(pairs) {
+            *dv = load_half::<H>(db).widen();
+            *sv = load_half::<H>(sb).widen();
         }
         combine(op, &mut d[..len], &s[..len]);
-        for i in 0..len {
-            let at = 2 * (start + i);
-            store_half(H::narrow(d[i]), &mut dst[at..at + 2]);
+        for (v, b) in d[..len].iter().zip(dst[bytes].chunks_exact_mut(2)) {
+            store_half(H::narrow(*v), b);
         }
     }
 }

@@ -461,7 +461,8 @@ fn resolve_master(
     } else {
         port
     };
-    Ok((host.clone(), host.map(|_| port)))
+    let port = host.as_ref().map(|_| port);
+    Ok((host, port))
 }
 
 fn truthy(env: Env, var: &str) -> bool {

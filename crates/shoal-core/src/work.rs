@@ -50,10 +50,11 @@ impl Work {
 }
 
 type Job = Box<dyn FnOnce() -> Result<()> + Send>;
+type Queued = (Job, Arc<Work>);
 
 /// One worker thread and the count of jobs it has not finished.
 pub struct AsyncQueue {
-    sender: Mutex<Option<mpsc::Sender<(Job, Arc<Work>)>>>,
+    sender: Mutex<Option<mpsc::Sender<Queued>>>,
     outstanding: Arc<(Mutex<usize>, Condvar)>,
 }
 
@@ -65,7 +66,10 @@ impl Default for AsyncQueue {
 
 impl AsyncQueue {
     pub fn new() -> AsyncQueue {
-        AsyncQueue { sender: Mutex::new(None), outstanding: Arc::new((Mutex::new(0), Condvar::new())) }
+        AsyncQueue {
+            sender: Mutex::new(None),
+            outstanding: Arc::new((Mutex::new(0), Condvar::new())),
+        }
     }
 
     /// Queues `job`; the returned work completes when it has run.
@@ -74,7 +78,8 @@ impl AsyncQueue {
         *self.outstanding.0.lock().unwrap() += 1;
         let mut sender = self.sender.lock().unwrap();
         let tx = sender.get_or_insert_with(|| self.spawn_worker());
-        tx.send((job, work.clone())).expect("async worker thread is gone");
+        tx.send((job, work.clone()))
+            .expect("async worker thread is gone");
         work
     }
 
@@ -87,8 +92,8 @@ impl AsyncQueue {
         }
     }
 
-    fn spawn_worker(&self) -> mpsc::Sender<(Job, Arc<Work>)> {
-        let (tx, rx) = mpsc::channel::<(Job, Arc<Work>)>();
+    fn spawn_worker(&self) -> mpsc::Sender<Queued> {
+        let (tx, rx) = mpsc::channel::<Queued>();
         let outstanding = self.outstanding.clone();
         thread::Builder::new()
             .name("shoal-async".into())

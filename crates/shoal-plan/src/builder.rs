@@ -6,6 +6,27 @@
 //! `k` of round `s` waits only for the steps that last touched piece `k`, and
 //! plans are race-free by construction. Transfers are split into pieces of at
 //! most `shape.chunk` elements, tagged `(round, piece)`.
+//!
+//! A two-rank allreduce, verified:
+//!
+//! ```
+//! use shoal_plan::{verify_plans, CallShape, Collective, PlanBuilder, Region};
+//!
+//! let shape = CallShape { collective: Collective::Allreduce, world: 2, count: 8, root: 0, chunk: 4 };
+//! let plans: Vec<_> = (0..2)
+//!     .map(|rank| {
+//!         let mut b = PlanBuilder::new(&shape, rank);
+//!         let (input, out) = (Region::input(0, 8), Region::output(0, 8));
+//!         let incoming = b.scratch(8);
+//!         b.copy(input, out);
+//!         b.send(1 - rank, 0, out);
+//!         b.recv(1 - rank, 0, incoming);
+//!         b.reduce(incoming, out); // waits for the send of each piece, too
+//!         b.finish()
+//!     })
+//!     .collect();
+//! verify_plans(&shape, &plans).unwrap();
+//! ```
 
 use crate::partition::{piece_count, pieces};
 use crate::plan::{Buf, CallShape, Collective, Op, Plan, Region};
@@ -44,6 +65,11 @@ impl PlanBuilder {
         self.world
     }
 
+    /// Largest piece of a transfer, in elements.
+    pub fn chunk(&self) -> usize {
+        self.chunk
+    }
+
     /// Reserves `len` fresh scratch elements.
     pub fn scratch(&mut self, len: usize) -> Region {
         let region = Region::scratch(self.plan.scratch_len, len);
@@ -57,7 +83,11 @@ impl PlanBuilder {
         let index = self.plan.steps.len();
         let mut deps = after.to_vec();
         let (reads, writes) = accesses(&op);
-        for (region, write) in reads.iter().map(|r| (r, false)).chain(writes.iter().map(|w| (w, true))) {
+        for (region, write) in reads
+            .iter()
+            .map(|r| (r, false))
+            .chain(writes.iter().map(|w| (w, true)))
+        {
             if region.len > 0 {
                 let slot = self.slot(region.buf);
                 self.hazards[slot].access(region.offset, region.end(), index, write, &mut deps);
@@ -86,15 +116,34 @@ impl PlanBuilder {
 
     /// One message split into pieces tagged `(round, piece)`, each piece
     /// also waiting for `after`.
-    pub fn message(&mut self, kind: Msg, peer: usize, round: usize, region: Region, after: &[usize]) -> Vec<usize> {
+    pub fn message(
+        &mut self,
+        kind: Msg,
+        peer: usize,
+        round: usize,
+        region: Region,
+        after: &[usize],
+    ) -> Vec<usize> {
         pieces(region.len, self.chunk)
             .enumerate()
             .map(|(k, (off, len))| {
                 let (tag, part) = (self.tag(round, k), region.sub(off, len));
                 let op = match kind {
-                    Msg::Send => Op::Send { peer, tag, src: part },
-                    Msg::Recv => Op::Recv { peer, tag, dst: part },
-                    Msg::RecvReduce => Op::RecvReduce { peer, tag, dst: part },
+                    Msg::Send => Op::Send {
+                        peer,
+                        tag,
+                        src: part,
+                    },
+                    Msg::Recv => Op::Recv {
+                        peer,
+                        tag,
+                        dst: part,
+                    },
+                    Msg::RecvReduce => Op::RecvReduce {
+                        peer,
+                        tag,
+                        dst: part,
+                    },
                 };
                 self.push(op, after)
             })
@@ -122,7 +171,8 @@ impl PlanBuilder {
             .collect()
     }
 
-    fn tag(&self, round: usize, piece: usize) -> u32 {
+    /// The tag of piece `piece` of a message in tag round `round`.
+    pub fn tag(&self, round: usize, piece: usize) -> u32 {
         debug_assert!(piece < self.stride);
         u32::try_from(round * self.stride + piece)
             .expect("message tags overflow u32: raise the chunk size")
@@ -179,13 +229,24 @@ struct Hazards(Vec<Segment>);
 
 impl Default for Hazards {
     fn default() -> Self {
-        Hazards(vec![Segment { start: 0, writer: None, readers: Vec::new() }])
+        Hazards(vec![Segment {
+            start: 0,
+            writer: None,
+            readers: Vec::new(),
+        }])
     }
 }
 
 impl Hazards {
     /// Records that `step` reads or writes `[start, end)` and adds the steps it must wait for.
-    fn access(&mut self, start: usize, end: usize, step: usize, write: bool, deps: &mut Vec<usize>) {
+    fn access(
+        &mut self,
+        start: usize,
+        end: usize,
+        step: usize,
+        write: bool,
+        deps: &mut Vec<usize>,
+    ) {
         let first = self.split(start);
         let last = self.split(end);
         for seg in &mut self.0[first..last] {

@@ -1,4 +1,11 @@
 //! shoal's algorithm layer: the plan IR, the built-in generators and the verifier.
+//!
+//! - [`plan`]: the IR — per-rank steps over buffer regions, with dependencies;
+//! - [`builder`]: writes plans from program-order operations, inferring the
+//!   dependencies and splitting transfers into pipelined pieces;
+//! - [`partition`]: block, piece, rotation and power-of-two-fold arithmetic;
+//! - [`algorithms`]: the built-in generators, one file each, and their costs;
+//! - [`verify`]: checks the plans of all ranks by symbolic execution.
 
 pub mod algorithms;
 pub mod builder;
@@ -9,3 +16,4 @@ pub mod verify;
 pub use algorithms::{find, registry, Algorithm, CostParams};
 pub use builder::PlanBuilder;
 pub use plan::{Buf, CallShape, Collective, Op, Plan, Region, Step};
+pub use verify::{verify_plans, VerifyError};

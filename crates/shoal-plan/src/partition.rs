@@ -64,7 +64,11 @@ impl Blocks {
 
     /// `world` consecutive blocks of `n` elements starting at `start`.
     pub fn uniform(start: Region, world: usize, n: usize) -> Blocks {
-        Blocks((0..world).map(|i| Region::new(start.buf, start.offset + i * n, n)).collect())
+        Blocks(
+            (0..world)
+                .map(|i| Region::new(start.buf, start.offset + i * n, n))
+                .collect(),
+        )
     }
 
     /// Arbitrary blocks, e.g. some in scratch and one in the output.
@@ -85,7 +89,11 @@ impl Blocks {
     }
 
     /// The consecutive blocks `range` as one region; they must be contiguous.
+    /// An empty range gives an empty region.
     pub fn span(&self, range: Range<usize>) -> Region {
+        if range.is_empty() {
+            return Region::new(self.0[0].buf, self.0[0].offset, 0);
+        }
         let first = self.0[range.start];
         let len = range.clone().map(|i| self.0[i].len).sum();
         debug_assert!(range
@@ -123,18 +131,28 @@ pub enum FoldRole {
 impl Fold {
     pub fn new(world: usize) -> Fold {
         let pow2 = if world == 0 { 0 } else { 1 << world.ilog2() };
-        Fold { world, pow2, rem: world - pow2 }
+        Fold {
+            world,
+            pow2,
+            rem: world - pow2,
+        }
     }
 
     pub fn role(&self, rank: usize) -> FoldRole {
         if rank < 2 * self.rem {
-            if rank % 2 == 0 {
+            if rank.is_multiple_of(2) {
                 FoldRole::Helper { survivor: rank + 1 }
             } else {
-                FoldRole::Survivor { vrank: rank / 2, helper: Some(rank - 1) }
+                FoldRole::Survivor {
+                    vrank: rank / 2,
+                    helper: Some(rank - 1),
+                }
             }
         } else {
-            FoldRole::Survivor { vrank: rank - self.rem, helper: None }
+            FoldRole::Survivor {
+                vrank: rank - self.rem,
+                helper: None,
+            }
         }
     }
 

@@ -122,8 +122,20 @@ impl CallShape {
             (_, Buf::Scratch) => 0, // scratch size is declared by the plan
             (Allreduce, _) => n,
             (Reduce, Buf::Input) => n,
-            (Reduce, Buf::Output) => if is_root { n } else { 0 },
-            (Broadcast, Buf::Input) => if is_root { n } else { 0 },
+            (Reduce, Buf::Output) => {
+                if is_root {
+                    n
+                } else {
+                    0
+                }
+            }
+            (Broadcast, Buf::Input) => {
+                if is_root {
+                    n
+                } else {
+                    0
+                }
+            }
             (Broadcast, Buf::Output) => n,
             (Allgather, Buf::Input) => n,
             (Allgather, Buf::Output) => w * n,
@@ -131,8 +143,20 @@ impl CallShape {
             (ReduceScatter, Buf::Output) => n,
             (Alltoall, _) => w * n,
             (Gather, Buf::Input) => n,
-            (Gather, Buf::Output) => if is_root { w * n } else { 0 },
-            (Scatter, Buf::Input) => if is_root { w * n } else { 0 },
+            (Gather, Buf::Output) => {
+                if is_root {
+                    w * n
+                } else {
+                    0
+                }
+            }
+            (Scatter, Buf::Input) => {
+                if is_root {
+                    w * n
+                } else {
+                    0
+                }
+            }
             (Scatter, Buf::Output) => n,
             (Barrier, _) => 0,
         }
@@ -194,13 +218,31 @@ impl Region {
 /// the lengths must agree.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
-    Send { peer: usize, tag: u32, src: Region },
-    Recv { peer: usize, tag: u32, dst: Region },
+    Send {
+        peer: usize,
+        tag: u32,
+        src: Region,
+    },
+    Recv {
+        peer: usize,
+        tag: u32,
+        dst: Region,
+    },
     /// `dst = dst (op) incoming`, fused with the receive.
-    RecvReduce { peer: usize, tag: u32, dst: Region },
-    Copy { src: Region, dst: Region },
+    RecvReduce {
+        peer: usize,
+        tag: u32,
+        dst: Region,
+    },
+    Copy {
+        src: Region,
+        dst: Region,
+    },
     /// `dst = dst (op) src`.
-    Reduce { src: Region, dst: Region },
+    Reduce {
+        src: Region,
+        dst: Region,
+    },
 }
 
 /// One step and the indices (into `Plan::steps`) of the steps it waits on.
@@ -222,7 +264,11 @@ pub struct Plan {
 
 impl Plan {
     pub fn new(rank: usize) -> Plan {
-        Plan { rank, steps: Vec::new(), scratch_len: 0 }
+        Plan {
+            rank,
+            steps: Vec::new(),
+            scratch_len: 0,
+        }
     }
 
     /// Appends a step and returns its index, for use in later `deps`.

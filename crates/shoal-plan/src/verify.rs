@@ -14,7 +14,9 @@
 //!    may be in place, and Input must not be read after Output is written);
 //! 4. [`exec`]: running all ranks completes (else the stuck steps are named);
 //! 5. [`expect`]: each Output holds the collective's result;
-//! 6. [`barrier`]: for barriers, no rank can leave before all have entered.
+//! 6. [`reproducible`]: for allreduce, every rank combines each element in
+//!    the same order (up to commutativity), so results agree bit for bit;
+//! 7. [`barrier`]: for barriers, no rank can leave before all have entered.
 
 mod barrier;
 mod error;
@@ -22,6 +24,7 @@ mod exec;
 mod expect;
 mod matching;
 mod races;
+mod reproducible;
 mod structure;
 
 pub use error::{ErrorKind, Problem, Stuck, VerifyError};
@@ -36,8 +39,11 @@ pub fn verify_plans(shape: &CallShape, plans: &[Plan]) -> Result<(), VerifyError
     for plan in plans {
         races::check(shape, plan)?;
     }
-    let memories = exec::run(shape, plans, &matches)?;
+    let memories = exec::run(&mut exec::Contributions, shape, plans, &matches)?;
     expect::check(shape, &memories)?;
+    if shape.collective == Collective::Allreduce {
+        reproducible::check(shape, plans, &matches)?;
+    }
     if shape.collective == Collective::Barrier {
         barrier::check(plans, &matches)?;
     }

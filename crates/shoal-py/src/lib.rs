@@ -16,11 +16,31 @@ use shoal_core::select::parse_collective;
 use shoal_core::work::Work;
 use shoal_core::{DType, Error, ErrorKind, ReduceOp};
 
-create_exception!(_shoal, ShoalError, PyRuntimeError, "A collective or the runtime failed.");
+create_exception!(
+    _shoal,
+    ShoalError,
+    PyRuntimeError,
+    "A collective or the runtime failed."
+);
 create_exception!(_shoal, PeerDiedError, ShoalError, "A peer rank died.");
-create_exception!(_shoal, MismatchError, ShoalError, "Ranks called mismatched collectives.");
-create_exception!(_shoal, AbortedError, ShoalError, "A peer rank aborted the job.");
-create_exception!(_shoal, ShoalTimeoutError, PyTimeoutError, "Nothing moved for SHOAL_TIMEOUT seconds.");
+create_exception!(
+    _shoal,
+    MismatchError,
+    ShoalError,
+    "Ranks called mismatched collectives."
+);
+create_exception!(
+    _shoal,
+    AbortedError,
+    ShoalError,
+    "A peer rank aborted the job."
+);
+create_exception!(
+    _shoal,
+    ShoalTimeoutError,
+    PyTimeoutError,
+    "Nothing moved for SHOAL_TIMEOUT seconds."
+);
 
 fn to_py(e: Error) -> PyErr {
     match e.kind {
@@ -133,7 +153,15 @@ impl PyCommunicator {
     }
 
     /// Sends `count` elements at `address` to group rank `peer`.
-    fn send(&self, py: Python<'_>, peer: usize, tag: u32, dtype: &str, address: usize, count: usize) -> PyResult<()> {
+    fn send(
+        &self,
+        py: Python<'_>,
+        peer: usize,
+        tag: u32,
+        dtype: &str,
+        address: usize,
+        count: usize,
+    ) -> PyResult<()> {
         let dtype = DType::from_name(dtype).map_err(invalid)?;
         let comm = self.inner.clone();
         py.allow_threads(move || comm.send(peer, tag, dtype, address as *const u8, count))
@@ -141,7 +169,15 @@ impl PyCommunicator {
     }
 
     /// Receives `count` elements from group rank `peer` into `address`.
-    fn recv(&self, py: Python<'_>, peer: usize, tag: u32, dtype: &str, address: usize, count: usize) -> PyResult<()> {
+    fn recv(
+        &self,
+        py: Python<'_>,
+        peer: usize,
+        tag: u32,
+        dtype: &str,
+        address: usize,
+        count: usize,
+    ) -> PyResult<()> {
         let dtype = DType::from_name(dtype).map_err(invalid)?;
         let comm = self.inner.clone();
         py.allow_threads(move || comm.recv(peer, tag, dtype, address as *mut u8, count))
@@ -172,7 +208,9 @@ impl PyCommunicator {
     ) -> PyResult<String> {
         let collective = parse_collective(collective).map_err(to_py)?;
         let dtype = DType::from_name(dtype).map_err(invalid)?;
-        self.inner.choose_algorithm(collective, count, dtype, root, algorithm).map_err(to_py)
+        self.inner
+            .choose_algorithm(collective, count, dtype, root, algorithm)
+            .map_err(to_py)
     }
 }
 
@@ -184,17 +222,30 @@ unsafe impl Send for SendableBuffers {}
 /// the world communicator.
 #[pyfunction]
 #[pyo3(signature = (rank=None, world_size=None, addr=None))]
-fn init(py: Python<'_>, rank: Option<usize>, world_size: Option<usize>, addr: Option<String>) -> PyResult<PyCommunicator> {
-    let args = InitArgs { rank, world_size, addr };
+fn init(
+    py: Python<'_>,
+    rank: Option<usize>,
+    world_size: Option<usize>,
+    addr: Option<String>,
+) -> PyResult<PyCommunicator> {
+    let args = InitArgs {
+        rank,
+        world_size,
+        addr,
+    };
     let comm = py.allow_threads(move || init_world(&args)).map_err(to_py)?;
-    Ok(PyCommunicator { inner: Arc::new(comm) })
+    Ok(PyCommunicator {
+        inner: Arc::new(comm),
+    })
 }
 
 /// Names of the built-in algorithms of a collective.
 #[pyfunction]
 fn algorithms(collective: &str) -> PyResult<Vec<&'static str>> {
     let c = parse_collective(collective).map_err(to_py)?;
-    Ok(shoal_plan::algorithms::for_collective(c).map(|a| a.name).collect())
+    Ok(shoal_plan::algorithms::for_collective(c)
+        .map(|a| a.name)
+        .collect())
 }
 
 #[pymodule]

@@ -46,6 +46,12 @@ pub struct CallSig {
     pub count: u64,
 }
 
+impl CallSig {
+    /// The `kind` of point-to-point messages; their signatures are compared
+    /// only between the same two ranks.
+    pub const P2P_KIND: u8 = 0xff;
+}
+
 /// A transport request handle.
 pub type ReqId = u64;
 

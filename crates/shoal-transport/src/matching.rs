@@ -198,6 +198,23 @@ fn same_call(a: Tag, b: Tag) -> bool {
     a.comm == b.comm && a.seq == b.seq
 }
 
+/// Whether a message from `peer_a` and a receive for `peer_b` belong to the
+/// same call but disagree on its signature. Collective calls have one
+/// signature on every rank, so any two peers are compared; point-to-point
+/// messages (`CallSig::P2P_KIND`) only with the same peer, since sends of
+/// different sizes to different ranks may share a tag.
+fn conflicting(
+    peer_a: usize,
+    tag_a: Tag,
+    sig_a: CallSig,
+    peer_b: usize,
+    tag_b: Tag,
+    sig_b: CallSig,
+) -> bool {
+    let p2p = sig_a.kind == CallSig::P2P_KIND || sig_b.kind == CallSig::P2P_KIND;
+    same_call(tag_a, tag_b) && sig_a != sig_b && (!p2p || peer_a == peer_b)
+}
+
 impl Matcher {
     pub fn new(rank: usize, peers: impl IntoIterator<Item = usize>) -> Matcher {
         let peers = peers
@@ -257,20 +274,17 @@ impl Matcher {
         into: RecvInto,
     ) -> Result<ReqId> {
         self.health_fatal()?;
-        let q = self.peer(peer)?;
+        self.peer(peer)?;
         let len = len_of(&into);
-        if let Some(u) = q
-            .unexpected
-            .iter()
-            .find(|u| same_call(u.tag, tag) && u.sig != sig)
-        {
+        if let Some((from, theirs)) = self.conflicting_unexpected(peer, tag, sig) {
             let e = TransportError::Mismatch {
-                peer,
+                peer: from,
                 ours: sig,
-                theirs: u.sig,
+                theirs,
             };
             return Ok(self.new_req(peer, State::Failed(e)));
         }
+        let q = self.peer(peer)?;
         let hit = q
             .unexpected
             .iter()
@@ -313,7 +327,12 @@ impl Matcher {
     /// call with another signature, then picks where the payload goes.
     pub fn on_header(&mut self, peer: usize, h: &Header) -> Incoming {
         let len = h.len as usize;
-        let mismatched = self.take_posted(peer, |p| same_call(p.tag, h.tag) && p.sig != h.sig);
+        let mut mismatched = Vec::new();
+        let others: Vec<usize> = self.peers.keys().copied().collect();
+        for other in others {
+            let conflicts = |p: &Posted| conflicting(peer, h.tag, h.sig, other, p.tag, p.sig);
+            mismatched.extend(self.take_posted(other, conflicts));
+        }
         for p in mismatched {
             self.fail(
                 p.id,
@@ -376,6 +395,22 @@ impl Matcher {
 
     /// Removes the first posted receive from `peer` satisfying `pred` (all of
     /// them when `pred` is a signature check, since those all fail).
+    /// A queued message of the same call as a receive from `peer` with
+    /// `tag`/`sig` whose signature differs: (its sender, its signature).
+    fn conflicting_unexpected(
+        &self,
+        peer: usize,
+        tag: Tag,
+        sig: CallSig,
+    ) -> Option<(usize, CallSig)> {
+        self.peers.iter().find_map(|(&from, q)| {
+            q.unexpected
+                .iter()
+                .find(|u| conflicting(from, u.tag, u.sig, peer, tag, sig))
+                .map(|u| (from, u.sig))
+        })
+    }
+
     fn take_posted(&mut self, peer: usize, pred: impl Fn(&Posted) -> bool) -> Vec<Posted> {
         let Some(q) = self.peers.get_mut(&peer) else {
             return Vec::new();

@@ -58,6 +58,8 @@ pub struct Routed {
     world: usize,
     shm: Option<ShmTransport>,
     tcp: Option<TcpTransport>,
+    /// Side reaching each global rank (`None`: self or unreachable).
+    route: Vec<Option<Via>>,
     bell: Doorbell,
 }
 
@@ -103,13 +105,8 @@ impl Routed {
                 bell.clone(),
             )?)
         };
-        Ok(Routed {
-            rank: cfg.rank,
-            world: cfg.world,
-            shm,
-            tcp,
-            bell,
-        })
+        drop(bell);
+        Ok(Routed::new(cfg.rank, cfg.world, shm, tcp))
     }
 
     /// Combines transports built elsewhere. For `wait` to wake promptly on
@@ -127,25 +124,35 @@ impl Routed {
             (None, Some(t)) => t.doorbell(),
             (None, None) => Doorbell::new(),
         };
+        let route = (0..world)
+            .map(|p| match (&shm, &tcp) {
+                _ if p == rank => None,
+                (Some(s), _) if s.reaches(p) => Some(Via::Shm),
+                (_, Some(_)) => Some(Via::Tcp),
+                _ => None,
+            })
+            .collect();
         Routed {
             rank,
             world,
             shm,
             tcp,
+            route,
             bell,
         }
     }
 
     /// Which side reaches `peer`: local ranks through shm when it exists.
     fn via(&self, peer: usize) -> Result<(Via, &dyn Transport)> {
-        if let Some(s) = &self.shm {
-            if s.reaches(peer) {
-                return Ok((Via::Shm, s));
+        let t = |via: Via| -> Option<&dyn Transport> {
+            match via {
+                Via::Shm => self.shm.as_ref().map(|s| s as &dyn Transport),
+                Via::Tcp => self.tcp.as_ref().map(|t| t as &dyn Transport),
             }
-        }
-        match &self.tcp {
-            Some(t) if peer != self.rank && peer < self.world => Ok((Via::Tcp, t)),
-            _ => Err(TransportError::Io(format!(
+        };
+        match self.route.get(peer).copied().flatten() {
+            Some(via) => Ok((via, t(via).unwrap())),
+            None => Err(TransportError::Io(format!(
                 "rank {peer} is not reachable from rank {}",
                 self.rank
             ))),

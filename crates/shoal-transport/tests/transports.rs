@@ -409,3 +409,32 @@ fn routed_mixed_shm_and_tcp() {
         h.join().unwrap();
     }
 }
+
+#[test]
+fn routed_tcp_only_on_one_host() {
+    let store = Arc::new(MemStore::default());
+    let job = job_id("routed-tcp");
+    let handles: Vec<_> = (0..3)
+        .map(|r| {
+            let (store, job) = (store.clone(), job.clone());
+            std::thread::spawn(move || {
+                let mut c = RoutedConfig::new(r, 3, vec![0, 1, 2], &job);
+                c.use_shm = false;
+                let t = Routed::connect(&c, &*store).unwrap();
+                let next = (r + 1) % 3;
+                let prev = (r + 2) % 3;
+                let data = pattern(5000, r);
+                let mut buf = vec![0u8; 5000];
+                let q = irecv(&t, prev, 0, &mut buf);
+                let s = isend(&t, next, 0, &data);
+                wait_all(&t, &[q, s]).unwrap();
+                assert_eq!(buf, pattern(5000, prev));
+                let d = [0u8; 1];
+                assert!(unsafe { t.isend(r, tag(1), sig(), d.as_ptr(), 1) }.is_err());
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}

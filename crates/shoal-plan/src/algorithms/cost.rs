@@ -15,7 +15,11 @@ pub struct Model<'a> {
 
 impl<'a> Model<'a> {
     pub fn new(shape: &CallShape, elem_size: usize, params: &'a CostParams) -> Model<'a> {
-        Model { params, elem_size: elem_size as f64, chunk: shape.chunk }
+        Model {
+            params,
+            elem_size: elem_size as f64,
+            chunk: shape.chunk,
+        }
     }
 
     /// One message of `elems` elements: alpha per piece plus beta per byte.

@@ -13,7 +13,10 @@ pub fn check(plans: &[Plan], matches: &Matches) -> Result<(), VerifyError> {
         let reached = reachable_ranks(plans, &succ, from);
         if let Some(rank) = (0..plans.len()).find(|&r| !reached[r]) {
             let kind = ErrorKind::BarrierLeak { unseen: from };
-            return Err(VerifyError { rank: Some(rank), ..VerifyError::global(kind) });
+            return Err(VerifyError {
+                rank: Some(rank),
+                ..VerifyError::global(kind)
+            });
         }
     }
     Ok(())
@@ -21,8 +24,10 @@ pub fn check(plans: &[Plan], matches: &Matches) -> Result<(), VerifyError> {
 
 /// Happens-before successors of every (rank, step).
 fn successors(plans: &[Plan], matches: &Matches) -> Vec<Vec<Vec<(usize, usize)>>> {
-    let mut succ: Vec<Vec<Vec<(usize, usize)>>> =
-        plans.iter().map(|p| vec![Vec::new(); p.steps.len()]).collect();
+    let mut succ: Vec<Vec<Vec<(usize, usize)>>> = plans
+        .iter()
+        .map(|p| vec![Vec::new(); p.steps.len()])
+        .collect();
     for (r, plan) in plans.iter().enumerate() {
         for (i, step) in plan.steps.iter().enumerate() {
             for &d in &step.deps {

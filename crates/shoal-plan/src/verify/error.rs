@@ -10,31 +10,79 @@ use crate::plan::{Buf, Collective, Op, Region};
 pub struct VerifyError {
     pub rank: Option<usize>,
     pub step: Option<usize>,
-    pub op: Option<Op>,
+    pub op: Option<Box<Op>>,
     pub kind: ErrorKind,
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum ErrorKind {
-    WrongCollective { algorithm: Collective, call: Collective },
-    PlanCount { expected: usize, got: usize },
-    RankField { got: usize },
-    BadPeer { peer: usize },
-    BadDep { dep: usize },
-    OutOfBounds { region: Region, buf_len: usize },
+    WrongCollective {
+        algorithm: Collective,
+        call: Collective,
+    },
+    PlanCount {
+        expected: usize,
+        got: usize,
+    },
+    RankField {
+        got: usize,
+    },
+    BadPeer {
+        peer: usize,
+    },
+    BadDep {
+        dep: usize,
+    },
+    OutOfBounds {
+        region: Region,
+        buf_len: usize,
+    },
     WritesInput,
-    LengthMismatch { src: usize, dst: usize },
+    LengthMismatch {
+        src: usize,
+        dst: usize,
+    },
     SelfOverlap,
-    DuplicateTag { peer: usize, tag: u32, first: usize },
-    Unmatched { peer: usize, tag: u32 },
-    MessageLength { sent: usize, received: usize },
-    Race { other: usize, region: Region },
+    DuplicateTag {
+        peer: usize,
+        tag: u32,
+        first: usize,
+    },
+    Unmatched {
+        peer: usize,
+        tag: u32,
+    },
+    MessageLength {
+        sent: usize,
+        received: usize,
+    },
+    Race {
+        other: usize,
+        region: Region,
+    },
     /// Reads Input after `writer` wrote the same elements of Output, which
     /// breaks in-place calls where they are one buffer.
-    InPlaceHazard { writer: usize, region: Region },
-    Deadlock { stuck: Vec<Stuck> },
-    WrongResult { buf: Buf, index: usize, problem: Problem },
-    BarrierLeak { unseen: usize },
+    InPlaceHazard {
+        writer: usize,
+        region: Region,
+    },
+    /// Reads Input elements that it also writes through Output.
+    AliasedOverlap,
+    Deadlock {
+        stuck: Vec<Stuck>,
+    },
+    WrongResult {
+        buf: Buf,
+        index: usize,
+        problem: Problem,
+    },
+    /// Output element `index` is combined in another order than on rank 0.
+    NotReproducible {
+        index: usize,
+    },
+    BarrierLeak {
+        unseen: usize,
+    },
 }
 
 /// A step that is ready but whose message partner never becomes ready.
@@ -52,19 +100,38 @@ pub struct Stuck {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Problem {
     Uninitialized,
-    Missing { rank: usize },
-    CountedTwice { rank: usize },
-    WrongElement { got: (usize, usize), expected: (usize, usize) },
-    NotASingleValue { contributions: usize },
+    Missing {
+        rank: usize,
+    },
+    CountedTwice {
+        rank: usize,
+    },
+    WrongElement {
+        got: (usize, usize),
+        expected: (usize, usize),
+    },
+    NotASingleValue {
+        contributions: usize,
+    },
 }
 
 impl VerifyError {
     pub fn global(kind: ErrorKind) -> VerifyError {
-        VerifyError { rank: None, step: None, op: None, kind }
+        VerifyError {
+            rank: None,
+            step: None,
+            op: None,
+            kind,
+        }
     }
 
     pub fn at(rank: usize, step: usize, op: &Op, kind: ErrorKind) -> VerifyError {
-        VerifyError { rank: Some(rank), step: Some(step), op: Some(op.clone()), kind }
+        VerifyError {
+            rank: Some(rank),
+            step: Some(step),
+            op: Some(Box::new(op.clone())),
+            kind,
+        }
     }
 }
 
@@ -127,6 +194,10 @@ impl fmt::Display for ErrorKind {
                 "reads Input after step {writer} wrote {}; wrong when Input and Output are one buffer",
                 RegionText(region)
             ),
+            AliasedOverlap => write!(
+                f,
+                "reads Input elements it writes through Output; wrong when they are one buffer"
+            ),
             Deadlock { stuck } => {
                 write!(f, "deadlock; {} step(s) wait for partners that never come:", stuck.len())?;
                 for s in stuck {
@@ -135,6 +206,10 @@ impl fmt::Display for ErrorKind {
                 Ok(())
             }
             WrongResult { buf, index, problem } => write!(f, "{buf:?}[{index}]: {problem}"),
+            NotReproducible { index } => write!(
+                f,
+                "Output[{index}] is combined in a different order than on rank 0, so the bits may differ"
+            ),
             BarrierLeak { unseen } => write!(
                 f,
                 "can leave the barrier before rank {unseen} has entered it"
@@ -171,7 +246,10 @@ impl fmt::Display for Problem {
                 got.1, got.0, expected.1, expected.0
             ),
             Problem::NotASingleValue { contributions } => {
-                write!(f, "holds a sum of {contributions} values, expected a copy of one")
+                write!(
+                    f,
+                    "holds a sum of {contributions} values, expected a copy of one"
+                )
             }
         }
     }
@@ -192,8 +270,12 @@ pub struct OpText<'a>(pub &'a Op);
 impl fmt::Display for OpText<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
-            Op::Send { peer, tag, src } => write!(f, "Send to {peer} tag {tag} {}", RegionText(src)),
-            Op::Recv { peer, tag, dst } => write!(f, "Recv from {peer} tag {tag} {}", RegionText(dst)),
+            Op::Send { peer, tag, src } => {
+                write!(f, "Send to {peer} tag {tag} {}", RegionText(src))
+            }
+            Op::Recv { peer, tag, dst } => {
+                write!(f, "Recv from {peer} tag {tag} {}", RegionText(dst))
+            }
             Op::RecvReduce { peer, tag, dst } => {
                 write!(f, "RecvReduce from {peer} tag {tag} {}", RegionText(dst))
             }

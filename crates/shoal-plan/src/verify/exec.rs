@@ -1,15 +1,27 @@
 //! Symbolic execution of all ranks under rendezvous semantics.
 //!
-//! Each element holds the sorted multiset of `(rank, input index)`
-//! contributions it carries; uninitialised memory holds [`UNDEFINED`], which
-//! survives any reduction it takes part in. Steps run as soon as their deps
-//! are done, a Send and its receive together; since races are ruled out
-//! beforehand, the order among ready steps does not change the outcome.
+//! What an element holds is up to a [`Domain`]: by default ([`Contributions`])
+//! the sorted multiset of `(rank, input index)` contributions it carries,
+//! where uninitialised memory holds [`UNDEFINED`], which survives any
+//! reduction it takes part in. Steps run as soon as their deps are done, a
+//! Send and its receive together; since races are ruled out beforehand, the
+//! order among ready steps does not change the outcome.
 
 use super::error::{ErrorKind, Stuck, VerifyError};
 use super::matching::Matches;
 use super::structure::buffer_len;
 use crate::plan::{Buf, CallShape, Op, Plan, Region};
+
+/// What the symbolic values are and how a reduction combines them.
+pub trait Domain {
+    type Value: Clone;
+    /// Input element `index` of `rank`.
+    fn input(&mut self, rank: usize, index: usize) -> Self::Value;
+    /// Memory nobody has written.
+    fn undefined(&mut self) -> Self::Value;
+    /// `acc (op) incoming`.
+    fn reduce(&mut self, acc: &Self::Value, incoming: &Self::Value) -> Self::Value;
+}
 
 /// A contribution: input element `.1` of rank `.0`.
 pub type Contribution = (u32, u32);
@@ -18,9 +30,27 @@ pub type Value = Vec<Contribution>;
 /// The contribution that marks garbage.
 pub const UNDEFINED: Contribution = (u32::MAX, u32::MAX);
 
+/// Values as multisets of contributions: what the result check needs.
+pub struct Contributions;
+
+impl Domain for Contributions {
+    type Value = Value;
+    fn input(&mut self, rank: usize, index: usize) -> Value {
+        vec![(rank as u32, index as u32)]
+    }
+    fn undefined(&mut self) -> Value {
+        vec![UNDEFINED]
+    }
+    fn reduce(&mut self, acc: &Value, incoming: &Value) -> Value {
+        let mut merged = [acc.as_slice(), incoming].concat();
+        merged.sort_unstable();
+        merged
+    }
+}
+
 /// The final buffers of one rank, indexed by [`slot`].
-pub struct Memory {
-    pub bufs: [Vec<Value>; 3],
+pub struct Memory<V = Value> {
+    pub bufs: [Vec<V>; 3],
 }
 
 pub fn slot(buf: Buf) -> usize {
@@ -31,53 +61,67 @@ pub fn slot(buf: Buf) -> usize {
     }
 }
 
-impl Memory {
-    fn new(shape: &CallShape, plan: &Plan) -> Memory {
+impl<V: Clone> Memory<V> {
+    fn new<D: Domain<Value = V>>(domain: &mut D, shape: &CallShape, plan: &Plan) -> Memory<V> {
         let len = |b| buffer_len(shape, plan, b);
-        let input = (0..len(Buf::Input)).map(|i| vec![(plan.rank as u32, i as u32)]).collect();
-        let garbage = |b| vec![vec![UNDEFINED]; len(b)];
-        Memory { bufs: [input, garbage(Buf::Output), garbage(Buf::Scratch)] }
+        let input = (0..len(Buf::Input))
+            .map(|i| domain.input(plan.rank, i))
+            .collect();
+        let undefined = domain.undefined();
+        let garbage = |b| vec![undefined.clone(); len(b)];
+        Memory {
+            bufs: [input, garbage(Buf::Output), garbage(Buf::Scratch)],
+        }
     }
 
-    pub fn get(&self, buf: Buf) -> &[Value] {
+    pub fn get(&self, buf: Buf) -> &[V] {
         &self.bufs[slot(buf)]
     }
 
-    fn read(&self, r: Region) -> Vec<Value> {
+    fn read(&self, r: Region) -> Vec<V> {
         self.bufs[slot(r.buf)][r.offset..r.end()].to_vec()
     }
 
-    fn write(&mut self, r: Region, values: Vec<Value>, reduce: bool) {
+    fn write<D: Domain<Value = V>>(
+        &mut self,
+        domain: &mut D,
+        r: Region,
+        values: Vec<V>,
+        reduce: bool,
+    ) {
         let dst = &mut self.bufs[slot(r.buf)][r.offset..r.end()];
         for (d, v) in dst.iter_mut().zip(values) {
-            if reduce {
-                d.extend(v);
-                d.sort_unstable();
-            } else {
-                *d = v;
-            }
+            *d = if reduce { domain.reduce(d, &v) } else { v };
         }
     }
 }
 
 /// Runs every plan to completion and returns the final memories, or the
 /// steps that deadlock.
-pub fn run(shape: &CallShape, plans: &[Plan], matches: &Matches) -> Result<Vec<Memory>, VerifyError> {
+pub fn run<D: Domain>(
+    domain: &mut D,
+    shape: &CallShape,
+    plans: &[Plan],
+    matches: &Matches,
+) -> Result<Vec<Memory<D::Value>>, VerifyError> {
     let mut sched = Scheduler::new(plans);
-    let mut mem: Vec<Memory> = plans.iter().map(|p| Memory::new(shape, p)).collect();
+    let mut mem: Vec<Memory<D::Value>> = plans
+        .iter()
+        .map(|p| Memory::new(domain, shape, p))
+        .collect();
     while let Some((r, i)) = sched.ready.pop() {
         match plans[r].steps[i].op {
             Op::Copy { src, dst } | Op::Reduce { src, dst } => {
                 let reduce = matches!(plans[r].steps[i].op, Op::Reduce { .. });
                 let values = mem[r].read(src);
-                mem[r].write(dst, values, reduce);
+                mem[r].write(domain, dst, values, reduce);
                 sched.complete(r, i);
             }
             _ => {
                 sched.posted[r][i] = true;
                 let (p, j) = matches.partner(r, i).expect("matched before running");
                 if sched.posted[p][j] {
-                    transfer(plans, &mut mem, (r, i), (p, j));
+                    transfer(domain, plans, &mut mem, (r, i), (p, j));
                     sched.complete(r, i);
                     sched.complete(p, j);
                 }
@@ -85,22 +129,32 @@ pub fn run(shape: &CallShape, plans: &[Plan], matches: &Matches) -> Result<Vec<M
         }
     }
     if sched.remaining > 0 {
-        return Err(VerifyError::global(ErrorKind::Deadlock { stuck: sched.stuck(plans, matches) }));
+        return Err(VerifyError::global(ErrorKind::Deadlock {
+            stuck: sched.stuck(plans, matches),
+        }));
     }
     Ok(mem)
 }
 
 /// Moves a message between the two ends, whichever is the sender.
-fn transfer(plans: &[Plan], mem: &mut [Memory], a: (usize, usize), b: (usize, usize)) {
+fn transfer<D: Domain>(
+    domain: &mut D,
+    plans: &[Plan],
+    mem: &mut [Memory<D::Value>],
+    a: (usize, usize),
+    b: (usize, usize),
+) {
     let (send, recv) = match plans[a.0].steps[a.1].op {
         Op::Send { .. } => (a, b),
         _ => (b, a),
     };
-    let Op::Send { src, .. } = plans[send.0].steps[send.1].op else { unreachable!("matched to a Send") };
+    let Op::Send { src, .. } = plans[send.0].steps[send.1].op else {
+        unreachable!("matched to a Send")
+    };
     let values = mem[send.0].read(src);
     match plans[recv.0].steps[recv.1].op {
-        Op::Recv { dst, .. } => mem[recv.0].write(dst, values, false),
-        Op::RecvReduce { dst, .. } => mem[recv.0].write(dst, values, true),
+        Op::Recv { dst, .. } => mem[recv.0].write(domain, dst, values, false),
+        Op::RecvReduce { dst, .. } => mem[recv.0].write(domain, dst, values, true),
         _ => unreachable!("matched to a receive"),
     }
 }
@@ -136,7 +190,8 @@ impl Scheduler {
                     s.ready.push((r, i));
                 }
             }
-            s.waiting.push(plan.steps.iter().map(|st| st.deps.len()).collect());
+            s.waiting
+                .push(plan.steps.iter().map(|st| st.deps.len()).collect());
             s.dependents.push(dependents);
             s.posted.push(vec![false; n]);
             s.done.push(vec![false; n]);
@@ -166,8 +221,19 @@ impl Scheduler {
                     continue;
                 }
                 let (p, j) = matches.partner(r, i).expect("matched");
-                let partner_waits_on = plans[p].steps[j].deps.iter().copied().filter(|&d| !self.done[p][d]).collect();
-                out.push(Stuck { rank: r, step: i, op: step.op.clone(), partner: (p, j), partner_waits_on });
+                let partner_waits_on = plans[p].steps[j]
+                    .deps
+                    .iter()
+                    .copied()
+                    .filter(|&d| !self.done[p][d])
+                    .collect();
+                out.push(Stuck {
+                    rank: r,
+                    step: i,
+                    op: step.op.clone(),
+                    partner: (p, j),
+                    partner_waits_on,
+                });
             }
         }
         out

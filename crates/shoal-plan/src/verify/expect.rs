@@ -18,8 +18,15 @@ pub fn check(shape: &CallShape, memories: &[Memory]) -> Result<(), VerifyError> 
         for (i, value) in mem.get(Buf::Output).iter().enumerate() {
             let expected = expected(shape, rank, i);
             if let Some(problem) = compare(shape.world, value, &expected) {
-                let kind = ErrorKind::WrongResult { buf: Buf::Output, index: i, problem };
-                return Err(VerifyError { rank: Some(rank), ..VerifyError::global(kind) });
+                let kind = ErrorKind::WrongResult {
+                    buf: Buf::Output,
+                    index: i,
+                    problem,
+                };
+                return Err(VerifyError {
+                    rank: Some(rank),
+                    ..VerifyError::global(kind)
+                });
             }
         }
     }
@@ -31,7 +38,9 @@ fn expected(shape: &CallShape, rank: usize, i: usize) -> Expected {
     let n = shape.count;
     match shape.collective {
         Allreduce | Reduce => Expected::Reduction { index: i },
-        ReduceScatter => Expected::Reduction { index: rank * n + i },
+        ReduceScatter => Expected::Reduction {
+            index: rank * n + i,
+        },
         Broadcast => Expected::Copy(shape.root, i),
         Allgather | Gather => Expected::Copy(i / n, i % n),
         Alltoall => Expected::Copy(i / n, rank * n + i % n),
@@ -47,8 +56,13 @@ fn compare(world: usize, value: &Value, expected: &Expected) -> Option<Problem> 
     match *expected {
         Expected::Copy(rank, index) => match value.as_slice() {
             [(r, i)] if (*r as usize, *i as usize) == (rank, index) => None,
-            [(r, i)] => Some(Problem::WrongElement { got: (*r as usize, *i as usize), expected: (rank, index) }),
-            _ => Some(Problem::NotASingleValue { contributions: value.len() }),
+            [(r, i)] => Some(Problem::WrongElement {
+                got: (*r as usize, *i as usize),
+                expected: (rank, index),
+            }),
+            _ => Some(Problem::NotASingleValue {
+                contributions: value.len(),
+            }),
         },
         Expected::Reduction { index } => compare_reduction(world, value, index),
     }
@@ -60,7 +74,10 @@ fn compare_reduction(world: usize, value: &Value, index: usize) -> Option<Proble
     for (k, &(r, i)) in value.iter().enumerate() {
         let r = r as usize;
         if i as usize != index {
-            return Some(Problem::WrongElement { got: (r, i as usize), expected: (r, index) });
+            return Some(Problem::WrongElement {
+                got: (r, i as usize),
+                expected: (r, index),
+            });
         }
         if k > 0 && value[k - 1].0 as usize == r {
             return Some(Problem::CountedTwice { rank: r });

@@ -24,10 +24,22 @@ struct End {
 
 fn endpoint(op: &Op) -> Option<(bool, End)> {
     match *op {
-        Op::Send { peer, tag, src } => Some((true, End { peer, tag, len: src.len })),
-        Op::Recv { peer, tag, dst } | Op::RecvReduce { peer, tag, dst } => {
-            Some((false, End { peer, tag, len: dst.len }))
-        }
+        Op::Send { peer, tag, src } => Some((
+            true,
+            End {
+                peer,
+                tag,
+                len: src.len,
+            },
+        )),
+        Op::Recv { peer, tag, dst } | Op::RecvReduce { peer, tag, dst } => Some((
+            false,
+            End {
+                peer,
+                tag,
+                len: dst.len,
+            },
+        )),
         _ => None,
     }
 }
@@ -46,15 +58,28 @@ pub fn match_messages(plans: &[Plan]) -> Result<Matches, VerifyError> {
         plans.iter().map(|p| vec![None; p.steps.len()]).collect();
     for (rank, plan) in plans.iter().enumerate() {
         for (i, step) in plan.steps.iter().enumerate() {
-            let Some((is_send, end)) = endpoint(&step.op) else { continue };
-            let other = if is_send { &recvs[end.peer] } else { &sends[end.peer] };
+            let Some((is_send, end)) = endpoint(&step.op) else {
+                continue;
+            };
+            let other = if is_send {
+                &recvs[end.peer]
+            } else {
+                &sends[end.peer]
+            };
             let fail = |kind| Err(VerifyError::at(rank, i, &step.op, kind));
             let Some(&j) = other.get(&(rank, end.tag)) else {
-                return fail(ErrorKind::Unmatched { peer: end.peer, tag: end.tag });
+                return fail(ErrorKind::Unmatched {
+                    peer: end.peer,
+                    tag: end.tag,
+                });
             };
             let (_, theirs) = endpoint(&plans[end.peer].steps[j].op).expect("indexed as a message");
             if theirs.len != end.len {
-                let (sent, received) = if is_send { (end.len, theirs.len) } else { (theirs.len, end.len) };
+                let (sent, received) = if is_send {
+                    (end.len, theirs.len)
+                } else {
+                    (theirs.len, end.len)
+                };
                 return fail(ErrorKind::MessageLength { sent, received });
             }
             partners[rank][i] = Some((end.peer, j));
@@ -67,10 +92,16 @@ pub fn match_messages(plans: &[Plan]) -> Result<Matches, VerifyError> {
 fn index(rank: usize, plan: &Plan) -> Result<(Index, Index), VerifyError> {
     let (mut sends, mut recvs) = (Index::new(), Index::new());
     for (i, step) in plan.steps.iter().enumerate() {
-        let Some((is_send, end)) = endpoint(&step.op) else { continue };
+        let Some((is_send, end)) = endpoint(&step.op) else {
+            continue;
+        };
         let map = if is_send { &mut sends } else { &mut recvs };
         if let Some(&first) = map.get(&(end.peer, end.tag)) {
-            let kind = ErrorKind::DuplicateTag { peer: end.peer, tag: end.tag, first };
+            let kind = ErrorKind::DuplicateTag {
+                peer: end.peer,
+                tag: end.tag,
+                first,
+            };
             return Err(VerifyError::at(rank, i, &step.op, kind));
         }
         map.insert((end.peer, end.tag), i);

@@ -20,11 +20,29 @@ pub fn check(shape: &CallShape, plan: &Plan) -> Result<(), VerifyError> {
         if aliased {
             check_aliased_copy(plan, i, &reads, &writes)?;
         }
-        let tagged = reads.iter().map(|r| (r, false)).chain(writes.iter().map(|w| (w, true)));
-        all.extend(tagged.filter(|(r, _)| r.len > 0).map(|(&region, write)| Access { region, step: i, write }));
+        let tagged = reads
+            .iter()
+            .map(|r| (r, false))
+            .chain(writes.iter().map(|w| (w, true)));
+        all.extend(
+            tagged
+                .filter(|(r, _)| r.len > 0)
+                .map(|(&region, write)| Access {
+                    region,
+                    step: i,
+                    write,
+                    identity: write && is_identity_copy(&step.op),
+                }),
+        );
     }
     for key in [Buf::Input, Buf::Output, Buf::Scratch] {
-        let key_of = |b: Buf| if aliased && b == Buf::Output { Buf::Input } else { b };
+        let key_of = |b: Buf| {
+            if aliased && b == Buf::Output {
+                Buf::Input
+            } else {
+                b
+            }
+        };
         let mut mine: Vec<&Access> = all.iter().filter(|a| key_of(a.region.buf) == key).collect();
         mine.sort_by_key(|a| a.region.offset);
         sweep(plan, &order, &mine)?;
@@ -37,6 +55,9 @@ struct Access {
     region: Region,
     step: usize,
     write: bool,
+    /// The write of a Copy from Input to the same offsets of Output: a
+    /// no-op in place, so it never conflicts with reads of Input.
+    identity: bool,
 }
 
 impl Access {
@@ -62,40 +83,76 @@ fn sweep(plan: &Plan, order: &Order, sorted: &[&Access]) -> Result<(), VerifyErr
 }
 
 fn check_pair(plan: &Plan, order: &Order, a: &Access, b: &Access) -> Result<(), VerifyError> {
+    let harmless = |x: &Access, y: &Access| x.identity && !y.write && y.region.buf == Buf::Input;
+    if harmless(a, b) || harmless(b, a) {
+        return Ok(());
+    }
     if a.step == b.step || !(a.write || b.write) {
         return Ok(());
     }
-    let overlap = intersect(&a.region, &b.region);
     let (early, late) = if a.step < b.step { (a, b) } else { (b, a) };
-    let fail = |kind| Err(VerifyError::at(plan.rank, late.step, &plan.steps[late.step].op, kind));
+    let overlap = intersect(&late.region, &early.region);
+    let fail = |kind| {
+        Err(VerifyError::at(
+            plan.rank,
+            late.step,
+            &plan.steps[late.step].op,
+            kind,
+        ))
+    };
     if !order.before(early.step, late.step) {
-        return fail(ErrorKind::Race { other: early.step, region: overlap });
+        return fail(ErrorKind::Race {
+            other: early.step,
+            region: overlap,
+        });
     }
     // Ordered early -> late; only a read of Input after an Output write is wrong.
-    if early.write && early.region.buf == Buf::Output && !late.write && late.region.buf == Buf::Input {
-        return fail(ErrorKind::InPlaceHazard { writer: early.step, region: overlap });
+    if early.write
+        && early.region.buf == Buf::Output
+        && !late.write
+        && late.region.buf == Buf::Input
+    {
+        return fail(ErrorKind::InPlaceHazard {
+            writer: early.step,
+            region: overlap,
+        });
     }
     Ok(())
 }
 
 /// In place, a Copy or Reduce from Input to Output must not shift elements
 /// onto themselves; the identity copy is fine (a no-op).
-fn check_aliased_copy(plan: &Plan, i: usize, reads: &[Region], writes: &[Region]) -> Result<(), VerifyError> {
+fn check_aliased_copy(
+    plan: &Plan,
+    i: usize,
+    reads: &[Region],
+    writes: &[Region],
+) -> Result<(), VerifyError> {
     for r in reads.iter().filter(|r| r.buf == Buf::Input) {
         for w in writes.iter().filter(|w| w.buf == Buf::Output) {
             let as_input = Region::input(w.offset, w.len);
-            let identity_copy = matches!(plan.steps[i].op, Op::Copy { .. }) && r.offset == w.offset;
+            let identity_copy = is_identity_copy(&plan.steps[i].op);
             if as_input.overlaps(r) && !identity_copy {
-                return Err(VerifyError::at(plan.rank, i, &plan.steps[i].op, ErrorKind::SelfOverlap));
+                return Err(VerifyError::at(
+                    plan.rank,
+                    i,
+                    &plan.steps[i].op,
+                    ErrorKind::AliasedOverlap,
+                ));
             }
         }
     }
     Ok(())
 }
 
+/// The elements `a` shares with `b`, named in `a`'s buffer.
+fn is_identity_copy(op: &Op) -> bool {
+    matches!(op, Op::Copy { src, dst } if src.buf == Buf::Input && dst.buf == Buf::Output && src.offset == dst.offset)
+}
+
 fn intersect(a: &Region, b: &Region) -> Region {
     let start = a.offset.max(b.offset);
-    Region::new(b.buf, start, a.end().min(b.end()) - start)
+    Region::new(a.buf, start, a.end().min(b.end()) - start)
 }
 
 /// Transitive dependencies as one bitset row per step.

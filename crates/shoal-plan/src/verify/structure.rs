@@ -6,11 +6,17 @@ use crate::plan::{Buf, CallShape, Op, Plan, Region};
 
 pub fn check(shape: &CallShape, plans: &[Plan]) -> Result<(), VerifyError> {
     if plans.len() != shape.world {
-        return Err(VerifyError::global(ErrorKind::PlanCount { expected: shape.world, got: plans.len() }));
+        return Err(VerifyError::global(ErrorKind::PlanCount {
+            expected: shape.world,
+            got: plans.len(),
+        }));
     }
     for (rank, plan) in plans.iter().enumerate() {
         if plan.rank != rank {
-            return Err(VerifyError { rank: Some(rank), ..VerifyError::global(ErrorKind::RankField { got: plan.rank }) });
+            return Err(VerifyError {
+                rank: Some(rank),
+                ..VerifyError::global(ErrorKind::RankField { got: plan.rank })
+            });
         }
         for (i, step) in plan.steps.iter().enumerate() {
             let fail = |kind| Err(VerifyError::at(rank, i, &step.op, kind));
@@ -30,7 +36,10 @@ fn check_op(shape: &CallShape, plan: &Plan, op: &Op) -> Option<ErrorKind> {
     for region in reads.iter().chain(&writes) {
         let buf_len = buffer_len(shape, plan, region.buf);
         if region.end() > buf_len {
-            return Some(ErrorKind::OutOfBounds { region: *region, buf_len });
+            return Some(ErrorKind::OutOfBounds {
+                region: *region,
+                buf_len,
+            });
         }
     }
     if writes.iter().any(|w| w.buf == Buf::Input) {
@@ -46,7 +55,10 @@ fn check_op(shape: &CallShape, plan: &Plan, op: &Op) -> Option<ErrorKind> {
 
 fn local_op(src: Region, dst: Region) -> Option<ErrorKind> {
     if src.len != dst.len {
-        Some(ErrorKind::LengthMismatch { src: src.len, dst: dst.len })
+        Some(ErrorKind::LengthMismatch {
+            src: src.len,
+            dst: dst.len,
+        })
     } else if src.overlaps(&dst) {
         Some(ErrorKind::SelfOverlap)
     } else {

@@ -9,8 +9,12 @@ use crate::builder::PlanBuilder;
 use crate::partition::log2_ceil;
 use crate::plan::{CallShape, Collective, Plan, Region};
 
-pub const ALGORITHM: Algorithm =
-    Algorithm { name: "bruck", collective: Collective::Allgather, generate, cost };
+pub const ALGORITHM: Algorithm = Algorithm {
+    name: "bruck",
+    collective: Collective::Allgather,
+    generate,
+    cost,
+};
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {
     let mut b = PlanBuilder::new(shape, rank);
@@ -34,6 +38,8 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
 fn cost(shape: &CallShape, elem_size: usize, params: &CostParams) -> f64 {
     let m = Model::new(shape, elem_size, params);
     let (w, n) = (shape.world, shape.count);
-    let rounds: f64 = (0..log2_ceil(w)).map(|k| m.latency((1usize << k).min(w - (1 << k)) * n)).sum();
+    let rounds: f64 = (0..log2_ceil(w))
+        .map(|k| m.latency((1usize << k).min(w - (1 << k)) * n))
+        .sum();
     rounds + m.transfer((w - 1) * n)
 }

@@ -9,8 +9,12 @@ use crate::builder::PlanBuilder;
 use crate::partition::{log2_ceil, Blocks, Fold, FoldRole};
 use crate::plan::{CallShape, Collective, Plan, Region};
 
-pub const ALGORITHM: Algorithm =
-    Algorithm { name: "recursive_doubling", collective: Collective::Allgather, generate, cost };
+pub const ALGORITHM: Algorithm = Algorithm {
+    name: "recursive_doubling",
+    collective: Collective::Allgather,
+    generate,
+    cost,
+};
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {
     let mut b = PlanBuilder::new(shape, rank);
@@ -43,6 +47,10 @@ fn cost(shape: &CallShape, elem_size: usize, params: &CostParams) -> f64 {
     let m = Model::new(shape, elem_size, params);
     let (w, n) = (shape.world, shape.count);
     let fold = Fold::new(w);
-    let folding = if fold.rem > 0 { m.msg(n) + m.msg(w * n) } else { 0.0 };
+    let folding = if fold.rem > 0 {
+        m.msg(n) + m.msg(w * n)
+    } else {
+        0.0
+    };
     folding + log2_ceil(fold.pow2) as f64 * params.alpha + m.transfer((w - 1) * n)
 }

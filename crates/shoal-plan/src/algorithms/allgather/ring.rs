@@ -8,8 +8,12 @@ use crate::builder::PlanBuilder;
 use crate::partition::Blocks;
 use crate::plan::{CallShape, Collective, Plan, Region};
 
-pub const ALGORITHM: Algorithm =
-    Algorithm { name: "ring", collective: Collective::Allgather, generate, cost };
+pub const ALGORITHM: Algorithm = Algorithm {
+    name: "ring",
+    collective: Collective::Allgather,
+    generate,
+    cost,
+};
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {
     let mut b = PlanBuilder::new(shape, rank);

@@ -10,8 +10,12 @@ use crate::builder::PlanBuilder;
 use crate::partition::{Fold, FoldRole};
 use crate::plan::{CallShape, Collective, Plan, Region};
 
-pub const ALGORITHM: Algorithm =
-    Algorithm { name: "recursive_doubling", collective: Collective::Allreduce, generate, cost };
+pub const ALGORITHM: Algorithm = Algorithm {
+    name: "recursive_doubling",
+    collective: Collective::Allreduce,
+    generate,
+    cost,
+};
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {
     let mut b = PlanBuilder::new(shape, rank);
@@ -48,6 +52,10 @@ fn cost(shape: &CallShape, elem_size: usize, params: &CostParams) -> f64 {
     let m = Model::new(shape, elem_size, params);
     let n = shape.count;
     let fold = Fold::new(shape.world);
-    let folding = if fold.rem > 0 { 2.0 * m.msg(n) + m.reduce(n) } else { 0.0 };
+    let folding = if fold.rem > 0 {
+        2.0 * m.msg(n) + m.reduce(n)
+    } else {
+        0.0
+    };
     folding + rounds(&fold) as f64 * (m.msg(n) + m.reduce(n))
 }

@@ -7,8 +7,12 @@ use crate::builder::PlanBuilder;
 use crate::partition::log2_ceil;
 use crate::plan::{CallShape, Collective, Op, Plan, Region};
 
-pub const ALGORITHM: Algorithm =
-    Algorithm { name: "dissemination", collective: Collective::Barrier, generate, cost };
+pub const ALGORITHM: Algorithm = Algorithm {
+    name: "dissemination",
+    collective: Collective::Barrier,
+    generate,
+    cost,
+};
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {
     let mut b = PlanBuilder::new(shape, rank);
@@ -19,8 +23,22 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
     for k in 0..log2_ceil(w) as usize {
         let d = 1 << k;
         let tag = k as u32;
-        b.push(Op::Send { peer: (rank + d) % w, tag, src: empty }, &heard);
-        heard = vec![b.push(Op::Recv { peer: (rank + w - d) % w, tag, dst: empty }, &heard)];
+        b.push(
+            Op::Send {
+                peer: (rank + d) % w,
+                tag,
+                src: empty,
+            },
+            &heard,
+        );
+        heard = vec![b.push(
+            Op::Recv {
+                peer: (rank + w - d) % w,
+                tag,
+                dst: empty,
+            },
+            &heard,
+        )];
     }
     b.finish()
 }

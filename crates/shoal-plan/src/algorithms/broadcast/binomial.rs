@@ -9,8 +9,12 @@ use crate::builder::PlanBuilder;
 use crate::partition::log2_ceil;
 use crate::plan::{CallShape, Collective, Plan, Region};
 
-pub const ALGORITHM: Algorithm =
-    Algorithm { name: "binomial", collective: Collective::Broadcast, generate, cost };
+pub const ALGORITHM: Algorithm = Algorithm {
+    name: "binomial",
+    collective: Collective::Broadcast,
+    generate,
+    cost,
+};
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {
     let mut b = PlanBuilder::new(shape, rank);

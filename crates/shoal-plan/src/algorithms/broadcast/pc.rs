@@ -10,8 +10,12 @@ use crate::builder::PlanBuilder;
 use crate::partition::{from_vrank, vrank};
 use crate::plan::{CallShape, Collective, Plan, Region};
 
-pub const ALGORITHM: Algorithm =
-    Algorithm { name: "pc", collective: Collective::Broadcast, generate, cost };
+pub const ALGORITHM: Algorithm = Algorithm {
+    name: "pc",
+    collective: Collective::Broadcast,
+    generate,
+    cost,
+};
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {
     let mut b = PlanBuilder::new(shape, rank);

@@ -9,8 +9,12 @@ use crate::builder::PlanBuilder;
 use crate::partition::{log2_ceil, Blocks};
 use crate::plan::{CallShape, Collective, Plan, Region};
 
-pub const ALGORITHM: Algorithm =
-    Algorithm { name: "binomial", collective: Collective::Gather, generate, cost };
+pub const ALGORITHM: Algorithm = Algorithm {
+    name: "binomial",
+    collective: Collective::Gather,
+    generate,
+    cost,
+};
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {
     let mut b = PlanBuilder::new(shape, rank);
@@ -32,7 +36,13 @@ pub fn subtree_blocks(b: &mut PlanBuilder, rank: usize, root: usize, w: usize, n
     let area = b.scratch(sub.len() * n);
     Blocks::from_regions(
         (0..w)
-            .map(|v| if sub.contains(&v) { area.sub((v - sub.start) * n, n) } else { Region::scratch(0, 0) })
+            .map(|v| {
+                if sub.contains(&v) {
+                    area.sub((v - sub.start) * n, n)
+                } else {
+                    Region::scratch(0, 0)
+                }
+            })
             .collect(),
     )
 }
@@ -41,7 +51,10 @@ pub fn subtree_blocks(b: &mut PlanBuilder, rank: usize, root: usize, w: usize, n
 /// `root..w`, the rest wrap to `0..root`.
 fn unrotate(b: &mut PlanBuilder, blocks: &Blocks, root: usize, n: usize) {
     let w = blocks.len();
-    b.copy(blocks.span(0..w - root), Region::output(root * n, (w - root) * n));
+    b.copy(
+        blocks.span(0..w - root),
+        Region::output(root * n, (w - root) * n),
+    );
     b.copy(blocks.span(w - root..w), Region::output(0, root * n));
 }
 

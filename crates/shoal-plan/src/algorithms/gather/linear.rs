@@ -5,8 +5,12 @@ use crate::algorithms::{Algorithm, CostParams};
 use crate::builder::PlanBuilder;
 use crate::plan::{CallShape, Collective, Plan, Region};
 
-pub const ALGORITHM: Algorithm =
-    Algorithm { name: "linear", collective: Collective::Gather, generate, cost };
+pub const ALGORITHM: Algorithm = Algorithm {
+    name: "linear",
+    collective: Collective::Gather,
+    generate,
+    cost,
+};
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {
     let mut b = PlanBuilder::new(shape, rank);

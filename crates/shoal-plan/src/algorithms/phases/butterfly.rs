@@ -17,12 +17,22 @@ pub fn rounds(fold: &Fold) -> usize {
 /// Recursive-halving reduce-scatter. Before: all blocks hold this survivor's
 /// contribution (helpers' already folded in). After: the blocks of
 /// `fold.ranks_of(v)` hold the full reduction. Uses `rounds(fold)` rounds.
-pub fn halving_reduce_scatter(b: &mut PlanBuilder, fold: &Fold, v: usize, blocks: &Blocks, round0: usize) {
+pub fn halving_reduce_scatter(
+    b: &mut PlanBuilder,
+    fold: &Fold,
+    v: usize,
+    blocks: &Blocks,
+    round0: usize,
+) {
     let mut d = fold.pow2 / 2;
     let mut round = round0;
     while d > 0 {
         let lo = v & !(2 * d - 1);
-        let (mine, theirs) = if v & d == 0 { (lo, lo + d) } else { (lo + d, lo) };
+        let (mine, theirs) = if v & d == 0 {
+            (lo, lo + d)
+        } else {
+            (lo + d, lo)
+        };
         let peer = fold.rank_of(v ^ d);
         b.send(peer, round, span(fold, blocks, theirs, d));
         b.recv_reduce(peer, round, span(fold, blocks, mine, d));
@@ -33,7 +43,13 @@ pub fn halving_reduce_scatter(b: &mut PlanBuilder, fold: &Fold, v: usize, blocks
 
 /// Recursive-doubling allgather. Before: the blocks of `fold.ranks_of(v)`
 /// are valid. After: all blocks are. Uses `rounds(fold)` rounds.
-pub fn doubling_allgather(b: &mut PlanBuilder, fold: &Fold, v: usize, blocks: &Blocks, round0: usize) {
+pub fn doubling_allgather(
+    b: &mut PlanBuilder,
+    fold: &Fold,
+    v: usize,
+    blocks: &Blocks,
+    round0: usize,
+) {
     let mut d = 1;
     let mut round = round0;
     while d < fold.pow2 {

@@ -5,7 +5,12 @@ use crate::plan::Region;
 
 /// `out = ((slot(0) + slot(1)) + ...) + slot(world - 1)`: a fixed
 /// combination order, so every rank that runs it gets the same bits.
-pub fn reduce_in_rank_order(b: &mut PlanBuilder, slot: &dyn Fn(usize) -> Region, world: usize, out: Region) {
+pub fn reduce_in_rank_order(
+    b: &mut PlanBuilder,
+    slot: &dyn Fn(usize) -> Region,
+    world: usize,
+    out: Region,
+) {
     b.copy(slot(0), out);
     for q in 1..world {
         b.reduce(slot(q), out);

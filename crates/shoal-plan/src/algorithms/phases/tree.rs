@@ -21,7 +21,11 @@ struct Node {
 
 impl Node {
     fn of(b: &PlanBuilder, root: usize) -> Node {
-        Node { world: b.world(), root, v: vrank(b.rank(), root, b.world()) }
+        Node {
+            world: b.world(),
+            root,
+            v: vrank(b.rank(), root, b.world()),
+        }
     }
 
     /// Lowest set bit of `v`; the root's is past the whole tree.
@@ -109,6 +113,10 @@ pub fn gather(b: &mut PlanBuilder, root: usize, blocks: &Blocks, round0: usize) 
 
 /// The subtree (vrank range) that `rank` collects or distributes.
 pub fn subtree_of(rank: usize, root: usize, world: usize) -> Range<usize> {
-    let node = Node { world, root, v: vrank(rank, root, world) };
+    let node = Node {
+        world,
+        root,
+        v: vrank(rank, root, world),
+    };
     node.subtree(node.v)
 }

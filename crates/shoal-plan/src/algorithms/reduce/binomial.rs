@@ -8,14 +8,22 @@ use crate::builder::PlanBuilder;
 use crate::partition::log2_ceil;
 use crate::plan::{CallShape, Collective, Plan, Region};
 
-pub const ALGORITHM: Algorithm =
-    Algorithm { name: "binomial", collective: Collective::Reduce, generate, cost };
+pub const ALGORITHM: Algorithm = Algorithm {
+    name: "binomial",
+    collective: Collective::Reduce,
+    generate,
+    cost,
+};
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {
     let mut b = PlanBuilder::new(shape, rank);
     let n = shape.count;
     // Only the root has an Output; inner nodes accumulate in scratch.
-    let acc = if rank == shape.root { Region::output(0, n) } else { b.scratch(n) };
+    let acc = if rank == shape.root {
+        Region::output(0, n)
+    } else {
+        b.scratch(n)
+    };
     b.copy(Region::input(0, n), acc);
     tree::reduce(&mut b, shape.root, acc, 0);
     b.finish()

@@ -10,8 +10,12 @@ use crate::builder::PlanBuilder;
 use crate::partition::{Blocks, Fold, FoldRole};
 use crate::plan::{CallShape, Collective, Plan, Region};
 
-pub const ALGORITHM: Algorithm =
-    Algorithm { name: "halving", collective: Collective::ReduceScatter, generate, cost };
+pub const ALGORITHM: Algorithm = Algorithm {
+    name: "halving",
+    collective: Collective::ReduceScatter,
+    generate,
+    cost,
+};
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {
     let mut b = PlanBuilder::new(shape, rank);
@@ -46,7 +50,11 @@ fn cost(shape: &CallShape, elem_size: usize, params: &CostParams) -> f64 {
     let m = Model::new(shape, elem_size, params);
     let (w, n) = (shape.world, shape.count);
     let fold = Fold::new(w);
-    let folding = if fold.rem > 0 { m.msg(w * n) + m.reduce(w * n) + m.msg(n) } else { 0.0 };
+    let folding = if fold.rem > 0 {
+        m.msg(w * n) + m.reduce(w * n) + m.msg(n)
+    } else {
+        0.0
+    };
     let halves: f64 = (1..=rounds(&fold))
         .map(|j| {
             let part = (w * n) >> j;

@@ -8,8 +8,12 @@ use crate::builder::PlanBuilder;
 use crate::partition::Blocks;
 use crate::plan::{CallShape, Collective, Plan, Region};
 
-pub const ALGORITHM: Algorithm =
-    Algorithm { name: "ring", collective: Collective::ReduceScatter, generate, cost };
+pub const ALGORITHM: Algorithm = Algorithm {
+    name: "ring",
+    collective: Collective::ReduceScatter,
+    generate,
+    cost,
+};
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {
     let mut b = PlanBuilder::new(shape, rank);
@@ -18,7 +22,13 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
     let work = b.scratch(w * n);
     let blocks = Blocks::from_regions(
         (0..w)
-            .map(|q| if q == rank { Region::output(0, n) } else { work.sub(q * n, n) })
+            .map(|q| {
+                if q == rank {
+                    Region::output(0, n)
+                } else {
+                    work.sub(q * n, n)
+                }
+            })
             .collect(),
     );
     for q in 0..w {

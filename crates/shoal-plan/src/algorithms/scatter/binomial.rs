@@ -10,8 +10,12 @@ use crate::builder::PlanBuilder;
 use crate::partition::log2_ceil;
 use crate::plan::{CallShape, Collective, Plan, Region};
 
-pub const ALGORITHM: Algorithm =
-    Algorithm { name: "binomial", collective: Collective::Scatter, generate, cost };
+pub const ALGORITHM: Algorithm = Algorithm {
+    name: "binomial",
+    collective: Collective::Scatter,
+    generate,
+    cost,
+};
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {
     let mut b = PlanBuilder::new(shape, rank);
@@ -19,7 +23,10 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
     let blocks = subtree_blocks(&mut b, rank, root, w, n);
     if rank == root {
         // Rank order to vrank order: ranks root..w are vranks 0..w-root.
-        b.copy(Region::input(root * n, (w - root) * n), blocks.span(0..w - root));
+        b.copy(
+            Region::input(root * n, (w - root) * n),
+            blocks.span(0..w - root),
+        );
         b.copy(Region::input(0, root * n), blocks.span(w - root..w));
     }
     tree::scatter(&mut b, root, &blocks, 0);

@@ -1,0 +1,199 @@
+//! Every registered algorithm, verified over world sizes 1..=16, awkward
+//! counts, several roots and chunk sizes.
+
+use shoal_plan::algorithms::for_collective;
+use shoal_plan::verify::verify;
+use shoal_plan::{find, registry, CallShape, Collective, CostParams};
+
+const COUNTS: [usize; 8] = [0, 1, 2, 3, 7, 13, 64, 97];
+
+fn chunks(count: usize) -> &'static [usize] {
+    // Chunk 1 multiplies the steps by the count: only for small counts.
+    if count <= 13 {
+        &[1, 3, 1 << 20]
+    } else {
+        &[3, 1 << 20]
+    }
+}
+
+fn roots(collective: Collective, world: usize) -> Vec<usize> {
+    let mut roots = if collective.rooted() {
+        vec![0, world / 2, world - 1]
+    } else {
+        vec![0]
+    };
+    roots.dedup();
+    roots
+}
+
+fn verify_collective(collective: Collective) {
+    let mut checked = 0;
+    for alg in for_collective(collective) {
+        for world in 1..=16 {
+            for count in COUNTS {
+                for &chunk in chunks(count) {
+                    for root in roots(collective, world) {
+                        let shape = CallShape {
+                            collective,
+                            world,
+                            count,
+                            root,
+                            chunk,
+                        };
+                        if let Err(e) = verify(alg, &shape) {
+                            panic!("{collective}:{} {shape:?}: {e}", alg.name);
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 0, "no algorithm for {collective}");
+}
+
+#[test]
+fn allreduce() {
+    verify_collective(Collective::Allreduce);
+}
+
+#[test]
+fn broadcast() {
+    verify_collective(Collective::Broadcast);
+}
+
+#[test]
+fn reduce() {
+    verify_collective(Collective::Reduce);
+}
+
+#[test]
+fn allgather() {
+    verify_collective(Collective::Allgather);
+}
+
+#[test]
+fn reduce_scatter() {
+    verify_collective(Collective::ReduceScatter);
+}
+
+#[test]
+fn alltoall() {
+    verify_collective(Collective::Alltoall);
+}
+
+#[test]
+fn gather() {
+    verify_collective(Collective::Gather);
+}
+
+#[test]
+fn scatter() {
+    verify_collective(Collective::Scatter);
+}
+
+#[test]
+fn barrier() {
+    verify_collective(Collective::Barrier);
+}
+
+#[test]
+fn names_are_unique_per_collective() {
+    for c in Collective::ALL {
+        let mut names: Vec<_> = for_collective(c).map(|a| a.name).collect();
+        let all = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), all, "{c}");
+    }
+    assert!(registry().len() >= 20);
+}
+
+#[test]
+fn unknown_name_lists_valid_ones() {
+    let err = find(Collective::Allreduce, "nope")
+        .err()
+        .expect("unknown name must fail");
+    for name in [
+        "ring",
+        "recursive_doubling",
+        "rabenseifner",
+        "binomial",
+        "direct",
+    ] {
+        assert!(err.contains(name), "{err}");
+    }
+    assert!(err.contains("nope"));
+    assert_eq!(find(Collective::Broadcast, "pc").unwrap().name, "pc");
+}
+
+/// The selector relies on the relative order of the estimates.
+#[test]
+fn cost_model_orders_the_classics() {
+    let params = CostParams {
+        alpha: 5e-6,
+        beta: 1e-10,
+        gamma: 2e-11,
+    };
+    let shape = |collective, count| CallShape {
+        collective,
+        world: 16,
+        count,
+        root: 0,
+        chunk: 1 << 16,
+    };
+    let cost = |c, name, count| (find(c, name).unwrap().cost)(&shape(c, count), 4, &params);
+    let ar = Collective::Allreduce;
+    let small = 8;
+    let big = 64 << 20;
+    assert!(cost(ar, "recursive_doubling", small) < cost(ar, "ring", small));
+    assert!(cost(ar, "direct", small) < cost(ar, "ring", small));
+    assert!(cost(ar, "ring", big) < cost(ar, "recursive_doubling", big));
+    assert!(cost(ar, "rabenseifner", big) < cost(ar, "recursive_doubling", big));
+    assert!(cost(ar, "ring", big) < cost(ar, "direct", big));
+    let bc = Collective::Broadcast;
+    assert!(cost(bc, "pc", big) < cost(bc, "binomial", big));
+    assert!(cost(bc, "binomial", small) < cost(bc, "pc", small));
+    for alg in registry() {
+        let c = (alg.cost)(&shape(alg.collective, 1000), 4, &params);
+        assert!(
+            c.is_finite() && c >= 0.0,
+            "{}:{} cost {c}",
+            alg.collective,
+            alg.name
+        );
+    }
+}
+
+/// Chunked transfers pipeline: in the ring, piece k of a round waits only
+/// for piece k of the previous round, not for the whole block.
+#[test]
+fn ring_pieces_wait_only_for_their_own_piece() {
+    use shoal_plan::Op;
+    let shape = CallShape {
+        collective: Collective::Allreduce,
+        world: 4,
+        count: 4 * 30,
+        root: 0,
+        chunk: 10,
+    };
+    let plan = (find(Collective::Allreduce, "ring").unwrap().generate)(&shape, 1);
+    let sends: Vec<_> = plan
+        .steps
+        .iter()
+        .filter(|s| matches!(s.op, Op::Send { .. }))
+        .collect();
+    assert_eq!(sends.len(), 2 * 3 * 3, "2 phases x 3 rounds x 3 pieces");
+    for step in &sends {
+        let Op::Send { src, .. } = step.op else {
+            unreachable!()
+        };
+        assert_eq!(step.deps.len(), 1, "{step:?}");
+        let dep = &plan.steps[step.deps[0]].op;
+        let written = match *dep {
+            Op::RecvReduce { dst, .. } | Op::Recv { dst, .. } | Op::Copy { dst, .. } => dst,
+            _ => panic!("unexpected dependency {dep:?}"),
+        };
+        assert_eq!(written, src, "a send waits for exactly the piece it sends");
+    }
+}
