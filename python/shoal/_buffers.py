@@ -13,6 +13,10 @@ import numpy as np
 
 SUPPORTED_DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64")
 
+# dtype objects -> names; a dict lookup is much cheaper than `dtype.name`
+_NAMES = {np.dtype(n): n for n in SUPPORTED_DTYPES if n != "bfloat16"}
+_ITEMSIZES = {n: (2 if n == "bfloat16" else np.dtype(n).itemsize) for n in SUPPORTED_DTYPES}
+
 _ALIASES = {"float": "float32", "double": "float64", "half": "float16", "bf16": "bfloat16"}
 
 
@@ -47,18 +51,14 @@ def dtype_name(arr: np.ndarray, override: str | None) -> str:
         if arr.itemsize != itemsize and arr.nbytes % itemsize:
             raise ValueError(f"buffer of {arr.nbytes} bytes is not a whole number of {name} elements")
         return name
-    name = arr.dtype.name
-    if name not in SUPPORTED_DTYPES:
+    name = _NAMES.get(arr.dtype)
+    if name is None:
+        name = arr.dtype.name
         raise ValueError(f"unsupported dtype {name!r}; supported: {', '.join(SUPPORTED_DTYPES)}")
     return name
 
 
 def itemsize(dtype: str) -> int:
-    return 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+    return _ITEMSIZES[dtype]
 
 
-def address(arr: np.ndarray | None) -> tuple[int, int]:
-    """(address, byte length) of a contiguous array; (0, 0) for None."""
-    if arr is None or arr.nbytes == 0:
-        return (0, 0)
-    return (arr.ctypes.data, arr.nbytes)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from shoal._buffers import address, as_array, dtype_name, itemsize
+from shoal._buffers import as_array, dtype_name, itemsize
 
 Buffer = Any  # a numpy array or any object supporting the buffer protocol
 
@@ -88,9 +88,7 @@ class Group:
     ) -> Any:
         if self._comm is None:
             raise RuntimeError("this group was closed")
-        work = self._comm.collective(
-            collective, count, dtype, op, root, algorithm, address(inp), address(out), async_op
-        )
+        work = self._comm.collective(collective, count, dtype, op, root, algorithm, inp, out, async_op)
         if async_op:
             return Work(work, result, (inp, out))
         return result
@@ -257,14 +255,12 @@ class Group:
     def send(self, x: Buffer, dst: int, tag: int = 0, *, dtype: str | None = None) -> None:
         a = as_array(x, "x", writable=False)
         dt = dtype_name(a, dtype)
-        addr, nbytes = address(a)
-        self._comm.send(dst, tag, dt, addr, nbytes // itemsize(dt))
+        self._comm.send(dst, tag, dt, a)
 
     def recv(self, x: Buffer, src: int, tag: int = 0, *, dtype: str | None = None) -> Any:
         a = as_array(x, "x", writable=True)
         dt = dtype_name(a, dtype)
-        addr, nbytes = address(a)
-        self._comm.recv(src, tag, dt, addr, nbytes // itemsize(dt))
+        self._comm.recv(src, tag, dt, a)
         return x
 
     def _out_array(self, out: Buffer, dt: str, count: int) -> np.ndarray:

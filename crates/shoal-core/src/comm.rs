@@ -127,10 +127,24 @@ struct Prepared {
     cp: Arc<CompiledPlan>,
     seq: u32,
     sig: CallSig,
-    describe: String,
+    collective: Collective,
+    algorithm: &'static str,
+    count: usize,
+    root: usize,
+    global_rank: usize,
     op: ReduceOp,
     dtype: DType,
     divide_by: Option<usize>,
+}
+
+impl Prepared {
+    /// Names the call in errors; built only when one happens.
+    fn describe(&self) -> String {
+        format!(
+            "{}(algorithm={}, count={}, dtype={}, op={}, root={}) on rank {}",
+            self.collective, self.algorithm, self.count, self.dtype, self.op, self.root, self.global_rank
+        )
+    }
 }
 
 impl Communicator {
@@ -232,7 +246,7 @@ impl Communicator {
             dtype: p.dtype,
             op: p.op,
             timeout: self.engine.config.timeout,
-            describe: &p.describe,
+            describe: &|| p.describe(),
         };
         self.engine.run(&p.cp, &ctx, bufs)?;
         if let Some(n) = p.divide_by {
@@ -273,16 +287,6 @@ impl Communicator {
             root: args.root as u32,
             count: args.count as u64,
         };
-        let describe = format!(
-            "{}(algorithm={}, count={}, dtype={}, op={}, root={}) on rank {}",
-            args.collective,
-            alg.name,
-            args.count,
-            args.dtype,
-            op,
-            args.root,
-            self.members[self.rank]
-        );
         let has_output = shape.buffer_len(self.rank, Buf::Output) > 0;
         let divide_by = (op == ReduceOp::Avg && has_output).then_some(self.size());
         let mut st = self.state.lock().unwrap();
@@ -297,7 +301,11 @@ impl Communicator {
             cp,
             seq,
             sig,
-            describe,
+            collective: args.collective,
+            algorithm: alg.name,
+            count: args.count,
+            root: args.root,
+            global_rank: self.members[self.rank],
             op,
             dtype: args.dtype,
             divide_by,
@@ -436,13 +444,15 @@ impl Communicator {
         let mut plan = Plan::new(self.rank);
         plan.push(make(index), vec![]);
         let cp = CompiledPlan::new(plan);
-        let describe = format!(
-            "{}({} x {dtype}, tag={tag}) between ranks {} and {}",
-            if sending { "send" } else { "recv" },
-            count,
-            self.members[self.rank],
-            self.members[peer]
-        );
+        let describe = || {
+            format!(
+                "{}({} x {dtype}, tag={tag}) between ranks {} and {}",
+                if sending { "send" } else { "recv" },
+                count,
+                self.members[self.rank],
+                self.members[peer]
+            )
+        };
         let sig = CallSig {
             kind: P2P_KIND,
             dtype: dtype.index(),

@@ -60,7 +60,7 @@ pub struct CallContext<'a> {
     pub op: ReduceOp,
     pub timeout: Duration,
     /// Names the call in errors, e.g. `allreduce(algorithm=ring, count=7, dtype=float32)`.
-    pub describe: &'a str,
+    pub describe: &'a dyn Fn() -> String,
 }
 
 /// A raw pointer that may cross into a transport's I/O thread; the executor
@@ -273,12 +273,12 @@ impl Run<'_> {
     }
 
     fn transport_error(&self, e: &shoal_transport::TransportError) -> Error {
-        Error::from_transport(e, self.ctx.describe)
+        Error::from_transport(e, &(self.ctx.describe)())
     }
 
     fn step_error(&self, step: usize, e: &shoal_transport::TransportError) -> Error {
         let what = describe_step(&self.cp.plan.steps[step].op, self.ctx.members);
-        Error::from_transport(e, &format!("{} step {step} ({what})", self.ctx.describe))
+        Error::from_transport(e, &format!("{} step {step} ({what})", (self.ctx.describe)()))
     }
 
     fn timeout_error(&self) -> Error {
@@ -297,7 +297,7 @@ impl Run<'_> {
             ErrorKind::Timeout,
             format!(
                 "{}: no progress for {:.0?} (SHOAL_TIMEOUT); waiting on {}",
-                self.ctx.describe,
+                (self.ctx.describe)(),
                 self.ctx.timeout,
                 waiting.join(", ")
             ),

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
+use pyo3::ffi;
 use pyo3::prelude::*;
 
 use shoal_core::comm::{CollArgs, Communicator};
@@ -120,8 +121,8 @@ impl PyCommunicator {
         op: &str,
         root: usize,
         algorithm: Option<String>,
-        input: (usize, usize),
-        output: (usize, usize),
+        input: Option<Bound<'_, PyAny>>,
+        output: Option<Bound<'_, PyAny>>,
         async_op: bool,
     ) -> PyResult<Option<PyWork>> {
         let args = CollArgs {
@@ -132,11 +133,13 @@ impl PyCommunicator {
             root,
             algorithm,
         };
+        let (input, input_bytes) = raw_buffer(input.as_ref(), false)?;
+        let (output, output_bytes) = raw_buffer(output.as_ref(), true)?;
         let bufs = CallBuffers {
-            input: input.0 as *const u8,
-            input_bytes: input.1,
-            output: output.0 as *mut u8,
-            output_bytes: output.1,
+            input: input as *const u8,
+            input_bytes,
+            output,
+            output_bytes,
         };
         let comm = self.inner.clone();
         if async_op {
@@ -152,36 +155,42 @@ impl PyCommunicator {
         Ok(None)
     }
 
-    /// Sends `count` elements at `address` to group rank `peer`.
+    /// Sends the buffer (of `dtype` elements) to group rank `peer`.
     fn send(
         &self,
         py: Python<'_>,
         peer: usize,
         tag: u32,
         dtype: &str,
-        address: usize,
-        count: usize,
+        data: Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let dtype = DType::from_name(dtype).map_err(invalid)?;
+        let (address, bytes) = raw_buffer(Some(&data), false)?;
+        let address = address as usize;
         let comm = self.inner.clone();
-        py.allow_threads(move || comm.send(peer, tag, dtype, address as *const u8, count))
-            .map_err(to_py)
+        py.allow_threads(move || {
+            comm.send(peer, tag, dtype, address as *const u8, bytes / dtype.size())
+        })
+        .map_err(to_py)
     }
 
-    /// Receives `count` elements from group rank `peer` into `address`.
+    /// Receives from group rank `peer` into the buffer (of `dtype` elements).
     fn recv(
         &self,
         py: Python<'_>,
         peer: usize,
         tag: u32,
         dtype: &str,
-        address: usize,
-        count: usize,
+        data: Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let dtype = DType::from_name(dtype).map_err(invalid)?;
+        let (address, bytes) = raw_buffer(Some(&data), true)?;
+        let address = address as usize;
         let comm = self.inner.clone();
-        py.allow_threads(move || comm.recv(peer, tag, dtype, address as *mut u8, count))
-            .map_err(to_py)
+        py.allow_threads(move || {
+            comm.recv(peer, tag, dtype, address as *mut u8, bytes / dtype.size())
+        })
+        .map_err(to_py)
     }
 
     /// A sub-communicator; every member of this one must call it alike.
@@ -211,6 +220,26 @@ impl PyCommunicator {
         self.inner
             .choose_algorithm(collective, count, dtype, root, algorithm)
             .map_err(to_py)
+    }
+}
+
+/// The address and byte length of a C-contiguous buffer-protocol object
+/// (`None` is an empty buffer). The view is released at once: the Python
+/// layer keeps the object alive for the whole call.
+fn raw_buffer(obj: Option<&Bound<'_, PyAny>>, writable: bool) -> PyResult<(*mut u8, usize)> {
+    let Some(obj) = obj else {
+        return Ok((std::ptr::null_mut(), 0));
+    };
+    let flags = ffi::PyBUF_C_CONTIGUOUS | if writable { ffi::PyBUF_WRITABLE } else { 0 };
+    // SAFETY: `view` is filled by PyObject_GetBuffer on success and released right after.
+    unsafe {
+        let mut view: ffi::Py_buffer = std::mem::zeroed();
+        if ffi::PyObject_GetBuffer(obj.as_ptr(), &mut view, flags) != 0 {
+            return Err(PyErr::fetch(obj.py()));
+        }
+        let raw = (view.buf as *mut u8, view.len as usize);
+        ffi::PyBuffer_Release(&mut view);
+        Ok(raw)
     }
 }
 

@@ -1,0 +1,73 @@
+"""shoal side of the benchmark loop; run under ``shoal run -n N``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import shoal
+from shoal.bench import check
+from shoal.bench.worker import Backend, Unsupported, parse_spec, run
+
+
+class ShoalBackend(Backend):
+    library = "shoal"
+
+    def __init__(self) -> None:
+        self.group = shoal.init()
+        self.rank = self.group.rank
+        self.size = self.group.size
+
+    def info(self) -> dict[str, Any]:
+        return {"version": shoal.__version__, "transport": os.environ.get("SHOAL_TRANSPORT", "auto")}
+
+    def make_call(
+        self, lay: check.Layout, inp: np.ndarray, out: np.ndarray | None, op: str, root: int, algo: str | None
+    ) -> Callable[[], object]:
+        coll = lay.collective
+        if algo is not None and algo not in shoal.algorithms(coll):
+            raise Unsupported(f"shoal has no {coll} algorithm {algo!r}")
+        dt = "bfloat16" if lay.dtype == "bfloat16" else None
+        g = self.group
+        if coll == "allreduce":
+            return lambda: g.allreduce(inp, op, algorithm=algo, dtype=dt)
+        if coll == "broadcast":
+            return lambda: g.broadcast(inp, root, algorithm=algo, dtype=dt)
+        if coll == "reduce":
+            return lambda: g.reduce(inp, root, op, algorithm=algo, dtype=dt)
+        if coll == "allgather":
+            return lambda: g.allgather(inp, out, algorithm=algo, dtype=dt)
+        if coll == "reduce_scatter":
+            return lambda: g.reduce_scatter(inp, out, op, algorithm=algo, dtype=dt)
+        if coll == "alltoall":
+            return lambda: g.alltoall(inp, out, algorithm=algo, dtype=dt)
+        raise Unsupported(f"unknown collective {coll!r}")
+
+    def algorithm(self, lay: check.Layout, algo: str | None, root: int) -> str | None:
+        if algo is not None:
+            return algo
+        # the selector's count is per rank's block for the blocked collectives
+        count = lay.block if lay.collective in check.BLOCKED else lay.count
+        return self.group.choose_algorithm(lay.collective, count, lay.dtype, root)
+
+    def barrier(self) -> None:
+        self.group.barrier()
+
+    def allreduce_f64(self, arr: np.ndarray, op: str) -> None:
+        self.group.allreduce(arr, op)
+
+    def close(self) -> None:
+        shoal.finalize()
+
+
+def main(argv: list[str] | None = None) -> int:
+    spec = parse_spec(argv, "python -m shoal.bench.worker_shoal")
+    return run(ShoalBackend(), spec)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
