@@ -57,6 +57,11 @@ class Group:
         """World ranks on this host (reached through shared memory)."""
         return self._comm.local_ranks
 
+    @property
+    def cost_model(self) -> dict[str, float]:
+        """The selector's cost model: latency ``alpha`` (s), ``beta`` (s/byte moved), ``gamma`` (s/byte reduced)."""
+        return self._comm.cost_model
+
     def new_group(self, ranks: list[int]) -> Group | None:
         comm = self._comm.new_group(list(ranks))
         return None if comm is None else Group(comm)

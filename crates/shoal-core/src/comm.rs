@@ -142,7 +142,13 @@ impl Prepared {
     fn describe(&self) -> String {
         format!(
             "{}(algorithm={}, count={}, dtype={}, op={}, root={}) on rank {}",
-            self.collective, self.algorithm, self.count, self.dtype, self.op, self.root, self.global_rank
+            self.collective,
+            self.algorithm,
+            self.count,
+            self.dtype,
+            self.op,
+            self.root,
+            self.global_rank
         )
     }
 }

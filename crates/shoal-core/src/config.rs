@@ -33,6 +33,11 @@ pub struct Config {
     /// `SHOAL_TCP_ADDR` (default: the address that reaches the store, else 127.0.0.1):
     /// the address this rank listens on for TCP peers.
     pub tcp_addr: Option<String>,
+    /// `SHOAL_CALIBRATE` (0 or 1, default 1): measure latency and bandwidth at init.
+    pub calibrate: bool,
+    /// `SHOAL_COST` (default empty): cost parameters given instead of measured,
+    /// `alpha=<s>,beta=<s/byte>,gamma=<s/byte>`.
+    pub cost: String,
 }
 
 impl Config {
@@ -46,6 +51,8 @@ impl Config {
             shm_ring_bytes: parse(env, "SHOAL_SHM_RING_BYTES", 4_194_304usize)?.max(4096),
             host_id: env("SHOAL_HOST_ID").filter(|s| !s.is_empty()),
             tcp_addr: env("SHOAL_TCP_ADDR").filter(|s| !s.is_empty()),
+            calibrate: parse(env, "SHOAL_CALIBRATE", 1u8)? != 0,
+            cost: env("SHOAL_COST").unwrap_or_default(),
         })
     }
 

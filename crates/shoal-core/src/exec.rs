@@ -278,7 +278,10 @@ impl Run<'_> {
 
     fn step_error(&self, step: usize, e: &shoal_transport::TransportError) -> Error {
         let what = describe_step(&self.cp.plan.steps[step].op, self.ctx.members);
-        Error::from_transport(e, &format!("{} step {step} ({what})", (self.ctx.describe)()))
+        Error::from_transport(
+            e,
+            &format!("{} step {step} ({what})", (self.ctx.describe)()),
+        )
     }
 
     fn timeout_error(&self) -> Error {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use shoal_transport::{Routed, ShmConfig, ShmTransport, TcpConfig, TcpTransport, Transport};
 
+use crate::calibrate::{calibrate, parse_cost};
 use crate::comm::{Communicator, Engine};
 use crate::config::{Config, TransportChoice};
 use crate::error::{Error, Result};
@@ -47,14 +48,36 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
     } else {
         SHM_COST
     };
+    let cost = parse_cost(&config.cost, cost)?;
+    let measure = config.calibrate && config.cost.trim().is_empty() && rdzv.info.world_size > 1;
+    let partner = calibration_partner(&rdzv);
     let selector = Selector::new(&config.algo, cost)?;
     let local_ranks = rdzv.hosts.local_ranks.clone();
     let mut keepalive: Vec<Box<dyn std::any::Any + Send + Sync>> = vec![Box::new(rdzv.store)];
     if let Some(server) = rdzv.server {
         keepalive.push(Box::new(server));
     }
-    let engine = Engine::new(transport, config, selector, local_ranks, keepalive);
-    Ok(Communicator::world(Arc::new(engine)))
+    let engine = Arc::new(Engine::new(
+        transport,
+        config,
+        selector,
+        local_ranks,
+        keepalive,
+    ));
+    let world = Communicator::world(engine.clone());
+    if measure {
+        engine.selector.set_cost(calibrate(&world, partner, cost)?);
+    }
+    Ok(world)
+}
+
+/// Rank 0 measures against the first rank on another host if there is one
+/// (the slowest link prices the algorithms), else against rank 1.
+fn calibration_partner(rdzv: &Rendezvous) -> usize {
+    let hosts = &rdzv.hosts.host_of;
+    (1..hosts.len())
+        .find(|&r| hosts[r] != hosts[0])
+        .unwrap_or(1)
 }
 
 /// Shared memory to the ranks of this host (unless TCP is forced), TCP to the rest.

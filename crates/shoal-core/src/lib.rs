@@ -1,6 +1,7 @@
 //! shoal's runtime: configuration, rendezvous, reduction kernels, algorithm
 //! selection, the plan executor and communicators.
 
+pub mod calibrate;
 pub mod comm;
 pub mod config;
 pub mod dtype;

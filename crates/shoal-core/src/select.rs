@@ -3,6 +3,7 @@
 //! alpha-beta-gamma cost model of the transport in use.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 use shoal_plan::algorithms::{self, Algorithm, CostParams};
 use shoal_plan::{CallShape, Collective};
@@ -24,7 +25,8 @@ pub const TCP_COST: CostParams = CostParams {
 
 pub struct Selector {
     overrides: HashMap<Collective, &'static Algorithm>,
-    cost: CostParams,
+    /// Replaced once by the calibration at init; read on every call.
+    cost: Mutex<CostParams>,
 }
 
 impl Selector {
@@ -41,7 +43,10 @@ impl Selector {
             let alg = algorithms::find(collective, algo.trim()).map_err(Error::invalid)?;
             overrides.insert(collective, alg);
         }
-        Ok(Selector { overrides, cost })
+        Ok(Selector {
+            overrides,
+            cost: Mutex::new(cost),
+        })
     }
 
     /// The algorithm for one call, and its index in the registry (carried in
@@ -62,9 +67,20 @@ impl Selector {
         Ok((registry_index(alg), alg))
     }
 
+    /// The cost parameters in use.
+    pub fn cost(&self) -> CostParams {
+        *self.cost.lock().unwrap()
+    }
+
+    /// Replaces the cost parameters (every rank must set the same ones).
+    pub fn set_cost(&self, cost: CostParams) {
+        *self.cost.lock().unwrap() = cost;
+    }
+
     fn cheapest(&self, shape: &CallShape, elem_size: usize) -> Result<&'static Algorithm> {
+        let cost = self.cost();
         algorithms::for_collective(shape.collective)
-            .map(|a| ((a.cost)(shape, elem_size, &self.cost), a))
+            .map(|a| ((a.cost)(shape, elem_size, &cost), a))
             .min_by(|x, y| x.0.total_cmp(&y.0))
             .map(|(_, a)| a)
             .ok_or_else(|| Error::runtime(format!("no algorithm implements {}", shape.collective)))

@@ -109,6 +109,15 @@ impl PyCommunicator {
         self.inner.engine().local_ranks.clone()
     }
 
+    /// The cost model in use: {"alpha": s, "beta": s/byte, "gamma": s/byte}.
+    #[getter]
+    fn cost_model(&self) -> std::collections::HashMap<&'static str, f64> {
+        let c = self.inner.engine().selector.cost();
+        [("alpha", c.alpha), ("beta", c.beta), ("gamma", c.gamma)]
+            .into_iter()
+            .collect()
+    }
+
     /// Runs one collective over raw buffers (address, bytes).
     #[pyo3(signature = (collective, count, dtype, op, root, algorithm, input, output, async_op))]
     #[allow(clippy::too_many_arguments)]

@@ -1,0 +1,127 @@
+//! Calibrating the cost model at init: two ranks measure the latency and
+//! bandwidth of the transport in use with a ping-pong, every rank measures its
+//! reduction speed, and rank 0's figures are broadcast so that all ranks
+//! price algorithms alike (otherwise they could pick different ones).
+
+use std::time::Instant;
+
+use shoal_plan::{Collective, CostParams};
+
+use crate::comm::{CollArgs, Communicator};
+use crate::dtype::{DType, ReduceOp};
+use crate::error::{Error, Result};
+use crate::exec::CallBuffers;
+use crate::reduce::reduce_into;
+
+const PING_BYTES: usize = 8;
+const PINGS: usize = 30;
+const BULK_BYTES: usize = 1 << 20;
+const BULKS: usize = 4;
+const TAG: u32 = (1 << 31) - 1;
+
+/// Parses `SHOAL_COST` (`alpha=2e-6,beta=2.5e-10,gamma=2.5e-10`; missing keys keep `base`).
+pub fn parse_cost(spec: &str, base: CostParams) -> Result<CostParams> {
+    let mut cost = base;
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let bad = || {
+            Error::invalid(format!(
+                "SHOAL_COST entry {item:?} is not alpha=, beta= or gamma=<seconds>"
+            ))
+        };
+        let (key, value) = item.split_once('=').ok_or_else(bad)?;
+        let value: f64 = value.trim().parse().map_err(|_| bad())?;
+        match key.trim() {
+            "alpha" => cost.alpha = value,
+            "beta" => cost.beta = value,
+            "gamma" => cost.gamma = value,
+            _ => return Err(bad()),
+        }
+    }
+    Ok(cost)
+}
+
+/// Measures the cost parameters between rank 0 and `partner` and makes
+/// every rank adopt rank 0's result. Collective: every rank must call it.
+pub fn calibrate(world: &Communicator, partner: usize, base: CostParams) -> Result<CostParams> {
+    let mut figures = [base.alpha, base.beta, base.gamma];
+    match world.rank() {
+        0 => {
+            let (alpha, beta) = ping_pong(world, partner, true)?;
+            figures = [alpha, beta, reduction_seconds_per_byte()];
+        }
+        r if r == partner => {
+            ping_pong(world, 0, false)?;
+        }
+        _ => {}
+    }
+    broadcast_f64(world, &mut figures)?;
+    Ok(CostParams {
+        alpha: figures[0],
+        beta: figures[1],
+        gamma: figures[2],
+    })
+}
+
+/// Round trips of a tiny message give the latency; one-way bulk transfers
+/// answered by a tiny acknowledgement give the bandwidth.
+fn ping_pong(world: &Communicator, peer: usize, leader: bool) -> Result<(f64, f64)> {
+    let mut small = vec![0u8; PING_BYTES];
+    let mut bulk = vec![0u8; BULK_BYTES];
+    let mut exchange = |buf: &mut Vec<u8>, reply: usize| -> Result<()> {
+        if leader {
+            world.send(peer, TAG, DType::U8, buf.as_ptr(), buf.len())?;
+            world.recv(peer, TAG, DType::U8, small.as_mut_ptr(), reply)
+        } else {
+            world.recv(peer, TAG, DType::U8, buf.as_mut_ptr(), buf.len())?;
+            world.send(peer, TAG, DType::U8, small.as_ptr(), reply)
+        }
+    };
+    let mut ping = vec![0u8; PING_BYTES];
+    exchange(&mut ping, PING_BYTES)?; // warm-up: connections, page faults
+    let t = Instant::now();
+    for _ in 0..PINGS {
+        exchange(&mut ping, PING_BYTES)?;
+    }
+    let alpha = t.elapsed().as_secs_f64() / (2 * PINGS) as f64;
+    exchange(&mut bulk, PING_BYTES)?;
+    let t = Instant::now();
+    for _ in 0..BULKS {
+        exchange(&mut bulk, PING_BYTES)?;
+    }
+    let per_transfer = t.elapsed().as_secs_f64() / BULKS as f64 - 2.0 * alpha;
+    let beta = (per_transfer / BULK_BYTES as f64).max(1e-12);
+    Ok((alpha, beta))
+}
+
+/// Seconds per byte of a float32 sum, the most common reduction.
+fn reduction_seconds_per_byte() -> f64 {
+    let mut dst = vec![1u8; BULK_BYTES];
+    let src = vec![2u8; BULK_BYTES];
+    reduce_into(DType::F32, ReduceOp::Sum, &mut dst, &src);
+    let t = Instant::now();
+    for _ in 0..4 {
+        reduce_into(DType::F32, ReduceOp::Sum, &mut dst, &src);
+    }
+    (t.elapsed().as_secs_f64() / (4 * BULK_BYTES) as f64).max(1e-12)
+}
+
+fn broadcast_f64(world: &Communicator, values: &mut [f64]) -> Result<()> {
+    let args = CollArgs {
+        collective: Collective::Broadcast,
+        count: values.len(),
+        dtype: DType::F64,
+        op: ReduceOp::Sum,
+        root: 0,
+        algorithm: Some("binomial".into()),
+    };
+    let bytes = std::mem::size_of_val(values);
+    let ptr = values.as_mut_ptr() as *mut u8;
+    let is_root = world.rank() == 0;
+    let bufs = CallBuffers {
+        input: if is_root { ptr } else { std::ptr::null() },
+        input_bytes: if is_root { bytes } else { 0 },
+        output: ptr,
+        output_bytes: bytes,
+    };
+    world.collective(&args, bufs)
+}
