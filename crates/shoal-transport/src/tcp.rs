@@ -12,7 +12,7 @@
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -103,7 +103,21 @@ struct Conn {
     peer: usize,
     stream: TcpStream,
     queue: Mutex<Option<Sender<Job>>>,
+    write: Arc<WriteSide>,
 }
+
+/// The write half of a connection, shared by the caller (small sends go out
+/// directly, saving a thread hand-off per message) and the writer thread.
+struct WriteSide {
+    /// Held while one frame is written, so frames never interleave.
+    stream: Mutex<TcpStream>,
+    /// Jobs handed to the writer thread and not yet written: a direct write
+    /// is only allowed when this is zero, to keep frames in order.
+    queued: AtomicUsize,
+}
+
+/// Sends up to this size are written by the caller when the connection is idle.
+const DIRECT_MAX: usize = 64 << 10;
 
 /// TCP transport; see the module docs.
 pub struct TcpTransport {
@@ -156,9 +170,13 @@ impl TcpTransport {
                 stream.try_clone().map_err(io)?,
                 stream.try_clone().map_err(io)?,
             );
-            let sh = shared.clone();
+            let write = Arc::new(WriteSide {
+                stream: Mutex::new(w),
+                queued: AtomicUsize::new(0),
+            });
+            let (sh, ws) = (shared.clone(), write.clone());
             threads.push(spawn(format!("shoal-tcp-w{peer}"), move || {
-                writer_loop(&sh, peer, w, rx)
+                writer_loop(&sh, peer, &ws, rx)
             })?);
             let sh = shared.clone();
             threads.push(spawn(format!("shoal-tcp-r{peer}"), move || {
@@ -168,6 +186,7 @@ impl TcpTransport {
                 peer,
                 stream,
                 queue: Mutex::new(Some(tx)),
+                write,
             });
         }
         let last_seen = AtomicU32::new(shared.bell.seq());
@@ -188,20 +207,46 @@ impl TcpTransport {
         self.shared.bell.clone()
     }
 
-    fn enqueue(&self, peer: usize, job: Job) -> Result<()> {
-        let c = self
-            .index
+    fn conn(&self, peer: usize) -> Option<&Conn> {
+        self.index
             .get(peer)
             .copied()
             .flatten()
-            .map(|i| &self.conns[i]);
+            .map(|i| &self.conns[i])
+    }
+
+    fn enqueue(&self, peer: usize, job: Job) -> Result<()> {
+        let c = self.conn(peer);
         let q = c.map(|c| c.queue.lock().unwrap_or_else(|e| e.into_inner()));
-        match q.as_ref().and_then(|q| q.as_ref()) {
-            Some(tx) => tx
-                .send(job)
-                .map_err(|_| io_err("connection writer stopped")),
-            None => Err(io_err("transport is closed")),
+        match (c, q.as_ref().and_then(|q| q.as_ref())) {
+            (Some(c), Some(tx)) => {
+                c.write.queued.fetch_add(1, Ordering::AcqRel);
+                tx.send(job).map_err(|_| {
+                    c.write.queued.fetch_sub(1, Ordering::AcqRel);
+                    io_err("connection writer stopped")
+                })
+            }
+            _ => Err(io_err("transport is closed")),
         }
+    }
+
+    /// Writes a small frame from the calling thread when nothing is queued
+    /// and the writer thread is idle; `None` means "use the queue".
+    fn try_direct(
+        &self,
+        peer: usize,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Option<std::io::Result<()>> {
+        if payload.len() > DIRECT_MAX || self.shared.closing.load(Ordering::Acquire) {
+            return None;
+        }
+        let w = &self.conn(peer)?.write;
+        let mut stream = w.stream.try_lock().ok()?;
+        if w.queued.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        Some(send_frame(&mut stream, header, payload))
     }
 
     /// Flushes queued sends, says bye to every peer, and stops the threads.
@@ -259,8 +304,16 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<(
 }
 
 /// Sends queued frames in order; completes each send once written.
-fn writer_loop(sh: &Shared, peer: usize, mut s: TcpStream, rx: std::sync::mpsc::Receiver<Job>) {
+fn writer_loop(sh: &Shared, peer: usize, w: &WriteSide, rx: std::sync::mpsc::Receiver<Job>) {
     for job in rx {
+        let mut s = w.stream.lock().unwrap_or_else(|e| e.into_inner());
+        write_job(sh, peer, &mut s, job);
+        w.queued.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn write_job(sh: &Shared, peer: usize, s: &mut TcpStream, job: Job) {
+    {
         match job {
             Job::Data {
                 id,
@@ -270,7 +323,7 @@ fn writer_loop(sh: &Shared, peer: usize, mut s: TcpStream, rx: std::sync::mpsc::
             } => {
                 // SAFETY: the isend caller keeps the buffer valid until completion.
                 let payload = unsafe { std::slice::from_raw_parts(data.0, len) };
-                match send_frame(&mut s, &header, payload) {
+                match send_frame(s, &header, payload) {
                     Ok(()) => sh.update(|m| m.complete(id)),
                     Err(e) => {
                         sh.update(|m| {
@@ -287,7 +340,7 @@ fn writer_loop(sh: &Shared, peer: usize, mut s: TcpStream, rx: std::sync::mpsc::
                 }
             }
             Job::Control { header, payload } => {
-                let _ = send_frame(&mut s, &header, &payload);
+                let _ = send_frame(s, &header, &payload);
             }
         }
     }
@@ -518,6 +571,22 @@ impl Transport for TcpTransport {
     ) -> Result<ReqId> {
         let id = self.shared.lock().add_send(peer)?;
         let header = Header::data(tag, sig, len).encode();
+        // SAFETY: the caller keeps `data` valid until the request completes.
+        let payload = unsafe { std::slice::from_raw_parts(data, len) };
+        if let Some(written) = self.try_direct(peer, &header, payload) {
+            match written {
+                Ok(()) => self.shared.update(|m| m.complete(id)),
+                Err(e) => {
+                    let died = TransportError::PeerDied {
+                        peer,
+                        detail: e.to_string(),
+                    };
+                    self.shared.update(|m| m.fail(id, died));
+                    self.shared.lost(peer, &format!("send failed: {e}"));
+                }
+            }
+            return Ok(id);
+        }
         if let Err(e) = self.enqueue(
             peer,
             Job::Data {
