@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,12 @@ def free_port() -> int:
 
 
 def spawn_ranks(
-    n: int, script: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+    n: int,
+    script: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+    rank_env: Callable[[int], dict[str, str]] | None = None,
 ) -> list[subprocess.CompletedProcess[str]]:
     """Starts n ranks directly (torchrun's environment convention, no launcher),
     so that every rank runs to its own end even when another one fails."""
@@ -54,7 +60,7 @@ def spawn_ranks(
     procs = [
         subprocess.Popen(
             [sys.executable, str(WORKERS / script), *args],
-            env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
+            env={**base, "RANK": str(r), "LOCAL_RANK": str(r), **(rank_env(r) if rank_env else {})},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

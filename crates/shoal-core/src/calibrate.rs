@@ -19,13 +19,14 @@ const BULK_BYTES: usize = 1 << 20;
 const BULKS: usize = 4;
 const TAG: u32 = (1 << 31) - 1;
 
-/// Parses `SHOAL_COST` (`alpha=2e-6,beta=2.5e-10,gamma=2.5e-10`; missing keys keep `base`).
+/// Parses `SHOAL_COST` (`alpha=2e-6,beta=2.5e-10,gamma=2.5e-10,alpha_local=..,beta_local=..`;
+/// missing keys keep `base`).
 pub fn parse_cost(spec: &str, base: CostParams) -> Result<CostParams> {
     let mut cost = base;
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let bad = || {
             Error::invalid(format!(
-                "SHOAL_COST entry {item:?} is not alpha=, beta= or gamma=<seconds>"
+                "SHOAL_COST entry {item:?} is not alpha=, beta=, gamma=, alpha_local= or beta_local=<seconds>"
             ))
         };
         let (key, value) = item.split_once('=').ok_or_else(bad)?;
@@ -34,31 +35,62 @@ pub fn parse_cost(spec: &str, base: CostParams) -> Result<CostParams> {
             "alpha" => cost.alpha = value,
             "beta" => cost.beta = value,
             "gamma" => cost.gamma = value,
+            "alpha_local" => cost.alpha_local = value,
+            "beta_local" => cost.beta_local = value,
             _ => return Err(bad()),
         }
     }
     Ok(cost)
 }
 
-/// Measures the cost parameters between rank 0 and `partner` and makes
-/// every rank adopt rank 0's result. Collective: every rank must call it.
-pub fn calibrate(world: &Communicator, partner: usize, base: CostParams) -> Result<CostParams> {
-    let mut figures = [base.alpha, base.beta, base.gamma];
-    match world.rank() {
-        0 => {
-            let (alpha, beta) = ping_pong(world, partner, true)?;
-            figures = [alpha, beta, reduction_seconds_per_byte()];
-        }
-        r if r == partner => {
+/// Who rank 0 measures against: `remote` on another host (the links between
+/// hosts), `local` on its own host (shared memory). Either may be absent.
+pub struct Partners {
+    pub remote: Option<usize>,
+    pub local: Option<usize>,
+}
+
+/// Measures the cost parameters from rank 0 and makes every rank adopt
+/// rank 0's figures. Collective: every rank must call it. On one host the
+/// local figures are also the only ones.
+pub fn calibrate(
+    world: &Communicator,
+    partners: &Partners,
+    base: CostParams,
+) -> Result<CostParams> {
+    let mut f = [
+        base.alpha,
+        base.beta,
+        base.gamma,
+        base.alpha_local,
+        base.beta_local,
+    ];
+    let r = world.rank();
+    if let Some(local) = partners.local {
+        if r == 0 {
+            (f[3], f[4]) = ping_pong(world, local, true)?;
+            (f[0], f[1]) = (f[3], f[4]);
+        } else if r == local {
             ping_pong(world, 0, false)?;
         }
-        _ => {}
     }
-    broadcast_f64(world, &mut figures)?;
+    if let Some(remote) = partners.remote {
+        if r == 0 {
+            (f[0], f[1]) = ping_pong(world, remote, true)?;
+        } else if r == remote {
+            ping_pong(world, 0, false)?;
+        }
+    }
+    if r == 0 {
+        f[2] = reduction_seconds_per_byte();
+    }
+    broadcast_f64(world, &mut f)?;
     Ok(CostParams {
-        alpha: figures[0],
-        beta: figures[1],
-        gamma: figures[2],
+        alpha: f[0],
+        beta: f[1],
+        gamma: f[2],
+        alpha_local: f[3],
+        beta_local: f[4],
     })
 }
 

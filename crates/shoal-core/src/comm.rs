@@ -28,6 +28,8 @@ pub struct Engine {
     pub selector: Selector,
     /// Global ranks sharing this process's host.
     pub local_ranks: Vec<usize>,
+    /// Host index of every global rank.
+    pub host_of: Vec<usize>,
     /// Held while a plan runs (the transport is driven by one thread at a
     /// time); guards the reusable scratch memory.
     scratch: Mutex<Vec<u64>>,
@@ -44,6 +46,7 @@ impl Engine {
         config: Config,
         selector: Selector,
         local_ranks: Vec<usize>,
+        host_of: Vec<usize>,
         keepalive: Vec<Box<dyn std::any::Any + Send + Sync>>,
     ) -> Engine {
         Engine {
@@ -51,6 +54,7 @@ impl Engine {
             config,
             selector,
             local_ranks,
+            host_of,
             scratch: Mutex::new(Vec::new()),
             queue: AsyncQueue::new(),
             failed: Mutex::new(None),
@@ -113,6 +117,8 @@ pub struct Communicator {
     members: Vec<usize>,
     rank: usize,
     id: u32,
+    /// Ranks per host of the members' block layout (see `CallShape::local`).
+    local: usize,
     state: Mutex<CommState>,
 }
 
@@ -167,11 +173,13 @@ impl Communicator {
         rank: usize,
         id: u32,
     ) -> Communicator {
+        let local = block_layout(&engine.host_of, &members);
         Communicator {
             engine,
             members,
             rank,
             id,
+            local,
             state: Mutex::new(CommState::default()),
         }
     }
@@ -338,6 +346,7 @@ impl Communicator {
             count: args.count,
             root,
             chunk,
+            local: self.local,
         })
     }
 
@@ -516,6 +525,28 @@ impl Communicator {
             rank,
             id,
         )))
+    }
+}
+
+/// Ranks per host when the members (in group order) sit on their hosts in
+/// equal contiguous blocks, each host once; 1 otherwise.
+fn block_layout(host_of: &[usize], members: &[usize]) -> usize {
+    let hosts: Vec<usize> = members
+        .iter()
+        .map(|&m| host_of.get(m).copied().unwrap_or(m))
+        .collect();
+    let per_host = hosts.iter().take_while(|&&h| h == hosts[0]).count().max(1);
+    let blocks: Vec<&[usize]> = hosts.chunks(per_host).collect();
+    let regular = hosts.len().is_multiple_of(per_host)
+        && blocks.iter().all(|b| b.iter().all(|&h| h == b[0]))
+        && blocks
+            .iter()
+            .enumerate()
+            .all(|(i, b)| blocks[..i].iter().all(|o| o[0] != b[0]));
+    if regular {
+        per_host
+    } else {
+        1
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use shoal_transport::{Routed, ShmConfig, ShmTransport, TcpConfig, TcpTransport, Transport};
 
-use crate::calibrate::{calibrate, parse_cost};
+use crate::calibrate::{calibrate, parse_cost, Partners};
 use crate::comm::{Communicator, Engine};
 use crate::config::{Config, TransportChoice};
 use crate::error::{Error, Result};
@@ -50,9 +50,10 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
     };
     let cost = parse_cost(&config.cost, cost)?;
     let measure = config.calibrate && config.cost.trim().is_empty() && rdzv.info.world_size > 1;
-    let partner = calibration_partner(&rdzv);
+    let partners = calibration_partners(&rdzv);
     let selector = Selector::new(&config.algo, cost)?;
     let local_ranks = rdzv.hosts.local_ranks.clone();
+    let host_of = rdzv.hosts.host_of.clone();
     let mut keepalive: Vec<Box<dyn std::any::Any + Send + Sync>> = vec![Box::new(rdzv.store)];
     if let Some(server) = rdzv.server {
         keepalive.push(Box::new(server));
@@ -62,22 +63,26 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
         config,
         selector,
         local_ranks,
+        host_of,
         keepalive,
     ));
     let world = Communicator::world(engine.clone());
     if measure {
-        engine.selector.set_cost(calibrate(&world, partner, cost)?);
+        engine
+            .selector
+            .set_cost(calibrate(&world, &partners, cost)?);
     }
     Ok(world)
 }
 
-/// Rank 0 measures against the first rank on another host if there is one
-/// (the slowest link prices the algorithms), else against rank 1.
-fn calibration_partner(rdzv: &Rendezvous) -> usize {
+/// Rank 0 measures the network against the first rank on another host and
+/// shared memory against the first other rank on its own host.
+fn calibration_partners(rdzv: &Rendezvous) -> Partners {
     let hosts = &rdzv.hosts.host_of;
-    (1..hosts.len())
-        .find(|&r| hosts[r] != hosts[0])
-        .unwrap_or(1)
+    Partners {
+        remote: (1..hosts.len()).find(|&r| hosts[r] != hosts[0]),
+        local: (1..hosts.len()).find(|&r| hosts[r] == hosts[0]),
+    }
 }
 
 /// Shared memory to the ranks of this host (unless TCP is forced), TCP to the rest.

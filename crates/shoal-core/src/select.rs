@@ -15,12 +15,16 @@ pub const SHM_COST: CostParams = CostParams {
     alpha: 2e-6,
     beta: 1.0 / 4e9,
     gamma: 1.0 / 4e9,
+    alpha_local: 2e-6,
+    beta_local: 1.0 / 4e9,
 };
 /// Cost parameters for TCP (loopback or a LAN).
 pub const TCP_COST: CostParams = CostParams {
     alpha: 30e-6,
     beta: 1.0 / 1.5e9,
     gamma: 1.0 / 4e9,
+    alpha_local: 2e-6,
+    beta_local: 1.0 / 4e9,
 };
 
 pub struct Selector {

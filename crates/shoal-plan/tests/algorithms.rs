@@ -32,18 +32,22 @@ fn verify_collective(collective: Collective) {
         for world in 1..=16 {
             for count in COUNTS {
                 for &chunk in chunks(count) {
-                    for root in roots(collective, world) {
-                        let shape = CallShape {
-                            collective,
-                            world,
-                            count,
-                            root,
-                            chunk,
-                        };
-                        if let Err(e) = verify(alg, &shape) {
-                            panic!("{collective}:{} {shape:?}: {e}", alg.name);
+                    // Block layouts of 1, 2 and 3 ranks per host (topology-aware algorithms).
+                    for local in [1, 2, 3].into_iter().filter(|l| world % l == 0) {
+                        for root in roots(collective, world) {
+                            let shape = CallShape {
+                                collective,
+                                world,
+                                count,
+                                root,
+                                chunk,
+                                local,
+                            };
+                            if let Err(e) = verify(alg, &shape) {
+                                panic!("{collective}:{} {shape:?}: {e}", alg.name);
+                            }
+                            checked += 1;
                         }
-                        checked += 1;
                     }
                 }
             }
@@ -134,6 +138,8 @@ fn cost_model_orders_the_classics() {
         alpha: 5e-6,
         beta: 1e-10,
         gamma: 2e-11,
+        alpha_local: 1e-6,
+        beta_local: 5e-11,
     };
     let shape = |collective, count| CallShape {
         collective,
@@ -141,6 +147,7 @@ fn cost_model_orders_the_classics() {
         count,
         root: 0,
         chunk: 1 << 16,
+        local: 1,
     };
     let cost = |c, name, count| (find(c, name).unwrap().cost)(&shape(c, count), 4, &params);
     let ar = Collective::Allreduce;
@@ -176,6 +183,7 @@ fn ring_pieces_wait_only_for_their_own_piece() {
         count: 4 * 30,
         root: 0,
         chunk: 10,
+        local: 1,
     };
     let plan = (find(Collective::Allreduce, "ring").unwrap().generate)(&shape, 1);
     let sends: Vec<_> = plan

@@ -6,19 +6,33 @@ use crate::algorithms::CostParams;
 use crate::partition::piece_count;
 use crate::plan::CallShape;
 
-/// Cost terms for one call shape and element size.
-pub struct Model<'a> {
-    params: &'a CostParams,
+/// Cost terms for one call shape, element size and level of the machine.
+pub struct Model {
+    alpha: f64,
+    beta: f64,
+    gamma: f64,
     elem_size: f64,
     chunk: usize,
 }
 
-impl<'a> Model<'a> {
-    pub fn new(shape: &CallShape, elem_size: usize, params: &'a CostParams) -> Model<'a> {
+impl Model {
+    /// Messages over the links between hosts (or the only level there is).
+    pub fn new(shape: &CallShape, elem_size: usize, params: &CostParams) -> Model {
         Model {
-            params,
+            alpha: params.alpha,
+            beta: params.beta,
+            gamma: params.gamma,
             elem_size: elem_size as f64,
             chunk: shape.chunk,
+        }
+    }
+
+    /// Messages between ranks of one host.
+    pub fn local(shape: &CallShape, elem_size: usize, params: &CostParams) -> Model {
+        Model {
+            alpha: params.alpha_local,
+            beta: params.beta_local,
+            ..Model::new(shape, elem_size, params)
         }
     }
 
@@ -29,17 +43,17 @@ impl<'a> Model<'a> {
 
     /// The alpha part of a message of `elems` elements.
     pub fn latency(&self, elems: usize) -> f64 {
-        self.params.alpha * piece_count(elems, self.chunk).max(1) as f64
+        self.alpha * piece_count(elems, self.chunk).max(1) as f64
     }
 
     /// The beta part of a message of `elems` elements.
     pub fn transfer(&self, elems: usize) -> f64 {
-        self.params.beta * self.elem_size * elems as f64
+        self.beta * self.elem_size * elems as f64
     }
 
     /// Reducing `elems` elements locally.
     pub fn reduce(&self, elems: usize) -> f64 {
-        self.params.gamma * self.elem_size * elems as f64
+        self.gamma * self.elem_size * elems as f64
     }
 
     /// A pipeline of `stages` hops carrying `elems` elements in pieces: the

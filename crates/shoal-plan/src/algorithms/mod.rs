@@ -35,6 +35,11 @@ pub struct CostParams {
     pub beta: f64,
     /// Seconds per byte reduced locally.
     pub gamma: f64,
+    /// Latency of one message between ranks of one host (shared memory);
+    /// `alpha`/`beta` are then those of the links between hosts.
+    pub alpha_local: f64,
+    /// Seconds per byte moved between two ranks of one host.
+    pub beta_local: f64,
 }
 
 /// A named plan generator.
@@ -58,9 +63,11 @@ static REGISTRY: &[Algorithm] = &[
     allreduce::rabenseifner::ALGORITHM,
     allreduce::binomial::ALGORITHM,
     allreduce::direct::ALGORITHM,
+    allreduce::hierarchical::ALGORITHM,
     broadcast::binomial::ALGORITHM,
     broadcast::scatter_allgather::ALGORITHM,
     broadcast::pc::ALGORITHM,
+    broadcast::ta_pc::ALGORITHM,
     reduce::binomial::ALGORITHM,
     reduce::direct::ALGORITHM,
     allgather::ring::ALGORITHM,

@@ -2,6 +2,7 @@
 
 pub mod binomial;
 pub mod direct;
+pub mod hierarchical;
 pub mod rabenseifner;
 pub mod recursive_doubling;
 pub mod ring;

@@ -3,3 +3,4 @@
 pub mod binomial;
 pub mod pc;
 pub mod scatter_allgather;
+pub mod ta_pc;
