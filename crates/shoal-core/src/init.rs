@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::sync::Arc;
 
-use shoal_transport::{Routed, ShmConfig, ShmTransport, TcpConfig, TcpTransport, Transport};
+use shoal_transport::{Routed, RoutedConfig, Transport};
 
 use crate::calibrate::{calibrate, parse_cost, Partners};
 use crate::comm::{Communicator, Engine};
@@ -88,40 +88,16 @@ fn calibration_partners(rdzv: &Rendezvous) -> Partners {
 /// Shared memory to the ranks of this host (unless TCP is forced), TCP to the rest.
 fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Box<dyn Transport>> {
     let (rank, world) = (rdzv.info.rank, rdzv.info.world_size);
-    let job = "transport";
-    let others = |keep: &dyn Fn(usize) -> bool| {
-        (0..world)
-            .filter(|&r| r != rank && keep(r))
-            .collect::<Vec<_>>()
-    };
-    let local = &rdzv.hosts.local_ranks;
-    let (shm_peers, tcp_peers) = match config.transport {
-        TransportChoice::Tcp => (vec![], others(&|_| true)),
-        _ => (
-            others(&|r| local.contains(&r)),
-            others(&|r| !local.contains(&r)),
-        ),
-    };
-    let setup = |e: shoal_transport::TransportError| {
-        Error::runtime(format!("transport setup on rank {rank}: {e}"))
-    };
-    let shm = if shm_peers.is_empty() {
-        None
-    } else {
-        let mut cfg = ShmConfig::new(rank, world, local.clone(), job);
-        cfg.ring_size = config.shm_ring_bytes;
-        cfg.timeout = config.timeout;
-        Some(ShmTransport::connect(&cfg, &rdzv.store).map_err(setup)?)
-    };
-    let tcp = if tcp_peers.is_empty() {
-        None
-    } else {
-        let mut cfg = TcpConfig::new(rank, world, tcp_peers, job);
+    let mut cfg = RoutedConfig::new(rank, world, rdzv.hosts.local_ranks.clone(), "transport");
+    cfg.use_shm = config.transport != TransportChoice::Tcp;
+    cfg.ring_size = config.shm_ring_bytes;
+    cfg.timeout = config.timeout;
+    if rdzv.hosts.num_hosts() > 1 || config.transport == TransportChoice::Tcp {
         cfg.bind_ip = tcp_address(config, rdzv)?;
-        cfg.timeout = config.timeout;
-        Some(TcpTransport::connect(&cfg, &rdzv.store).map_err(setup)?)
-    };
-    Ok(Box::new(Routed::new(rank, world, shm, tcp)))
+    }
+    let transport = Routed::connect(&cfg, &rdzv.store)
+        .map_err(|e| Error::runtime(format!("transport setup on rank {rank}: {e}")))?;
+    Ok(Box::new(transport))
 }
 
 /// The address peers reach this rank at: `SHOAL_TCP_ADDR`, else loopback on

@@ -2,6 +2,8 @@
 //! and plan inspection. Buffers arrive as (address, byte length) pairs that
 //! the Python layer has validated and keeps alive; nothing is copied here.
 
+mod switch;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -113,9 +115,15 @@ impl PyCommunicator {
     #[getter]
     fn cost_model(&self) -> std::collections::HashMap<&'static str, f64> {
         let c = self.inner.engine().selector.cost();
-        [("alpha", c.alpha), ("beta", c.beta), ("gamma", c.gamma)]
-            .into_iter()
-            .collect()
+        [
+            ("alpha", c.alpha),
+            ("beta", c.beta),
+            ("gamma", c.gamma),
+            ("alpha_local", c.alpha_local),
+            ("beta_local", c.beta_local),
+        ]
+        .into_iter()
+        .collect()
     }
 
     /// Runs one collective over raw buffers (address, bytes).
@@ -293,6 +301,7 @@ fn _shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyWork>()?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(algorithms, m)?)?;
+    m.add_function(wrap_pyfunction!(switch::switch_main, m)?)?;
     m.add("ShoalError", py.get_type::<ShoalError>())?;
     m.add("PeerDiedError", py.get_type::<PeerDiedError>())?;
     m.add("MismatchError", py.get_type::<MismatchError>())?;

@@ -1,0 +1,10 @@
+//! `shoal switch`: the software aggregation switch daemon, run from the CLI.
+
+use pyo3::prelude::*;
+
+/// Runs the aggregation switch with command-line `argv` until SIGINT or
+/// SIGTERM; returns the exit code. The GIL is released while it runs.
+#[pyfunction]
+pub fn switch_main(py: Python<'_>, argv: Vec<String>) -> PyResult<i32> {
+    Ok(py.allow_threads(move || shoal_ina::switch::daemon_main(&argv)))
+}
