@@ -8,7 +8,10 @@ USAGE = """usage: shoal <command> [args]
 
 commands:
   run        launch N local ranks of a program (like torchrun --standalone / mpirun)
+  switch     run the in-network aggregation switch daemon (shoal switch --help)
   info       print version, algorithms and configuration
+  bench      benchmark a collective side by side with Gloo and OpenMPI (shoal bench -h)
+  testbed    emulated cluster: hosts as network namespaces behind a shaped switch (shoal testbed -h)
 """
 
 
@@ -41,8 +44,20 @@ def main(argv: list[str] | None = None) -> int:
         from shoal.launcher import main as run_main
 
         return run_main(rest)
+    if command == "switch":
+        from shoal._shoal import switch_main
+
+        return switch_main(rest)
+    if command == "testbed":
+        from shoal.testbed import main as testbed_main
+
+        return testbed_main(rest)
     if command == "info":
         return _info()
+    if command == "bench":
+        from shoal.bench.cli import main as bench_main
+
+        return bench_main(rest)
     print(f"shoal: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
     return 2
 

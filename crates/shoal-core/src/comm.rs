@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{execute, CallBuffers, CallContext, CompiledPlan};
+use crate::ina::{self, Ina, INA, INA_SIG_INDEX};
 use crate::reduce::divide;
 use crate::select::Selector;
 use crate::work::{AsyncQueue, Work};
@@ -30,10 +31,14 @@ pub struct Engine {
     pub local_ranks: Vec<usize>,
     /// Host index of every global rank.
     pub host_of: Vec<usize>,
+    /// This rank's membership in the switch job, or why there is none.
+    pub ina: std::result::Result<Ina, String>,
     /// Held while a plan runs (the transport is driven by one thread at a
     /// time); guards the reusable scratch memory.
     scratch: Mutex<Vec<u64>>,
     queue: AsyncQueue,
+    /// Warnings already printed, so a repeated cause is reported once.
+    warned: Mutex<std::collections::HashSet<String>>,
     /// The first fatal error; after it every call fails fast with it.
     failed: Mutex<Option<Error>>,
     /// Keeps whatever the transport needs alive (store, store server).
@@ -47,6 +52,7 @@ impl Engine {
         selector: Selector,
         local_ranks: Vec<usize>,
         host_of: Vec<usize>,
+        ina: std::result::Result<Ina, String>,
         keepalive: Vec<Box<dyn std::any::Any + Send + Sync>>,
     ) -> Engine {
         Engine {
@@ -55,10 +61,19 @@ impl Engine {
             selector,
             local_ranks,
             host_of,
+            ina,
             scratch: Mutex::new(Vec::new()),
             queue: AsyncQueue::new(),
+            warned: Mutex::new(Default::default()),
             failed: Mutex::new(None),
             _keepalive: keepalive,
+        }
+    }
+
+    /// Prints a runtime warning the first time it occurs.
+    pub fn warn_once(&self, message: &str) {
+        if self.warned.lock().unwrap().insert(message.to_string()) {
+            ina::warn(message);
         }
     }
 
@@ -141,6 +156,9 @@ struct Prepared {
     op: ReduceOp,
     dtype: DType,
     divide_by: Option<usize>,
+    /// Through the switch: the sequence number reserved for the ranks'
+    /// agreement on whether it worked (`cp` is then the fallback plan).
+    ina_agree_seq: Option<u32>,
 }
 
 impl Prepared {
@@ -251,6 +269,121 @@ impl Communicator {
     }
 
     fn run_prepared(&self, p: &Prepared, bufs: CallBuffers) -> Result<()> {
+        if let Some(agree_seq) = p.ina_agree_seq {
+            return self.run_via_switch(p, agree_seq, bufs);
+        }
+        self.run_plan(p, bufs)
+    }
+
+    /// Allreduce through the switch; then the ranks agree (a one-byte host
+    /// allreduce) whether every one of them got its result. If not, they all
+    /// redo it with the host plan from the contribution saved beforehand, and
+    /// stop using the switch (ATP's fallback).
+    fn run_via_switch(&self, p: &Prepared, agree_seq: u32, bufs: CallBuffers) -> Result<()> {
+        if !std::ptr::eq(bufs.input, bufs.output) {
+            // SAFETY: both buffers were validated by prepare and are distinct.
+            unsafe { std::ptr::copy_nonoverlapping(bufs.input, bufs.output, bufs.output_bytes) };
+        }
+        // SAFETY: the output buffer was validated by prepare.
+        let out = unsafe { std::slice::from_raw_parts_mut(bufs.output, bufs.output_bytes) };
+        let contribution = out.to_vec();
+        let outcome = self.switch_allreduce(out, p);
+        if self.agree(outcome.is_ok(), agree_seq)? {
+            return Ok(()); // the client already divided for avg
+        }
+        let reason = outcome
+            .err()
+            .unwrap_or_else(|| "another rank could not use the switch".into());
+        if let Ok(ina) = &self.engine.ina {
+            ina.disable(&reason);
+        }
+        self.engine.warn_once(&format!(
+            "allreduce falls back to host algorithms: {reason}"
+        ));
+        let host = CallBuffers {
+            input: contribution.as_ptr(),
+            input_bytes: contribution.len(),
+            ..bufs
+        };
+        self.run_plan(p, host)
+    }
+
+    fn switch_allreduce(&self, out: &mut [u8], p: &Prepared) -> std::result::Result<(), String> {
+        if self.id != 0 {
+            return Err("sub-groups cannot use the switch (its job is the world's)".into());
+        }
+        let ina = self.engine.ina.as_ref().map_err(Clone::clone)?;
+        if let Some(reason) = ina.unusable() {
+            return Err(reason);
+        }
+        ina.allreduce(out, p.dtype, p.op)
+    }
+
+    /// Whether `ok` holds on every rank (a min-allreduce of one byte).
+    fn agree(&self, ok: bool, seq: u32) -> Result<bool> {
+        let mut flag = [ok as u8];
+        let algorithm = "recursive_doubling";
+        let args = CollArgs {
+            collective: Collective::Allreduce,
+            count: 1,
+            dtype: DType::U8,
+            op: ReduceOp::Min,
+            root: 0,
+            algorithm: Some(algorithm.into()),
+        };
+        let shape = self.shape(&args)?;
+        let (index, alg) = self.engine.selector.choose(&shape, 1, Some(algorithm))?;
+        let cp = self.plan(shape, index, alg);
+        let sig = CallSig {
+            kind: 0,
+            dtype: DType::U8.index(),
+            op: ReduceOp::Min.index(),
+            algo: index,
+            root: 0,
+            count: 1,
+        };
+        let ctx = CallContext {
+            transport: &*self.engine.transport,
+            members: &self.members,
+            comm: self.id,
+            seq,
+            sig,
+            dtype: DType::U8,
+            op: ReduceOp::Min,
+            timeout: self.engine.config.timeout,
+            describe: &|| {
+                format!(
+                    "agreement after an in-network allreduce on rank {}",
+                    self.members[self.rank]
+                )
+            },
+        };
+        let ptr = flag.as_mut_ptr();
+        let bufs = CallBuffers {
+            input: ptr,
+            input_bytes: 1,
+            output: ptr,
+            output_bytes: 1,
+        };
+        self.engine.run(&cp, &ctx, bufs)?;
+        Ok(flag[0] == 1)
+    }
+
+    /// The cached plan of this rank for a call shape and algorithm.
+    fn plan(
+        &self,
+        shape: CallShape,
+        index: u8,
+        alg: &'static shoal_plan::Algorithm,
+    ) -> Arc<CompiledPlan> {
+        let mut st = self.state.lock().unwrap();
+        st.plans
+            .entry((shape, index))
+            .or_insert_with(|| Arc::new(CompiledPlan::new((alg.generate)(&shape, self.rank))))
+            .clone()
+    }
+
+    fn run_plan(&self, p: &Prepared, bufs: CallBuffers) -> Result<()> {
         let ctx = CallContext {
             transport: &*self.engine.transport,
             members: &self.members,
@@ -281,10 +414,10 @@ impl Communicator {
         }
         self.check_buffers(&shape, args.dtype, bufs)?;
         let esize = args.dtype.size();
-        let (algo_index, alg) =
-            self.engine
-                .selector
-                .choose(&shape, esize, args.algorithm.as_deref())?;
+        let explicit = args.algorithm.as_deref();
+        let via_switch = self.wants_switch(args, &shape)?;
+        let host_choice = explicit.filter(|&a| a != INA);
+        let (algo_index, alg) = self.engine.selector.choose(&shape, esize, host_choice)?;
         let op = if args.collective.reduces() {
             args.op
         } else {
@@ -297,33 +430,73 @@ impl Communicator {
                 .unwrap() as u8,
             dtype: args.dtype.index(),
             op: op.index(),
-            algo: algo_index,
+            algo: if via_switch {
+                INA_SIG_INDEX
+            } else {
+                algo_index
+            },
             root: args.root as u32,
             count: args.count as u64,
         };
         let has_output = shape.buffer_len(self.rank, Buf::Output) > 0;
         let divide_by = (op == ReduceOp::Avg && has_output).then_some(self.size());
+        let cp = self.plan(shape, algo_index, alg);
         let mut st = self.state.lock().unwrap();
-        let cp = st
-            .plans
-            .entry((shape, algo_index))
-            .or_insert_with(|| Arc::new(CompiledPlan::new((alg.generate)(&shape, self.rank))))
-            .clone();
-        let seq = st.seq;
-        st.seq = (st.seq + 1) & !P2P_SEQ;
+        let mut next_seq = || {
+            let seq = st.seq;
+            st.seq = (st.seq + 1) & !P2P_SEQ;
+            seq
+        };
+        let seq = next_seq();
+        let ina_agree_seq = via_switch.then(&mut next_seq);
         Ok(Prepared {
             cp,
             seq,
             sig,
             collective: args.collective,
-            algorithm: alg.name,
+            algorithm: if via_switch { INA } else { alg.name },
             count: args.count,
             root: args.root,
             global_rank: self.members[self.rank],
             op,
             dtype: args.dtype,
             divide_by,
+            ina_agree_seq,
         })
+    }
+
+    /// Whether an allreduce goes through the switch: when asked for
+    /// (`algorithm="ina"`, `SHOAL_ALGO=allreduce:ina`), or when the switch is
+    /// usable, can aggregate the dtype and op, and the cost model says it wins.
+    fn wants_switch(&self, args: &CollArgs, shape: &CallShape) -> Result<bool> {
+        if args.collective != Collective::Allreduce {
+            return match args.algorithm.as_deref() {
+                Some(INA) => Err(Error::invalid(format!(
+                    "algorithm 'ina' is for allreduce only, not {}",
+                    args.collective
+                ))),
+                _ => Ok(false),
+            };
+        }
+        match args.algorithm.as_deref() {
+            Some(INA) => return Ok(true),
+            Some(_) => return Ok(false),
+            None if self.engine.selector.ina_forced() => return Ok(true),
+            None => {}
+        }
+        let usable = self.id == 0
+            && self
+                .engine
+                .ina
+                .as_ref()
+                .is_ok_and(|i| i.unusable().is_none())
+            && ina::wire_types(args.dtype, args.op).is_some();
+        if !usable {
+            return Ok(false);
+        }
+        let bytes = args.count * args.dtype.size();
+        let host = self.engine.selector.best_cost(shape, args.dtype.size())?;
+        Ok(ina::cost(bytes, &self.engine.selector.cost()) < host)
     }
 
     fn shape(&self, args: &CollArgs) -> Result<CallShape> {

@@ -10,6 +10,7 @@ use crate::calibrate::{calibrate, parse_cost, Partners};
 use crate::comm::{Communicator, Engine};
 use crate::config::{Config, TransportChoice};
 use crate::error::{Error, Result};
+use crate::ina::Ina;
 use crate::rendezvous::{establish, Explicit, Rendezvous};
 use crate::select::{Selector, SHM_COST, TCP_COST};
 
@@ -54,6 +55,11 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
     let selector = Selector::new(&config.algo, cost)?;
     let local_ranks = rdzv.hosts.local_ranks.clone();
     let host_of = rdzv.hosts.host_of.clone();
+    let ina = Ina::join_from_env(
+        rdzv.info.rank,
+        rdzv.info.world_size,
+        &rdzv.store.scope("ina"),
+    );
     let mut keepalive: Vec<Box<dyn std::any::Any + Send + Sync>> = vec![Box::new(rdzv.store)];
     if let Some(server) = rdzv.server {
         keepalive.push(Box::new(server));
@@ -64,6 +70,7 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
         selector,
         local_ranks,
         host_of,
+        ina,
         keepalive,
     ));
     let world = Communicator::world(engine.clone());

@@ -7,6 +7,7 @@ pub mod config;
 pub mod dtype;
 pub mod error;
 pub mod exec;
+pub mod ina;
 pub mod init;
 pub mod reduce;
 pub mod rendezvous;

@@ -29,6 +29,8 @@ pub const TCP_COST: CostParams = CostParams {
 
 pub struct Selector {
     overrides: HashMap<Collective, &'static Algorithm>,
+    /// `SHOAL_ALGO=allreduce:ina`: allreduce goes through the switch.
+    ina_forced: bool,
     /// Replaced once by the calibration at init; read on every call.
     cost: Mutex<CostParams>,
 }
@@ -37,6 +39,7 @@ impl Selector {
     /// `spec` is the `SHOAL_ALGO` syntax: `collective:algorithm` pairs separated by commas.
     pub fn new(spec: &str, cost: CostParams) -> Result<Selector> {
         let mut overrides = HashMap::new();
+        let mut ina_forced = false;
         for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (coll, algo) = item.split_once(':').ok_or_else(|| {
                 Error::invalid(format!(
@@ -44,11 +47,16 @@ impl Selector {
                 ))
             })?;
             let collective = parse_collective(coll.trim())?;
+            if collective == Collective::Allreduce && algo.trim() == crate::ina::INA {
+                ina_forced = true;
+                continue;
+            }
             let alg = algorithms::find(collective, algo.trim()).map_err(Error::invalid)?;
             overrides.insert(collective, alg);
         }
         Ok(Selector {
             overrides,
+            ina_forced,
             cost: Mutex::new(cost),
         })
     }
@@ -69,6 +77,17 @@ impl Selector {
             },
         };
         Ok((registry_index(alg), alg))
+    }
+
+    /// Whether `SHOAL_ALGO` sends allreduce through the switch.
+    pub fn ina_forced(&self) -> bool {
+        self.ina_forced
+    }
+
+    /// The estimated time of the cheapest plan algorithm for a call.
+    pub fn best_cost(&self, shape: &CallShape, elem_size: usize) -> Result<f64> {
+        let alg = self.cheapest(shape, elem_size)?;
+        Ok((alg.cost)(shape, elem_size, &self.cost()))
     }
 
     /// The cost parameters in use.

@@ -1,0 +1,173 @@
+//! Loopback measurements of the software switch and the INA allreduce, with
+//! thread workers in one process (so workers and switch share the host's
+//! cores). Run: `cargo run --release -p shoal-ina --example ina_bench [quick]`.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use common::{flat, run_ranks, switch_with};
+use shoal_ina::control::{AdmitReq, CtrlMsg};
+use shoal_ina::proto::{max_count, slot_of, Header, Kind, WireOp, WireType, HEADER_LEN};
+use shoal_ina::switch::core::{Sink, SwitchCore};
+use shoal_ina::switch::{Metrics, SwitchConfig};
+use shoal_ina::{InaDType, InaOp};
+
+/// Median seconds of `reps` allreduces of `bytes` per worker (after a warm-up).
+fn time_allreduce(n: usize, bytes: usize, reps: usize, drop_rate: f64) -> f64 {
+    let sw = switch_with(|c| {
+        c.memory = 64 << 20;
+        c.drop_rate = drop_rate;
+    });
+    let barrier = Arc::new(Barrier::new(n));
+    let times = run_ranks(
+        n,
+        flat(&sw),
+        |c| c.dead_timeout = Duration::from_secs(60),
+        move |_, c| {
+            let mut buf = vec![0u8; bytes];
+            for (i, b) in buf.iter_mut().enumerate() {
+                *b = if i % 4 == 3 { 0x3f } else { 0 };
+            }
+            let mut t = Vec::new();
+            for _ in 0..reps + 1 {
+                barrier.wait();
+                let s = Instant::now();
+                c.allreduce(&mut buf, InaDType::F32, InaOp::Sum).unwrap();
+                t.push(s.elapsed().as_secs_f64());
+            }
+            t.remove(0);
+            t.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            t[t.len() / 2]
+        },
+    );
+    if std::env::var("INA_BENCH_VERBOSE").is_ok() {
+        let m = &sw.metrics;
+        let g = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        eprintln!(
+            "  [n={n} bytes={bytes}] rx {} aggs {} retx {} resent {} dup {} ecn {} drops {}",
+            g(&m.rx_packets),
+            g(&m.aggregations),
+            g(&m.retransmissions),
+            g(&m.results_resent),
+            g(&m.duplicates),
+            g(&m.ecn_marks),
+            m.total_drops()
+        );
+    }
+    times.into_iter().fold(0.0, f64::max)
+}
+
+struct NullSink(usize);
+
+impl Sink for NullSink {
+    fn send(&mut self, pkt: &[u8], _: SocketAddr) {
+        self.0 += pkt.len();
+    }
+}
+
+/// The switch's packet processing alone (no sockets): input GB/s of one core.
+fn core_throughput(n: u16, bytes: usize) -> f64 {
+    let cfg = SwitchConfig {
+        memory: 64 << 20,
+        ..SwitchConfig::loopback()
+    };
+    let mut core = SwitchCore::new(&cfg, 9800, Arc::new(Metrics::default()));
+    let req = AdmitReq {
+        tree: 0,
+        members: n,
+        slots: 256,
+        wire_mask: 1,
+        partial_min: 0,
+        deadline_us: 0,
+        uplink: None,
+    };
+    let CtrlMsg::AdmitOk(ok) = core.control(CtrlMsg::Admit(req), 1) else {
+        panic!("admit")
+    };
+    let per = max_count(1472, WireType::F32);
+    let packets = bytes / (per * 4);
+    let mut pkt = vec![0u8; HEADER_LEN + per * 4];
+    let mut sink = NullSink(0);
+    let from: SocketAddr = "127.0.0.1:1".parse().unwrap();
+    let start = Instant::now();
+    for seq in 0..packets as u32 {
+        for m in 0..n {
+            let (slot, shadow) = slot_of(seq, ok.slots);
+            let h = Header {
+                kind: Kind::Data,
+                flags: 0,
+                wire: WireType::F32,
+                op: WireOp::Sum,
+                exponent: 0,
+                job: ok.job,
+                token: ok.token,
+                tree: 0,
+                member: m,
+                seq,
+                slot,
+                shadow,
+                count: per as u16,
+                contributors: 1,
+                cwnd_cap: u16::MAX,
+            };
+            h.encode(&mut pkt);
+            core.on_datagram(&pkt, from, start, &mut sink);
+        }
+    }
+    (packets * per * 4 * n as usize) as f64 / start.elapsed().as_secs_f64() / 1e9
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "quick");
+    println!("# switch core alone (packet processing, no sockets), f32, 64 MiB per worker");
+    for n in [2, 4, 8] {
+        println!(
+            "{n:>8} workers {:>8.2} GB/s of worker input",
+            core_throughput(n, 64 << 20)
+        );
+    }
+    if std::env::args().any(|a| a == "core") {
+        return;
+    }
+    let big = if quick { 16 << 20 } else { 64 << 20 };
+    let loss_only = std::env::args().any(|a| a == "loss");
+    println!("# switch throughput: f32 sum, {} MiB per worker, one switch core, loopback, thread workers", big >> 20);
+    println!("{:>8} {:>10} {:>16}", "workers", "time_ms", "input_GB/s");
+    for n in [2, 4, 8].into_iter().filter(|_| !loss_only) {
+        let t = time_allreduce(n, big, 1, 0.0);
+        println!(
+            "{n:>8} {:>10.1} {:>16.3}",
+            t * 1e3,
+            (n * big) as f64 / t / 1e9
+        );
+    }
+    println!("\n# ina allreduce time: 4 thread workers, f32 sum, loopback");
+    println!("{:>10} {:>10} {:>12}", "bytes", "time_ms", "algbw_GB/s");
+    let mut size = 1 << 20;
+    while size <= big && !loss_only {
+        let t = time_allreduce(4, size, if size <= 4 << 20 { 5 } else { 1 }, 0.0);
+        println!(
+            "{size:>10} {:>10.2} {:>12.3}",
+            t * 1e3,
+            size as f64 / t / 1e9
+        );
+        size *= 4;
+    }
+    let size = if quick { 4 << 20 } else { 16 << 20 };
+    let clean = time_allreduce(4, size, 3, 0.0);
+    let lossy = time_allreduce(4, size, 3, 0.01);
+    println!(
+        "\n# loss: 4 workers, {} MiB, 1% of packets dropped at the switch",
+        size >> 20
+    );
+    println!(
+        "no loss {:.1} ms, 1% loss {:.1} ms, throughput ratio {:.2}",
+        clean * 1e3,
+        lossy * 1e3,
+        clean / lossy
+    );
+}

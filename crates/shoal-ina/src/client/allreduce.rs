@@ -1,0 +1,317 @@
+//! The allreduce loop: chunks spread round-robin over the trees, each tree
+//! sending within its window, results written in place as they arrive
+//! (identical bytes on every rank), overdue chunks retransmitted.
+
+use std::time::{Duration, Instant};
+
+use super::window::SendWindow;
+use crate::codec;
+use crate::proto::{flags, max_count, slot_of, Header, Kind, WireOp, WireType, HEADER_LEN};
+use crate::{InaDType, InaError, InaOp};
+
+use super::InaClient;
+
+/// The shape of one call: how the buffer is cut into packets.
+struct Plan {
+    dtype: InaDType,
+    wire: WireType,
+    op: WireOp,
+    avg: bool,
+    per_pkt: usize,
+    elems: usize,
+    trees: usize,
+    headroom: i32,
+}
+
+impl Plan {
+    /// Chunk `k` of tree `t`: global chunk `t + k * trees`; (first element, count).
+    fn chunk(&self, t: usize, k: usize) -> (usize, usize) {
+        let start = (t + k * self.trees) * self.per_pkt;
+        (start, self.per_pkt.min(self.elems - start))
+    }
+
+    fn chunks_of_tree(&self, t: usize) -> usize {
+        let total = self.elems.div_ceil(self.per_pkt);
+        (total + self.trees - 1 - t) / self.trees
+    }
+
+    fn bytes(&self, start: usize, count: usize) -> std::ops::Range<usize> {
+        let s = self.dtype.size();
+        start * s..(start + count) * s
+    }
+}
+
+/// Scratch buffers reused through one call.
+struct Scratch {
+    pkt: Vec<u8>,
+    rx: Vec<u8>,
+    expired: Vec<usize>,
+    overflow: bool,
+}
+
+impl InaClient {
+    /// Reduces `buf` (elements of `dtype`) across all ranks in place. Every
+    /// rank gets the same bytes. Errors are reasons to fall back to host
+    /// algorithms; after `SwitchDied` the client should not be reused.
+    pub fn allreduce(
+        &mut self,
+        buf: &mut [u8],
+        dtype: InaDType,
+        op: InaOp,
+    ) -> Result<(), InaError> {
+        let plan = self.plan(buf.len(), dtype, op)?;
+        if plan.elems == 0 {
+            return Ok(());
+        }
+        let mut wins: Vec<SendWindow> = (0..plan.trees)
+            .map(|t| SendWindow::new(self.trees[t].next_seq, plan.chunks_of_tree(t)))
+            .collect();
+        let mut s = Scratch {
+            pkt: vec![0u8; HEADER_LEN + plan.per_pkt * plan.wire.size()],
+            rx: vec![0u8; 65536],
+            expired: Vec::new(),
+            overflow: false,
+        };
+        let res = self.run(&plan, buf, &mut wins, &mut s);
+        for (tree, w) in self.trees.iter_mut().zip(&wins) {
+            tree.next_seq = tree.next_seq.wrapping_add(w.count() as u32);
+        }
+        res?;
+        if s.overflow {
+            return Err(InaError::Protocol(
+                "int32 sum overflowed on the switch".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn plan(&self, len: usize, dtype: InaDType, op: InaOp) -> Result<Plan, InaError> {
+        if !len.is_multiple_of(dtype.size()) {
+            return Err(InaError::Protocol(format!(
+                "{len} bytes is not a whole number of {dtype:?}"
+            )));
+        }
+        let wire = match dtype {
+            InaDType::F32 if self.cfg.f32_as_int32 => WireType::I32,
+            InaDType::F32 => WireType::F32,
+            InaDType::F16 => WireType::F16,
+            InaDType::Bf16 => WireType::Bf16,
+            InaDType::I32 => WireType::I32,
+        };
+        if self.cfg.wire_mask() & wire.mask_bit() == 0 {
+            return Err(InaError::Protocol(format!(
+                "{dtype:?} is not admitted in int32-only mode"
+            )));
+        }
+        let budget = self.trees.iter().map(|t| t.p.budget).min().unwrap_or(0);
+        let per_pkt = max_count(budget.min(self.cfg.payload_budget), wire);
+        if per_pkt == 0 {
+            return Err(InaError::Protocol(format!(
+                "payload budget {budget} holds no element"
+            )));
+        }
+        let workers = self.trees.iter().map(|t| t.p.workers).max().unwrap_or(1);
+        Ok(Plan {
+            dtype,
+            wire,
+            op: match op {
+                InaOp::Sum | InaOp::Avg => WireOp::Sum,
+                InaOp::Min => WireOp::Min,
+                InaOp::Max => WireOp::Max,
+            },
+            avg: op == InaOp::Avg,
+            per_pkt,
+            elems: len / dtype.size(),
+            trees: self.trees.len(),
+            headroom: codec::headroom_bits(workers),
+        })
+    }
+
+    fn run(
+        &mut self,
+        plan: &Plan,
+        buf: &mut [u8],
+        wins: &mut [SendWindow],
+        s: &mut Scratch,
+    ) -> Result<(), InaError> {
+        let mut last_progress = Instant::now();
+        let mut next_scan = last_progress;
+        loop {
+            self.send_new(plan, buf, wins, s);
+            if wins.iter().all(|w| w.is_done()) {
+                return Ok(());
+            }
+            if self.drain_results(plan, buf, wins, s)? {
+                last_progress = Instant::now();
+            }
+            let now = Instant::now();
+            if now >= next_scan {
+                self.retransmit(plan, buf, wins, s, now);
+                next_scan = now + self.cfg.rto_min / 2;
+            }
+            if now.duration_since(last_progress) > self.cfg.dead_timeout {
+                return Err(InaError::SwitchDied(format!(
+                    "no result for {:?} with packets outstanding",
+                    self.cfg.dead_timeout
+                )));
+            }
+        }
+    }
+
+    /// Applies every result already queued on the socket (waiting up to 1 ms
+    /// for the first), so a burst of results opens the window once instead
+    /// of waking this thread per packet. Returns whether any was new.
+    fn drain_results(
+        &mut self,
+        plan: &Plan,
+        buf: &mut [u8],
+        wins: &mut [SendWindow],
+        s: &mut Scratch,
+    ) -> Result<bool, InaError> {
+        let mut progress = false;
+        let mut waited = false;
+        let mut rx = std::mem::take(&mut s.rx);
+        let res = loop {
+            match self.sock.recv_from(&mut rx) {
+                Ok((n, _)) => match self.on_result(plan, buf, wins, &rx[..n], s) {
+                    Ok(p) => progress |= p,
+                    Err(e) => break Err(e),
+                },
+                Err(_) if waited || progress => break Ok(progress),
+                Err(_) => {
+                    crate::net::wait_readable(&self.sock, Duration::from_millis(1));
+                    waited = true;
+                }
+            }
+        };
+        s.rx = rx;
+        res
+    }
+
+    fn send_new(&mut self, plan: &Plan, buf: &[u8], wins: &mut [SendWindow], s: &mut Scratch) {
+        for (t, w) in wins.iter_mut().enumerate() {
+            while let Some(k) = w.next_to_send(self.trees[t].cc.allowed()) {
+                self.send_chunk(plan, buf, t, w, k, false, &mut s.pkt);
+                w.on_sent(k, Instant::now());
+            }
+        }
+        self.faults.flush(&self.sock);
+    }
+
+    fn retransmit(
+        &mut self,
+        plan: &Plan,
+        buf: &[u8],
+        wins: &mut [SendWindow],
+        s: &mut Scratch,
+        now: Instant,
+    ) {
+        for (t, w) in wins.iter_mut().enumerate() {
+            w.take_expired(now, self.trees[t].rto.current(), &mut s.expired);
+            if !s.expired.is_empty() {
+                self.trees[t].cc.on_timeout();
+            }
+            for &k in &s.expired {
+                self.send_chunk(plan, buf, t, w, k, true, &mut s.pkt);
+            }
+        }
+        self.faults.flush(&self.sock);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send_chunk(
+        &mut self,
+        plan: &Plan,
+        buf: &[u8],
+        t: usize,
+        w: &SendWindow,
+        k: usize,
+        retx: bool,
+        pkt: &mut [u8],
+    ) {
+        let (start, count) = plan.chunk(t, k);
+        let p = &self.trees[t].p;
+        let seq = w.base.wrapping_add(k as u32);
+        let (slot, shadow) = slot_of(seq, p.slots);
+        let plen = count * plan.wire.size();
+        let payload = &mut pkt[HEADER_LEN..HEADER_LEN + plen];
+        let exponent = codec::encode(
+            &buf[plan.bytes(start, count)],
+            plan.dtype,
+            plan.wire,
+            plan.headroom,
+            payload,
+        );
+        let last = if k + 1 == w.count() { flags::LAST } else { 0 };
+        let h = Header {
+            kind: Kind::Data,
+            flags: last | if retx { flags::RETX } else { 0 },
+            wire: plan.wire,
+            op: plan.op,
+            exponent,
+            job: p.job,
+            token: p.token,
+            tree: p.tree,
+            member: p.member,
+            seq,
+            slot,
+            shadow,
+            count: count as u16,
+            contributors: 1,
+            cwnd_cap: u16::MAX,
+        };
+        h.encode(pkt);
+        let to = p.data;
+        self.faults.send(&self.sock, &pkt[..HEADER_LEN + plen], to);
+    }
+
+    /// Applies a result; returns whether it was new (progress).
+    fn on_result(
+        &mut self,
+        plan: &Plan,
+        buf: &mut [u8],
+        wins: &mut [SendWindow],
+        pkt: &[u8],
+        s: &mut Scratch,
+    ) -> Result<bool, InaError> {
+        let Ok((h, payload)) = Header::decode(pkt) else {
+            return Ok(false);
+        };
+        let t = h.tree as usize;
+        let Some(tree) = self.trees.get_mut(t) else {
+            return Ok(false);
+        };
+        if h.kind != Kind::Result || h.job != tree.p.job || h.token != tree.p.token {
+            return Ok(false);
+        }
+        let Some(k) = wins[t].accept(h.seq) else {
+            return Ok(false);
+        };
+        let (start, count) = plan.chunk(t, k);
+        if h.count as usize != count || h.wire != plan.wire {
+            return Err(InaError::Protocol(format!(
+                "result for sequence {} has {} {:?} elements, expected {count} {:?}",
+                h.seq, h.count, h.wire, plan.wire
+            )));
+        }
+        let divisor = plan.avg.then_some(h.contributors.max(1) as u32);
+        let dst = &mut buf[plan.bytes(start, count)];
+        codec::decode(payload, h.wire, h.exponent, plan.dtype, divisor, dst);
+        s.overflow |= h.has(flags::OVERFLOW);
+        let now = Instant::now();
+        let sent = wins[t].sent_at(k);
+        if let Some(rtt) = wins[t].on_result(k, now) {
+            tree.rto.sample(rtt);
+        }
+        tree.cc.on_result(h.has(flags::ECN), h.cwnd_cap);
+        if let Some(sent) = sent {
+            let mut lost = std::mem::take(&mut s.expired);
+            wins[t].take_overtaken(k, sent, now, &mut lost);
+            for &j in &lost {
+                self.send_chunk(plan, buf, t, &wins[t], j, true, &mut s.pkt);
+            }
+            s.expired = lost;
+        }
+        Ok(true)
+    }
+}

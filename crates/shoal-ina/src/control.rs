@@ -1,0 +1,297 @@
+//! The TCP control channel: length-prefixed messages that admit and release
+//! jobs. The connection that admitted a job is its lease: when it closes, the
+//! switch releases every job admitted on it, so a crashed rank 0 cannot leak
+//! switch memory.
+
+use std::io::{self, Read, Write};
+
+use crate::proto::VERSION;
+
+/// Largest control frame body; anything bigger is a protocol error.
+pub const MAX_FRAME: usize = 4096;
+
+const T_ADMIT: u8 = 1;
+const T_ADMIT_OK: u8 = 2;
+const T_RELEASE: u8 = 3;
+const T_RELEASED: u8 = 4;
+const T_ERROR: u8 = 5;
+
+/// Where a leaf switch sends its partial sums: the job admitted at the parent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Uplink {
+    pub job: u32,
+    pub token: u32,
+    pub tree: u16,
+    /// This leaf's member index in the parent's job.
+    pub member: u16,
+    /// The parent's slot-pool size (maps sequence numbers to parent slots).
+    pub slots: u16,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdmitReq {
+    pub tree: u16,
+    pub members: u16,
+    /// Largest slot pool the job wants (0: the switch's default).
+    pub slots: u16,
+    /// Bit `WireType::mask_bit()` for each element type the job will send.
+    pub wire_mask: u8,
+    /// Partial aggregation: emit once this many members contributed (0: all).
+    pub partial_min: u16,
+    /// Partial aggregation: emit this long after the first contribution (0: never).
+    pub deadline_us: u32,
+    pub uplink: Option<Uplink>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdmitOk {
+    pub job: u32,
+    pub token: u32,
+    /// Slot-pool size: sequence numbers map to `seq % slots`.
+    pub slots: u16,
+    /// The job's current window cap (its fair share of switch memory).
+    pub cwnd_cap: u16,
+    /// Largest UDP payload the switch accepts.
+    pub payload_budget: u16,
+    /// UDP port of the switch's data plane.
+    pub data_port: u16,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrCode {
+    /// No memory or job slots left; try again later or fall back.
+    Full = 1,
+    /// The switch will not serve this job (unsupported type, bad parameters).
+    Refused = 2,
+    /// The peer sent something unparseable.
+    Protocol = 3,
+    UnknownJob = 4,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CtrlMsg {
+    Admit(AdmitReq),
+    AdmitOk(AdmitOk),
+    Release { job: u32, token: u32 },
+    Released { job: u32 },
+    Error { code: ErrCode, reason: String },
+}
+
+impl CtrlMsg {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(32);
+        match self {
+            CtrlMsg::Admit(r) => {
+                b.extend([T_ADMIT, VERSION]);
+                put16(&mut b, r.tree);
+                put16(&mut b, r.members);
+                put16(&mut b, r.slots);
+                b.push(r.wire_mask);
+                put16(&mut b, r.partial_min);
+                put32(&mut b, r.deadline_us);
+                match r.uplink {
+                    None => b.push(0),
+                    Some(u) => {
+                        b.push(1);
+                        put32(&mut b, u.job);
+                        put32(&mut b, u.token);
+                        put16(&mut b, u.tree);
+                        put16(&mut b, u.member);
+                        put16(&mut b, u.slots);
+                    }
+                }
+            }
+            CtrlMsg::AdmitOk(a) => {
+                b.push(T_ADMIT_OK);
+                put32(&mut b, a.job);
+                put32(&mut b, a.token);
+                put16(&mut b, a.slots);
+                put16(&mut b, a.cwnd_cap);
+                put16(&mut b, a.payload_budget);
+                put16(&mut b, a.data_port);
+            }
+            CtrlMsg::Release { job, token } => {
+                b.push(T_RELEASE);
+                put32(&mut b, *job);
+                put32(&mut b, *token);
+            }
+            CtrlMsg::Released { job } => {
+                b.push(T_RELEASED);
+                put32(&mut b, *job);
+            }
+            CtrlMsg::Error { code, reason } => {
+                b.push(T_ERROR);
+                b.push(*code as u8);
+                let r = &reason.as_bytes()[..reason.len().min(1024)];
+                put16(&mut b, r.len() as u16);
+                b.extend_from_slice(r);
+            }
+        }
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<CtrlMsg, String> {
+        let mut r = Reader { b, at: 0 };
+        let msg = match r.u8()? {
+            T_ADMIT => {
+                let v = r.u8()?;
+                if v != VERSION {
+                    return Err(format!("unsupported protocol version {v}"));
+                }
+                let mut req = AdmitReq {
+                    tree: r.u16()?,
+                    members: r.u16()?,
+                    slots: r.u16()?,
+                    wire_mask: r.u8()?,
+                    partial_min: r.u16()?,
+                    deadline_us: r.u32()?,
+                    uplink: None,
+                };
+                if r.u8()? == 1 {
+                    req.uplink = Some(Uplink {
+                        job: r.u32()?,
+                        token: r.u32()?,
+                        tree: r.u16()?,
+                        member: r.u16()?,
+                        slots: r.u16()?,
+                    });
+                }
+                CtrlMsg::Admit(req)
+            }
+            T_ADMIT_OK => CtrlMsg::AdmitOk(AdmitOk {
+                job: r.u32()?,
+                token: r.u32()?,
+                slots: r.u16()?,
+                cwnd_cap: r.u16()?,
+                payload_budget: r.u16()?,
+                data_port: r.u16()?,
+            }),
+            T_RELEASE => CtrlMsg::Release {
+                job: r.u32()?,
+                token: r.u32()?,
+            },
+            T_RELEASED => CtrlMsg::Released { job: r.u32()? },
+            T_ERROR => {
+                let code = match r.u8()? {
+                    1 => ErrCode::Full,
+                    2 => ErrCode::Refused,
+                    4 => ErrCode::UnknownJob,
+                    _ => ErrCode::Protocol,
+                };
+                let n = r.u16()? as usize;
+                let reason = String::from_utf8_lossy(r.take(n)?).into_owned();
+                CtrlMsg::Error { code, reason }
+            }
+            t => return Err(format!("unknown control message type {t}")),
+        };
+        if r.at != b.len() {
+            return Err("trailing bytes in control message".into());
+        }
+        Ok(msg)
+    }
+}
+
+/// Writes one frame: a big-endian u32 body length, then the body.
+pub fn write_msg(w: &mut impl Write, msg: &CtrlMsg) -> io::Result<()> {
+    let body = msg.encode();
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    w.write_all(&frame)?;
+    w.flush()
+}
+
+/// Reads one frame; oversize or unparseable frames are `InvalidData`.
+pub fn read_msg(r: &mut impl Read) -> io::Result<CtrlMsg> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len)?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len == 0 || len > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("control frame of {len} bytes"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)?;
+    CtrlMsg::decode(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+fn put16(b: &mut Vec<u8>, v: u16) {
+    b.extend_from_slice(&v.to_be_bytes());
+}
+
+fn put32(b: &mut Vec<u8>, v: u32) {
+    b.extend_from_slice(&v.to_be_bytes());
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let s = self
+            .b
+            .get(self.at..self.at + n)
+            .ok_or_else(|| "truncated control message".to_string())?;
+        self.at += n;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, String> {
+        let s = self.take(2)?;
+        Ok(u16::from_be_bytes([s[0], s[1]]))
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        let s = self.take(4)?;
+        Ok(u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_all_messages() {
+        let msgs = [
+            CtrlMsg::Admit(AdmitReq {
+                tree: 1,
+                members: 4,
+                slots: 64,
+                wire_mask: 3,
+                partial_min: 3,
+                deadline_us: 500,
+                uplink: Some(Uplink {
+                    job: 9,
+                    token: 7,
+                    tree: 1,
+                    member: 2,
+                    slots: 32,
+                }),
+            }),
+            CtrlMsg::AdmitOk(AdmitOk {
+                job: 1,
+                token: 2,
+                slots: 3,
+                cwnd_cap: 4,
+                payload_budget: 1472,
+                data_port: 9800,
+            }),
+            CtrlMsg::Release { job: 5, token: 6 },
+            CtrlMsg::Released { job: 5 },
+            CtrlMsg::Error {
+                code: ErrCode::Full,
+                reason: "no memory".into(),
+            },
+        ];
+        for m in msgs {
+            let mut buf = Vec::new();
+            write_msg(&mut buf, &m).unwrap();
+            assert_eq!(read_msg(&mut &buf[..]).unwrap(), m);
+        }
+    }
+}

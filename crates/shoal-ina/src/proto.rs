@@ -1,0 +1,303 @@
+//! The UDP data-plane header: one fixed 32-byte layout shared by workers,
+//! switches and parent switches, encoded and decoded only here.
+//!
+//! Header fields are big-endian (network order) so a P4/FPGA parser can read
+//! them directly; payload elements are little-endian because that is the
+//! memory order of every host we run on and it spares a conversion pass.
+//! `docs/ina-protocol.md` is the byte-by-byte specification.
+
+use std::fmt;
+
+/// "SH" in ASCII.
+pub const MAGIC: u16 = 0x5348;
+/// Unknown versions are rejected, never guessed at.
+pub const VERSION: u8 = 1;
+pub const HEADER_LEN: usize = 32;
+/// Default UDP payload budget: a 1500-byte Ethernet MTU minus IPv4 and UDP headers.
+pub const DEFAULT_PAYLOAD_BUDGET: usize = 1472;
+/// The `member` value of result packets: they are addressed to every member.
+pub const ALL_MEMBERS: u16 = 0xFFFF;
+/// The slot field keeps its top bit for the shadow copy.
+pub const MAX_SLOTS: u16 = 0x7FFF;
+const SHADOW_BIT: u16 = 0x8000;
+
+/// Packet flags (byte 4).
+pub mod flags {
+    /// Congestion experienced: set by a switch (or the network), OR-ed into results.
+    pub const ECN: u8 = 0x01;
+    /// The sender has sent this sequence number before.
+    pub const RETX: u8 = 0x02;
+    /// Last packet of one collective call on this tree (informational).
+    pub const LAST: u8 = 0x04;
+    /// The member detaches: the switch forgets its address.
+    pub const FIN: u8 = 0x08;
+    /// An int32 sum saturated: the result is clamped, the client must not trust it.
+    pub const OVERFLOW: u8 = 0x10;
+    pub const ALL: u8 = ECN | RETX | LAST | FIN | OVERFLOW;
+}
+
+/// Whether a packet goes up (a contribution) or down (an aggregated result).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Data = 0,
+    Result = 1,
+}
+
+/// Element encoding of the payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WireType {
+    F32 = 0,
+    /// int32 scaled by 2^exponent (SwitchML's block floating point); plain
+    /// int32 buffers use exponent 0.
+    I32 = 1,
+    F16 = 2,
+    Bf16 = 3,
+}
+
+/// The combining operation the switch applies (Avg is Sum plus a division on
+/// the client, so it never appears on the wire).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WireOp {
+    Sum = 0,
+    Min = 1,
+    Max = 2,
+}
+
+impl WireType {
+    pub fn size(self) -> usize {
+        match self {
+            WireType::F32 | WireType::I32 => 4,
+            WireType::F16 | WireType::Bf16 => 2,
+        }
+    }
+
+    /// Bit of this type in the ADMIT request's dtype-mode mask.
+    pub fn mask_bit(self) -> u8 {
+        1 << (self as u8)
+    }
+
+    fn from_u8(v: u8) -> Option<Self> {
+        [WireType::F32, WireType::I32, WireType::F16, WireType::Bf16]
+            .get(v as usize)
+            .copied()
+    }
+}
+
+impl WireOp {
+    fn from_u8(v: u8) -> Option<Self> {
+        [WireOp::Sum, WireOp::Min, WireOp::Max]
+            .get(v as usize)
+            .copied()
+    }
+}
+
+/// Why a datagram is not a well-formed packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProtoError {
+    Short,
+    Magic,
+    Version(u8),
+    Kind(u8),
+    WireType(u8),
+    Op(u8),
+    Flags(u8),
+    /// The datagram length does not match `HEADER_LEN + count * size`.
+    Length,
+}
+
+impl fmt::Display for ProtoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProtoError::Short => write!(f, "datagram shorter than the header"),
+            ProtoError::Magic => write!(f, "bad magic"),
+            ProtoError::Version(v) => write!(f, "unsupported version {v}"),
+            ProtoError::Kind(v) => write!(f, "unknown packet kind {v}"),
+            ProtoError::WireType(v) => write!(f, "unknown element type {v}"),
+            ProtoError::Op(v) => write!(f, "unknown op {v}"),
+            ProtoError::Flags(v) => write!(f, "unknown flags {v:#x}"),
+            ProtoError::Length => write!(f, "length does not match the element count"),
+        }
+    }
+}
+
+/// A decoded header. `slot`/`shadow` name the switch memory cell; `seq` is
+/// PANAMA's VID and lets a software switch tell a stale packet from a new use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub kind: Kind,
+    pub flags: u8,
+    pub wire: WireType,
+    pub op: WireOp,
+    pub exponent: i8,
+    pub job: u32,
+    pub token: u32,
+    pub tree: u16,
+    pub member: u16,
+    pub seq: u32,
+    pub slot: u16,
+    pub shadow: bool,
+    pub count: u16,
+    pub contributors: u16,
+    pub cwnd_cap: u16,
+}
+
+impl Header {
+    /// Payload length in bytes that this header announces.
+    pub fn payload_len(&self) -> usize {
+        self.count as usize * self.wire.size()
+    }
+
+    pub fn has(&self, flag: u8) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// Writes the header into the first `HEADER_LEN` bytes of `out`.
+    pub fn encode(&self, out: &mut [u8]) {
+        let o = &mut out[..HEADER_LEN];
+        o[0..2].copy_from_slice(&MAGIC.to_be_bytes());
+        o[2] = VERSION;
+        o[3] = self.kind as u8;
+        o[4] = self.flags;
+        o[5] = self.wire as u8;
+        o[6] = self.op as u8;
+        o[7] = self.exponent as u8;
+        o[8..12].copy_from_slice(&self.job.to_be_bytes());
+        o[12..16].copy_from_slice(&self.token.to_be_bytes());
+        o[16..18].copy_from_slice(&self.tree.to_be_bytes());
+        o[18..20].copy_from_slice(&self.member.to_be_bytes());
+        o[20..24].copy_from_slice(&self.seq.to_be_bytes());
+        let slot = (self.slot & MAX_SLOTS) | if self.shadow { SHADOW_BIT } else { 0 };
+        o[24..26].copy_from_slice(&slot.to_be_bytes());
+        o[26..28].copy_from_slice(&self.count.to_be_bytes());
+        o[28..30].copy_from_slice(&self.contributors.to_be_bytes());
+        o[30..32].copy_from_slice(&self.cwnd_cap.to_be_bytes());
+    }
+
+    /// Parses and validates a whole datagram; returns the header and payload.
+    pub fn decode(pkt: &[u8]) -> Result<(Header, &[u8]), ProtoError> {
+        if pkt.len() < HEADER_LEN {
+            return Err(ProtoError::Short);
+        }
+        if be16(pkt, 0) != MAGIC {
+            return Err(ProtoError::Magic);
+        }
+        if pkt[2] != VERSION {
+            return Err(ProtoError::Version(pkt[2]));
+        }
+        let kind = match pkt[3] {
+            0 => Kind::Data,
+            1 => Kind::Result,
+            k => return Err(ProtoError::Kind(k)),
+        };
+        if pkt[4] & !flags::ALL != 0 {
+            return Err(ProtoError::Flags(pkt[4]));
+        }
+        let wire = WireType::from_u8(pkt[5]).ok_or(ProtoError::WireType(pkt[5]))?;
+        let op = WireOp::from_u8(pkt[6]).ok_or(ProtoError::Op(pkt[6]))?;
+        let slot = be16(pkt, 24);
+        let h = Header {
+            kind,
+            flags: pkt[4],
+            wire,
+            op,
+            exponent: pkt[7] as i8,
+            job: be32(pkt, 8),
+            token: be32(pkt, 12),
+            tree: be16(pkt, 16),
+            member: be16(pkt, 18),
+            seq: be32(pkt, 20),
+            slot: slot & MAX_SLOTS,
+            shadow: slot & SHADOW_BIT != 0,
+            count: be16(pkt, 26),
+            contributors: be16(pkt, 28),
+            cwnd_cap: be16(pkt, 30),
+        };
+        if pkt.len() != HEADER_LEN + h.payload_len() {
+            return Err(ProtoError::Length);
+        }
+        Ok((h, &pkt[HEADER_LEN..]))
+    }
+}
+
+/// Overwrites the cwnd_cap field of an encoded packet (results are stored
+/// encoded and re-sent; only the advertised cap may have changed since).
+pub fn patch_cwnd_cap(pkt: &mut [u8], cap: u16) {
+    pkt[30..32].copy_from_slice(&cap.to_be_bytes());
+}
+
+/// ORs flags into an encoded packet.
+pub fn patch_flags(pkt: &mut [u8], add: u8) {
+    pkt[4] |= add;
+}
+
+/// The slot and shadow copy that sequence number `seq` uses in a pool of
+/// `slots` slots: consecutive uses of a slot alternate between its two copies.
+pub fn slot_of(seq: u32, slots: u16) -> (u16, bool) {
+    let s = slots.max(1) as u32;
+    ((seq % s) as u16, (seq / s) & 1 == 1)
+}
+
+/// Largest element count that fits a payload budget (UDP payload bytes).
+pub fn max_count(budget: usize, wire: WireType) -> usize {
+    (budget.saturating_sub(HEADER_LEN) / wire.size()).min(u16::MAX as usize)
+}
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Header {
+        Header {
+            kind: Kind::Data,
+            flags: flags::RETX | flags::LAST,
+            wire: WireType::I32,
+            op: WireOp::Sum,
+            exponent: -7,
+            job: 0xDEADBEEF,
+            token: 42,
+            tree: 3,
+            member: 5,
+            seq: 1_000_001,
+            slot: 17,
+            shadow: true,
+            count: 4,
+            contributors: 1,
+            cwnd_cap: 0xFFFF,
+        }
+    }
+
+    #[test]
+    fn roundtrip() {
+        let h = sample();
+        let mut pkt = vec![0u8; HEADER_LEN + 16];
+        h.encode(&mut pkt);
+        let (d, payload) = Header::decode(&pkt).unwrap();
+        assert_eq!(d, h);
+        assert_eq!(payload.len(), 16);
+    }
+
+    #[test]
+    fn rejects_unknown_version_and_bad_length() {
+        let mut pkt = vec![0u8; HEADER_LEN + 16];
+        sample().encode(&mut pkt);
+        pkt[2] = 2;
+        assert_eq!(Header::decode(&pkt), Err(ProtoError::Version(2)));
+        pkt[2] = VERSION;
+        assert_eq!(Header::decode(&pkt[..40]), Err(ProtoError::Length));
+    }
+
+    #[test]
+    fn slots_alternate_copies() {
+        assert_eq!(slot_of(3, 8), (3, false));
+        assert_eq!(slot_of(11, 8), (3, true));
+        assert_eq!(slot_of(19, 8), (3, false));
+    }
+}

@@ -1,0 +1,229 @@
+//! The job table: admission, release and the fair share of switch memory.
+//!
+//! Memory is a budget of slot copies (`memory / slot_bytes`). A job's pool
+//! size (`slots`) fixes how sequence numbers map to slots and never changes;
+//! what is re-shared as jobs come and go is the window cap that results carry
+//! (`cwnd_cap = copies / 2 / active jobs`, PANAMA's `memory / num_jobs`),
+//! which bounds the copies each job keeps busy.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::control::{AdmitOk, AdmitReq, ErrCode, Uplink};
+use crate::proto::{WireType, MAX_SLOTS};
+use crate::rng::Rng;
+
+use super::metrics::{JobStats, Metrics};
+use super::slots::{SlotCopy, MAX_MEMBERS};
+use super::SwitchConfig;
+
+/// A job's window may not be cut below this by re-sharing; admission of a
+/// job that would push the share under it is refused as Full.
+pub const MIN_SHARE_SLOTS: usize = 2;
+
+pub struct Job {
+    pub id: u32,
+    pub token: u32,
+    pub tree: u16,
+    pub members: u16,
+    pub slots: u16,
+    pub wire_mask: u8,
+    /// Members needed to emit a result (all, unless partial aggregation).
+    pub needed: u16,
+    pub deadline: Option<Duration>,
+    pub uplink: Option<Uplink>,
+    /// Control connection that admitted the job (its lease).
+    pub conn: u64,
+    pub addrs: Vec<Option<SocketAddr>>,
+    pub copies: Vec<SlotCopy>,
+    pub in_use: usize,
+    pub stats: Arc<JobStats>,
+}
+
+pub struct Jobs {
+    pub map: HashMap<u32, Job>,
+    /// Parent job id -> local job id, for results coming down.
+    pub uplinks: HashMap<u32, u32>,
+    pub capacity_copies: usize,
+    pub copies_in_use: usize,
+    pub slot_bytes: usize,
+    next_id: u32,
+    rng: Rng,
+    max_jobs: usize,
+    max_slots: u16,
+    int_only: bool,
+    has_parent: bool,
+    pub payload_budget: usize,
+    data_port: u16,
+    metrics: Arc<Metrics>,
+}
+
+type Refusal = (ErrCode, String);
+
+impl Jobs {
+    pub fn new(cfg: &SwitchConfig, data_port: u16, metrics: Arc<Metrics>) -> Jobs {
+        // A copy holds an accumulator and an encoded packet of one payload.
+        let slot_bytes = 2 * cfg.payload_budget + 64;
+        let capacity_copies = cfg.memory / slot_bytes;
+        metrics
+            .memory_capacity_bytes
+            .store((capacity_copies * slot_bytes) as u64, Relaxed);
+        Jobs {
+            map: HashMap::new(),
+            uplinks: HashMap::new(),
+            capacity_copies,
+            copies_in_use: 0,
+            slot_bytes,
+            next_id: 1,
+            rng: Rng::from_entropy(),
+            max_jobs: cfg.max_jobs,
+            max_slots: cfg.max_slots.min(MAX_SLOTS),
+            int_only: cfg.int_only,
+            has_parent: cfg.parent.is_some(),
+            payload_budget: cfg.payload_budget,
+            data_port,
+            metrics,
+        }
+    }
+
+    /// The window cap every job gets now: its fair share of slot pairs.
+    pub fn share(&self) -> usize {
+        self.capacity_copies / 2 / self.map.len().max(1)
+    }
+
+    pub fn cwnd_cap(&self, job: &Job) -> u16 {
+        self.share().clamp(1, job.slots as usize) as u16
+    }
+
+    pub fn admit(&mut self, req: &AdmitReq, conn: u64) -> Result<AdmitOk, Refusal> {
+        self.check_request(req)?;
+        if self.map.len() >= self.max_jobs {
+            return Err((
+                ErrCode::Full,
+                format!("{} jobs already active", self.map.len()),
+            ));
+        }
+        let share = self.capacity_copies / 2 / (self.map.len() + 1);
+        if share < MIN_SHARE_SLOTS {
+            return Err((
+                ErrCode::Full,
+                format!("memory share would be {share} slots"),
+            ));
+        }
+        let wanted = if req.slots == 0 {
+            self.max_slots
+        } else {
+            req.slots
+        };
+        let slots = wanted.min(self.max_slots).max(1);
+        let job = self.new_job(req, conn, slots);
+        let ok = AdmitOk {
+            job: job.id,
+            token: job.token,
+            slots,
+            cwnd_cap: share.clamp(1, slots as usize) as u16,
+            payload_budget: self.payload_budget as u16,
+            data_port: self.data_port,
+        };
+        if let Some(u) = job.uplink {
+            self.uplinks.insert(u.job, job.id);
+        }
+        self.metrics.add_job(job.id, job.stats.clone());
+        self.metrics.jobs_admitted.fetch_add(1, Relaxed);
+        self.map.insert(job.id, job);
+        Ok(ok)
+    }
+
+    fn check_request(&self, req: &AdmitReq) -> Result<(), Refusal> {
+        let refuse = |r: String| Err((ErrCode::Refused, r));
+        if req.members == 0 || req.members as usize > MAX_MEMBERS {
+            return refuse(format!(
+                "{} members (1..={MAX_MEMBERS} per switch)",
+                req.members
+            ));
+        }
+        if req.partial_min > req.members {
+            return refuse("partial aggregation needs more members than the job has".into());
+        }
+        if req.wire_mask == 0 || req.wire_mask & !0x0F != 0 {
+            return refuse(format!("bad element-type mask {:#x}", req.wire_mask));
+        }
+        if self.int_only && req.wire_mask != WireType::I32.mask_bit() {
+            return refuse("this switch aggregates int32 only (use the int32 mode)".into());
+        }
+        if req.uplink.is_some() && !self.has_parent {
+            return refuse("job needs an uplink but the switch has no --parent".into());
+        }
+        Ok(())
+    }
+
+    fn new_job(&mut self, req: &AdmitReq, conn: u64, slots: u16) -> Job {
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1).max(1);
+        let stats = Arc::new(JobStats::default());
+        stats.members.store(req.members as u64, Relaxed);
+        Job {
+            id,
+            token: (self.rng.next_u64() as u32) | 1,
+            tree: req.tree,
+            members: req.members,
+            slots,
+            wire_mask: req.wire_mask,
+            needed: if req.partial_min == 0 {
+                req.members
+            } else {
+                req.partial_min
+            },
+            deadline: (req.deadline_us > 0).then(|| Duration::from_micros(req.deadline_us as u64)),
+            uplink: req.uplink,
+            conn,
+            addrs: vec![None; req.members as usize],
+            copies: (0..2 * slots as usize).map(|_| SlotCopy::new()).collect(),
+            in_use: 0,
+            stats,
+        }
+    }
+
+    pub fn release(&mut self, job: u32, token: u32) -> Result<(), Refusal> {
+        match self.map.get(&job) {
+            Some(j) if j.token == token => {
+                self.remove(job);
+                Ok(())
+            }
+            _ => Err((ErrCode::UnknownJob, format!("no job {job} with that token"))),
+        }
+    }
+
+    /// Releases every job leased by a control connection that closed.
+    pub fn release_conn(&mut self, conn: u64) {
+        let ids: Vec<u32> = self
+            .map
+            .values()
+            .filter(|j| j.conn == conn)
+            .map(|j| j.id)
+            .collect();
+        for id in ids {
+            self.remove(id);
+        }
+    }
+
+    fn remove(&mut self, id: u32) {
+        if let Some(job) = self.map.remove(&id) {
+            self.copies_in_use -= job.in_use;
+            if let Some(u) = job.uplink {
+                self.uplinks.remove(&u.job);
+            }
+            self.metrics.remove_job(id);
+            self.metrics.jobs_released.fetch_add(1, Relaxed);
+            self.publish_memory();
+        }
+    }
+
+    pub fn publish_memory(&self) {
+        let bytes = (self.copies_in_use * self.slot_bytes) as u64;
+        self.metrics.memory_bytes.store(bytes, Relaxed);
+    }
+}

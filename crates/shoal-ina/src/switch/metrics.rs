@@ -1,0 +1,222 @@
+//! Switch counters and their Prometheus text exposition over HTTP.
+//!
+//! The event loop only does relaxed atomic adds; the per-job table is locked
+//! on admission, release and scrape, never per packet.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Why a packet was dropped instead of aggregated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    Malformed,
+    Version,
+    UnknownJob,
+    BadToken,
+    BadTree,
+    BadMember,
+    BadType,
+    BadCount,
+    BadSlot,
+    /// Same sequence number, different type, op or count than the first contribution.
+    Mismatch,
+    /// A sequence number older than the slot's current use.
+    Stale,
+    /// The switch's memory is exhausted.
+    NoMemory,
+    /// The `--drop-rate` test knob.
+    Injected,
+    /// A result packet that matches no uplink.
+    UnexpectedResult,
+}
+
+impl DropReason {
+    pub const ALL: [DropReason; 14] = [
+        DropReason::Malformed,
+        DropReason::Version,
+        DropReason::UnknownJob,
+        DropReason::BadToken,
+        DropReason::BadTree,
+        DropReason::BadMember,
+        DropReason::BadType,
+        DropReason::BadCount,
+        DropReason::BadSlot,
+        DropReason::Mismatch,
+        DropReason::Stale,
+        DropReason::NoMemory,
+        DropReason::Injected,
+        DropReason::UnexpectedResult,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Malformed => "malformed",
+            DropReason::Version => "version",
+            DropReason::UnknownJob => "unknown_job",
+            DropReason::BadToken => "bad_token",
+            DropReason::BadTree => "bad_tree",
+            DropReason::BadMember => "bad_member",
+            DropReason::BadType => "bad_type",
+            DropReason::BadCount => "bad_count",
+            DropReason::BadSlot => "bad_slot",
+            DropReason::Mismatch => "mismatch",
+            DropReason::Stale => "stale",
+            DropReason::NoMemory => "no_memory",
+            DropReason::Injected => "injected",
+            DropReason::UnexpectedResult => "unexpected_result",
+        }
+    }
+}
+
+/// Per-job counters and gauges.
+#[derive(Default)]
+pub struct JobStats {
+    pub members: AtomicU64,
+    pub packets: AtomicU64,
+    pub bytes: AtomicU64,
+    pub aggregations: AtomicU64,
+    pub memory_bytes: AtomicU64,
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    pub rx_packets: AtomicU64,
+    pub rx_bytes: AtomicU64,
+    pub tx_packets: AtomicU64,
+    pub tx_bytes: AtomicU64,
+    pub aggregations: AtomicU64,
+    pub partial_aggregations: AtomicU64,
+    pub retransmissions: AtomicU64,
+    pub duplicates: AtomicU64,
+    pub results_resent: AtomicU64,
+    pub ecn_marks: AtomicU64,
+    pub overflows: AtomicU64,
+    pub jobs_admitted: AtomicU64,
+    pub jobs_refused: AtomicU64,
+    pub jobs_released: AtomicU64,
+    pub memory_bytes: AtomicU64,
+    pub memory_capacity_bytes: AtomicU64,
+    drops: [AtomicU64; DropReason::ALL.len()],
+    jobs: Mutex<BTreeMap<u32, Arc<JobStats>>>,
+}
+
+impl Metrics {
+    pub fn count_drop(&self, r: DropReason) {
+        self.drops[r as usize].fetch_add(1, Relaxed);
+    }
+
+    pub fn drops(&self, r: DropReason) -> u64 {
+        self.drops[r as usize].load(Relaxed)
+    }
+
+    pub fn total_drops(&self) -> u64 {
+        self.drops.iter().map(|d| d.load(Relaxed)).sum()
+    }
+
+    pub fn add_job(&self, job: u32, stats: Arc<JobStats>) {
+        self.jobs.lock().unwrap().insert(job, stats);
+    }
+
+    pub fn remove_job(&self, job: u32) {
+        self.jobs.lock().unwrap().remove(&job);
+    }
+
+    /// Prometheus text format, version 0.0.4.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let counters: [(&str, &AtomicU64); 13] = [
+            ("rx_packets_total", &self.rx_packets),
+            ("rx_bytes_total", &self.rx_bytes),
+            ("tx_packets_total", &self.tx_packets),
+            ("tx_bytes_total", &self.tx_bytes),
+            ("aggregations_total", &self.aggregations),
+            ("partial_aggregations_total", &self.partial_aggregations),
+            ("retransmissions_total", &self.retransmissions),
+            ("duplicates_total", &self.duplicates),
+            ("results_resent_total", &self.results_resent),
+            ("ecn_marks_total", &self.ecn_marks),
+            ("int32_overflows_total", &self.overflows),
+            ("jobs_admitted_total", &self.jobs_admitted),
+            ("jobs_refused_total", &self.jobs_refused),
+        ];
+        for (name, v) in counters {
+            let _ = writeln!(s, "# TYPE shoal_switch_{name} counter");
+            let _ = writeln!(s, "shoal_switch_{name} {}", v.load(Relaxed));
+        }
+        let _ = writeln!(s, "# TYPE shoal_switch_jobs_released_total counter");
+        let _ = writeln!(
+            s,
+            "shoal_switch_jobs_released_total {}",
+            self.jobs_released.load(Relaxed)
+        );
+        let _ = writeln!(s, "# TYPE shoal_switch_memory_bytes gauge");
+        let _ = writeln!(
+            s,
+            "shoal_switch_memory_bytes {}",
+            self.memory_bytes.load(Relaxed)
+        );
+        let _ = writeln!(s, "# TYPE shoal_switch_memory_capacity_bytes gauge");
+        let cap = self.memory_capacity_bytes.load(Relaxed);
+        let _ = writeln!(s, "shoal_switch_memory_capacity_bytes {cap}");
+        let _ = writeln!(s, "# TYPE shoal_switch_drops_total counter");
+        for r in DropReason::ALL {
+            let v = self.drops(r);
+            let _ = writeln!(s, "shoal_switch_drops_total{{reason=\"{}\"}} {v}", r.name());
+        }
+        self.render_jobs(&mut s);
+        s
+    }
+
+    fn render_jobs(&self, s: &mut String) {
+        let jobs = self.jobs.lock().unwrap();
+        let _ = writeln!(s, "# TYPE shoal_switch_active_jobs gauge");
+        let _ = writeln!(s, "shoal_switch_active_jobs {}", jobs.len());
+        for (name, kind) in [
+            ("job_members", "gauge"),
+            ("job_packets_total", "counter"),
+            ("job_bytes_total", "counter"),
+            ("job_aggregations_total", "counter"),
+            ("job_memory_bytes", "gauge"),
+        ] {
+            let _ = writeln!(s, "# TYPE shoal_switch_{name} {kind}");
+            for (id, j) in jobs.iter() {
+                let v = match name {
+                    "job_members" => &j.members,
+                    "job_packets_total" => &j.packets,
+                    "job_bytes_total" => &j.bytes,
+                    "job_aggregations_total" => &j.aggregations,
+                    _ => &j.memory_bytes,
+                };
+                let _ = writeln!(s, "shoal_switch_{name}{{job=\"{id}\"}} {}", v.load(Relaxed));
+            }
+        }
+    }
+}
+
+/// Serves `GET /metrics` (any path, in fact) until `stop` is set.
+pub fn serve_http(listener: TcpListener, metrics: Arc<Metrics>, stop: Arc<AtomicBool>) {
+    let _ = listener.set_nonblocking(true);
+    while !stop.load(Relaxed) {
+        match listener.accept() {
+            Ok((mut conn, _)) => {
+                let _ = conn.set_nonblocking(false);
+                let _ = conn.set_read_timeout(Some(Duration::from_millis(500)));
+                let mut req = [0u8; 2048];
+                let _ = conn.read(&mut req);
+                let body = metrics.render();
+                let head = format!(
+                    "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n",
+                    body.len()
+                );
+                let _ = conn.write_all(head.as_bytes());
+                let _ = conn.write_all(body.as_bytes());
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! The software aggregation switch (`shoal switch`): one core runs the UDP
+//! data plane, a control thread admits and releases jobs over TCP, and an
+//! optional HTTP endpoint serves Prometheus metrics.
+
+mod args;
+pub mod core;
+mod event_loop;
+pub mod jobs;
+pub mod metrics;
+pub mod slots;
+
+use std::io;
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::mpsc::channel;
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+pub use args::{parse_args, USAGE};
+pub use metrics::{DropReason, Metrics};
+
+use crate::proto::DEFAULT_PAYLOAD_BUDGET;
+
+#[derive(Clone, Debug)]
+pub struct SwitchConfig {
+    /// UDP data plane address.
+    pub listen: SocketAddr,
+    /// TCP control address (the daemon uses the `listen` port).
+    pub control: SocketAddr,
+    /// Aggregation memory budget in bytes, shared fairly among jobs.
+    pub memory: usize,
+    pub metrics: Option<SocketAddr>,
+    /// UDP address of the parent switch: this switch is then a leaf that
+    /// sends partial sums up for jobs admitted with an uplink.
+    pub parent: Option<SocketAddr>,
+    /// Test knob: fraction of received packets dropped before parsing.
+    pub drop_rate: f64,
+    pub seed: u64,
+    /// Largest UDP payload accepted (and announced to clients).
+    pub payload_budget: usize,
+    pub max_jobs: usize,
+    /// Largest slot pool (window) granted to one job.
+    pub max_slots: u16,
+    /// Fraction of memory in use past which results carry ECN.
+    pub ecn_threshold: f64,
+    /// Refuse float element types, like a switch ASIC without float units.
+    pub int_only: bool,
+    /// Kernel socket buffer size requested for the data socket.
+    pub socket_buffer: usize,
+}
+
+impl Default for SwitchConfig {
+    fn default() -> Self {
+        let any: SocketAddr = "0.0.0.0:9800".parse().unwrap();
+        SwitchConfig {
+            listen: any,
+            control: any,
+            memory: 64 << 20,
+            metrics: None,
+            parent: None,
+            drop_rate: 0.0,
+            seed: 1,
+            payload_budget: DEFAULT_PAYLOAD_BUDGET,
+            max_jobs: 64,
+            max_slots: 512,
+            ecn_threshold: 0.8,
+            int_only: false,
+            socket_buffer: 16 << 20,
+        }
+    }
+}
+
+impl SwitchConfig {
+    /// A loopback switch on ephemeral ports, for tests and benchmarks.
+    pub fn loopback() -> SwitchConfig {
+        let lo: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        SwitchConfig {
+            listen: lo,
+            control: lo,
+            ..SwitchConfig::default()
+        }
+    }
+}
+
+/// A running switch; dropping it stops it.
+pub struct SwitchHandle {
+    pub data_addr: SocketAddr,
+    pub control_addr: SocketAddr,
+    pub metrics_addr: Option<SocketAddr>,
+    pub metrics: Arc<Metrics>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl SwitchHandle {
+    /// Stops every thread and closes every socket: members see a dead switch.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for SwitchHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Binds the sockets and starts the switch's threads.
+pub fn spawn(cfg: SwitchConfig) -> io::Result<SwitchHandle> {
+    let udp = UdpSocket::bind(cfg.listen)?;
+    crate::net::set_buffers(&udp, cfg.socket_buffer);
+    let control = TcpListener::bind(cfg.control)?;
+    let metrics_listener = cfg.metrics.map(TcpListener::bind).transpose()?;
+    let metrics = Arc::new(Metrics::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let data_addr = udp.local_addr()?;
+    let control_addr = control.local_addr()?;
+    let metrics_addr = metrics_listener
+        .as_ref()
+        .map(|l| l.local_addr())
+        .transpose()?;
+    let core = core::SwitchCore::new(&cfg, data_addr.port(), metrics.clone());
+    let (tx, rx) = channel();
+    let mut threads = Vec::new();
+    let s = stop.clone();
+    threads.push(named("shoal-switch-udp", move || {
+        event_loop::run_loop(udp, core, rx, &s)
+    })?);
+    let (s, conns) = (stop.clone(), Arc::new(Mutex::new(Vec::new())));
+    threads.push(named("shoal-switch-ctl", move || {
+        event_loop::serve_control(control, tx, conns, s)
+    })?);
+    if let Some(l) = metrics_listener {
+        let (m, s) = (metrics.clone(), stop.clone());
+        threads.push(named("shoal-switch-http", move || {
+            metrics::serve_http(l, m, s)
+        })?);
+    }
+    Ok(SwitchHandle {
+        data_addr,
+        control_addr,
+        metrics_addr,
+        metrics,
+        stop,
+        threads,
+    })
+}
+
+fn named(name: &str, f: impl FnOnce() + Send + 'static) -> io::Result<JoinHandle<()>> {
+    thread::Builder::new().name(name.into()).spawn(f)
+}
+
+static SIGNALLED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    SIGNALLED.store(true, Relaxed);
+}
+
+/// `shoal switch ARGS...`: runs the daemon until SIGINT or SIGTERM; returns
+/// the process exit code. The previous signal handlers are restored.
+pub fn daemon_main(argv: &[String]) -> i32 {
+    if argv.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{USAGE}");
+        return 0;
+    }
+    let cfg = match parse_args(argv) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("shoal switch: {e}\n\n{USAGE}");
+            return 2;
+        }
+    };
+    SIGNALLED.store(false, Relaxed);
+    let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    // SAFETY: the handler only stores to an atomic, which is signal-safe.
+    let old = unsafe {
+        [
+            libc::signal(libc::SIGINT, handler),
+            libc::signal(libc::SIGTERM, handler),
+        ]
+    };
+    let code = match spawn(cfg) {
+        Ok(h) => {
+            eprintln!(
+                "shoal switch: data udp {} control tcp {}{}",
+                h.data_addr,
+                h.control_addr,
+                h.metrics_addr
+                    .map(|a| format!(" metrics http://{a}/metrics"))
+                    .unwrap_or_default()
+            );
+            while !SIGNALLED.load(Relaxed) {
+                thread::sleep(Duration::from_millis(50));
+            }
+            h.stop();
+            0
+        }
+        Err(e) => {
+            eprintln!("shoal switch: {e}");
+            1
+        }
+    };
+    // SAFETY: restoring the handlers that were installed before.
+    unsafe {
+        libc::signal(libc::SIGINT, old[0]);
+        libc::signal(libc::SIGTERM, old[1]);
+    }
+    code
+}

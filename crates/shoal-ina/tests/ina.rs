@@ -1,0 +1,537 @@
+//! End-to-end tests: thread workers, real UDP switches on loopback.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+use half::{bf16, f16};
+use shoal_ina::control::{read_msg, write_msg, AdmitReq, CtrlMsg};
+use shoal_ina::proto::{slot_of, Header, Kind, WireOp, WireType, HEADER_LEN};
+use shoal_ina::switch::DropReason;
+use shoal_ina::{InaClient, InaConfig, InaDType, InaError, InaOp, LeafSpec, Partial, TreeSpec};
+
+#[test]
+fn flat_f32_sum_2_4_8_workers() {
+    for n in [2, 4, 8] {
+        let sw = switch_with(|_| {});
+        run_ranks(
+            n,
+            flat(&sw),
+            |_| {},
+            move |rank, c| {
+                for elems in [1, 359, 360, 361, 50_003] {
+                    check_f32_sum(c, rank, n, elems);
+                }
+            },
+        );
+        assert_eq!(sw.metrics.total_drops(), 0);
+        assert_eq!(
+            sw.metrics.jobs_released.load(Relaxed),
+            1,
+            "close releases the job"
+        );
+    }
+}
+
+#[test]
+fn avg_min_max() {
+    let sw = switch_with(|_| {});
+    let n = 4;
+    run_ranks(
+        n,
+        flat(&sw),
+        |_| {},
+        move |rank, c| {
+            let elems = 2000;
+            let mine: Vec<f32> = (0..elems).map(|i| value(rank, i)).collect();
+            for (op, f) in [
+                (
+                    InaOp::Avg,
+                    (|v: &[f32]| v.iter().sum::<f32>() / 4.0) as fn(&[f32]) -> f32,
+                ),
+                (InaOp::Min, |v: &[f32]| {
+                    v.iter().cloned().fold(f32::MAX, f32::min)
+                }),
+                (InaOp::Max, |v: &[f32]| {
+                    v.iter().cloned().fold(f32::MIN, f32::max)
+                }),
+            ] {
+                let mut buf = f32_bytes(&mine);
+                c.allreduce(&mut buf, InaDType::F32, op).unwrap();
+                for (i, g) in f32s(&buf).into_iter().enumerate() {
+                    let all: Vec<f32> = (0..n).map(|r| value(r, i)).collect();
+                    assert_eq!(g, f(&all), "{op:?} element {i}");
+                }
+            }
+        },
+    );
+}
+
+#[test]
+fn f16_and_bf16_exact() {
+    let sw = switch_with(|_| {});
+    let n = 5;
+    run_ranks(
+        n,
+        flat(&sw),
+        |_| {},
+        move |rank, c| {
+            let elems = 3001;
+            let v = |r: usize, i: usize| ((r * 13 + i * 7) % 64) as f32 * 0.5 - 16.0;
+            let want: Vec<f32> = (0..elems).map(|i| (0..n).map(|r| v(r, i)).sum()).collect();
+            let mut h: Vec<u8> = (0..elems)
+                .flat_map(|i| f16::from_f32(v(rank, i)).to_le_bytes())
+                .collect();
+            c.allreduce(&mut h, InaDType::F16, InaOp::Sum).unwrap();
+            let mut b: Vec<u8> = (0..elems)
+                .flat_map(|i| bf16::from_f32(v(rank, i)).to_le_bytes())
+                .collect();
+            c.allreduce(&mut b, InaDType::Bf16, InaOp::Sum).unwrap();
+            for i in 0..elems {
+                let gh = f16::from_le_bytes([h[2 * i], h[2 * i + 1]]).to_f32();
+                let gb = bf16::from_le_bytes([b[2 * i], b[2 * i + 1]]).to_f32();
+                assert_eq!(gh, want[i]);
+                assert_eq!(gb, bf16::from_f32(want[i]).to_f32());
+            }
+        },
+    );
+}
+
+#[test]
+fn int32_exponent_mode_and_plain_i32() {
+    let sw = switch_with(|c| c.int_only = true);
+    let n = 6;
+    run_ranks(
+        n,
+        flat(&sw),
+        |c| c.f32_as_int32 = true,
+        move |rank, c| {
+            let elems = 20_000;
+            let v = |r: usize, i: usize| {
+                ((r as f32 + 1.0) * (i as f32 * 0.37).sin()) * 10f32.powi((i % 7) as i32 - 3)
+            };
+            let mut buf = f32_bytes(&(0..elems).map(|i| v(rank, i)).collect::<Vec<_>>());
+            c.allreduce(&mut buf, InaDType::F32, InaOp::Sum).unwrap();
+            let got = f32s(&buf);
+            for (blk, chunk) in got.chunks(360).enumerate() {
+                let base = blk * 360;
+                let max_abs = (0..chunk.len())
+                    .flat_map(|j| (0..n).map(move |r| v(r, base + j).abs() as f64))
+                    .fold(0f64, f64::max);
+                // n roundings of at most one quantum each; quantum = max|x| * 2^(h-30+1)
+                let tol = n as f64 * max_abs * 2f64.powi(3 - 29) + 1e-30;
+                for (j, g) in chunk.iter().enumerate() {
+                    let want: f64 = (0..n).map(|r| v(r, base + j) as f64).sum();
+                    // plus the final rounding to f32
+                    let tol = tol + want.abs() * f32::EPSILON as f64;
+                    assert!(
+                        (*g as f64 - want).abs() <= tol,
+                        "element {}: {g} vs {want}",
+                        base + j
+                    );
+                }
+            }
+            let mut ints: Vec<u8> = (0..1000i32)
+                .flat_map(|i| (i * (rank as i32 + 1) - 500).to_le_bytes())
+                .collect();
+            c.allreduce(&mut ints, InaDType::I32, InaOp::Sum).unwrap();
+            for (i, e) in ints.chunks_exact(4).enumerate() {
+                let want: i32 = (0..n as i32).map(|r| i as i32 * (r + 1) - 500).sum();
+                assert_eq!(i32::from_le_bytes([e[0], e[1], e[2], e[3]]), want);
+            }
+            assert!(matches!(
+                c.allreduce(&mut [0u8; 8], InaDType::F16, InaOp::Sum),
+                Err(InaError::Protocol(_))
+            ));
+        },
+    );
+}
+
+#[test]
+fn int_only_switch_refuses_float_jobs() {
+    let sw = switch_with(|c| c.int_only = true);
+    let store = MemStore::default();
+    let cfg = InaConfig::new(0, 1, flat(&sw));
+    match InaClient::join(&cfg, &store) {
+        Err(InaError::Refused(r)) => assert!(r.contains("int32"), "{r}"),
+        other => panic!("expected Refused, got {:?}", other.err()),
+    }
+}
+
+#[test]
+fn two_concurrent_jobs_on_one_switch() {
+    let sw = Arc::new(switch_with(|_| {}));
+    let jobs: Vec<_> = [3usize, 4]
+        .into_iter()
+        .map(|n| {
+            let trees = flat(&sw);
+            thread::spawn(move || {
+                run_ranks(
+                    n,
+                    trees,
+                    |_| {},
+                    move |rank, c| {
+                        for _ in 0..3 {
+                            check_f32_sum(c, rank, n, 40_000);
+                        }
+                    },
+                )
+            })
+        })
+        .collect();
+    for j in jobs {
+        j.join().unwrap();
+    }
+    assert_eq!(sw.metrics.jobs_admitted.load(Relaxed), 2);
+    assert_eq!(sw.metrics.total_drops(), 0);
+}
+
+#[test]
+fn two_trees_on_two_switches() {
+    let (a, b) = (switch_with(|_| {}), switch_with(|_| {}));
+    let trees = vec![
+        TreeSpec::flat(a.control_addr),
+        TreeSpec::flat(b.control_addr),
+    ];
+    run_ranks(
+        4,
+        trees,
+        |_| {},
+        |rank, c| {
+            assert_eq!(c.tree_count(), 2);
+            for elems in [1, 361, 100_001] {
+                check_f32_sum(c, rank, 4, elems);
+            }
+        },
+    );
+    let aggs = |s: &shoal_ina::switch::SwitchHandle| s.metrics.aggregations.load(Relaxed);
+    assert!(
+        aggs(&a) > 100 && aggs(&b) > 100,
+        "{} {}",
+        aggs(&a),
+        aggs(&b)
+    );
+}
+
+fn two_level(root_drop: f64, leaf_drop: f64) {
+    let root = switch_with(|c| c.drop_rate = root_drop);
+    let leaf = |seed| {
+        let parent = root.data_addr;
+        switch_with(move |c| {
+            c.parent = Some(parent);
+            c.drop_rate = leaf_drop;
+            c.seed = seed;
+        })
+    };
+    let (l1, l2) = (leaf(7), leaf(8));
+    let tree = TreeSpec {
+        root: root.control_addr,
+        leaves: vec![
+            LeafSpec {
+                control: l1.control_addr,
+                ranks: vec![0, 1],
+            },
+            LeafSpec {
+                control: l2.control_addr,
+                ranks: vec![2, 3, 4],
+            },
+        ],
+    };
+    run_ranks(
+        5,
+        vec![tree],
+        |_| {},
+        |rank, c| {
+            for elems in [7, 100_000] {
+                check_f32_sum(c, rank, 5, elems);
+            }
+            let mut buf = f32_bytes(&vec![1.0; 1000]);
+            c.allreduce(&mut buf, InaDType::F32, InaOp::Avg).unwrap();
+            assert!(
+                f32s(&buf).iter().all(|v| *v == 1.0),
+                "Avg divides by all 5 workers"
+            );
+        },
+    );
+    assert!(root.metrics.aggregations.load(Relaxed) > 100);
+    assert!(l1.metrics.aggregations.load(Relaxed) > 100);
+}
+
+#[test]
+fn two_level_switch_tree() {
+    two_level(0.0, 0.0);
+}
+
+#[test]
+fn two_level_switch_tree_with_loss() {
+    two_level(0.02, 0.02);
+}
+
+fn lossy(rate: f64) {
+    let sw = switch_with(|c| {
+        c.drop_rate = rate;
+        c.seed = 42;
+    });
+    run_ranks(
+        4,
+        flat(&sw),
+        |_| {},
+        |rank, c| {
+            for elems in [1000, 120_000] {
+                check_f32_sum(c, rank, 4, elems);
+            }
+        },
+    );
+    assert!(sw.metrics.drops(DropReason::Injected) > 0);
+    assert!(sw.metrics.retransmissions.load(Relaxed) > 0);
+    assert_eq!(
+        sw.metrics.total_drops(),
+        sw.metrics.drops(DropReason::Injected) + sw.metrics.drops(DropReason::Stale)
+    );
+}
+
+#[test]
+fn loss_1_percent() {
+    lossy(0.01);
+}
+
+#[test]
+fn loss_10_percent() {
+    lossy(0.10);
+}
+
+#[test]
+fn duplicates_and_reordering() {
+    let sw = switch_with(|_| {});
+    run_ranks(
+        4,
+        flat(&sw),
+        |c| {
+            c.faults.duplicate = 0.05;
+            c.faults.reorder = 0.05;
+            c.faults.seed = 1000 + c.rank as u64;
+        },
+        |rank, c| {
+            for _ in 0..3 {
+                check_f32_sum(c, rank, 4, 60_000);
+            }
+        },
+    );
+    assert!(sw.metrics.duplicates.load(Relaxed) + sw.metrics.results_resent.load(Relaxed) > 0);
+}
+
+#[test]
+fn switch_killed_mid_allreduce_gives_switch_died() {
+    let sw = switch_with(|_| {});
+    let store = Arc::new(MemStore::default());
+    let trees = flat(&sw);
+    let ranks: Vec<_> = (0..2)
+        .map(|rank| {
+            let (store, trees) = (store.clone(), trees.clone());
+            thread::spawn(move || {
+                let mut cfg = InaConfig::new(rank, 2, trees);
+                cfg.dead_timeout = Duration::from_secs(1);
+                let mut c = InaClient::join(&cfg, &*store).unwrap();
+                if rank == 1 {
+                    thread::sleep(Duration::from_millis(400));
+                }
+                let mut buf = f32_bytes(&vec![1.0; 100_000]);
+                let t = Instant::now();
+                (
+                    c.allreduce(&mut buf, InaDType::F32, InaOp::Sum),
+                    t.elapsed(),
+                )
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(150));
+    let killed = Instant::now();
+    sw.stop();
+    for r in ranks {
+        let (res, _) = r.join().unwrap();
+        assert!(matches!(res, Err(InaError::SwitchDied(_))), "{res:?}");
+    }
+    assert!(
+        killed.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        killed.elapsed()
+    );
+}
+
+#[test]
+fn admission_errors_are_distinguishable() {
+    let free = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let store = MemStore::default();
+    let cfg = InaConfig::new(0, 1, vec![TreeSpec::flat(free)]);
+    assert!(matches!(
+        InaClient::join(&cfg, &store),
+        Err(InaError::Unreachable(_))
+    ));
+
+    let sw = switch_with(|c| c.max_jobs = 1);
+    let store = MemStore::default();
+    let cfg = InaConfig::new(0, 1, flat(&sw));
+    let first = InaClient::join(&cfg, &store).unwrap();
+    let store2 = MemStore::default();
+    assert!(matches!(
+        InaClient::join(&cfg, &store2),
+        Err(InaError::Full(_))
+    ));
+    drop(first); // the lease closes: the job is released
+    let t = Instant::now();
+    while sw.metrics.jobs_released.load(Relaxed) == 0 && t.elapsed() < Duration::from_secs(2) {
+        thread::sleep(Duration::from_millis(5));
+    }
+    assert!(InaClient::join(&cfg, &MemStore::default()).is_ok());
+}
+
+#[test]
+fn partial_aggregation_by_fraction_and_deadline() {
+    for partial in [
+        Partial {
+            fraction: 0.75,
+            deadline: None,
+        },
+        Partial {
+            fraction: 1.0,
+            deadline: Some(Duration::from_millis(30)),
+        },
+    ] {
+        let sw = switch_with(|_| {});
+        run_ranks(
+            4,
+            flat(&sw),
+            move |c| c.partial = Some(partial),
+            |rank, c| {
+                if rank == 3 {
+                    return; // the straggler never contributes
+                }
+                let elems = 2000;
+                let mut buf = f32_bytes(&(0..elems).map(|i| value(rank, i)).collect::<Vec<_>>());
+                c.allreduce(&mut buf, InaDType::F32, InaOp::Avg).unwrap();
+                for (i, g) in f32s(&buf).into_iter().enumerate() {
+                    let s: f32 = (0..3).map(|r| value(r, i)).sum();
+                    assert_eq!(g, s / 3.0, "element {i}");
+                }
+            },
+        );
+        assert!(sw.metrics.partial_aggregations.load(Relaxed) > 0);
+    }
+}
+
+/// Admits a job over the control channel directly, as an attacker could.
+fn admit_raw(ctl: std::net::SocketAddr, members: u16) -> (TcpStream, u32, u32, u16) {
+    let mut s = TcpStream::connect(ctl).unwrap();
+    let req = AdmitReq {
+        tree: 0,
+        members,
+        slots: 16,
+        wire_mask: 1,
+        partial_min: 0,
+        deadline_us: 0,
+        uplink: None,
+    };
+    write_msg(&mut s, &CtrlMsg::Admit(req)).unwrap();
+    match read_msg(&mut s).unwrap() {
+        CtrlMsg::AdmitOk(ok) => (s, ok.job, ok.token, ok.slots),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn forged(job: u32, token: u32, member: u16, seq: u32, slots: u16, count: u16) -> Vec<u8> {
+    let (slot, shadow) = slot_of(seq, slots);
+    let h = Header {
+        kind: Kind::Data,
+        flags: 0,
+        wire: WireType::F32,
+        op: WireOp::Sum,
+        exponent: 0,
+        job,
+        token,
+        tree: 0,
+        member,
+        seq,
+        slot,
+        shadow,
+        count,
+        contributors: 1,
+        cwnd_cap: u16::MAX,
+    };
+    let mut p = vec![0x41u8; HEADER_LEN + count as usize * 4];
+    h.encode(&mut p);
+    p
+}
+
+fn bad_slot(mut p: Vec<u8>) -> Vec<u8> {
+    p[24] ^= 0x80;
+    p
+}
+
+#[test]
+fn garbage_and_forged_packets_are_dropped_and_counted() {
+    let sw = switch_with(|c| c.metrics = Some("127.0.0.1:0".parse().unwrap()));
+    let (_lease, job_a, tok_a, slots_a) = admit_raw(sw.control_addr, 2);
+    let data = sw.data_addr;
+    let attacker = thread::spawn(move || {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for i in 0..2000u32 {
+            let mut pkts = vec![
+                vec![0xAB; 64],                                    // malformed
+                forged(job_a + 1, 0xBAD, 0, i, 256, 10), // the real job (id 2), wrong token
+                forged(9999, tok_a, 0, i, slots_a, 10),  // unknown job
+                forged(job_a, tok_a, 7, i, slots_a, 10), // not a member
+                forged(job_a, tok_a ^ 1, 0, i, slots_a, 10), // wrong token
+                bad_slot(forged(job_a, tok_a, 0, i, slots_a, 10)), // wrong shadow copy
+                forged(job_a, tok_a, 0, i, slots_a, 400), // over the payload budget
+            ];
+            let mut v2 = forged(job_a, tok_a, 0, i, slots_a, 1);
+            v2[2] = 9; // unknown version
+            pkts.push(v2);
+            for p in &pkts {
+                s.send_to(p, data).unwrap();
+            }
+            thread::sleep(Duration::from_micros(200));
+        }
+    });
+    run_ranks(
+        4,
+        flat(&sw),
+        |_| {},
+        |rank, c| {
+            for _ in 0..5 {
+                check_f32_sum(c, rank, 4, 50_000);
+            }
+        },
+    );
+    attacker.join().unwrap();
+    let m = &sw.metrics;
+    for r in [
+        DropReason::Malformed,
+        DropReason::Version,
+        DropReason::BadToken,
+        DropReason::UnknownJob,
+        DropReason::BadMember,
+        DropReason::BadSlot,
+        DropReason::BadCount,
+    ] {
+        assert!(m.drops(r) >= 2000, "{:?}: {}", r, m.drops(r));
+    }
+    let mut http = TcpStream::connect(sw.metrics_addr.unwrap()).unwrap();
+    http.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut text = String::new();
+    http.read_to_string(&mut text).unwrap();
+    assert!(
+        text.contains("shoal_switch_drops_total{reason=\"bad_token\"}"),
+        "{text}"
+    );
+    assert!(text.contains("shoal_switch_aggregations_total"));
+}
