@@ -62,3 +62,8 @@ def itemsize(dtype: str) -> int:
     return _ITEMSIZES[dtype]
 
 
+def typed_view(buf: Any, name: str, writable: bool, dtype: str | None) -> tuple[np.ndarray, str, int]:
+    """``buf`` as an array sharing its memory, its shoal dtype name and its element count."""
+    arr = as_array(buf, name, writable)
+    dt = dtype_name(arr, dtype)
+    return arr, dt, arr.nbytes // _ITEMSIZES[dt]

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from shoal._buffers import as_array, dtype_name, itemsize
+from shoal._buffers import as_array, dtype_name, itemsize, typed_view
 
 Buffer = Any  # a numpy array or any object supporting the buffer protocol
 
@@ -111,9 +111,7 @@ class Group:
         async_op: bool = False,
         dtype: str | None = None,
     ) -> Any:
-        a = as_array(x, "x", writable=True)
-        dt = dtype_name(a, dtype)
-        n = a.nbytes // itemsize(dt)
+        a, dt, n = typed_view(x, "x", True, dtype)
         return self._run("allreduce", n, dt, op, 0, algorithm, a, a, async_op, x)
 
     def broadcast(
@@ -126,9 +124,7 @@ class Group:
         dtype: str | None = None,
     ) -> Any:
         self._root_check(root)
-        a = as_array(x, "x", writable=True)
-        dt = dtype_name(a, dtype)
-        n = a.nbytes // itemsize(dt)
+        a, dt, n = typed_view(x, "x", True, dtype)
         inp = a if self.rank == root else None
         return self._run("broadcast", n, dt, "sum", root, algorithm, inp, a, async_op, x)
 
@@ -143,9 +139,7 @@ class Group:
         dtype: str | None = None,
     ) -> Any:
         self._root_check(root)
-        a = as_array(x, "x", writable=self.rank == root)
-        dt = dtype_name(a, dtype)
-        n = a.nbytes // itemsize(dt)
+        a, dt, n = typed_view(x, "x", self.rank == root, dtype)
         out = a if self.rank == root else None
         return self._run("reduce", n, dt, op, root, algorithm, a, out, async_op, x)
 
@@ -158,9 +152,7 @@ class Group:
         async_op: bool = False,
         dtype: str | None = None,
     ) -> Any:
-        a = as_array(x, "x", writable=False)
-        dt = dtype_name(a, dtype)
-        n = a.nbytes // itemsize(dt)
+        a, dt, n = typed_view(x, "x", False, dtype)
         if out is None:
             out = np.empty((self.size, *a.shape), dtype=a.dtype)
         o = self._out_array(out, dt, self.size * n)
@@ -176,9 +168,7 @@ class Group:
         async_op: bool = False,
         dtype: str | None = None,
     ) -> Any:
-        a = as_array(x, "x", writable=False)
-        dt = dtype_name(a, dtype)
-        total = a.nbytes // itemsize(dt)
+        a, dt, total = typed_view(x, "x", False, dtype)
         if total % self.size:
             raise ValueError(f"reduce_scatter: x has {total} elements, not a multiple of the group size {self.size}")
         n = total // self.size
@@ -196,9 +186,7 @@ class Group:
         async_op: bool = False,
         dtype: str | None = None,
     ) -> Any:
-        a = as_array(x, "x", writable=False)
-        dt = dtype_name(a, dtype)
-        total = a.nbytes // itemsize(dt)
+        a, dt, total = typed_view(x, "x", False, dtype)
         if total % self.size:
             raise ValueError(f"alltoall: x has {total} elements, not a multiple of the group size {self.size}")
         if out is None:
@@ -217,9 +205,7 @@ class Group:
         dtype: str | None = None,
     ) -> Any:
         self._root_check(root)
-        a = as_array(x, "x", writable=False)
-        dt = dtype_name(a, dtype)
-        n = a.nbytes // itemsize(dt)
+        a, dt, n = typed_view(x, "x", False, dtype)
         o = None
         if self.rank == root:
             if out is None:
@@ -240,9 +226,7 @@ class Group:
         dtype: str | None = None,
     ) -> Any:
         self._root_check(root)
-        o = as_array(out, "out", writable=True)
-        dt = dtype_name(o, dtype)
-        n = o.nbytes // itemsize(dt)
+        o, dt, n = typed_view(out, "out", True, dtype)
         inp = None
         if self.rank == root:
             if x is None:
