@@ -17,6 +17,9 @@ the launcher exits with the failing rank's code (a death by signal N becomes
 128+N, as in shells). SIGINT/SIGTERM sent to the launcher are forwarded to the
 ranks. ``--timeout`` stops everything after S seconds with exit code 124.
 
+The supervision (:class:`RankSpec`, :func:`launch`) is shared with
+``shoal testbed run``, which starts its ranks inside network namespaces.
+
 This module deliberately imports only the standard library: it must work
 before (and without) the compiled extension.
 """
@@ -160,8 +163,8 @@ def describe_exit(returncode: int) -> str:
     return f"was killed by signal {-returncode} ({name})"
 
 
-def _log(message: str) -> None:
-    print(f"shoal run: {message}", file=sys.stderr, flush=True)
+def _log(message: str, name: str = "shoal run") -> None:
+    print(f"{name}: {message}", file=sys.stderr, flush=True)
 
 
 def _write(dst: TextIO, data: bytes) -> None:
@@ -185,26 +188,42 @@ def _pump(src: IO[bytes], dst: TextIO, prefix: bytes, lock: threading.Lock) -> N
 
 
 @dataclass
+class RankSpec:
+    """How to start one rank: its command line and its complete environment."""
+
+    argv: list[str]
+    env: dict[str, str]
+
+
+def rank_specs(opts: Options, job_id: str | None = None) -> list[RankSpec]:
+    """The ranks of `shoal run`: the same command on every rank, with its rank environment."""
+    job_id = job_id or uuid.uuid4().hex
+    return [RankSpec(list(opts.command), rank_env(opts, rank, job_id)) for rank in range(opts.nprocs)]
+
+
+@dataclass
 class RankGroup:
     """The ranks of one job: their processes and output reader threads.
 
     Each rank runs in its own session (process group), so signals reach the
     processes it spawns too, and a Ctrl-C in the terminal reaches the ranks
-    only through the launcher's forwarding, exactly once.
+    only through the launcher's forwarding, exactly once. ``name`` starts the
+    supervisor's own messages (``shoal run: rank 1 exited with code 3``).
     """
 
-    opts: Options
+    specs: list[RankSpec]
+    prefix: bool = True
+    name: str = "shoal run"
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     readers: list[threading.Thread] = field(default_factory=list)
     locks: tuple[threading.Lock, threading.Lock] = field(default_factory=lambda: (threading.Lock(), threading.Lock()))
 
     def start(self) -> None:
-        """Starts every rank; raises OSError if the command cannot be run."""
-        job_id = uuid.uuid4().hex
-        for rank in range(self.opts.nprocs):
+        """Starts every rank; raises OSError if a command cannot be run."""
+        for rank, spec in enumerate(self.specs):
             proc = subprocess.Popen(
-                self.opts.command,
-                env=rank_env(self.opts, rank, job_id),
+                spec.argv,
+                env=spec.env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -216,7 +235,7 @@ class RankGroup:
     def _read_output(self, rank: int, proc: subprocess.Popen[bytes]) -> None:
         """Copies the rank's output through reader threads, so lines of
         different ranks never mix, even with --no-prefix."""
-        prefix = f"[{rank}]: ".encode() if self.opts.prefix else b""
+        prefix = f"[{rank}]: ".encode() if self.prefix else b""
         for src, dst, lock in ((proc.stdout, sys.stdout, self.locks[0]), (proc.stderr, sys.stderr, self.locks[1])):
             assert src is not None
             t = threading.Thread(target=_pump, args=(src, dst, prefix, lock), daemon=True)
@@ -301,7 +320,7 @@ def supervise(group: RankGroup, timeout: float | None, received: list[int]) -> i
         if not group.running():
             return 0
         if deadline is not None and time.monotonic() >= deadline:
-            _log(f"timed out after {timeout:g}s; stopping all {len(group.procs)} ranks")
+            _log(f"timed out after {timeout:g}s; stopping all {len(group.procs)} ranks", group.name)
             group.stop()
             return EXIT_TIMEOUT
         time.sleep(POLL_SECONDS)
@@ -310,7 +329,7 @@ def supervise(group: RankGroup, timeout: float | None, received: list[int]) -> i
 def _after_failure(group: RankGroup, rank: int, returncode: int) -> int:
     others = len(group.running())
     suffix = f"; stopping the other {others} rank(s)" if others else ""
-    _log(f"rank {rank} {describe_exit(returncode)}{suffix}")
+    _log(f"rank {rank} {describe_exit(returncode)}{suffix}", group.name)
     group.stop()
     return exit_code(returncode)
 
@@ -318,10 +337,40 @@ def _after_failure(group: RankGroup, rank: int, returncode: int) -> int:
 def _after_signal(group: RankGroup, signum: int) -> int:
     """The signal was already forwarded; give the ranks the grace period, then kill."""
     if not group.wait(GRACE_SECONDS):
-        _log(f"ranks still running {GRACE_SECONDS:g}s after {signal.Signals(signum).name}; killing them")
+        _log(f"ranks still running {GRACE_SECONDS:g}s after {signal.Signals(signum).name}; killing them", group.name)
         group.signal(signal.SIGKILL)
         group.wait(None)
     return 128 + signum
+
+
+def launch(
+    specs: list[RankSpec],
+    *,
+    prefix: bool = True,
+    timeout: float | None = None,
+    name: str = "shoal run",
+    command_name: str | None = None,
+) -> int:
+    """Starts the ranks of `specs` (rank i runs ``specs[i]``) and supervises them to the end.
+
+    Output is prefixed with ``[rank]: `` unless `prefix` is false; the first
+    failing rank's exit code is returned and the others are stopped; SIGINT and
+    SIGTERM are forwarded; after `timeout` seconds everything is stopped and
+    124 returned; 127 if a command cannot be started (`command_name` names it
+    in the message, by default the first word of the first command).
+    """
+    group = RankGroup(specs, prefix=prefix, name=name)
+    with forwarded_signals(group) as received:
+        try:
+            group.start()
+        except OSError as e:
+            what = command_name or (specs[0].argv[0] if specs else "?")
+            _log(f"cannot start {what!r}: {e.strerror or e}", name)
+            group.stop()
+            return EXIT_CANNOT_START
+        code = supervise(group, timeout, received)
+    group.close()
+    return code
 
 
 def main(argv: list[str]) -> int:
@@ -330,17 +379,7 @@ def main(argv: list[str]) -> int:
         opts = parse_args(argv)
     except SystemExit as e:  # argparse: --help (0) or a usage error (2)
         return e.code if isinstance(e.code, int) else 2
-    group = RankGroup(opts)
-    with forwarded_signals(group) as received:
-        try:
-            group.start()
-        except OSError as e:
-            _log(f"cannot start {opts.command[0]!r}: {e.strerror or e}")
-            group.stop()
-            return EXIT_CANNOT_START
-        code = supervise(group, opts.timeout, received)
-    group.close()
-    return code
+    return launch(rank_specs(opts), prefix=opts.prefix, timeout=opts.timeout)
 
 
 if __name__ == "__main__":
