@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::sync::Arc;
 
-use shoal_transport::{Routed, RoutedConfig, Transport};
+use shoal_transport::{KvStore, Routed, RoutedConfig, Transport};
 
 use crate::calibrate::{calibrate, parse_cost, Partners};
 use crate::comm::{Communicator, Engine};
@@ -95,7 +95,8 @@ fn calibration_partners(rdzv: &Rendezvous) -> Partners {
 /// Shared memory to the ranks of this host (unless TCP is forced), TCP to the rest.
 fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Box<dyn Transport>> {
     let (rank, world) = (rdzv.info.rank, rdzv.info.world_size);
-    let mut cfg = RoutedConfig::new(rank, world, rdzv.hosts.local_ranks.clone(), "transport");
+    let job = segment_name(rdzv)?;
+    let mut cfg = RoutedConfig::new(rank, world, rdzv.hosts.local_ranks.clone(), &job);
     cfg.use_shm = config.transport != TransportChoice::Tcp;
     cfg.ring_size = config.shm_ring_bytes;
     cfg.timeout = config.timeout;
@@ -105,6 +106,27 @@ fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Box<dyn Transpo
     let transport = Routed::connect(&cfg, &rdzv.store)
         .map_err(|e| Error::runtime(format!("transport setup on rank {rank}: {e}")))?;
     Ok(Box::new(transport))
+}
+
+/// A name for this job's shared-memory segments that no other job on the
+/// host uses: the store scope (job id and init generation) and a nonce drawn
+/// by rank 0, since two jobs without a launcher-given id share the scope.
+fn segment_name(rdzv: &Rendezvous) -> Result<String> {
+    let key = "segment-nonce";
+    let failed = |e: std::io::Error| Error::runtime(format!("rendezvous: {e}"));
+    if rdzv.info.rank == 0 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let nonce = format!("{:x}{:x}", std::process::id(), t.as_nanos() & 0xffff_ffff);
+        rdzv.store.set(key, nonce.as_bytes()).map_err(failed)?;
+    }
+    let nonce = String::from_utf8_lossy(&rdzv.store.get(key).map_err(failed)?).into_owned();
+    let scope = rdzv
+        .store
+        .prefix()
+        .replace(|c: char| !c.is_ascii_alphanumeric(), "-");
+    Ok(format!("{scope}-{nonce}"))
 }
 
 /// The address peers reach this rank at: `SHOAL_TCP_ADDR`, else loopback on
