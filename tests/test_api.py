@@ -7,8 +7,9 @@ import sys
 
 import numpy as np
 import pytest
-import shoal
 from conftest import launch
+
+import shoal
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])

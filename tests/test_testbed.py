@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from shoal.testbed import netns, shaping
 from shoal.testbed import state as tb_state
 

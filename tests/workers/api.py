@@ -3,7 +3,10 @@ argument errors. Launched by tests/test_api.py through `shoal run`."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
+
 import shoal
 
 
@@ -66,6 +69,23 @@ def check_send_recv(r: int, p: int) -> None:
         shoal.recv(b, 0, tag=5)
         assert np.array_equal(c, np.arange(7) + 9) and np.array_equal(a, np.arange(7) + 5)
         assert np.array_equal(b, a)
+    # large messages in both directions, each rank sending first: sends must not wait for the receiver
+    if r < 2:
+        big = np.full(1 << 20, r, dtype=np.float32)
+        got = np.empty_like(big)
+        shoal.send(big, 1 - r, tag=3)
+        shoal.recv(got, 1 - r, tag=3)
+        assert np.all(got == 1 - r)
+    # one tag, several messages of different sizes and types, received after they all arrived
+    if r == 0:
+        shoal.send(np.ones(3, np.float32), 1, tag=4)
+        shoal.send(np.ones(4, np.float16), 1, tag=4)
+    elif r == 1:
+        time.sleep(0.2)
+        a, b = np.empty(3, np.float32), np.empty(4, np.float16)
+        shoal.recv(a, 0, tag=4)
+        shoal.recv(b, 0, tag=4)
+        assert np.all(a == 1) and np.all(b == 1)
     shoal.barrier()
 
 

@@ -14,6 +14,7 @@ import sys
 import zlib
 
 import numpy as np
+
 import shoal
 
 FLOATS = ("float32", "float64", "float16", "bfloat16")

@@ -9,6 +9,7 @@ import sys
 import time
 
 import numpy as np
+
 import shoal
 
 victim = int(sys.argv[1])

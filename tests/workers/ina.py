@@ -10,8 +10,9 @@ import os
 import sys
 
 import numpy as np
-import shoal
 from collectives import combine, decode, encode, values, wrap
+
+import shoal
 
 DTYPES = os.environ.get("INA_DTYPES", "float32,float16,bfloat16,int32").split(",")
 COUNTS = [int(c) for c in os.environ.get("INA_COUNTS", "0,1,7,1000,100003").split(",")]

@@ -16,6 +16,7 @@ import sys
 import time
 
 import numpy as np
+
 import shoal
 
 SIZES = (1, 7, 1000, 65539, 1 << 20)

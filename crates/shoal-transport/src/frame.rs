@@ -3,6 +3,12 @@
 //! Every frame is a 64-byte header followed by `len` payload bytes. 64 bytes
 //! keeps the payload cache-line aligned in shm rings, which is what lets sink
 //! pieces be multiples of 64 without staging.
+//!
+//! The shm transport also sends two kinds of header-only frames for its
+//! single-copy path: a rendezvous descriptor (`Rndv`: the message stays in the
+//! sender's memory, the receiver reads it with `process_vm_readv`) and its
+//! acknowledgement (`Ack`). Their extra fields ([`RndvInfo`]) use header bytes
+//! that data frames leave zero.
 
 use crate::{CallSig, Tag, TransportError};
 
@@ -19,6 +25,43 @@ pub enum Kind {
     Abort = 2,
     /// The sender closed cleanly; no more frames follow.
     Bye = 3,
+    /// A rendezvous descriptor (shm only): `len` bytes wait at the
+    /// [`RndvInfo`] address in the sender's memory; no payload follows.
+    Rndv = 4,
+    /// The receiver of a rendezvous message is done with the sender's
+    /// memory (shm only); no payload follows.
+    Ack = 5,
+}
+
+/// The extra fields of `Rndv` and `Ack` frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct RndvInfo {
+    /// `Rndv`: the sender's pid. `Ack`: a status, 0 when the bytes were read.
+    pub word: u32,
+    /// `Rndv`: the message's address in the sender's memory.
+    pub addr: u64,
+    /// Names the send request; echoed by the `Ack`.
+    pub cookie: u64,
+}
+
+impl RndvInfo {
+    /// The fields of an encoded `Rndv` or `Ack` header.
+    pub fn decode(b: &[u8]) -> RndvInfo {
+        RndvInfo {
+            word: u32::from_le_bytes(b[28..32].try_into().unwrap()),
+            addr: u64::from_le_bytes(b[48..56].try_into().unwrap()),
+            cookie: u64::from_le_bytes(b[56..64].try_into().unwrap()),
+        }
+    }
+
+    /// Encodes `h` with these fields in its spare bytes.
+    pub fn encode(&self, h: &Header) -> [u8; HEADER_LEN] {
+        let mut b = h.encode();
+        b[28..32].copy_from_slice(&self.word.to_le_bytes());
+        b[48..56].copy_from_slice(&self.addr.to_le_bytes());
+        b[56..64].copy_from_slice(&self.cookie.to_le_bytes());
+        b
+    }
 }
 
 /// A decoded frame header.
@@ -37,6 +80,14 @@ impl Header {
             tag,
             sig,
             len: len as u64,
+        }
+    }
+
+    /// The header of a rendezvous descriptor for a `len`-byte message.
+    pub fn rndv(tag: Tag, sig: CallSig, len: usize) -> Header {
+        Header {
+            kind: Kind::Rndv,
+            ..Header::data(tag, sig, len)
         }
     }
 
@@ -82,6 +133,8 @@ impl Header {
             1 => Kind::Data,
             2 => Kind::Abort,
             3 => Kind::Bye,
+            4 => Kind::Rndv,
+            5 => Kind::Ack,
             k => return Err(TransportError::Io(format!("unknown frame kind {k}"))),
         };
         Ok(Header {
@@ -128,5 +181,31 @@ mod tests {
         );
         assert_eq!(Header::decode(&h.encode()).unwrap(), h);
         assert!(Header::decode(&[0u8; 64]).is_err());
+    }
+
+    #[test]
+    fn rndv_roundtrip() {
+        let h = Header::rndv(
+            Tag {
+                comm: 1,
+                seq: 2,
+                step: 3,
+            },
+            CallSig::default(),
+            1 << 30,
+        );
+        let info = RndvInfo {
+            word: 4242,
+            addr: 0x7fff_0000_1234,
+            cookie: 99,
+        };
+        let b = info.encode(&h);
+        assert_eq!(Header::decode(&b).unwrap(), h);
+        assert_eq!(RndvInfo::decode(&b), info);
+        // Data headers leave the spare bytes zero.
+        assert_eq!(
+            RndvInfo::decode(&Header::data(h.tag, h.sig, 5).encode()),
+            RndvInfo::default()
+        );
     }
 }

@@ -7,10 +7,17 @@
 //! returned [`Incoming`], and hand it back to [`Matcher::on_complete`]. A
 //! message matching no posted receive is copied to the heap, so a channel
 //! never stalls behind a receive that has not been posted yet.
+//!
+//! A rendezvous descriptor (shm's single-copy path) is matched the same way
+//! through [`Matcher::on_rndv`], but what waits in the unexpected queue is the
+//! descriptor, not the payload. Once a descriptor and a receive meet, the
+//! matcher hands the transport a [`Pull`] (from [`Matcher::take_pulls`]): the
+//! transport reads the payload from the sender into the [`Incoming`], hands
+//! it to [`Matcher::on_complete`], and acknowledges the sender.
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::frame::Header;
+use crate::frame::{Header, RndvInfo};
 use crate::{CallSig, RecvInto, ReqId, Result, Sink, Tag, TransportError};
 
 /// Where the payload of one arriving message goes.
@@ -44,7 +51,29 @@ pub(crate) struct Incoming {
 // memory outlives the request (see `Transport::irecv`).
 unsafe impl Send for Incoming {}
 
+/// A rendezvous message whose payload the transport must read from the
+/// sender (`rndv` says where) into `inc`, then acknowledge.
+pub(crate) struct Pull {
+    pub peer: usize,
+    pub rndv: RndvInfo,
+    pub inc: Incoming,
+}
+
 impl Incoming {
+    fn discard(len: usize) -> Incoming {
+        Incoming {
+            len,
+            received: 0,
+            target: Target::Discard,
+            dest: Dest::Discard,
+        }
+    }
+
+    /// Whether anybody wants the payload (a discarded one need not be read).
+    pub fn wanted(&self) -> bool {
+        !matches!(self.dest, Dest::Discard)
+    }
+
     pub fn done(&self) -> bool {
         self.received == self.len
     }
@@ -168,8 +197,11 @@ struct Unexpected {
     tag: Tag,
     sig: CallSig,
     len: usize,
-    /// `None` while the payload is still arriving.
+    /// `None` while the payload is still arriving (or stays with the sender).
     data: Option<Vec<u8>>,
+    /// A rendezvous descriptor: the payload stays in the sender's memory
+    /// until a receive matches.
+    rndv: Option<RndvInfo>,
     claim: Claim,
 }
 
@@ -192,6 +224,8 @@ pub(crate) struct Matcher {
     peers: HashMap<usize, PeerQ>,
     /// A job-wide failure (an abort, ours or a peer's): every request fails.
     fatal: Option<TransportError>,
+    /// Rendezvous messages matched to a receive, for the transport to read.
+    pulls: Vec<Pull>,
 }
 
 fn same_call(a: Tag, b: Tag) -> bool {
@@ -201,8 +235,8 @@ fn same_call(a: Tag, b: Tag) -> bool {
 /// Whether a message from `peer_a` and a receive for `peer_b` belong to the
 /// same call but disagree on its signature. Collective calls have one
 /// signature on every rank, so any two peers are compared; point-to-point
-/// messages (`CallSig::P2P_KIND`) only with the same peer, since sends of
-/// different sizes to different ranks may share a tag.
+/// messages (`CallSig::P2P_KIND`) only with the same peer and message index,
+/// since sends of different sizes may share a tag.
 fn conflicting(
     peer_a: usize,
     tag_a: Tag,
@@ -212,7 +246,10 @@ fn conflicting(
     sig_b: CallSig,
 ) -> bool {
     let p2p = sig_a.kind == CallSig::P2P_KIND || sig_b.kind == CallSig::P2P_KIND;
-    same_call(tag_a, tag_b) && sig_a != sig_b && (!p2p || peer_a == peer_b)
+    // A point-to-point "call" is one message: successive sends with one tag
+    // (the same seq, consecutive steps) may differ in size and type.
+    let same = if p2p { peer_a == peer_b && tag_a == tag_b } else { same_call(tag_a, tag_b) };
+    same && sig_a != sig_b
 }
 
 impl Matcher {
@@ -229,6 +266,7 @@ impl Matcher {
             reqs: HashMap::new(),
             peers,
             fatal: None,
+            pulls: Vec::new(),
         }
     }
 
@@ -304,7 +342,17 @@ impl Matcher {
         };
         let got = q.unexpected[i].len;
         if got != len {
-            drop_unexpected(q, i);
+            if let Some(rndv) = q.unexpected[i].rndv {
+                // Nobody reads it, but the sender waits for the ack.
+                q.unexpected.remove(i);
+                self.pulls.push(Pull {
+                    peer,
+                    rndv,
+                    inc: Incoming::discard(got),
+                });
+            } else {
+                drop_unexpected(q, i);
+            }
             let e = TransportError::LengthMismatch {
                 peer,
                 tag,
@@ -318,6 +366,21 @@ impl Matcher {
             deliver(into, u.data.as_deref().unwrap());
             return Ok(self.new_req(peer, State::Done));
         }
+        if let Some(rndv) = q.unexpected[i].rndv {
+            q.unexpected.remove(i);
+            let id = self.new_req(peer, State::Pending);
+            self.pulls.push(Pull {
+                peer,
+                rndv,
+                inc: Incoming {
+                    len,
+                    received: 0,
+                    target: Target::Req(id),
+                    dest: dest_of(into),
+                },
+            });
+            return Ok(id);
+        }
         let id = self.new_req(peer, State::Pending);
         self.peers.get_mut(&peer).unwrap().unexpected[i].claim = Claim::Recv(id, into);
         Ok(id)
@@ -326,6 +389,73 @@ impl Matcher {
     /// A data header arrived from `peer`: fails posted receives of the same
     /// call with another signature, then picks where the payload goes.
     pub fn on_header(&mut self, peer: usize, h: &Header) -> Incoming {
+        if let Some(inc) = self.match_posted(peer, h) {
+            return inc;
+        }
+        let len = h.len as usize;
+        let key = self.queue_unexpected(peer, h, None);
+        Incoming {
+            len,
+            received: 0,
+            target: Target::Unexpected(key),
+            dest: Dest::Heap(vec![0; len]),
+        }
+    }
+
+    /// A rendezvous descriptor arrived from `peer`: matched like a data
+    /// header; the message becomes a [`Pull`] once a receive matches (now,
+    /// or when one is posted).
+    pub fn on_rndv(&mut self, peer: usize, h: &Header, rndv: RndvInfo) {
+        if let Some(inc) = self.match_posted(peer, h) {
+            self.pulls.push(Pull { peer, rndv, inc });
+        } else {
+            self.queue_unexpected(peer, h, Some(rndv));
+        }
+    }
+
+    /// Rendezvous messages matched since the last call, to be read.
+    pub fn take_pulls(&mut self) -> Vec<Pull> {
+        std::mem::take(&mut self.pulls)
+    }
+
+    /// Whether a pull from `peer` is still wanted: the peer neither died nor
+    /// closed and the job did not fail.
+    pub fn may_pull(&self, peer: usize) -> bool {
+        self.fatal.is_none()
+            && self
+                .peers
+                .get(&peer)
+                .is_some_and(|q| q.down.is_none() && !q.bye)
+    }
+
+    /// Fails the receive `inc` was for (a pull that could not be done).
+    pub fn fail_incoming(&mut self, inc: Incoming, e: TransportError) {
+        if let Target::Req(id) = inc.target {
+            self.fail(id, e);
+        }
+    }
+
+    fn queue_unexpected(&mut self, peer: usize, h: &Header, rndv: Option<RndvInfo>) -> u64 {
+        let key = self.next_key;
+        self.next_key += 1;
+        if let Some(q) = self.peers.get_mut(&peer) {
+            q.unexpected.push_back(Unexpected {
+                key,
+                tag: h.tag,
+                sig: h.sig,
+                len: h.len as usize,
+                data: None,
+                rndv,
+                claim: Claim::None,
+            });
+        }
+        key
+    }
+
+    /// Fails posted receives of `h`'s call with another signature, then
+    /// takes the receive `h` is for, if posted: where its payload goes
+    /// (discarded, with the receive failed, when the lengths differ).
+    fn match_posted(&mut self, peer: usize, h: &Header) -> Option<Incoming> {
         let len = h.len as usize;
         let mut mismatched = Vec::new();
         let others: Vec<usize> = self.peers.keys().copied().collect();
@@ -359,38 +489,16 @@ impl Matcher {
                         got: len,
                     },
                 );
-                return Incoming {
-                    len,
-                    received: 0,
-                    target: Target::Discard,
-                    dest: Dest::Discard,
-                };
+                return Some(Incoming::discard(len));
             }
-            return Incoming {
+            return Some(Incoming {
                 len,
                 received: 0,
                 target: Target::Req(p.id),
                 dest: dest_of(p.into),
-            };
-        }
-        let key = self.next_key;
-        self.next_key += 1;
-        if let Some(q) = self.peers.get_mut(&peer) {
-            q.unexpected.push_back(Unexpected {
-                key,
-                tag: h.tag,
-                sig: h.sig,
-                len,
-                data: None,
-                claim: Claim::None,
             });
         }
-        Incoming {
-            len,
-            received: 0,
-            target: Target::Unexpected(key),
-            dest: Dest::Heap(vec![0; len]),
-        }
+        None
     }
 
     /// Removes the first posted receive from `peer` satisfying `pred` (all of
@@ -494,9 +602,14 @@ impl Matcher {
             return;
         };
         q.bye = true;
+        // A closed sender's memory is no longer reserved for its messages.
+        q.unexpected.retain(|u| u.rndv.is_none());
         let posted: Vec<ReqId> = q.posted.drain(..).map(|p| p.id).collect();
         for id in posted {
             self.fail(id, closed(peer));
+        }
+        for p in self.drop_pulls_of(peer) {
+            self.fail_incoming(p.inc, closed(peer));
         }
     }
 
@@ -509,6 +622,7 @@ impl Matcher {
             q.posted.clear();
             q.unexpected.retain(|u| u.data.is_some());
         }
+        self.drop_pulls_of(peer);
         for r in self.reqs.values_mut() {
             if r.peer == peer && matches!(r.state, State::Pending) {
                 r.state = State::Failed(e.clone());
@@ -516,9 +630,22 @@ impl Matcher {
         }
     }
 
+    fn drop_pulls_of(&mut self, peer: usize) -> Vec<Pull> {
+        let (gone, kept) = std::mem::take(&mut self.pulls)
+            .into_iter()
+            .partition(|p| p.peer == peer);
+        self.pulls = kept;
+        gone
+    }
+
     /// Records a job-wide failure (the first one wins).
     pub fn set_fatal(&mut self, e: TransportError) {
         self.fatal.get_or_insert(e);
+    }
+
+    /// Whether the job failed (every request reports that failure).
+    pub fn is_fatal(&self) -> bool {
+        self.fatal.is_some()
     }
 
     fn health_fatal(&self) -> Result<()> {
@@ -574,7 +701,7 @@ fn drop_unexpected(q: &mut PeerQ, i: usize) {
     }
 }
 
-fn closed(peer: usize) -> TransportError {
+pub(crate) fn closed(peer: usize) -> TransportError {
     TransportError::PeerDied {
         peer,
         detail: "peer closed its transport".into(),

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use crate::doorbell::{wait_on, Doorbell};
-use crate::shm::{ShmConfig, ShmTransport, DEFAULT_RING_SIZE};
+use crate::shm::{ShmConfig, ShmTransport, DEFAULT_CMA_THRESHOLD, DEFAULT_RING_SIZE};
 use crate::tcp::{TcpConfig, TcpTransport};
 use crate::{CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError};
 
@@ -25,6 +25,9 @@ pub struct RoutedConfig {
     pub use_shm: bool,
     /// Bytes per directed shm ring.
     pub ring_size: usize,
+    /// Shm messages of at least this many bytes are read straight from the
+    /// sender's memory (single copy); 0 streams everything through the rings.
+    pub cma_threshold: usize,
     /// Address tcp listens on and publishes.
     pub bind_ip: IpAddr,
     /// Limit for setup and for flushing on close.
@@ -40,6 +43,7 @@ impl RoutedConfig {
             local_ranks,
             use_shm: true,
             ring_size: DEFAULT_RING_SIZE,
+            cma_threshold: DEFAULT_CMA_THRESHOLD,
             bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             timeout: Duration::from_secs(60),
         }
@@ -84,6 +88,7 @@ impl Routed {
                 job_id: cfg.job_id.clone(),
                 ring_size: cfg.ring_size,
                 timeout: cfg.timeout,
+                cma_threshold: cfg.cma_threshold,
             };
             Some(ShmTransport::connect(&c, store)?)
         } else {

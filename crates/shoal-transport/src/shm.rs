@@ -8,23 +8,56 @@
 //! each header and copies the payload straight from the ring into the posted
 //! buffer or sink, or to the heap when no receive matches yet.
 //!
+//! Messages of at least `cma_threshold` bytes take a single-copy rendezvous
+//! path instead: the sender writes only a descriptor frame (tag, signature,
+//! length, its pid and the message's address) and its request stays pending;
+//! once the descriptor meets a receive (when it arrives, or later, when a
+//! receive is posted for the queued descriptor), the receiver reads the
+//! bytes straight from the sender's memory with `process_vm_readv` (see
+//! [`crate::cma`]): into the posted buffer, or through a small cache-resident
+//! staging buffer into the sink, so a receive-reduce is one pass over the
+//! data. It then writes an `Ack` frame into the reverse ring and the
+//! sender's request completes. Every rank probes at connect time whether it
+//! may read each peer's memory (it may not under a restrictive Yama
+//! `ptrace_scope` or across users) and publishes the answer; messages to a
+//! rank that cannot read the sender go through the rings.
+//!
 //! Segments are unlinked as soon as every local rank has mapped them, so a
-//! crash leaks nothing. Peer death is noticed by polling the peers' pids.
-//! Sending to self is rejected: plans never do it.
+//! crash leaks nothing. Peer death is noticed by polling the peers' pids (and
+//! by a failing `process_vm_readv`). Sending to self is rejected: plans never
+//! do it.
 
 use std::collections::VecDeque;
 use std::ffi::CString;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::cma;
 use crate::doorbell::{wait_on, BellWords, Doorbell};
-use crate::frame::{Header, HEADER_LEN};
-use crate::matching::{Incoming, Matcher};
+use crate::frame::{Header, Kind, RndvInfo, HEADER_LEN};
+use crate::matching::{closed, Incoming, Matcher, Pull};
 use crate::{CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError};
 
 /// Default ring size per directed pair of local ranks.
 pub const DEFAULT_RING_SIZE: usize = 4 << 20;
+/// Default size from which messages take the single-copy rendezvous path.
+/// Below it the ring wins: a rendezvous costs a handshake (the sender's
+/// request waits for the receiver's ack) and `process_vm_readv` pins the
+/// sender's pages one by one, which for cache-resident data costs about
+/// what the copy it saves does. Plans split transfers into pieces of
+/// `SHOAL_CHUNK_BYTES`, so this only takes effect with pieces this large.
+pub const DEFAULT_CMA_THRESHOLD: usize = 1 << 20;
+/// Local ranks beyond this many never use the rendezvous path (the control
+/// block has one flag per local rank).
+const CMA_SLOTS: usize = 1024;
+/// Staging buffer of rendezvous receives into a sink: small enough to stay
+/// in cache between the read and the sink's pass over it.
+const STAGE: usize = 128 << 10;
+/// Bytes one `progress` call reads at most (it also finishes at most one
+/// message), so the caller gets to post the steps a finished piece unblocks
+/// and other channels keep moving during a long pull.
+const PULL_BUDGET: usize = 256 << 10;
 const CONTROL_SIZE: usize = 4096;
 const RING_HDR_SIZE: usize = 128;
 const REASON_MAX: usize = 1024;
@@ -47,6 +80,11 @@ pub struct ShmConfig {
     pub ring_size: usize,
     /// Limit for setup and for flushing sends on close.
     pub timeout: Duration,
+    /// Messages of at least this many bytes are read by the receiver straight
+    /// from the sender's memory (`process_vm_readv`) instead of being
+    /// streamed through the ring; 0 turns that off (for this rank's sends
+    /// and receives).
+    pub cma_threshold: usize,
 }
 
 impl ShmConfig {
@@ -58,6 +96,7 @@ impl ShmConfig {
             job_id: job_id.to_string(),
             ring_size: DEFAULT_RING_SIZE,
             timeout: Duration::from_secs(60),
+            cma_threshold: DEFAULT_CMA_THRESHOLD,
         }
     }
 }
@@ -72,7 +111,16 @@ struct Control {
     bye: AtomicU32,
     reason_len: AtomicU32,
     reason: std::cell::UnsafeCell<[u8; REASON_MAX]>,
+    /// Where this segment is mapped in its owner, so peers can probe whether
+    /// they may read the owner's memory (they read `pid` through it).
+    addr: AtomicU64,
+    /// `cma_from[s]` is 1 when this rank reads rendezvous messages from the
+    /// rank in local slot `s` (it probed that it may; written before the
+    /// setup barrier).
+    cma_from: [AtomicU8; CMA_SLOTS],
 }
+
+const _: () = assert!(std::mem::size_of::<Control>() <= CONTROL_SIZE);
 
 /// Ring positions, each on its own cache line (producer and consumer write one each).
 #[repr(C, align(64))]
@@ -167,7 +215,10 @@ struct SendOp {
     id: ReqId,
     header: [u8; HEADER_LEN],
     data: *const u8,
+    /// Payload bytes in the ring (0 for a rendezvous descriptor).
     len: usize,
+    /// A rendezvous descriptor: the request completes on the peer's ack.
+    rndv: bool,
     /// Frame bytes (header + padded payload) already in the ring.
     sent: usize,
 }
@@ -187,6 +238,13 @@ struct OutChan {
     tail: u64,
     head_seen: u64,
     queue: VecDeque<SendOp>,
+    /// Header-only control frames (acks), written at the next frame boundary
+    /// ahead of queued sends.
+    ctl: VecDeque<[u8; HEADER_LEN]>,
+    /// Whether large messages to this peer take the rendezvous path.
+    cma: bool,
+    /// Rendezvous sends whose descriptor is out, waiting for the peer's ack.
+    awaiting: Vec<ReqId>,
     bell: Doorbell,
 }
 
@@ -206,11 +264,20 @@ struct Inner {
     matcher: Matcher,
     outs: Vec<OutChan>,
     ins: Vec<InChan>,
+    /// Rendezvous messages being read, oldest first.
+    pulls: VecDeque<Pull>,
+    /// Staging for rendezvous reads into sinks (`STAGE` bytes, 64-aligned).
+    stage: Vec<Line>,
+    cma_threshold: usize,
     /// Index into `outs`/`ins` by global rank.
     index: Vec<Option<usize>>,
     last_liveness: Instant,
     closed: bool,
 }
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
 
 // SAFETY: raw pointers in the channels point into shared mappings kept alive
 // by `Arc<Mapping>`s; send buffers are the caller's responsibility (isend).
@@ -244,6 +311,7 @@ impl ShmTransport {
         let own = Arc::new(create_segment(&path, seg_len)?);
         let pid = std::process::id();
         own.control().pid.store(pid, Ordering::Release);
+        own.control().addr.store(own.ptr as u64, Ordering::Release);
         store
             .set(&key(cfg.rank), pid.to_string().as_bytes())
             .map_err(io)?;
@@ -259,11 +327,11 @@ impl ShmTransport {
                 .trim()
                 .parse::<i32>()
                 .map_err(|_| io_err("bad pid"))?;
-            maps.push((
-                r,
-                Arc::new(open_segment(&seg_path(&cfg.job_id, r), seg_len)?),
-                peer_pid,
-            ));
+            let map = Arc::new(open_segment(&seg_path(&cfg.job_id, r), seg_len)?);
+            if cfg.cma_threshold > 0 && me < CMA_SLOTS && may_read(&map, peer_pid) {
+                own.control().cma_from[slot_of(r).unwrap()].store(1, Ordering::Release);
+            }
+            maps.push((r, map, peer_pid));
         }
         store
             .set(&format!("{}/mapped", key(cfg.rank)), b"1")
@@ -277,6 +345,9 @@ impl ShmTransport {
             matcher: Matcher::new(cfg.rank, locals.iter().copied()),
             outs: Vec::new(),
             ins: Vec::new(),
+            pulls: VecDeque::new(),
+            stage: Vec::new(),
+            cma_threshold: cfg.cma_threshold,
             index: vec![None; cfg.world.max(locals.iter().max().map_or(0, |m| m + 1))],
             last_liveness: Instant::now(),
             closed: false,
@@ -284,11 +355,18 @@ impl ShmTransport {
         for (r, map, peer_pid) in maps.into_iter().filter(|(r, ..)| *r != cfg.rank) {
             inner.index[r] = Some(inner.outs.len());
             let theirs = slot_of(r).unwrap();
+            // The peer published (before the barrier) whether it reads us.
+            let cma = cfg.cma_threshold > 0
+                && me < CMA_SLOTS
+                && map.control().cma_from[me].load(Ordering::Acquire) == 1;
             inner.outs.push(OutChan {
                 ring: map.ring(me, ring_size),
                 tail: 0,
                 head_seen: 0,
                 queue: VecDeque::new(),
+                ctl: VecDeque::new(),
+                cma,
+                awaiting: Vec::new(),
                 bell: map.bell(),
             });
             inner.ins.push(InChan {
@@ -324,6 +402,15 @@ impl ShmTransport {
         self.lock().index.get(peer).is_some_and(|i| i.is_some())
     }
 
+    /// Whether messages of at least `cma_threshold` bytes to `peer` take the
+    /// single-copy path (`peer` may read this process's memory, and neither
+    /// side turned it off).
+    pub fn uses_cma(&self, peer: usize) -> bool {
+        let g = self.lock();
+        let i = g.index.get(peer).copied().flatten();
+        i.is_some_and(|i| g.outs[i].cma)
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -338,7 +425,11 @@ impl ShmTransport {
                     return;
                 }
                 let _ = g.poll();
-                g.outs.iter().any(|o| !o.queue.is_empty())
+                // Rendezvous sends wait for their acks (the peer reads our
+                // memory until then), and our own acks must go out.
+                g.outs
+                    .iter()
+                    .any(|o| !o.queue.is_empty() || !o.ctl.is_empty() || !o.awaiting.is_empty())
             };
             if !pending || Instant::now() >= deadline || self.lock().matcher.health().is_err() {
                 break;
@@ -373,6 +464,7 @@ impl Inner {
         for i in 0..self.ins.len() {
             changed |= self.pull_in(i);
         }
+        changed |= self.run_pulls();
         self.check_flags();
         if self.last_liveness.elapsed() >= LIVENESS_EVERY {
             self.last_liveness = Instant::now();
@@ -381,37 +473,56 @@ impl Inner {
         changed
     }
 
-    /// Streams queued sends of `outs[i]` into its ring while space lasts.
+    /// Streams control frames and queued sends of `outs[i]` into its ring
+    /// while space lasts.
     fn push_out(&mut self, i: usize) -> bool {
         let Inner { outs, matcher, .. } = self;
         let o = &mut outs[i];
+        let size = o.ring.size as u64;
         let mut moved = false;
-        while let Some(op) = o.queue.front_mut() {
-            let size = o.ring.size as u64;
+        loop {
+            let boundary = o.queue.front().is_none_or(|op| op.sent == 0);
+            let ctl = boundary && !o.ctl.is_empty();
+            if !ctl && o.queue.is_empty() {
+                break;
+            }
             if o.tail - o.head_seen == size {
                 o.head_seen = o.ring.hdr().head.0.load(Ordering::Acquire);
                 if o.tail - o.head_seen == size {
                     break;
                 }
             }
-            let free = (size - (o.tail - o.head_seen)) as usize;
-            let n = push_chunk(&o.ring, o.tail, op, free.min(CHUNK));
-            o.tail += n as u64;
+            if ctl {
+                // Positions and sizes are multiples of 64: a header fits.
+                let frame = o.ctl.pop_front().unwrap();
+                o.ring.write(o.tail, &frame);
+                o.tail += HEADER_LEN as u64;
+            } else {
+                let op = o.queue.front_mut().unwrap();
+                let free = (size - (o.tail - o.head_seen)) as usize;
+                o.tail += push_chunk(&o.ring, o.tail, op, free.min(CHUNK)) as u64;
+                if op.sent == op.frame_len() {
+                    let (id, rndv) = (op.id, op.rndv);
+                    o.queue.pop_front();
+                    if rndv {
+                        o.awaiting.push(id);
+                    } else {
+                        matcher.complete(id);
+                    }
+                }
+            }
             o.ring.hdr().tail.0.store(o.tail, Ordering::Release);
             o.bell.ring();
             moved = true;
-            if op.sent == op.frame_len() {
-                let id = op.id;
-                o.queue.pop_front();
-                matcher.complete(id);
-            }
         }
         moved
     }
 
     /// Consumes frames from `ins[i]`'s ring into receives or the unexpected queue.
     fn pull_in(&mut self, i: usize) -> bool {
-        let Inner { ins, matcher, .. } = self;
+        let Inner {
+            ins, outs, matcher, ..
+        } = self;
         let c = &mut ins[i];
         let tail = c.ring.hdr().tail.0.load(Ordering::Acquire);
         if tail == c.head {
@@ -421,15 +532,35 @@ impl Inner {
             let mut inc = match c.incoming.take() {
                 Some(inc) => inc,
                 None => {
-                    let h = match Header::decode(c.ring.read(c.head, HEADER_LEN)) {
+                    let raw = c.ring.read(c.head, HEADER_LEN);
+                    let h = match Header::decode(raw) {
                         Ok(h) => h,
                         Err(e) => {
                             matcher.peer_down(c.peer, &e.to_string());
                             return true;
                         }
                     };
+                    let info = RndvInfo::decode(raw);
                     c.head += HEADER_LEN as u64;
-                    matcher.on_header(c.peer, &h)
+                    match h.kind {
+                        Kind::Rndv if info.word != c.pid as u32 => {
+                            let what = "rendezvous descriptor names another process";
+                            matcher.peer_down(c.peer, what);
+                            return true;
+                        }
+                        Kind::Rndv => {
+                            matcher.on_rndv(c.peer, &h, info);
+                            continue;
+                        }
+                        Kind::Ack => {
+                            // (No out channel once closed: nothing awaits.)
+                            if let Some(o) = outs.get_mut(i) {
+                                on_ack(o, matcher, c.peer, info);
+                            }
+                            continue;
+                        }
+                        _ => matcher.on_header(c.peer, &h),
+                    }
                 }
             };
             while !inc.done() && c.head < tail {
@@ -448,8 +579,89 @@ impl Inner {
             }
             c.ring.hdr().head.0.store(c.head, Ordering::Release);
         }
+        c.ring.hdr().head.0.store(c.head, Ordering::Release);
         c.producer_bell.ring();
         true
+    }
+
+    /// Reads matched rendezvous messages from their senders (at most
+    /// `PULL_BUDGET` bytes per call) and acks the finished ones.
+    fn run_pulls(&mut self) -> bool {
+        self.pulls.extend(self.matcher.take_pulls());
+        let mut budget = PULL_BUDGET;
+        let mut moved = false;
+        while budget > 0 {
+            let Some(p) = self.pulls.front_mut() else {
+                break;
+            };
+            let peer = p.peer;
+            let ch = self.index[peer].expect("pulls come from local peers");
+            if !self.matcher.may_pull(peer) {
+                // The peer died or closed, or the job failed: nobody to ack.
+                // (Failing it is a no-op when the matcher did already, and
+                // after an abort the request reports the abort.)
+                let p = self.pulls.pop_front().unwrap();
+                if !self.matcher.is_fatal() {
+                    self.matcher.fail_incoming(p.inc, closed(peer));
+                }
+                continue;
+            }
+            moved = true;
+            let pid = self.ins[ch].pid;
+            let status = if p.inc.wanted() {
+                let step = budget.min(p.inc.remaining());
+                match pull_step(pid, p, step, &mut self.stage) {
+                    Ok(n) => {
+                        budget -= n;
+                        if !p.inc.done() {
+                            continue;
+                        }
+                        0
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                        let why = format!("process {pid} exited (process_vm_readv: {e})");
+                        self.pulls.pop_front();
+                        self.matcher.peer_down(peer, &why);
+                        continue;
+                    }
+                    Err(e) => {
+                        let p = self.pulls.pop_front().unwrap();
+                        let what = format!(
+                            "shm: reading {} bytes from rank {peer} (process_vm_readv): {e}",
+                            p.inc.len
+                        );
+                        self.matcher.fail_incoming(p.inc, TransportError::Io(what));
+                        self.ack(ch, p.rndv.cookie, 1);
+                        continue;
+                    }
+                }
+            } else {
+                0
+            };
+            let p = self.pulls.pop_front().unwrap();
+            if p.inc.wanted() {
+                self.matcher.on_complete(peer, p.inc);
+            }
+            self.ack(ch, p.rndv.cookie, status);
+            // Let the caller act on it (post the steps it unblocks, which
+            // keeps pipelined plans flowing) before reading the next one.
+            break;
+        }
+        moved
+    }
+
+    /// Queues an ack of the rendezvous send `cookie` to `outs[ch]`'s peer.
+    fn ack(&mut self, ch: usize, cookie: u64, status: u32) {
+        let info = RndvInfo {
+            word: status,
+            addr: 0,
+            cookie,
+        };
+        let frame = info.encode(&Header::control(Kind::Ack, 0));
+        if let Some(o) = self.outs.get_mut(ch) {
+            o.ctl.push_back(frame);
+            self.push_out(ch);
+        }
     }
 
     /// Picks up peers' abort and bye flags.
@@ -471,6 +683,16 @@ impl Inner {
                 }
             }
         }
+        // A peer that closed will never ack. (After an abort, which a peer
+        // sets before it closes, the requests report the abort instead.)
+        let fatal = self.matcher.is_fatal();
+        for (o, c) in self.outs.iter_mut().zip(&self.ins) {
+            if c.bye_done && !fatal {
+                for id in o.awaiting.drain(..) {
+                    self.matcher.fail(id, closed(c.peer));
+                }
+            }
+        }
     }
 
     fn check_liveness(&mut self) {
@@ -484,6 +706,55 @@ impl Inner {
             }
         }
     }
+}
+
+/// Completes (or fails) the rendezvous send `info.cookie` to `peer`, acked.
+fn on_ack(o: &mut OutChan, matcher: &mut Matcher, peer: usize, info: RndvInfo) {
+    let Some(k) = o.awaiting.iter().position(|&id| id == info.cookie) else {
+        return;
+    };
+    let id = o.awaiting.swap_remove(k);
+    if info.word == 0 {
+        matcher.complete(id);
+    } else {
+        let what = format!("shm: rank {peer} could not read this message from our memory");
+        matcher.fail(id, TransportError::Io(what));
+    }
+}
+
+/// Reads up to `max` more bytes of pull `p` from process `pid`: straight into
+/// a plain destination, or through `stage` into a sink. Returns the count.
+fn pull_step(pid: i32, p: &mut Pull, max: usize, stage: &mut Vec<Line>) -> std::io::Result<usize> {
+    let addr = p.rndv.addr + p.inc.received as u64;
+    if let Some(dst) = p.inc.direct() {
+        let n = max.min(dst.len());
+        let got = cma::read(pid, addr, &mut dst[..n])?;
+        if got == 0 {
+            return Err(std::io::Error::from_raw_os_error(libc::EFAULT));
+        }
+        p.inc.advance(got);
+        return Ok(got);
+    }
+    if stage.is_empty() {
+        stage.resize(STAGE / 64, Line([0; 64]));
+    }
+    // SAFETY: `Line` is 64 plain bytes; the vector holds STAGE bytes.
+    let stage = unsafe { std::slice::from_raw_parts_mut(stage.as_mut_ptr().cast::<u8>(), STAGE) };
+    let n = max.min(STAGE).min(p.inc.remaining());
+    // Every piece but the last a multiple of 64, as sinks expect (a short
+    // read only happens just before an error).
+    cma::read_exact(pid, addr, &mut stage[..n])?;
+    p.inc.push(&stage[..n]);
+    Ok(n)
+}
+
+/// Whether this process may read the memory of `pid`, the owner of `map`:
+/// reads the owner's `pid` field through the owner's own address of it.
+fn may_read(map: &Mapping, pid: i32) -> bool {
+    let ctl = map.control();
+    let addr = ctl.addr.load(Ordering::Acquire) + std::mem::offset_of!(Control, pid) as u64;
+    let expect = ctl.pid.load(Ordering::Acquire).to_ne_bytes();
+    ctl.addr.load(Ordering::Acquire) != 0 && cma::probe(pid, addr, &expect)
 }
 
 /// Writes the next up-to-`room` bytes of `op`'s frame at ring position `pos`;
@@ -559,12 +830,28 @@ impl Transport for ShmTransport {
         }
         let id = g.matcher.add_send(peer)?;
         let i = g.index[peer].expect("add_send checked the peer");
-        let header = Header::data(tag, sig, len).encode();
+        // Standalone point-to-point sends stay eager: a rank runs one of them
+        // at a time and may send before it receives, so waiting for the peer's
+        // receive could deadlock two ranks that send to each other first.
+        // Collective plans post receives beside sends (verified deadlock-free
+        // under rendezvous semantics), so they take the single-copy path.
+        let rndv = g.outs[i].cma && len >= g.cma_threshold && sig.kind != CallSig::P2P_KIND;
+        let (header, payload) = if rndv {
+            let info = RndvInfo {
+                word: std::process::id(),
+                addr: data as u64,
+                cookie: id,
+            };
+            (info.encode(&Header::rndv(tag, sig, len)), 0)
+        } else {
+            (Header::data(tag, sig, len).encode(), len)
+        };
         g.outs[i].queue.push_back(SendOp {
             id,
             header,
             data,
-            len,
+            len: payload,
+            rndv,
             sent: 0,
         });
         g.push_out(i);
@@ -576,6 +863,7 @@ impl Transport for ShmTransport {
         let id = g.matcher.post_recv(peer, tag, sig, into)?;
         if let Some(i) = g.index.get(peer).copied().flatten() {
             g.pull_in(i);
+            g.run_pulls();
         }
         Ok(id)
     }

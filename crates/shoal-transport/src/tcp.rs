@@ -386,6 +386,9 @@ fn reader_loop(sh: &Shared, peer: usize, mut s: TcpStream) {
                 sh.update(|m| m.peer_bye(peer));
                 Ok(())
             }
+            Kind::Rndv | Kind::Ack => {
+                return sh.lost(peer, &format!("unexpected {:?} frame over tcp", h.kind))
+            }
         };
         if let Err(e) = r {
             return sh.lost(peer, &format!("receive failed: {e}"));

@@ -1,0 +1,85 @@
+//! Linux cross-memory attach: reading another process's memory with
+//! `process_vm_readv`, the single copy of shm's rendezvous path.
+//!
+//! The kernel allows it when this process may ptrace the other one
+//! (same user, and Yama's `ptrace_scope` permitting), so the shm transport
+//! probes every peer once at connect time and falls back to its rings where
+//! it is refused.
+
+use std::io;
+
+/// Reads `dst.len()` bytes at `addr` in process `pid` into `dst`.
+///
+/// Returns how many bytes were read: fewer than asked only when the remote
+/// range stops being readable part way (the next call then reports why).
+/// `ESRCH` means the process is gone (or a zombie); `EPERM` that reading it
+/// is not permitted; `EFAULT` that the remote range is not mapped.
+pub(crate) fn read(pid: i32, addr: u64, dst: &mut [u8]) -> io::Result<usize> {
+    let local = libc::iovec {
+        iov_base: dst.as_mut_ptr().cast(),
+        iov_len: dst.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as usize as *mut libc::c_void,
+        iov_len: dst.len(),
+    };
+    loop {
+        // SAFETY: `local` describes memory we own exclusively; the kernel
+        // checks the remote range and the permission.
+        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Reads all of `dst` from `addr` in `pid`; a short read becomes `EFAULT`.
+pub(crate) fn read_exact(pid: i32, addr: u64, dst: &mut [u8]) -> io::Result<()> {
+    let mut done = 0;
+    while done < dst.len() {
+        match read(pid, addr + done as u64, &mut dst[done..])? {
+            0 => return Err(io::Error::from_raw_os_error(libc::EFAULT)),
+            n => done += n,
+        }
+    }
+    Ok(())
+}
+
+/// Whether `pid`'s memory at `addr` can be read and holds `expect`.
+pub(crate) fn probe(pid: i32, addr: u64, expect: &[u8]) -> bool {
+    let mut got = vec![0u8; expect.len()];
+    read_exact(pid, addr, &mut got).is_ok() && got == expect
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_own_memory() {
+        let src: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let mut dst = vec![0u8; src.len()];
+        let pid = std::process::id() as i32;
+        read_exact(pid, src.as_ptr() as u64, &mut dst).unwrap();
+        assert_eq!(dst, src);
+        assert!(probe(pid, src.as_ptr() as u64, &src[..64]));
+        assert!(!probe(pid, src.as_ptr() as u64, &[7u8; 64]));
+    }
+
+    #[test]
+    fn errors() {
+        let mut dst = [0u8; 8];
+        let pid = std::process::id() as i32;
+        // An unmapped address.
+        let e = read_exact(pid, 8, &mut dst).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EFAULT));
+        // A pid that cannot exist (above pid_max's limit).
+        let e = read_exact(i32::MAX, 4096, &mut dst).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ESRCH));
+        assert!(!probe(i32::MAX, 4096, &[0u8; 8]));
+    }
+}

@@ -1,0 +1,158 @@
+"""`shoal bench`: size parsing, the reference checker, and tiny end-to-end runs
+(2 ranks, small sizes) of shoal alone, against Gloo (when torch is installed)
+and against OpenMPI (when mpi4py and mpirun are), checking that the JSON,
+table and plots are written and that every result was correct."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shoal.bench import check
+from shoal.bench.sizes import human, parse_sizes
+
+HAS_MPL = importlib.util.find_spec("matplotlib") is not None
+HAS_MPI = shutil.which("mpirun") is not None and importlib.util.find_spec("mpi4py") is not None
+TINY = ["--sizes", "8,4K,64K", "--iters", "5", "--warmup", "1", "--repeats", "2", "--no-progress"]
+
+
+def test_sizes() -> None:
+    assert parse_sizes("8:64M")[:3] == [8, 16, 32] and parse_sizes("8:64M")[-1] == 64 << 20
+    assert len(parse_sizes("8:64M")) == 24
+    assert parse_sizes("1K,4K,1K") == [1024, 4096]
+    assert parse_sizes("64KiB:1MB:4") == [64 << 10, 256 << 10, 1 << 20]
+    assert parse_sizes("1K:4K:+1K") == [1024, 2048, 3072, 4096]
+    assert human(65536) == "64 KiB" and human(12) == "12 B"
+    for bad in ("", "8:4", "x", "8:64M:1", "0"):
+        with pytest.raises(ValueError):
+            parse_sizes(bad)
+
+
+def _simulate(lay: check.Layout, op: str, root: int) -> list[np.ndarray]:
+    """What a correct library leaves in each rank's result buffer, computed independently."""
+    n, b = lay.nranks, lay.block
+    ins = []
+    for r in range(n):
+        inp, out = check.allocate(lay)
+        check.fill_for_check(lay, r, op, root, inp, out)
+        ins.append(inp.astype(np.float64) if lay.dtype != "bfloat16" else None)
+    red = {"sum": np.sum, "prod": np.prod, "min": np.min, "max": np.max}[op]
+    st = check.storage_dtype(lay.dtype)
+    if lay.collective in ("allreduce", "reduce"):
+        return [check.to_storage(red(np.stack(ins), axis=0), lay.dtype)] * n
+    if lay.collective == "broadcast":
+        return [np.asarray(ins[root]).astype(st)] * n
+    if lay.collective == "allgather":
+        return [np.concatenate(ins).astype(st)] * n
+    if lay.collective == "reduce_scatter":
+        total = red(np.stack(ins), axis=0)
+        return [check.to_storage(total[r * b : (r + 1) * b], lay.dtype) for r in range(n)]
+    return [np.concatenate([ins[q][r * b : (r + 1) * b] for q in range(n)]).astype(st) for r in range(n)]
+
+
+@pytest.mark.parametrize("collective", check.BUS_FACTOR)
+@pytest.mark.parametrize("dtype", ["float32", "int8", "float16"])
+def test_reference_checker(collective: str, dtype: str) -> None:
+    ops = ["sum", "max", "prod"] if collective in check.REDUCING else ["sum"]
+    for op in ops:
+        for n, nbytes in ((1, 8), (3, 100), (4, 4096)):
+            lay = check.layout(collective, nbytes, dtype, n)
+            for r, got in enumerate(_simulate(lay, op, root=0)):
+                inp, out = check.allocate(lay)
+                target = inp if out is None else out
+                target[:] = got
+                assert check.count_errors(lay, r, op, 0, inp, out) == 0, (collective, dtype, op, n, r)
+                if collective == "reduce" and r != 0:
+                    continue
+                target[0] = 0  # the sentinel: never a correct value
+                assert check.count_errors(lay, r, op, 0, inp, out) == 1
+
+
+def test_layout_follows_nccl_tests() -> None:
+    lay = check.layout("allgather", 1 << 20, "float32", 4)
+    assert (lay.nbytes, lay.in_count, lay.out_count) == (1 << 20, 1 << 16, 1 << 18)
+    lay = check.layout("reduce_scatter", 100, "float32", 3)  # 25 elements -> 24, 8 per rank
+    assert (lay.count, lay.in_count, lay.out_count) == (24, 24, 8)
+    assert check.layout("alltoall", 8, "float32", 4).count == 4  # at least one element per rank
+    assert check.BUS_FACTOR["allreduce"](4) == 1.5
+
+
+def bench(tmp_path: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> tuple[int, dict, str]:
+    out = tmp_path / "results"
+    cmd = [sys.executable, "-m", "shoal.cli", "bench", *args, "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    doc = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
+    return proc.returncode, doc, proc.stdout + proc.stderr
+
+
+def assert_good(doc: dict, out: Path, libraries: list[str], sizes: list[int]) -> None:
+    assert [s["library"] for s in doc["series"]][: len(libraries)] == libraries
+    for s in doc["series"]:
+        assert s["status"] == "ok", s
+        assert [r["size"] for r in s["results"]] == sizes, s["name"]
+        for r in s["results"]:
+            assert r["errors"] == 0, (s["name"], r)
+            assert r["time_us"] > 0 and r["algbw_gbps"] > 0 and len(r["samples_us"]) == 2
+    roof = doc["roofline"]
+    if roof is not None:  # measured unless --no-roofline
+        assert roof["per_process_gbps"] > 0 and roof["aggregate_gbps"] > 0
+    assert (out / "table.txt").read_text().count("busbw(GB/s)") == len(doc["series"])
+    if HAS_MPL:
+        png = out / "algbw.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        if len(set(libraries)) > 1:
+            assert (out / "speedup.png").exists()
+
+
+def test_bench_shoal_only(tmp_path: Path) -> None:
+    code, doc, output = bench(tmp_path, "allreduce", "-n", "2", *TINY)
+    assert code == 0, output
+    assert doc["roofline"]["concurrent"]["processes"] == 2
+    assert_good(doc, tmp_path / "results", ["shoal"], [8, 4096, 65536])
+    assert doc["series"][0]["results"][0]["algo"]  # the algorithm the selector picked
+    assert "speedup" not in output
+
+
+def test_bench_every_algorithm_of_a_blocked_collective(tmp_path: Path) -> None:
+    import shoal
+
+    code, doc, output = bench(tmp_path, "reduce_scatter", "-n", "3", "--algo", "all", "--no-roofline", *TINY)
+    assert code == 0, output
+    names = [s["name"] for s in doc["series"]]
+    assert names == ["shoal"] + [f"shoal:{a}" for a in shoal.algorithms("reduce_scatter")]
+    # 3 ranks: counts round down to a multiple of 3 elements (8 B -> 3 floats)
+    assert_good(doc, tmp_path / "results", ["shoal"] * len(names), [12, 4092, 65532])
+    assert doc["algorithms"]["rows"][0]["fastest"] in names
+
+
+def test_bench_against_gloo(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    code, doc, output = bench(tmp_path, "allreduce", "-n", "2", "--against", "gloo", "--no-roofline", *TINY)
+    assert code == 0, output
+    assert_good(doc, tmp_path / "results", ["shoal", "gloo"], [8, 4096, 65536])
+    rows = doc["ratios"]["others"]["gloo"]["rows"]
+    assert [r["size"] for r in rows] == [8, 4096, 65536] and all(r["ratio"] > 0 for r in rows)
+    assert "gloo/shoal" in output and "> 1 means shoal is faster" in output
+
+
+@pytest.mark.skipif(not HAS_MPI, reason="needs mpirun and mpi4py (bash scripts/bench-deps.sh mpi)")
+def test_bench_against_mpi(tmp_path: Path) -> None:
+    code, doc, output = bench(tmp_path, "alltoall", "-n", "2", "--against", "mpi", "--no-roofline", *TINY)
+    assert code == 0, output
+    assert_good(doc, tmp_path / "results", ["shoal", "mpi"], [8, 4096, 65536])
+    assert "mpi/shoal" in output
+
+
+def test_missing_competitor_names_the_install_command(tmp_path: Path) -> None:
+    # no mpirun on PATH: nothing runs, and the message says what provides it
+    code, doc, output = bench(tmp_path, "allreduce", "--against", "mpi", *TINY, env={"PATH": str(tmp_path)})
+    assert code == 2 and not doc
+    assert "apt-get install -y openmpi-bin" in output and "scripts/bench-deps.sh" in output

@@ -1,0 +1,134 @@
+"""The torch.distributed backend (`import shoal.torch`): every c10d call, DDP,
+FSDP, failures, torchrun, and the examples, on real multi-process jobs.
+Skipped when torch is not installed (it is an optional extra)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import WORKERS, launch, spawn_ranks
+
+torch = pytest.importorskip("torch")
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def run_example(n: int, script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "shoal.cli", "run", "-n", str(n), "--", sys.executable, str(EXAMPLES / script), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def test_importing_shoal_does_not_import_torch() -> None:
+    code = "import sys, shoal; assert 'torch' not in sys.modules, 'shoal imported torch'"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize(("world", "transport"), [(2, "shm"), (3, "shm"), (3, "tcp")])
+def test_every_c10d_call(world: int, transport: str) -> None:
+    proc = launch(world, "torch_collectives.py", env={"SHOAL_TRANSPORT": transport})
+    assert proc.stdout.count("OK torch collectives") == world, proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ddp_matches_single_process_training(world: int) -> None:
+    proc = launch(world, "torch_ddp.py")
+    assert proc.stdout.count("OK torch ddp") == world, proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_fsdp_trains_on_cpu(world: int) -> None:
+    proc = launch(world, "torch_fsdp.py")
+    assert proc.stdout.count("OK torch fsdp") == world, proc.stdout[-2000:]
+
+
+def test_under_torchrun_with_process_group_recreated() -> None:
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(WORKERS / "torch_smoke.py"),
+        "--generations",
+        "2",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("OK torch smoke") == 2
+
+
+def test_under_shoal_run() -> None:
+    proc = launch(3, "torch_smoke.py")
+    assert proc.stdout.count("OK torch smoke") == 3
+
+
+def test_mismatched_calls_raise_on_every_rank() -> None:
+    results = spawn_ranks(2, "torch_failures.py", "mismatch", env={"SHOAL_TIMEOUT": "30"})
+    for r, p in enumerate(results):
+        assert p.returncode == 0, p.stderr[-2000:]
+        assert "RAISED" in p.stdout and "mismatched collective" in p.stdout, (r, p.stdout)
+
+
+def test_dead_peer_raises_instead_of_hanging() -> None:
+    results = spawn_ranks(2, "torch_failures.py", "die", env={"SHOAL_TIMEOUT": "30"})
+    assert results[1].returncode == 3
+    assert "RAISED PeerDiedError" in results[0].stdout and "rank 1 died" in results[0].stdout, results[0].stdout
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_p2p_large_exchange(world: int) -> None:
+    """isend before irecv on every rank, 8 MB each: sends must not wait for the receiver."""
+    results = spawn_ranks(world, "torch_p2p.py", "exchange", env={"SHOAL_TIMEOUT": "30"})
+    for r, p in enumerate(results):
+        assert p.returncode == 0 and "OK" in p.stdout and "RAISED" not in p.stdout, (r, p.stdout, p.stderr[-1000:])
+
+
+def test_p2p_same_tag_different_shapes() -> None:
+    results = spawn_ranks(2, "torch_p2p.py", "same_tag", env={"SHOAL_TIMEOUT": "30"})
+    for r, p in enumerate(results):
+        assert p.returncode == 0 and "OK" in p.stdout and "RAISED" not in p.stdout, (r, p.stdout, p.stderr[-1000:])
+
+
+def losses(stdout: str) -> list[tuple[float, float]]:
+    return [(float(a), float(b)) for a, b in re.findall(r"epoch \d+ loss ([0-9.]+) accuracy ([0-9.]+)", stdout)]
+
+
+def test_digits_example_same_loss_curve_as_gloo() -> None:
+    pytest.importorskip("sklearn")
+    args = ["--epochs", "3", "--seed", "1"]
+    shoal_run = losses(run_example(2, "digits_ddp.py", "--backend", "shoal", *args).stdout)
+    gloo_run = losses(run_example(2, "digits_ddp.py", "--backend", "gloo", *args).stdout)
+    assert len(shoal_run) == len(gloo_run) == 3, (shoal_run, gloo_run)
+    for (ls, acc_s), (lg, acc_g) in zip(shoal_run, gloo_run):
+        assert abs(ls - lg) <= 1e-4 * max(1.0, abs(lg)), (shoal_run, gloo_run)
+        assert abs(acc_s - acc_g) <= 0.01, (shoal_run, gloo_run)
+    assert shoal_run[-1][0] < shoal_run[0][0], "the loss did not go down"
+
+
+def test_synthetic_benchmark_runs() -> None:
+    pytest.importorskip("torchvision")
+    proc = run_example(
+        2,
+        "pytorch_synthetic_benchmark.py",
+        "--batch-size=2",
+        "--image-size=32",
+        "--num-warmup-batches=1",
+        "--num-batches-per-iter=1",
+        "--num-iters=2",
+        "--threads=1",
+    )
+    assert re.search(r"Total img/sec on 2 rank\(s\): [0-9.]+", proc.stdout), proc.stdout
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_tensors_through_host_staging() -> None:
+    proc = launch(2, "torch_cuda.py")
+    assert proc.stdout.count("OK torch cuda") == 2, proc.stdout[-2000:]

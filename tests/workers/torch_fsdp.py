@@ -1,0 +1,111 @@
+"""FSDP on the shoal backend, on CPU: FSDP2 (`fully_shard`) and, where this
+torch supports it on CPU, FSDP1 (`FullyShardedDataParallel`). A small model
+trains for a few steps; the unsharded parameters match single-process
+training on the full batch. Also FSDP2 on a 2-D (replicate x shard) mesh.
+Launched by tests/test_torch_backend.py; prints "OK torch fsdp"."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+import shoal.torch  # noqa: F401  (registers the backend)
+
+STEPS = 4
+LOCAL_BATCH = 4
+
+
+def make_model() -> nn.Sequential:
+    torch.manual_seed(0)
+    # odd sizes: FSDP pads shards that do not divide evenly
+    return nn.Sequential(nn.Linear(7, 33), nn.Tanh(), nn.Linear(33, 17), nn.Tanh(), nn.Linear(17, 3))
+
+
+def batch(step: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(step)
+    return torch.randn(size, 7, generator=g), torch.randn(size, 3, generator=g)
+
+
+def reference_params(n: int) -> list[torch.Tensor]:
+    model = make_model()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for step in range(STEPS):
+        x, y = batch(step, LOCAL_BATCH * n)
+        opt.zero_grad()
+        ((model(x) - y) ** 2).mean().backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def train_sharded(model: nn.Module, r: int, n: int) -> None:
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for step in range(STEPS):
+        x, y = batch(step, LOCAL_BATCH * n)
+        x, y = x.reshape(n, LOCAL_BATCH, -1)[r], y.reshape(n, LOCAL_BATCH, -1)[r]
+        opt.zero_grad()
+        ((model(x) - y) ** 2).mean().backward()
+        opt.step()
+
+
+def compare(got: list[torch.Tensor], want: list[torch.Tensor], what: str) -> None:
+    assert len(got) == len(want)
+    for i, (p, q) in enumerate(zip(got, want)):
+        err = (p - q).abs().max().item()
+        assert err < 1e-5, f"{what}: parameter {i} differs from single-process training by {err}"
+
+
+def check_fsdp2(r: int, n: int, want: list[torch.Tensor]) -> None:
+    from torch.distributed.fsdp import fully_shard
+
+    model = make_model()
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    train_sharded(model, r, n)
+    full = [p.full_tensor().detach() for p in model.parameters()]  # an all-gather of the shards
+    compare(full, want, "FSDP2 fully_shard")
+
+
+def check_hsdp(r: int, n: int, want: list[torch.Tensor]) -> None:
+    """FSDP2 on a 2-D device mesh (replicated x sharded): the mesh makes sub-groups per dimension."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    shard = 2 if n % 2 == 0 else 1
+    mesh = init_device_mesh("cpu", (n // shard, shard), mesh_dim_names=("replicate", "shard"))
+    model = make_model()
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    train_sharded(model, r, n)
+    compare([p.full_tensor().detach() for p in model.parameters()], want, f"HSDP on a {tuple(mesh.shape)} mesh")
+
+
+def check_fsdp1(r: int, n: int, want: list[torch.Tensor]) -> None:
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    model = FSDP(copy.deepcopy(make_model()), device_id=torch.device("cpu"), use_orig_params=True)
+    train_sharded(model, r, n)
+    with FSDP.summon_full_params(model):
+        full = [p.detach().clone() for p in model.parameters()]
+    compare(full, want, "FSDP1 FullyShardedDataParallel")
+
+
+def main() -> None:
+    dist.init_process_group("shoal")
+    r, n = dist.get_rank(), dist.get_world_size()
+    want = reference_params(n)
+    check_fsdp2(r, n, want)
+    check_hsdp(r, n, want)
+    check_fsdp1(r, n, want)
+    dist.destroy_process_group()
+    print("OK torch fsdp", flush=True)
+
+
+if __name__ == "__main__":
+    main()
