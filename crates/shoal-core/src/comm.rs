@@ -37,6 +37,8 @@ pub struct Engine {
     /// time); guards the reusable scratch memory.
     scratch: Mutex<Vec<u64>>,
     queue: AsyncQueue,
+    /// The caller's contribution during an in-network allreduce (for the fallback).
+    ina_backup: Mutex<Vec<u8>>,
     /// Warnings already printed, so a repeated cause is reported once.
     warned: Mutex<std::collections::HashSet<String>>,
     /// The first fatal error; after it every call fails fast with it.
@@ -64,6 +66,7 @@ impl Engine {
             ina,
             scratch: Mutex::new(Vec::new()),
             queue: AsyncQueue::new(),
+            ina_backup: Mutex::new(Vec::new()),
             warned: Mutex::new(Default::default()),
             failed: Mutex::new(None),
             _keepalive: keepalive,
@@ -286,7 +289,11 @@ impl Communicator {
         }
         // SAFETY: the output buffer was validated by prepare.
         let out = unsafe { std::slice::from_raw_parts_mut(bufs.output, bufs.output_bytes) };
-        let contribution = out.to_vec();
+        // Kept for the fallback; the buffer is reused across calls because
+        // fresh pages cost more than the copy.
+        let mut contribution = self.engine.ina_backup.lock().unwrap();
+        contribution.clear();
+        contribution.extend_from_slice(out);
         let outcome = self.switch_allreduce(out, p);
         if self.agree(outcome.is_ok(), agree_seq)? {
             return Ok(()); // the client already divided for avg

@@ -1,6 +1,7 @@
 //! Loopback measurements of the software switch and the INA allreduce, with
 //! thread workers in one process (so workers and switch share the host's
-//! cores). Run: `cargo run --release -p shoal-ina --example ina_bench [quick]`.
+//! cores). Run: `cargo run --release -p shoal-ina --example ina_bench [quick]`
+//! (`INA_BENCH_PAYLOAD=32768` for another payload budget).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -16,17 +17,30 @@ use shoal_ina::switch::core::{Sink, SwitchCore};
 use shoal_ina::switch::{Metrics, SwitchConfig};
 use shoal_ina::{InaDType, InaOp};
 
+/// UDP payload budget of switch and workers: `INA_BENCH_PAYLOAD` (bytes),
+/// default 1472.
+fn payload() -> usize {
+    std::env::var("INA_BENCH_PAYLOAD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(shoal_ina::proto::DEFAULT_PAYLOAD_BUDGET)
+}
+
 /// Median seconds of `reps` allreduces of `bytes` per worker (after a warm-up).
 fn time_allreduce(n: usize, bytes: usize, reps: usize, drop_rate: f64) -> f64 {
     let sw = switch_with(|c| {
         c.memory = 64 << 20;
         c.drop_rate = drop_rate;
+        c.payload_budget = payload();
     });
     let barrier = Arc::new(Barrier::new(n));
     let times = run_ranks(
         n,
         flat(&sw),
-        |c| c.dead_timeout = Duration::from_secs(60),
+        |c| {
+            c.dead_timeout = Duration::from_secs(60);
+            c.payload_budget = payload();
+        },
         move |_, c| {
             let mut buf = vec![0u8; bytes];
             for (i, b) in buf.iter_mut().enumerate() {

@@ -18,23 +18,37 @@ fn le16(b: &[u8]) -> u16 {
     u16::from_le_bytes([b[0], b[1]])
 }
 
-/// One wire element as an accumulator word.
-fn load_word(e: &[u8], wire: WireType) -> u32 {
-    match wire {
-        WireType::F32 | WireType::I32 => le32(e),
-        WireType::F16 => f16::from_bits(le16(e)).to_f32().to_bits(),
-        WireType::Bf16 => bf16::from_bits(le16(e)).to_f32().to_bits(),
-    }
+fn f16_word(e: &[u8]) -> u32 {
+    f16::from_bits(le16(e)).to_f32().to_bits()
 }
 
-/// Starts an accumulator from the first contribution.
+fn bf16_word(e: &[u8]) -> u32 {
+    bf16::from_bits(le16(e)).to_f32().to_bits()
+}
+
+/// Starts an accumulator from the first contribution. One loop per wire
+/// type (no per-element dispatch) so that the compiler vectorizes it.
 pub fn load(acc: &mut Vec<u32>, payload: &[u8], wire: WireType) {
+    let n = payload.len() / wire.size();
     acc.clear();
-    acc.extend(
-        payload
-            .chunks_exact(wire.size())
-            .map(|e| load_word(e, wire)),
-    );
+    acc.resize(n, 0);
+    match wire {
+        WireType::F32 | WireType::I32 => {
+            for (a, e) in acc.iter_mut().zip(payload.chunks_exact(4)) {
+                *a = le32(e);
+            }
+        }
+        WireType::F16 => {
+            for (a, e) in acc.iter_mut().zip(payload.chunks_exact(2)) {
+                *a = f16_word(e);
+            }
+        }
+        WireType::Bf16 => {
+            for (a, e) in acc.iter_mut().zip(payload.chunks_exact(2)) {
+                *a = bf16_word(e);
+            }
+        }
+    }
 }
 
 /// Rounds `v / 2^s` to nearest; shifting by 32 or more leaves nothing.
@@ -59,28 +73,39 @@ pub fn combine(
     op: WireOp,
 ) -> bool {
     match wire {
-        WireType::I32 => combine_i32(acc, acc_exp, payload, exp, op),
-        WireType::F32 => {
-            combine_f32(acc, payload.chunks_exact(4).map(le32), op);
-            false
-        }
-        _ => {
-            let words = payload.chunks_exact(2).map(|e| load_word(e, wire));
-            combine_f32(acc, words, op);
-            false
-        }
+        WireType::I32 => return combine_i32(acc, acc_exp, payload, exp, op),
+        WireType::F32 => combine_f32::<4>(acc, payload, le32, op),
+        WireType::F16 => combine_f32::<2>(acc, payload, f16_word, op),
+        WireType::Bf16 => combine_f32::<2>(acc, payload, bf16_word, op),
     }
+    false
 }
 
-fn combine_f32(acc: &mut [u32], words: impl Iterator<Item = u32>, op: WireOp) {
-    for (a, w) in acc.iter_mut().zip(words) {
-        let (x, y) = (f32::from_bits(*a), f32::from_bits(w));
-        let r = match op {
-            WireOp::Sum => x + y,
-            WireOp::Min => x.min(y),
-            WireOp::Max => x.max(y),
-        };
-        *a = r.to_bits();
+/// Combines `N`-byte elements, read as f32 words by `word`, into f32
+/// accumulators. The op is chosen once per packet, not per element, so that
+/// each loop vectorizes.
+#[inline(always)]
+fn combine_f32<const N: usize>(
+    acc: &mut [u32],
+    payload: &[u8],
+    word: impl Fn(&[u8]) -> u32 + Copy,
+    op: WireOp,
+) {
+    #[inline(always)]
+    fn apply<const N: usize>(
+        acc: &mut [u32],
+        payload: &[u8],
+        word: impl Fn(&[u8]) -> u32,
+        f: impl Fn(f32, f32) -> f32,
+    ) {
+        for (a, e) in acc.iter_mut().zip(payload.chunks_exact(N)) {
+            *a = f(f32::from_bits(*a), f32::from_bits(word(e))).to_bits();
+        }
+    }
+    match op {
+        WireOp::Sum => apply::<N>(acc, payload, word, |x, y| x + y),
+        WireOp::Min => apply::<N>(acc, payload, word, f32::min),
+        WireOp::Max => apply::<N>(acc, payload, word, f32::max),
     }
 }
 

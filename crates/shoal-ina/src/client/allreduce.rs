@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::faults;
 use super::window::SendWindow;
 use crate::codec;
 use crate::proto::{flags, max_count, slot_of, Header, Kind, WireOp, WireType, HEADER_LEN};
@@ -41,10 +42,18 @@ impl Plan {
     }
 }
 
-/// Scratch buffers reused through one call.
+/// How far `drain_results` goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Drain {
+    /// Until a batch brings progress (the window opened: time to send) or
+    /// the socket is empty; waits briefly only when nothing is queued at all.
+    UntilProgress,
+    /// Until the socket is empty, never waiting.
+    All,
+}
+
+/// Scratch state reused through one call.
 struct Scratch {
-    pkt: Vec<u8>,
-    rx: Vec<u8>,
     expired: Vec<usize>,
     overflow: bool,
 }
@@ -67,8 +76,6 @@ impl InaClient {
             .map(|t| SendWindow::new(self.trees[t].next_seq, plan.chunks_of_tree(t)))
             .collect();
         let mut s = Scratch {
-            pkt: vec![0u8; HEADER_LEN + plan.per_pkt * plan.wire.size()],
-            rx: vec![0u8; 65536],
             expired: Vec::new(),
             overflow: false,
         };
@@ -134,18 +141,25 @@ impl InaClient {
         wins: &mut [SendWindow],
         s: &mut Scratch,
     ) -> Result<(), InaError> {
-        let mut last_progress = Instant::now();
-        let mut next_scan = last_progress;
+        let mut now = Instant::now();
+        let mut last_progress = now;
+        let mut next_scan = now;
         loop {
-            self.send_new(plan, buf, wins, s);
+            self.send_new(plan, buf, wins, now);
             if wins.iter().all(|w| w.is_done()) {
                 return Ok(());
             }
-            if self.drain_results(plan, buf, wins, s)? {
-                last_progress = Instant::now();
+            let progress = self.drain_results(plan, buf, wins, s, Drain::UntilProgress)?;
+            now = Instant::now();
+            if progress {
+                last_progress = now;
             }
-            let now = Instant::now();
             if now >= next_scan {
+                // Results may be queued behind a scheduling delay of this
+                // thread: apply them all before judging anything overdue.
+                if self.drain_results(plan, buf, wins, s, Drain::All)? {
+                    last_progress = now;
+                }
                 self.retransmit(plan, buf, wins, s, now);
                 next_scan = now + self.cfg.rto_min / 2;
             }
@@ -158,44 +172,67 @@ impl InaClient {
         }
     }
 
-    /// Applies every result already queued on the socket (waiting up to 1 ms
-    /// for the first), so a burst of results opens the window once instead
-    /// of waking this thread per packet. Returns whether any was new.
+    /// Applies the results queued on the socket, one `recvmmsg` batch at a
+    /// time (see [`Drain`]). Retransmissions this triggers are sent before
+    /// returning. Returns whether any result was new.
     fn drain_results(
         &mut self,
         plan: &Plan,
         buf: &mut [u8],
         wins: &mut [SendWindow],
         s: &mut Scratch,
+        mode: Drain,
     ) -> Result<bool, InaError> {
         let mut progress = false;
         let mut waited = false;
-        let mut rx = std::mem::take(&mut s.rx);
+        let mut rx = std::mem::take(&mut self.rx);
         let res = loop {
-            match self.sock.recv_from(&mut rx) {
-                Ok((n, _)) => match self.on_result(plan, buf, wins, &rx[..n], s) {
+            let n = rx.recv(&self.sock).unwrap_or(0);
+            if n == 0 {
+                if waited || progress || mode == Drain::All {
+                    break Ok(progress);
+                }
+                crate::net::wait_readable(&self.sock, Duration::from_millis(1));
+                waited = true;
+                continue;
+            }
+            let now = Instant::now();
+            let mut err = None;
+            for i in 0..rx.len() {
+                match self.on_result(plan, buf, wins, rx.get(i).0, s, now) {
                     Ok(p) => progress |= p,
-                    Err(e) => break Err(e),
-                },
-                Err(_) if waited || progress => break Ok(progress),
-                Err(_) => {
-                    crate::net::wait_readable(&self.sock, Duration::from_millis(1));
-                    waited = true;
+                    Err(e) => {
+                        err = Some(e);
+                        break;
+                    }
                 }
             }
+            if let Some(e) = err {
+                break Err(e);
+            }
+            if n < rx.capacity() || (progress && mode == Drain::UntilProgress) {
+                break Ok(progress);
+            }
         };
-        s.rx = rx;
+        self.rx = rx;
+        self.flush();
         res
     }
 
-    fn send_new(&mut self, plan: &Plan, buf: &[u8], wins: &mut [SendWindow], s: &mut Scratch) {
+    /// Sends every packet queued (one `sendmmsg` per batch).
+    fn flush(&mut self) {
+        self.faults.flush(&mut self.tx);
+        self.tx.send(&self.sock);
+    }
+
+    fn send_new(&mut self, plan: &Plan, buf: &[u8], wins: &mut [SendWindow], now: Instant) {
         for (t, w) in wins.iter_mut().enumerate() {
             while let Some(k) = w.next_to_send(self.trees[t].cc.allowed()) {
-                self.send_chunk(plan, buf, t, w, k, false, &mut s.pkt);
-                w.on_sent(k, Instant::now());
+                self.send_chunk(plan, buf, t, w, k, false);
+                w.on_sent(k, now);
             }
         }
-        self.faults.flush(&self.sock);
+        self.flush();
     }
 
     fn retransmit(
@@ -212,13 +249,13 @@ impl InaClient {
                 self.trees[t].cc.on_timeout();
             }
             for &k in &s.expired {
-                self.send_chunk(plan, buf, t, w, k, true, &mut s.pkt);
+                self.send_chunk(plan, buf, t, w, k, true);
             }
         }
-        self.faults.flush(&self.sock);
+        self.flush();
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Queues chunk `k` of tree `t`, encoded straight into the send batch.
     fn send_chunk(
         &mut self,
         plan: &Plan,
@@ -227,28 +264,19 @@ impl InaClient {
         w: &SendWindow,
         k: usize,
         retx: bool,
-        pkt: &mut [u8],
     ) {
         let (start, count) = plan.chunk(t, k);
         let p = &self.trees[t].p;
         let seq = w.base.wrapping_add(k as u32);
         let (slot, shadow) = slot_of(seq, p.slots);
         let plen = count * plan.wire.size();
-        let payload = &mut pkt[HEADER_LEN..HEADER_LEN + plen];
-        let exponent = codec::encode(
-            &buf[plan.bytes(start, count)],
-            plan.dtype,
-            plan.wire,
-            plan.headroom,
-            payload,
-        );
         let last = if k + 1 == w.count() { flags::LAST } else { 0 };
-        let h = Header {
+        let mut h = Header {
             kind: Kind::Data,
             flags: last | if retx { flags::RETX } else { 0 },
             wire: plan.wire,
             op: plan.op,
-            exponent,
+            exponent: 0,
             job: p.job,
             token: p.token,
             tree: p.tree,
@@ -260,9 +288,22 @@ impl InaClient {
             contributors: 1,
             cwnd_cap: u16::MAX,
         };
-        h.encode(pkt);
         let to = p.data;
-        self.faults.send(&self.sock, &pkt[..HEADER_LEN + plen], to);
+        if self.tx.room() < faults::MAX_FANOUT {
+            self.tx.send(&self.sock);
+        }
+        let src = &buf[plan.bytes(start, count)];
+        self.tx.push_with(HEADER_LEN + plen, to, |pkt| {
+            h.exponent = codec::encode(
+                src,
+                plan.dtype,
+                plan.wire,
+                plan.headroom,
+                &mut pkt[HEADER_LEN..],
+            );
+            h.encode(pkt);
+        });
+        self.faults.on_queued(&mut self.tx, to);
     }
 
     /// Applies a result; returns whether it was new (progress).
@@ -273,6 +314,7 @@ impl InaClient {
         wins: &mut [SendWindow],
         pkt: &[u8],
         s: &mut Scratch,
+        now: Instant,
     ) -> Result<bool, InaError> {
         let Ok((h, payload)) = Header::decode(pkt) else {
             return Ok(false);
@@ -298,7 +340,6 @@ impl InaClient {
         let dst = &mut buf[plan.bytes(start, count)];
         codec::decode(payload, h.wire, h.exponent, plan.dtype, divisor, dst);
         s.overflow |= h.has(flags::OVERFLOW);
-        let now = Instant::now();
         let sent = wins[t].sent_at(k);
         if let Some(rtt) = wins[t].on_result(k, now) {
             tree.rto.sample(rtt);
@@ -308,7 +349,7 @@ impl InaClient {
             let mut lost = std::mem::take(&mut s.expired);
             wins[t].take_overtaken(k, sent, now, &mut lost);
             for &j in &lost {
-                self.send_chunk(plan, buf, t, &wins[t], j, true, &mut s.pkt);
+                self.send_chunk(plan, buf, t, &wins[t], j, true);
             }
             s.expired = lost;
         }

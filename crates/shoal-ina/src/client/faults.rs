@@ -1,8 +1,9 @@
 //! Test knob: duplicate and reorder outgoing packets, to show that the
 //! protocol still gives exact results. Off unless configured.
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 
+use crate::net::Batch;
 use crate::rng::Rng;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -20,6 +21,10 @@ pub struct Injector {
     held: Option<(Vec<u8>, SocketAddr)>,
 }
 
+/// Datagrams one queued packet may turn into (itself, a duplicate and a
+/// held-back one): the free room a send batch needs before each packet.
+pub const MAX_FANOUT: usize = 3;
+
 impl Injector {
     pub fn new(cfg: Faults) -> Injector {
         Injector {
@@ -29,26 +34,26 @@ impl Injector {
         }
     }
 
-    pub fn send(&mut self, sock: &UdpSocket, pkt: &[u8], to: SocketAddr) {
+    /// Applies the faults to the packet just queued (last) in `tx` for `to`:
+    /// it may be taken back to be sent after the next one, or repeated.
+    pub fn on_queued(&mut self, tx: &mut Batch, to: SocketAddr) {
         if self.cfg == Faults::default() {
-            let _ = sock.send_to(pkt, to);
             return;
         }
         if self.held.is_none() && self.rng.chance(self.cfg.reorder) {
-            self.held = Some((pkt.to_vec(), to));
+            self.held = tx.pop();
             return;
         }
-        let _ = sock.send_to(pkt, to);
         if self.rng.chance(self.cfg.duplicate) {
-            let _ = sock.send_to(pkt, to);
+            tx.repeat_last(to);
         }
-        self.flush(sock);
+        self.flush(tx);
     }
 
-    /// Sends a held-back packet (before waiting for results).
-    pub fn flush(&mut self, sock: &UdpSocket) {
+    /// Queues a held-back packet (before waiting for results).
+    pub fn flush(&mut self, tx: &mut Batch) {
         if let Some((p, to)) = self.held.take() {
-            let _ = sock.send_to(&p, to);
+            tx.push(&p, to);
         }
     }
 }

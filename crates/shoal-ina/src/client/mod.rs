@@ -16,6 +16,7 @@ pub use faults::Faults;
 use session::{Lease, TreeParams};
 
 use crate::control::CtrlMsg;
+use crate::net::Batch;
 use crate::proto::{WireType, DEFAULT_PAYLOAD_BUDGET};
 use crate::InaError;
 
@@ -88,7 +89,7 @@ impl InaConfig {
             key_prefix: "ina/".into(),
             payload_budget: DEFAULT_PAYLOAD_BUDGET,
             f32_as_int32: false,
-            max_slots: 256,
+            max_slots: 512,
             init_window: 16,
             partial: None,
             rto_initial: Duration::from_millis(20),
@@ -162,7 +163,15 @@ pub struct InaClient {
     sock: UdpSocket,
     leases: Vec<Lease>,
     faults: faults::Injector,
+    /// Results are received and packets sent in batches, one system call each.
+    rx: Batch,
+    tx: Batch,
 }
+
+/// Messages received per system call (each a result, or with GRO a run of them).
+const RX_BATCH: usize = 32;
+/// Packets sent per system call: a window's worth.
+const TX_BATCH: usize = 512;
 
 impl InaClient {
     /// Called by every rank of the job: rank 0 admits the job with the
@@ -176,24 +185,40 @@ impl InaClient {
         let bind = if loopback { "127.0.0.1:0" } else { "0.0.0.0:0" };
         let sock =
             UdpSocket::bind(bind).map_err(|e| InaError::Unreachable(format!("udp bind: {e}")))?;
-        crate::net::set_buffers(&sock, 8 << 20);
         sock.set_nonblocking(true)
             .map_err(|e| InaError::Unreachable(format!("udp socket: {e}")))?;
+        // Room for a full window of results of every tree; a smaller buffer
+        // (unprivileged, low rmem_max) bounds the windows instead, since a
+        // result dropped by the host costs a retransmission timeout.
+        let budget = params.iter().map(|p| p.budget).max().unwrap_or(0);
+        let window_bytes: usize = params
+            .iter()
+            .map(|p| p.limit as usize * (p.budget + crate::net::DATAGRAM_OVERHEAD))
+            .sum();
+        let bufs = crate::net::set_buffers(&sock, window_bytes.clamp(8 << 20, 256 << 20));
+        let per_tree = crate::net::buffer_packets(bufs.recv, budget) / params.len().max(1);
         let trees = params
             .into_iter()
             .map(|p| Tree {
-                cc: cc::Window::new(cfg.init_window, p.cwnd_cap, p.limit),
+                cc: cc::Window::new(
+                    cfg.init_window,
+                    p.cwnd_cap,
+                    p.limit.min(per_tree.clamp(1, u16::MAX as usize) as u16),
+                ),
                 rto: cc::Rto::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
                 next_seq: 0,
                 p,
             })
             .collect();
+        let rx = Batch::receiver(&sock, RX_BATCH, budget.next_multiple_of(64).max(64));
         Ok(InaClient {
             cfg: cfg.clone(),
             trees,
             sock,
             leases,
             faults: faults::Injector::new(cfg.faults),
+            rx,
+            tx: Batch::sender(TX_BATCH),
         })
     }
 

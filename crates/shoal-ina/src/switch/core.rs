@@ -21,6 +21,14 @@ use super::SwitchConfig;
 /// Where the core sends packets (the UDP socket, or a test's capture).
 pub trait Sink {
     fn send(&mut self, pkt: &[u8], to: SocketAddr);
+
+    /// Sends `pkt` to every address present in `to` (a result's fan-out);
+    /// sinks that can share one copy of the bytes override it.
+    fn send_all(&mut self, pkt: &[u8], to: &[Option<SocketAddr>]) {
+        for &addr in to.iter().flatten() {
+            self.send(pkt, addr);
+        }
+    }
 }
 
 /// What one packet's processing needs besides the job itself.
@@ -111,17 +119,18 @@ impl SwitchCore {
                 break;
             }
             self.deadlines.pop();
+            let Some(job) = self.jobs.map.get(&id) else {
+                continue;
+            };
             let congested = self.congested();
             let mut cx = Ctx {
-                cap: self.jobs.share().min(u16::MAX as usize) as u16,
+                cap: self.jobs.cwnd_cap(job),
                 congested,
                 parent: self.parent,
                 metrics: &self.metrics,
                 out: &mut *out,
             };
-            let Some(job) = self.jobs.map.get_mut(&id) else {
-                continue;
-            };
+            let job = self.jobs.map.get_mut(&id).expect("looked up above");
             let c = &job.copies[idx];
             if c.state == State::Aggregating && c.seq == seq && c.members_in > 0 {
                 complete(job, idx, &mut cx);
@@ -466,9 +475,10 @@ fn encode_copy(c: &mut SlotCopy, h: &Header) {
 
 fn multicast(job: &Job, idx: usize, cx: &mut Ctx<'_>) {
     let pkt = &job.copies[idx].packet;
-    for addr in job.addrs.iter().flatten() {
-        send(cx, pkt, *addr);
-    }
+    let n = job.addrs.iter().flatten().count() as u64;
+    cx.metrics.tx_packets.fetch_add(n, Relaxed);
+    cx.metrics.tx_bytes.fetch_add(n * pkt.len() as u64, Relaxed);
+    cx.out.send_all(pkt, &job.addrs);
 }
 
 fn send(cx: &mut Ctx<'_>, pkt: &[u8], to: SocketAddr) {

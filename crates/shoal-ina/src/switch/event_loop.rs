@@ -2,7 +2,7 @@
 //! control listener (one thread per TCP connection, talking to the loop over
 //! a channel so all state stays on the loop's core) and the metrics server.
 
-use std::io::{self, ErrorKind};
+use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -11,6 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::control::{read_msg, write_msg, CtrlMsg};
+use crate::net::{wait_readable, Batch, MAX_DATAGRAM};
 
 use super::core::{Sink, SwitchCore};
 
@@ -24,50 +25,102 @@ pub enum Command {
     Closed(u64),
 }
 
-/// Packets read without finding the socket empty before ECN marks start: a
-/// proxy for the receive-queue depth that works on any kernel.
-const BACKLOG_MARK: usize = 256;
+/// Bytes read without finding the socket empty before ECN marks start: a
+/// proxy for the receive-queue depth (queueing delay) that works on any
+/// kernel. 1024 datagrams of the default 1472-byte budget, about a
+/// millisecond of switch work; counted in bytes so that large payloads
+/// (`--payload 32768`) do not build a queue of many milliseconds first.
+const BACKLOG_MARK: usize = 1024 * 1472;
 
-struct UdpSink<'a>(&'a UdpSocket);
+/// Messages received per system call: datagrams, or runs of them where the
+/// kernel coalesces (GRO).
+const RX_BATCH: usize = 64;
 
-impl Sink for UdpSink<'_> {
-    fn send(&mut self, pkt: &[u8], to: SocketAddr) {
-        // A full send buffer loses the packet like a switch queue would;
-        // the members' timeouts repair it.
-        let _ = self.0.send_to(pkt, to);
+/// Datagrams sent per system call (results fan out to every member).
+const TX_BATCH: usize = 1024;
+
+/// The core's output: datagrams queued in a batch, sent when it fills and
+/// after each received batch is processed.
+struct BatchSink<'a> {
+    sock: &'a UdpSocket,
+    tx: &'a mut Batch,
+}
+
+impl BatchSink<'_> {
+    fn flush(&mut self) {
+        // A full send buffer loses packets like a switch queue would; the
+        // members' timeouts repair it.
+        self.tx.send(self.sock);
     }
 }
 
-/// Runs the data plane until `stop` is set.
-pub fn run_loop(sock: UdpSocket, mut core: SwitchCore, cmds: Receiver<Command>, stop: &AtomicBool) {
-    let _ = sock.set_nonblocking(true);
-    let mut buf = vec![0u8; 65536];
-    let mut backlog = 0usize;
-    let mut last_poll = Instant::now();
-    while !stop.load(Relaxed) {
-        match sock.recv_from(&mut buf) {
-            Ok((n, from)) => {
-                backlog += 1;
-                core.queue_congested = backlog > BACKLOG_MARK;
-                let now = Instant::now();
-                core.on_datagram(&buf[..n], from, now, &mut UdpSink(&sock));
-                if now.duration_since(last_poll) >= Duration::from_millis(1) {
-                    last_poll = now;
-                    housekeeping(&mut core, &cmds, &sock, now);
-                }
+impl Sink for BatchSink<'_> {
+    fn send(&mut self, pkt: &[u8], to: SocketAddr) {
+        if self.tx.is_full() {
+            self.flush();
+        }
+        self.tx.push(pkt, to);
+    }
+
+    fn send_all(&mut self, pkt: &[u8], to: &[Option<SocketAddr>]) {
+        let mut queued = false;
+        for &addr in to.iter().flatten() {
+            if self.tx.is_full() {
+                self.flush();
+                queued = false;
             }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                backlog = 0;
-                core.queue_congested = false;
-                housekeeping(&mut core, &cmds, &sock, Instant::now());
-                super::super::net::wait_readable(&sock, Duration::from_millis(1));
+            if queued {
+                self.tx.repeat_last(addr);
+            } else {
+                self.tx.push(pkt, addr);
+                queued = true;
             }
-            Err(_) => {}
         }
     }
 }
 
-fn housekeeping(core: &mut SwitchCore, cmds: &Receiver<Command>, sock: &UdpSocket, now: Instant) {
+/// Runs the data plane until `stop` is set: drains up to `RX_BATCH`
+/// messages per system call, processes their datagrams, then sends
+/// everything they produced in as few system calls as possible.
+pub fn run_loop(sock: UdpSocket, mut core: SwitchCore, cmds: Receiver<Command>, stop: &AtomicBool) {
+    let _ = sock.set_nonblocking(true);
+    let mut rx = Batch::receiver(&sock, RX_BATCH, MAX_DATAGRAM);
+    let mut tx = Batch::sender(TX_BATCH);
+    let mut backlog = 0usize;
+    let mut last_poll = Instant::now();
+    while !stop.load(Relaxed) {
+        let n = rx.recv(&sock).unwrap_or(0);
+        let mut out = BatchSink {
+            sock: &sock,
+            tx: &mut tx,
+        };
+        let now = Instant::now();
+        if n > 0 {
+            backlog += rx.bytes();
+            core.queue_congested = backlog > BACKLOG_MARK;
+            for i in 0..rx.len() {
+                let (pkt, from) = rx.get(i);
+                core.on_datagram(pkt, from, now, &mut out);
+            }
+        }
+        if n == 0 || now.duration_since(last_poll) >= Duration::from_millis(1) {
+            last_poll = now;
+            housekeeping(&mut core, &cmds, &mut out, now);
+        }
+        out.flush();
+        if n == rx.capacity() {
+            continue; // more may be queued
+        }
+        // The socket was found empty.
+        backlog = 0;
+        if n == 0 {
+            core.queue_congested = false;
+        }
+        wait_readable(&sock, Duration::from_millis(1));
+    }
+}
+
+fn housekeeping(core: &mut SwitchCore, cmds: &Receiver<Command>, out: &mut dyn Sink, now: Instant) {
     while let Ok(cmd) = cmds.try_recv() {
         match cmd {
             Command::Msg { conn, msg, reply } => {
@@ -76,7 +129,7 @@ fn housekeeping(core: &mut SwitchCore, cmds: &Receiver<Command>, sock: &UdpSocke
             Command::Closed(conn) => core.conn_closed(conn),
         }
     }
-    core.on_tick(now, &mut UdpSink(sock));
+    core.on_tick(now, out);
 }
 
 /// Open control connections, shut down when the switch stops.

@@ -4,7 +4,10 @@
 //! size (`slots`) fixes how sequence numbers map to slots and never changes;
 //! what is re-shared as jobs come and go is the window cap that results carry
 //! (`cwnd_cap = copies / 2 / active jobs`, PANAMA's `memory / num_jobs`),
-//! which bounds the copies each job keeps busy.
+//! which bounds the copies each job keeps busy. The cap is also bounded by
+//! the data socket's receive buffer, shared the same way among jobs and
+//! then among each job's members, so that a full window of every member is
+//! queued, not dropped, while the switch core catches up.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -57,6 +60,9 @@ pub struct Jobs {
     int_only: bool,
     has_parent: bool,
     pub payload_budget: usize,
+    /// Datagrams the data socket's receive buffer holds (unbounded when the
+    /// core runs without a socket).
+    pub rx_packets: usize,
     data_port: u16,
     metrics: Arc<Metrics>,
 }
@@ -84,6 +90,7 @@ impl Jobs {
             int_only: cfg.int_only,
             has_parent: cfg.parent.is_some(),
             payload_budget: cfg.payload_budget,
+            rx_packets: usize::MAX,
             data_port,
             metrics,
         }
@@ -95,7 +102,16 @@ impl Jobs {
     }
 
     pub fn cwnd_cap(&self, job: &Job) -> u16 {
-        self.share().clamp(1, job.slots as usize) as u16
+        self.cap_for(self.map.len(), job.members, job.slots)
+    }
+
+    /// Window cap of a job of `members` and `slots` among `jobs` jobs: its
+    /// memory share, and its members' share of the receive buffer.
+    fn cap_for(&self, jobs: usize, members: u16, slots: u16) -> u16 {
+        let jobs = jobs.max(1);
+        let memory = self.capacity_copies / 2 / jobs;
+        let buffer = self.rx_packets / jobs / members.max(1) as usize;
+        memory.min(buffer).clamp(1, slots as usize) as u16
     }
 
     pub fn admit(&mut self, req: &AdmitReq, conn: u64) -> Result<AdmitOk, Refusal> {
@@ -124,7 +140,7 @@ impl Jobs {
             job: job.id,
             token: job.token,
             slots,
-            cwnd_cap: share.clamp(1, slots as usize) as u16,
+            cwnd_cap: self.cap_for(self.map.len() + 1, req.members, slots),
             payload_budget: self.payload_budget as u16,
             data_port: self.data_port,
         };
@@ -225,5 +241,36 @@ impl Jobs {
     pub fn publish_memory(&self) {
         let bytes = (self.copies_in_use * self.slot_bytes) as u64;
         self.metrics.memory_bytes.store(bytes, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(members: u16) -> AdmitReq {
+        AdmitReq {
+            tree: 0,
+            members,
+            slots: 256,
+            wire_mask: 1,
+            partial_min: 0,
+            deadline_us: 0,
+            uplink: None,
+        }
+    }
+
+    #[test]
+    fn window_cap_fits_every_members_window_in_the_socket_buffer() {
+        let cfg = SwitchConfig::loopback();
+        let mut jobs = Jobs::new(&cfg, 9800, Arc::new(Metrics::default()));
+        jobs.rx_packets = 1000;
+        let a = jobs.admit(&req(4), 1).unwrap();
+        assert_eq!(a.cwnd_cap, 250);
+        let b = jobs.admit(&req(8), 1).unwrap();
+        assert_eq!(b.cwnd_cap, 1000 / 2 / 8);
+        assert_eq!(jobs.cwnd_cap(&jobs.map[&a.job]), 1000 / 2 / 4);
+        jobs.rx_packets = usize::MAX; // memory and the pool bound it instead
+        assert_eq!(jobs.cwnd_cap(&jobs.map[&a.job]), 256);
     }
 }

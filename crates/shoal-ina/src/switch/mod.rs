@@ -46,7 +46,10 @@ pub struct SwitchConfig {
     pub ecn_threshold: f64,
     /// Refuse float element types, like a switch ASIC without float units.
     pub int_only: bool,
-    /// Kernel socket buffer size requested for the data socket.
+    /// Kernel socket buffer size requested for the data socket (each way).
+    /// Windows are capped so that every member's window fits in what the
+    /// kernel grants (`SO_RCVBUFFORCE` when privileged, else up to
+    /// `net.core.rmem_max`).
     pub socket_buffer: usize,
 }
 
@@ -66,7 +69,7 @@ impl Default for SwitchConfig {
             max_slots: 512,
             ecn_threshold: 0.8,
             int_only: false,
-            socket_buffer: 16 << 20,
+            socket_buffer: 32 << 20,
         }
     }
 }
@@ -89,6 +92,10 @@ pub struct SwitchHandle {
     pub control_addr: SocketAddr,
     pub metrics_addr: Option<SocketAddr>,
     pub metrics: Arc<Metrics>,
+    /// Receive buffer of the data socket in effect, in bytes.
+    pub rx_buffer: usize,
+    /// Datagrams of the payload budget that buffer holds.
+    pub rx_buffer_packets: usize,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -116,7 +123,8 @@ impl Drop for SwitchHandle {
 /// Binds the sockets and starts the switch's threads.
 pub fn spawn(cfg: SwitchConfig) -> io::Result<SwitchHandle> {
     let udp = UdpSocket::bind(cfg.listen)?;
-    crate::net::set_buffers(&udp, cfg.socket_buffer);
+    let bufs = crate::net::set_buffers(&udp, cfg.socket_buffer);
+    let rx_buffer_packets = crate::net::buffer_packets(bufs.recv, cfg.payload_budget);
     let control = TcpListener::bind(cfg.control)?;
     let metrics_listener = cfg.metrics.map(TcpListener::bind).transpose()?;
     let metrics = Arc::new(Metrics::default());
@@ -127,7 +135,8 @@ pub fn spawn(cfg: SwitchConfig) -> io::Result<SwitchHandle> {
         .as_ref()
         .map(|l| l.local_addr())
         .transpose()?;
-    let core = core::SwitchCore::new(&cfg, data_addr.port(), metrics.clone());
+    let mut core = core::SwitchCore::new(&cfg, data_addr.port(), metrics.clone());
+    core.jobs.rx_packets = rx_buffer_packets;
     let (tx, rx) = channel();
     let mut threads = Vec::new();
     let s = stop.clone();
@@ -149,6 +158,8 @@ pub fn spawn(cfg: SwitchConfig) -> io::Result<SwitchHandle> {
         control_addr,
         metrics_addr,
         metrics,
+        rx_buffer: bufs.recv,
+        rx_buffer_packets,
         stop,
         threads,
     })
@@ -190,12 +201,14 @@ pub fn daemon_main(argv: &[String]) -> i32 {
     let code = match spawn(cfg) {
         Ok(h) => {
             eprintln!(
-                "shoal switch: data udp {} control tcp {}{}",
+                "shoal switch: data udp {} control tcp {}{} (receive buffer {} KiB: {} packets)",
                 h.data_addr,
                 h.control_addr,
                 h.metrics_addr
                     .map(|a| format!(" metrics http://{a}/metrics"))
-                    .unwrap_or_default()
+                    .unwrap_or_default(),
+                h.rx_buffer >> 10,
+                h.rx_buffer_packets
             );
             while !SIGNALLED.load(Relaxed) {
                 thread::sleep(Duration::from_millis(50));
