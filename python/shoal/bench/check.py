@@ -98,6 +98,18 @@ def values(rank: int, start: int, count: int, op: str) -> np.ndarray:
     return (((idx * 7 + rank * 3) % 11) + 1).astype(np.float64)
 
 
+def is_integer(dtype: str) -> bool:
+    """Integer element type (bfloat16 is stored in uint16 but is a float)."""
+    return dtype != "bfloat16" and storage_dtype(dtype).kind in "iu"
+
+
+def from_storage(arr: np.ndarray, dtype: str) -> np.ndarray:
+    """``dtype`` storage as float64 values (the inverse of :func:`to_storage`)."""
+    if dtype == "bfloat16":
+        return (arr.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return arr.astype(np.float64)
+
+
 def to_storage(v: np.ndarray, dtype: str) -> np.ndarray:
     """Float64 values (exactly representable) as ``dtype`` storage; integers wrap like C."""
     if dtype == "bfloat16":
@@ -112,7 +124,7 @@ def _reduced(nranks: int, start: int, count: int, op: str, dtype: str) -> np.nda
     """The reduction over all ranks of their contributions, as ``dtype`` storage."""
     st = storage_dtype(dtype)
     acc = values(0, start, count, op)
-    integer = st.kind in "iu"
+    integer = is_integer(dtype)
     if integer:
         acc = acc.astype(np.int64)
     for r in range(1, nranks):

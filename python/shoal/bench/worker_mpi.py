@@ -36,7 +36,7 @@ class MpiBackend(Backend):
     def info(self) -> dict[str, Any]:
         import mpi4py
 
-        lib = self.MPI.Get_library_version().strip().splitlines()[0]
+        lib = self.MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0]
         return {"version": lib, "mpi4py": mpi4py.__version__, "transport": "OpenMPI default (shared memory)"}
 
     def make_call(

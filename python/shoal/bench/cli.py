@@ -1,0 +1,315 @@
+"""``shoal bench COLLECTIVE``: shoal side by side with Gloo and OpenMPI.
+
+    shoal bench allreduce -n 4 --sizes 8:64M --against gloo,mpi
+
+Every library runs its own N-rank job in this invocation (shoal through
+``shoal run``, Gloo as N torch.distributed processes, OpenMPI through
+``mpirun``), all with the same worker loop, sizes, timing and checking (see
+:mod:`shoal.bench.worker`). Prints an nccl-tests style table per library and
+a speedup table; writes ``results.json``, ``table.txt``, ``algbw.png`` and
+``speedup.png`` (and the ranks' logs) to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from shoal.bench import COLLECTIVES, check, report
+from shoal.bench.progress import Progress
+from shoal.bench.runners import DEPS_HINT, LIBRARIES, JobResult, get_runner
+from shoal.bench.sizes import human, parse_sizes
+from shoal.bench.worker import Spec
+
+EXIT_OK, EXIT_BAD_RESULTS, EXIT_USAGE = 0, 1, 2
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _iters(text: str) -> int | None:
+    return None if text == "auto" else _positive(text)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="shoal bench",
+        description="Benchmark a collective with shoal, side by side with Gloo (torch.distributed) and OpenMPI.",
+        epilog=f"Competitors are not installed automatically; `{DEPS_HINT}` installs them.",
+    )
+    p.add_argument("collective", choices=COLLECTIVES)
+    p.add_argument("-n", "--nprocs", type=_positive, default=2, help="ranks per job (default 2)")
+    p.add_argument(
+        "--sizes",
+        default="8:64M",
+        help="bytes: A:B = powers of two from A to B, or a list (8,1K,64M); K/M/G suffixes (default 8:64M)",
+    )
+    p.add_argument("--against", default="", help="comma-separated competitors: gloo, mpi, or all (default none)")
+    p.add_argument("--algo", help="shoal algorithm to run, or 'all' for every one plus automatic selection")
+    p.add_argument("--transport", choices=("shm", "tcp"), help="SHOAL_TRANSPORT of the shoal ranks (default auto)")
+    p.add_argument("--dtype", default="float32", choices=check.DTYPES)
+    p.add_argument("--op", default="sum", choices=check.OPS, help="reduction (allreduce, reduce, reduce_scatter)")
+    p.add_argument("--root", type=int, default=0, help="root of broadcast and reduce")
+    p.add_argument("--iters", type=_iters, default=None, help="timed calls per repeat (default auto: 200 to 5 by size)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed calls per size (default auto: iters/5, 2..20)")
+    p.add_argument("--repeats", type=_positive, default=5, help="timed repeats per size; the median is reported")
+    p.add_argument(
+        "--rounds",
+        type=_positive,
+        default=1,
+        help="run every library's job this many times, interleaved, pooling repeats (evens out load drift)",
+    )
+    p.add_argument("--out", type=Path, help="results folder (default results/bench-<collective>-<timestamp>)")
+    p.add_argument("--mpi-args", default="", help="extra mpirun arguments, e.g. '--bind-to none'")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds one library's job may take (default 3600)")
+    p.add_argument("--no-check", action="store_true", help="skip the correctness check")
+    p.add_argument("--no-roofline", action="store_true", help="skip the memory-roofline measurement")
+    p.add_argument("--no-plot", action="store_true", help="write no PNG files")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    return p
+
+
+def _competitors(text: str) -> list[str]:
+    names = [x.strip().lower() for x in text.split(",") if x.strip()]
+    if "all" in names:
+        return [x for x in LIBRARIES if x != "shoal"]
+    bad = [x for x in names if x not in LIBRARIES or x == "shoal"]
+    if bad:
+        raise ValueError(f"unknown competitor(s) {', '.join(bad)} (choose from gloo, mpi, all)")
+    return list(dict.fromkeys(names))
+
+
+def _shoal_algos(collective: str, algo: str | None) -> list[str | None]:
+    if algo is None:
+        return [None]
+    import shoal
+
+    known = list(shoal.algorithms(collective))
+    if algo == "all":
+        return [None, *known]
+    if algo not in known:
+        raise ValueError(f"shoal has no {collective} algorithm {algo!r}; known: {', '.join(known)}")
+    return [algo]
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    info: dict[str, Any] = {
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+    try:
+        info["cpus_usable"] = len(os.sched_getaffinity(0))
+    except AttributeError:
+        pass
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        for line in text.splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        info["virtualized"] = " hypervisor" in text
+    except OSError:
+        pass
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                info["memory"] = f"{int(line.split()[1]) / (1 << 20):.1f} GiB"
+    except OSError:
+        pass
+    try:
+        import numpy
+
+        info["numpy"] = numpy.__version__
+    except ImportError:
+        pass
+    repo = Path(__file__).resolve().parents[3]
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(repo), "describe", "--always", "--dirty"], capture_output=True, text=True
+        )
+        if rev.returncode == 0:
+            info["shoal_git"] = rev.stdout.strip()
+    except OSError:
+        pass
+    try:
+        import hashlib
+
+        import shoal._shoal as ext
+
+        so = Path(ext.__file__)
+        info["shoal_extension"] = {
+            "path": str(so),
+            "sha256": hashlib.sha256(so.read_bytes()).hexdigest()[:16],
+            "built": _dt.datetime.fromtimestamp(so.stat().st_mtime).isoformat(timespec="seconds"),
+        }
+    except (ImportError, OSError):
+        pass
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    p = parser()
+    try:
+        ns = p.parse_args(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    try:
+        sizes = parse_sizes(ns.sizes)
+        against = _competitors(ns.against)
+        algos = _shoal_algos(ns.collective, ns.algo)
+    except ValueError as e:
+        print(f"shoal bench: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if ns.collective in ("broadcast", "reduce") and not 0 <= ns.root < ns.nprocs:
+        print(f"shoal bench: --root {ns.root} is not a rank of {ns.nprocs}", file=sys.stderr)
+        return EXIT_USAGE
+
+    options = {"transport": ns.transport, "mpi_args": ns.mpi_args}
+    runners = {lib: get_runner(lib, **options) for lib in ["shoal", *against]}
+    missing = {lib: r.missing() for lib, r in runners.items()}
+    missing = {k: v for k, v in missing.items() if v}
+    if missing:
+        for why in missing.values():
+            print(f"shoal bench: {why}", file=sys.stderr)
+        print("shoal bench: nothing was run (competitors are never installed automatically)", file=sys.stderr)
+        return EXIT_USAGE
+
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out_dir = ns.out or Path("results") / f"bench-{ns.collective}-{stamp}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    command = "shoal bench " + " ".join(shlex.quote(a) for a in argv)
+
+    # series: shoal (automatic selection and/or forced algorithms), then each competitor
+    jobs: list[tuple[str, str, str | None]] = [("shoal" if a is None else f"shoal:{a}", "shoal", a) for a in algos]
+    jobs += [(lib, lib, None) for lib in against]
+    total = ns.rounds * len(jobs) * len(sizes) + (0 if ns.no_roofline else 1)
+    progress = Progress(total, enabled=not ns.no_progress)
+    progress.note(f"shoal bench: {command}  ->  {out_dir}/")
+
+    doc: dict[str, Any] = {
+        "schema": "shoal-bench/1",
+        "command": command,
+        "timestamp": stamp,
+        "collective": ns.collective,
+        "nranks": ns.nprocs,
+        "dtype": ns.dtype,
+        "op": ns.op,
+        "root": ns.root,
+        "sizes_bytes": [check.layout(ns.collective, s, ns.dtype, ns.nprocs).nbytes for s in sizes],
+        "settings": {
+            "iters": ns.iters or "auto",
+            "warmup": "auto" if ns.warmup is None else ns.warmup,
+            "repeats": ns.repeats,
+            "rounds": ns.rounds,
+            "transport": ns.transport or "auto",
+            "algo": ns.algo or "auto",
+            "mpi_args": ns.mpi_args,
+            "timing": "per repeat: barrier, then iters back-to-back calls; time/iters, max over ranks; "
+            "median over repeats (pooled over rounds)",
+            "busbw_factor": check.BUS_FACTOR[ns.collective](ns.nprocs),
+        },
+        "machine": machine(),
+        "roofline": None,
+    }
+    if not ns.no_roofline:
+        from shoal.bench.roofline import roofline
+
+        progress.set_label("memory roofline")
+        doc["roofline"] = roofline(ns.nprocs)
+        progress.advance(label="")
+
+    results: dict[str, list[JobResult]] = {name: [] for name, _, _ in jobs}
+    try:
+        for rnd in range(ns.rounds):
+            order = jobs if rnd % 2 == 0 else list(reversed(jobs))
+            for name, lib, algo in order:
+                spec = Spec(
+                    collective=ns.collective,
+                    sizes=sizes,
+                    dtype=ns.dtype,
+                    op=ns.op,
+                    iters=ns.iters,
+                    warmup=ns.warmup,
+                    repeats=ns.repeats,
+                    root=ns.root,
+                    algo=algo,
+                    check=not ns.no_check,
+                )
+                results[name].append(_run_one(runners[lib], name, spec, ns, out_dir, rnd, len(sizes), progress))
+    except KeyboardInterrupt:
+        progress.note("shoal bench: interrupted; reporting what finished")
+    progress.finish()
+
+    doc["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    doc["series"] = []
+    for name, lib, algo in jobs:
+        s = report.merge_series(name, lib, algo, results[name], ns.collective, ns.nprocs, ns.dtype, ns.op)
+        s["label"] = report.series_label(s)
+        doc["series"].append(s)
+    doc["ratios"] = report.ratios(doc["series"])
+    doc["algorithms"] = report.algorithm_table(doc["series"])
+    doc["files"] = {"json": "results.json", "table": "table.txt", "markdown": "table.md", "logs": "logs/"}
+    if not ns.no_plot:
+        pngs = report.plot(doc, out_dir)
+        if not pngs:
+            print("shoal bench: no plots: matplotlib is missing (pip install 'shoal[bench]')", file=sys.stderr)
+        doc["files"].update(pngs)
+    text = report.text_report(doc)
+    (out_dir / "table.txt").write_text(text)
+    (out_dir / "table.md").write_text(report.markdown_report(doc))
+    (out_dir / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    print(f"shoal bench: results in {out_dir}/ ({', '.join(sorted(set(doc['files'].values())))})", file=sys.stderr)
+
+    bad = [s["name"] for s in doc["series"] if s["status"] == "failed"]
+    wrong = [s["name"] for s in doc["series"] if any(r["errors"] for r in s["results"])]
+    if bad:
+        print(f"shoal bench: failed: {', '.join(bad)} (see the logs)", file=sys.stderr)
+    if wrong:
+        print(f"shoal bench: WRONG RESULTS from {', '.join(wrong)} (errors column)", file=sys.stderr)
+    return EXIT_BAD_RESULTS if bad or wrong else EXIT_OK
+
+
+def _run_one(
+    runner: Any, name: str, spec: Spec, ns: argparse.Namespace, out_dir: Path, rnd: int, nsizes: int, progress: Progress
+) -> JobResult:
+    done = 0
+
+    def on_record(rec: dict[str, Any]) -> None:
+        nonlocal done
+        if rec.get("type") == "result":
+            done += 1
+            progress.advance(label=f"{name} {human(rec['size'])}")
+        elif rec.get("type") == "unsupported":
+            progress.note(f"  {name}: unsupported: {rec['reason']}")
+
+    suffix = f"-round{rnd + 1}" if ns.rounds > 1 else ""
+    log = out_dir / "logs" / f"{name.replace(':', '-')}{suffix}.log"
+    progress.set_label(f"{name} starting")
+    job = runner.run(spec, ns.nprocs, log, on_record, ns.timeout)
+    if done < nsizes:
+        progress.advance(nsizes - done)
+    status = "ok" if job.returncode == 0 else f"FAILED (exit {job.returncode}, log {log})"
+    progress.note(f"  {name}: {done}/{nsizes} sizes in {job.seconds:.1f}s: {status}")
+    return job
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,452 @@
+"""Tables (nccl-tests style), ratios, the JSON document and the plots."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from shoal.bench import check
+from shoal.bench.runners import JobResult
+from shoal.bench.sizes import human
+
+NO_OP = ("broadcast", "allgather", "alltoall")
+#: sizes from which busbw is also shown as a fraction of the memory roofline
+ROOFLINE_FROM = 1 << 20
+
+
+def series_label(s: dict[str, Any]) -> str:
+    if s["library"] == "shoal":
+        return f"shoal {s['algo']}" if s["algo"] else "shoal (auto)"
+    return {"mpi": "OpenMPI", "gloo": "Gloo"}.get(s["library"], s["library"])
+
+
+def merge_series(
+    name: str, library: str, algo: str | None, jobs: list[JobResult], collective: str, nranks: int, dtype: str, op: str
+) -> dict[str, Any]:
+    """One library's (or shoal algorithm's) figures, pooled over rounds."""
+    by_size: dict[int, dict[str, Any]] = {}
+    for job in jobs:
+        for r in job.results:
+            d = by_size.setdefault(
+                r["size"],
+                {
+                    "size": r["size"],
+                    "count": r["count"],
+                    "dtype": dtype,
+                    "op": op if collective not in NO_OP else None,
+                    "iters": r["iters"],
+                    "warmup": r["warmup"],
+                    "samples_us": [],
+                    "errors": None,
+                    "algo": r.get("algo"),
+                },
+            )
+            d["samples_us"].extend(r["samples_us"])
+            if r.get("errors") is not None:
+                d["errors"] = (d["errors"] or 0) + int(r["errors"])
+    factor = check.BUS_FACTOR[collective](nranks)
+    results = []
+    for size in sorted(by_size):
+        d = by_size[size]
+        t = statistics.median(d["samples_us"])
+        d["time_us"] = t
+        d["min_us"] = min(d["samples_us"])
+        d["max_us"] = max(d["samples_us"])
+        d["algbw_gbps"] = size / t / 1e3 if t > 0 else 0.0
+        d["busbw_gbps"] = d["algbw_gbps"] * factor
+        results.append(d)
+    failed = [j for j in jobs if j.returncode != 0]
+    start = next((j.start for j in jobs if j.start), {})
+    info = {k: v for k, v in start.items() if k not in ("type", "spec", "library", "nranks")}
+    unsupported = next((j.unsupported for j in jobs if j.unsupported), None)
+    status = "failed" if failed else ("unsupported" if unsupported and not results else "ok")
+    return {
+        "name": name,
+        "library": library,
+        "algo": algo,
+        "label": "",
+        "status": status,
+        "unsupported": unsupported,
+        "failure": (
+            {"returncode": failed[0].returncode, "log": failed[0].log, "log_tail": failed[0].log_tail[-3000:]}
+            if failed
+            else None
+        ),
+        "info": info,
+        "seconds": sum(j.seconds for j in jobs),
+        "results": results,
+    }
+
+
+def reference(series: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The shoal series others are compared with: automatic selection if run, else the first algorithm."""
+    shoals = [s for s in series if s["library"] == "shoal" and s["results"]]
+    auto = [s for s in shoals if s["algo"] is None]
+    return (auto or shoals or [None])[0]
+
+
+def ratios(series: list[dict[str, Any]]) -> dict[str, Any]:
+    """time(other) / time(shoal) per size; > 1 means shoal is faster."""
+    ref = reference(series)
+    out: dict[str, Any] = {"reference": ref["name"] if ref else None, "definition": "time(other) / time(shoal)"}
+    if ref is None:
+        out["others"] = {}
+        return out
+    ref_t = {r["size"]: r["time_us"] for r in ref["results"]}
+    others = {}
+    for s in series:
+        if s["library"] == "shoal" or not s["results"]:
+            continue
+        rows = [
+            {
+                "size": r["size"],
+                "shoal_us": ref_t[r["size"]],
+                "other_us": r["time_us"],
+                "ratio": r["time_us"] / ref_t[r["size"]],
+            }
+            for r in s["results"]
+            if r["size"] in ref_t and ref_t[r["size"]] > 0
+        ]
+        others[s["name"]] = {"rows": rows, **_ratio_summary(rows)}
+    out["others"] = others
+    return out
+
+
+def _ratio_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    if not rows:
+        return {}
+    worst = min(rows, key=lambda r: r["ratio"])
+    summary: dict[str, Any] = {
+        "min": worst["ratio"],
+        "min_at": worst["size"],
+        "max": max(r["ratio"] for r in rows),
+        "geomean": math.exp(statistics.fmean(math.log(r["ratio"]) for r in rows)),
+    }
+    for label, lo in (("min_from_64KiB", 64 << 10), ("min_from_16MiB", 16 << 20)):
+        sel = [r["ratio"] for r in rows if r["size"] >= lo]
+        if sel:
+            summary[label] = min(sel)
+    return summary
+
+
+def algorithm_table(series: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """With several shoal series: each one's time per size and the fastest."""
+    shoals = [s for s in series if s["library"] == "shoal" and s["results"]]
+    if len(shoals) < 2:
+        return None
+    sizes = sorted({r["size"] for s in shoals for r in s["results"]})
+    rows = []
+    for size in sizes:
+        times = {s["name"]: next((r["time_us"] for r in s["results"] if r["size"] == size), None) for s in shoals}
+        known = {k: v for k, v in times.items() if v is not None}
+        rows.append({"size": size, "times_us": times, "fastest": min(known, key=known.get) if known else None})
+    return {"series": [s["name"] for s in shoals], "rows": rows}
+
+
+# ---------------------------------------------------------------- text
+
+
+def _fmt_time(us: float) -> str:
+    return f"{us:12.2f}" if us < 1e5 else f"{us:12.0f}"
+
+
+def series_table(s: dict[str, Any], doc: dict[str, Any]) -> str:
+    coll, n = doc["collective"], doc["nranks"]
+    info = s.get("info", {})
+    head = f"# {series_label(s)} | {coll} | {n} ranks | {doc['dtype']}"
+    if coll not in NO_OP:
+        head += f" {doc['op']}"
+    if s["library"] == "shoal":
+        head += f" | transport {info.get('transport', 'auto')}"
+    elif info.get("version"):
+        head += f" | {info['version']}"
+    lines = [head]
+    if s["status"] == "failed":
+        f = s["failure"]
+        lines.append(f"#   FAILED (exit code {f['returncode']}); log: {f['log']}")
+        for line in f["log_tail"].strip().splitlines()[-6:]:
+            lines.append(f"#   | {line}")
+    if s["unsupported"]:
+        lines.append(f"#   unsupported: {s['unsupported']}")
+    if not s["results"]:
+        return "\n".join(lines)
+    roof = (doc.get("roofline") or {}).get("per_process_gbps")
+    lines.append(
+        f"#{'size(B)':>13} {'count':>12} {'type':>9} {'redop':>6} {'time(us)':>12} {'algbw(GB/s)':>12} "
+        f"{'busbw(GB/s)':>12} {'errors':>7} {'%memcpy':>8}  algo"
+    )
+    for r in s["results"]:
+        pct = f"{100 * r['busbw_gbps'] / roof:7.0f}%" if roof and r["size"] >= ROOFLINE_FROM else f"{'-':>8}"
+        errors = "-" if r["errors"] is None else str(r["errors"])
+        lines.append(
+            f"{r['size']:>14} {r['count']:>12} {r['dtype']:>9} {r['op'] or 'none':>6} {_fmt_time(r['time_us'])} "
+            f"{r['algbw_gbps']:>12.3f} {r['busbw_gbps']:>12.3f} {errors:>7} {pct}  {r['algo'] or ''}"
+        )
+    return "\n".join(lines)
+
+
+def ratio_table(doc: dict[str, Any]) -> str:
+    rat = doc["ratios"]
+    if not rat["reference"] or not rat["others"]:
+        return ""
+    ref = next(s for s in doc["series"] if s["name"] == rat["reference"])
+    names = list(rat["others"])
+    lines = [
+        f"# speedup of {series_label(ref)}: time(other) / time(shoal) per size, medians over repeats; "
+        "> 1 means shoal is faster",
+        f"#{'size(B)':>13} {'size':>8} {'shoal(us)':>12}"
+        + "".join(f" {n + '(us)':>12} {n + '/shoal':>11}" for n in names),
+    ]
+    sizes = [r["size"] for r in ref["results"]]
+    per = {n: {row["size"]: row for row in rat["others"][n]["rows"]} for n in names}
+    for size in sizes:
+        t = next(r["time_us"] for r in ref["results"] if r["size"] == size)
+        line = f"{size:>14} {human(size):>8} {_fmt_time(t)}"
+        for n in names:
+            row = per[n].get(size)
+            line += f" {_fmt_time(row['other_us'])} {row['ratio']:>10.2f}x" if row else f" {'-':>12} {'-':>11}"
+        lines.append(line)
+    for n in names:
+        sm = rat["others"][n]
+        if not sm.get("rows"):
+            continue
+        text = (
+            f"# {n}/shoal: min {sm['min']:.2f}x (at {human(sm['min_at'])}), geomean {sm['geomean']:.2f}x, "
+            f"max {sm['max']:.2f}x"
+        )
+        if "min_from_64KiB" in sm:
+            text += f"; min from 64 KiB {sm['min_from_64KiB']:.2f}x"
+        if "min_from_16MiB" in sm:
+            text += f"; min from 16 MiB {sm['min_from_16MiB']:.2f}x"
+        lines.append(text)
+    return "\n".join(lines)
+
+
+def algo_text(doc: dict[str, Any]) -> str:
+    at = doc.get("algorithms")
+    if not at:
+        return ""
+    names = at["series"]
+    lines = [
+        "# shoal algorithms: time (us) per size; * marks the fastest",
+        f"#{'size(B)':>13}" + "".join(f" {n:>22}" for n in names),
+    ]
+    for row in at["rows"]:
+        line = f"{row['size']:>14}"
+        for n in names:
+            t = row["times_us"][n]
+            cell = "-" if t is None else f"{t:.2f}" + ("*" if n == row["fastest"] else " ")
+            line += f" {cell:>22}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def text_report(doc: dict[str, Any]) -> str:
+    parts = [f"# shoal bench {doc['collective']}: {doc['nranks']} ranks, {doc['dtype']}; {doc['command']}"]
+    m = doc["machine"]
+    parts[0] += (
+        f"\n# machine: {m.get('cpu', '?')}, {m.get('cpus', '?')} cpus, {m.get('memory', '?')}, {m.get('os', '?')}"
+    )
+    load = [m.get("load_average", [0])[0], m.get("load_average_end", [0])[0]]
+    cpus = m.get("cpus_usable") or m.get("cpus") or 1
+    parts[0] += (
+        f"\n# load average (1 min) before the run {load[0]:.2f}, after it {load[1]:.2f} "
+        f"(includes the benchmark's own ranks), on {cpus} cpus"
+    )
+    if load[0] > 0.5 * cpus:
+        parts[0] += "\n# note: other work was running on the machine; figures are noisy (--rounds helps)"
+    if doc.get("roofline"):
+        from shoal.bench.roofline import describe
+
+        parts.append("# " + describe(doc["roofline"]))
+    parts += [series_table(s, doc) for s in doc["series"]]
+    for extra in (ratio_table(doc), algo_text(doc)):
+        if extra:
+            parts.append(extra)
+    return "\n\n".join(parts) + "\n"
+
+
+# ---------------------------------------------------------------- plots
+
+
+def plot(doc: dict[str, Any], out_dir: Path) -> dict[str, str]:
+    """algbw.png (algbw vs size, log-log) and, with competitors, speedup.png; {} without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return {}
+    files = {}
+    title = f"{doc['collective']}, {doc['nranks']} ranks, {doc['dtype']}"
+    colors = {"gloo": "tab:orange", "mpi": "tab:green"}
+    fig, ax = plt.subplots(figsize=(8, 5))
+    shoal_styles = iter(["-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1))])
+    for s in doc["series"]:
+        if not s["results"]:
+            continue
+        xs = [r["size"] for r in s["results"]]
+        ys = [max(r["algbw_gbps"], 1e-9) for r in s["results"]]
+        if s["library"] == "shoal":
+            style = dict(color="tab:blue", linestyle=next(shoal_styles, "-"), linewidth=2.2 if not s["algo"] else 1.3)
+        else:
+            style = dict(color=colors.get(s["library"], None), linestyle="-", linewidth=1.8)
+        ax.plot(xs, ys, marker="o", markersize=3, label=series_label(s), **style)
+    roof = doc.get("roofline")
+    if roof:
+        ax.axhline(roof["per_process_gbps"], color="gray", linestyle=":", linewidth=1.2)
+        ax.text(
+            max(doc["sizes_bytes"]),
+            roof["per_process_gbps"] * 1.1,
+            f"memcpy per process, {doc['nranks']} processes at once: {roof['per_process_gbps']:.1f} GB/s",
+            color="gray",
+            fontsize=8,
+            ha="right",
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("algbw (GB/s)")
+    ax.set_title(f"shoal bench: {title}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    _size_ticks(ax, doc["sizes_bytes"])
+    fig.tight_layout()
+    path = out_dir / "algbw.png"
+    _save(fig, path)
+    plt.close(fig)
+    files["algbw"] = path.name
+
+    rat = doc["ratios"]
+    if rat["reference"] and rat["others"]:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        for name, data in rat["others"].items():
+            s = next(x for x in doc["series"] if x["name"] == name)
+            ax.plot(
+                [r["size"] for r in data["rows"]],
+                [r["ratio"] for r in data["rows"]],
+                marker="o",
+                markersize=3,
+                color=colors.get(s["library"]),
+                label=f"{series_label(s)} time / shoal time",
+            )
+        ax.axhline(1.0, color="black", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel("speedup of shoal (>1: shoal faster)")
+        ax.set_title(f"shoal speedup: {title}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        _size_ticks(ax, doc["sizes_bytes"])
+        fig.tight_layout()
+        path = out_dir / "speedup.png"
+        _save(fig, path)
+        plt.close(fig)
+        files["speedup"] = path.name
+    return files
+
+
+def _save(fig: Any, path: Path) -> None:
+    """A small PNG: 90 dpi, then (with Pillow, which matplotlib brings) a 64-colour palette."""
+    fig.savefig(path, dpi=90)
+    try:
+        from PIL import Image
+
+        with Image.open(path) as im:
+            small = im.convert("RGB").quantize(colors=64)
+        small.save(path, optimize=True)
+    except (ImportError, OSError):
+        pass
+
+
+def _size_ticks(ax: Any, sizes: list[int]) -> None:
+    """A labelled tick on every size, or on every other one when there are many."""
+    if not sizes:
+        return
+    ticks = sorted(sizes)
+    if len(ticks) > 12:
+        ticks = ticks[:: max(1, round(len(ticks) / 12))]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([human(x).replace(" ", "") for x in ticks], fontsize=7, rotation=45)
+    ax.xaxis.set_minor_locator(matplotlib_null_locator())
+
+
+def matplotlib_null_locator() -> Any:
+    from matplotlib.ticker import NullLocator
+
+    return NullLocator()
+
+
+# ---------------------------------------------------------------- markdown
+
+
+def markdown_report(doc: dict[str, Any]) -> str:
+    """The same figures as markdown (``table.md``): speedups, then each library's table."""
+    m = doc["machine"]
+    lines = [
+        f"`{doc['command']}`",
+        "",
+        f"{doc['collective']}, {doc['nranks']} ranks, {doc['dtype']}"
+        + (f" {doc['op']}" if doc["collective"] not in NO_OP else "")
+        + f"; machine: {m.get('cpu', '?')}, {m.get('cpus_usable', m.get('cpus', '?'))} cpus; "
+        f"load average {m.get('load_average', ['?'])[0]} before the run, "
+        f"{m.get('load_average_end', ['?'])[0]} after it (with the benchmark's own ranks)",
+    ]
+    if doc.get("roofline"):
+        r = doc["roofline"]
+        lines += [
+            "",
+            f"Memory roofline: {r['concurrent']['processes']} processes copying 64 MiB at once: "
+            f"{r['per_process_gbps']:.2f} GB/s each, {r['aggregate_gbps']:.2f} GB/s aggregate "
+            f"(one process alone: {r['single_gbps']:.2f} GB/s).",
+        ]
+    rat = doc["ratios"]
+    series = {s["name"]: s for s in doc["series"]}
+    if rat["reference"] and rat["others"]:
+        ref = series[rat["reference"]]
+        names = list(rat["others"])
+        lines += [
+            "",
+            "Speedup = time(other) / time(shoal), medians over repeats; **> 1 means shoal is faster**.",
+            "",
+            "| size | shoal (us) | "
+            + " | ".join(f"{series_label(series[n])} (us) | {series_label(series[n])}/shoal" for n in names)
+            + " |",
+            "|---:|---:|" + "---:|---:|" * len(names),
+        ]
+        per = {n: {row["size"]: row for row in rat["others"][n]["rows"]} for n in names}
+        for r in ref["results"]:
+            cells = [human(r["size"]), f"{r['time_us']:.1f}"]
+            for n in names:
+                row = per[n].get(r["size"])
+                cells += [f"{row['other_us']:.1f}", f"{row['ratio']:.2f}x"] if row else ["-", "-"]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+        for n in names:
+            sm = rat["others"][n]
+            if sm.get("rows"):
+                lines.append(
+                    f"- {series_label(series[n])}/shoal: min {sm['min']:.2f}x at {human(sm['min_at'])}, "
+                    f"geomean {sm['geomean']:.2f}x, max {sm['max']:.2f}x"
+                )
+    roof = (doc.get("roofline") or {}).get("per_process_gbps")
+    for s in doc["series"]:
+        lines += ["", f"<details><summary>{series_label(s)}: nccl-tests style table</summary>", ""]
+        if s["status"] != "ok" or s["unsupported"]:
+            lines.append(f"status: {s['status']} {s['unsupported'] or ''}")
+        lines += [
+            "| size (B) | count | type | redop | time (us) | algbw (GB/s) | busbw (GB/s) | errors | % memcpy | algo |",
+            "|---:|---:|---|---|---:|---:|---:|---:|---:|---|",
+        ]
+        for r in s["results"]:
+            pct = f"{100 * r['busbw_gbps'] / roof:.0f}%" if roof and r["size"] >= ROOFLINE_FROM else "-"
+            lines.append(
+                f"| {r['size']} | {r['count']} | {r['dtype']} | {r['op'] or 'none'} | {r['time_us']:.2f} | "
+                f"{r['algbw_gbps']:.3f} | {r['busbw_gbps']:.3f} | {r['errors']} | {pct} | {r['algo'] or ''} |"
+            )
+        lines += ["", "</details>"]
+    return "\n".join(lines) + "\n"
