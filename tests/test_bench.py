@@ -43,23 +43,23 @@ def _simulate(lay: check.Layout, op: str, root: int) -> list[np.ndarray]:
     for r in range(n):
         inp, out = check.allocate(lay)
         check.fill_for_check(lay, r, op, root, inp, out)
-        ins.append(inp.astype(np.float64) if lay.dtype != "bfloat16" else None)
+        ins.append(check.from_storage(inp, lay.dtype))
     red = {"sum": np.sum, "prod": np.prod, "min": np.min, "max": np.max}[op]
-    st = check.storage_dtype(lay.dtype)
     if lay.collective in ("allreduce", "reduce"):
         return [check.to_storage(red(np.stack(ins), axis=0), lay.dtype)] * n
     if lay.collective == "broadcast":
-        return [np.asarray(ins[root]).astype(st)] * n
+        return [check.to_storage(ins[root], lay.dtype)] * n
     if lay.collective == "allgather":
-        return [np.concatenate(ins).astype(st)] * n
+        return [check.to_storage(np.concatenate(ins), lay.dtype)] * n
     if lay.collective == "reduce_scatter":
         total = red(np.stack(ins), axis=0)
         return [check.to_storage(total[r * b : (r + 1) * b], lay.dtype) for r in range(n)]
-    return [np.concatenate([ins[q][r * b : (r + 1) * b] for q in range(n)]).astype(st) for r in range(n)]
+    blocks = [np.concatenate([ins[q][r * b : (r + 1) * b] for q in range(n)]) for r in range(n)]
+    return [check.to_storage(x, lay.dtype) for x in blocks]
 
 
 @pytest.mark.parametrize("collective", check.BUS_FACTOR)
-@pytest.mark.parametrize("dtype", ["float32", "int8", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", "int8", "float16", "bfloat16", "uint8"])
 def test_reference_checker(collective: str, dtype: str) -> None:
     ops = ["sum", "max", "prod"] if collective in check.REDUCING else ["sum"]
     for op in ops:
