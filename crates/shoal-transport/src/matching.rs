@@ -248,7 +248,11 @@ fn conflicting(
     let p2p = sig_a.kind == CallSig::P2P_KIND || sig_b.kind == CallSig::P2P_KIND;
     // A point-to-point "call" is one message: successive sends with one tag
     // (the same seq, consecutive steps) may differ in size and type.
-    let same = if p2p { peer_a == peer_b && tag_a == tag_b } else { same_call(tag_a, tag_b) };
+    let same = if p2p {
+        peer_a == peer_b && tag_a == tag_b
+    } else {
+        same_call(tag_a, tag_b)
+    };
     same && sig_a != sig_b
 }
 

@@ -584,8 +584,9 @@ impl Inner {
         true
     }
 
-    /// Reads matched rendezvous messages from their senders (at most
-    /// `PULL_BUDGET` bytes per call) and acks the finished ones.
+    /// Reads matched rendezvous messages from their senders, oldest first,
+    /// and acks the finished ones: per call at most `PULL_BUDGET` bytes and
+    /// at most one finished message (a long message takes several calls).
     fn run_pulls(&mut self) -> bool {
         self.pulls.extend(self.matcher.take_pulls());
         let mut budget = PULL_BUDGET;
