@@ -62,7 +62,8 @@ class Options:
     command: list[str]
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1 (shared with `shoal testbed`)."""
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
@@ -76,14 +77,14 @@ def _port(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
     value = float(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {value}")
     return value
 
 
-def _assignment(text: str) -> tuple[str, str]:
+def assignment(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"{text!r} is not of the form KEY=VALUE")
@@ -95,12 +96,12 @@ def _parser() -> argparse.ArgumentParser:
         prog="shoal run",
         description="Start N ranks of a command on this machine.",
     )
-    p.add_argument("-n", "--nprocs", type=_positive_int, required=True, help="number of ranks")
+    p.add_argument("-n", "--nprocs", type=positive_int, required=True, help="number of ranks")
     p.add_argument("--master-port", type=_port, help="store port of rank 0 (default: a free port)")
     p.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with [rank]: ")
-    p.add_argument("--timeout", type=_positive_float, help="stop all ranks after this many seconds (exit 124)")
+    p.add_argument("--timeout", type=positive_float, help="stop all ranks after this many seconds (exit 124)")
     p.add_argument(
-        "--env", type=_assignment, action="append", default=[], metavar="K=V", help="extra environment variable"
+        "--env", type=assignment, action="append", default=[], metavar="K=V", help="extra environment variable"
     )
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command to run (after an optional --)")
     return p

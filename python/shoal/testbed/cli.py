@@ -27,7 +27,7 @@ import time
 import uuid
 from pathlib import Path
 
-from shoal.launcher import EXIT_CANNOT_START, RankSpec, launch
+from shoal.launcher import EXIT_CANNOT_START, RankSpec, assignment, launch, positive_float, positive_int
 from shoal.testbed import netns
 from shoal.testbed.netns import TestbedError
 from shoal.testbed.shaping import Capabilities, Link, format_delay, format_rate, shape_commands
@@ -463,27 +463,6 @@ def check(name: str, src: int, dst: int, nbytes: int | None, as_json: bool) -> i
 # -------------------------------------------------------------------------------------------- main
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
-
-
-def _assignment(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"{text!r} is not of the form KEY=VALUE")
-    return key, value
-
-
 def parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -496,8 +475,8 @@ def parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="cmd", required=True, metavar="{up,run,status,check,down}")
     u = sub.add_parser("up", parents=[common], help="create the hosts, switch and shaped links")
-    u.add_argument("--hosts", type=_positive_int, default=2, help="number of hosts (default 2)")
-    u.add_argument("--ranks-per-host", type=_positive_int, default=1, help="ranks `run` starts per host (default 1)")
+    u.add_argument("--hosts", type=positive_int, default=2, help="number of hosts (default 2)")
+    u.add_argument("--ranks-per-host", type=positive_int, default=1, help="ranks `run` starts per host (default 1)")
     u.add_argument("--link", default="1gbit", help="rate of each host link, tc units, or 'unlimited' (default 1gbit)")
     u.add_argument("--delay", default="0", help="one-way delay of each host link, e.g. 50us (default 0)")
     u.add_argument("--loss", default="0", help="packet loss of each link direction, e.g. 0.1%% (default 0)")
@@ -510,20 +489,20 @@ def parser() -> argparse.ArgumentParser:
         help="no segmentation offload on the links: every packet one frame (per-frame loss; costs much CPU)",
     )
     r = sub.add_parser("run", parents=[common], help="run a command on every rank, inside the host namespaces")
-    r.add_argument("--hosts", type=_positive_int, help="use only the first N hosts")
-    r.add_argument("--ranks-per-host", type=_positive_int, help="override the testbed's ranks per host")
+    r.add_argument("--hosts", type=positive_int, help="use only the first N hosts")
+    r.add_argument("--ranks-per-host", type=positive_int, help="override the testbed's ranks per host")
     r.add_argument("--placement", choices=("block", "cyclic"), default="block", help="rank -> host mapping")
-    r.add_argument("--master-port", type=_positive_int, help="store port of rank 0 (default: a free port)")
+    r.add_argument("--master-port", type=positive_int, help="store port of rank 0 (default: a free port)")
     r.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with [rank]: ")
-    r.add_argument("--timeout", type=_positive_float, help="stop all ranks after this many seconds (exit 124)")
-    r.add_argument("--env", type=_assignment, action="append", default=[], metavar="K=V", help="extra variable")
+    r.add_argument("--timeout", type=positive_float, help="stop all ranks after this many seconds (exit 124)")
+    r.add_argument("--env", type=assignment, action="append", default=[], metavar="K=V", help="extra variable")
     r.add_argument("command", nargs=argparse.REMAINDER, help="the command (after an optional --)")
     s = sub.add_parser("status", parents=[common], help="show the testbed")
     s.add_argument("--json", action="store_true", help="print the state as JSON")
     c = sub.add_parser("check", parents=[common], help="measure throughput and RTT between two hosts")
     c.add_argument("--src", type=int, default=0, help="sending host (default 0)")
     c.add_argument("--dst", type=int, default=1, help="receiving host (default 1)")
-    c.add_argument("--bytes", type=_positive_int, help="bytes of the bulk transfer (default: ~1 s at the rate)")
+    c.add_argument("--bytes", type=positive_int, help="bytes of the bulk transfer (default: ~1 s at the rate)")
     c.add_argument("--json", action="store_true", help="print the result as JSON")
     sub.add_parser("down", parents=[common], help="remove everything `up` made")
     return p
