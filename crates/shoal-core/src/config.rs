@@ -24,10 +24,13 @@ pub struct Config {
     pub transport: TransportChoice,
     /// `SHOAL_ALGO` (default empty): per-collective algorithm overrides, `allreduce:ring,broadcast:pc`.
     pub algo: String,
-    /// `SHOAL_CHUNK_BYTES` (default 262144): pipelining piece size of chunked algorithms.
+    /// `SHOAL_CHUNK_BYTES` (default 1048576): pipelining piece size of chunked algorithms.
     pub chunk_bytes: usize,
     /// `SHOAL_SHM_RING_BYTES` (default 4194304): ring buffer per ordered pair of local ranks.
     pub shm_ring_bytes: usize,
+    /// `SHOAL_SHM_CMA_BYTES` (default 1048576): shared-memory messages this
+    /// large are read once from the sender's memory (0: always through the ring).
+    pub shm_cma_bytes: usize,
     /// `SHOAL_HOST_ID` (default: the hostname): ranks with equal ids share memory.
     pub host_id: Option<String>,
     /// `SHOAL_TCP_ADDR` (default: the address that reaches the store, else 127.0.0.1):
@@ -47,8 +50,9 @@ impl Config {
             timeout: Duration::from_secs_f64(parse(env, "SHOAL_TIMEOUT", 300.0)?),
             transport: parse_transport(env)?,
             algo: env("SHOAL_ALGO").unwrap_or_default(),
-            chunk_bytes: parse(env, "SHOAL_CHUNK_BYTES", 262_144usize)?.max(64),
+            chunk_bytes: parse(env, "SHOAL_CHUNK_BYTES", 1_048_576usize)?.max(64),
             shm_ring_bytes: parse(env, "SHOAL_SHM_RING_BYTES", 4_194_304usize)?.max(4096),
+            shm_cma_bytes: parse(env, "SHOAL_SHM_CMA_BYTES", 1_048_576usize)?,
             host_id: env("SHOAL_HOST_ID").filter(|s| !s.is_empty()),
             tcp_addr: env("SHOAL_TCP_ADDR").filter(|s| !s.is_empty()),
             calibrate: parse(env, "SHOAL_CALIBRATE", 1u8)? != 0,

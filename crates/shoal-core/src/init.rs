@@ -99,6 +99,7 @@ fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Box<dyn Transpo
     let mut cfg = RoutedConfig::new(rank, world, rdzv.hosts.local_ranks.clone(), &job);
     cfg.use_shm = config.transport != TransportChoice::Tcp;
     cfg.ring_size = config.shm_ring_bytes;
+    cfg.cma_threshold = config.shm_cma_bytes;
     cfg.timeout = config.timeout;
     if rdzv.hosts.num_hosts() > 1 || config.transport == TransportChoice::Tcp {
         cfg.bind_ip = tcp_address(config, rdzv)?;
