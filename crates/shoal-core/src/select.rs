@@ -33,6 +33,9 @@ pub struct Selector {
     ina_forced: bool,
     /// Replaced once by the calibration at init; read on every call.
     cost: Mutex<CostParams>,
+    /// The cheapest algorithm per call shape and element size, so repeated
+    /// calls do not price every algorithm again; cleared when the cost changes.
+    cheapest: Mutex<HashMap<(CallShape, usize), &'static Algorithm>>,
 }
 
 impl Selector {
@@ -58,6 +61,7 @@ impl Selector {
             overrides,
             ina_forced,
             cost: Mutex::new(cost),
+            cheapest: Mutex::new(HashMap::new()),
         })
     }
 
@@ -98,15 +102,24 @@ impl Selector {
     /// Replaces the cost parameters (every rank must set the same ones).
     pub fn set_cost(&self, cost: CostParams) {
         *self.cost.lock().unwrap() = cost;
+        self.cheapest.lock().unwrap().clear();
     }
 
     fn cheapest(&self, shape: &CallShape, elem_size: usize) -> Result<&'static Algorithm> {
+        let key = (*shape, elem_size);
+        if let Some(&alg) = self.cheapest.lock().unwrap().get(&key) {
+            return Ok(alg);
+        }
         let cost = self.cost();
-        algorithms::for_collective(shape.collective)
+        let alg = algorithms::for_collective(shape.collective)
             .map(|a| ((a.cost)(shape, elem_size, &cost), a))
             .min_by(|x, y| x.0.total_cmp(&y.0))
             .map(|(_, a)| a)
-            .ok_or_else(|| Error::runtime(format!("no algorithm implements {}", shape.collective)))
+            .ok_or_else(|| {
+                Error::runtime(format!("no algorithm implements {}", shape.collective))
+            })?;
+        self.cheapest.lock().unwrap().insert(key, alg);
+        Ok(alg)
     }
 }
 
