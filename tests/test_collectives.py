@@ -31,7 +31,13 @@ def test_emulated_hosts(hosts: list[str]) -> None:
     """Ranks with different SHOAL_HOST_IDs act as different hosts on this machine, so
     the mixed shm+tcp transport and the topology-aware algorithms run for real."""
     only = "allreduce,broadcast,allgather,reduce_scatter,barrier"
-    results = spawn_ranks(len(hosts), "collectives.py", only, env={"BIG_COUNT": "65537"}, timeout=600,
-                          rank_env=lambda r: {"SHOAL_HOST_ID": hosts[r]})
+    results = spawn_ranks(
+        len(hosts),
+        "collectives.py",
+        only,
+        env={"BIG_COUNT": "65537"},
+        timeout=600,
+        rank_env=lambda r: {"SHOAL_HOST_ID": hosts[r]},
+    )
     for r, res in enumerate(results):
         assert res.returncode == 0 and "OK " in res.stdout, f"rank {r}:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"

@@ -68,6 +68,11 @@ impl Doorbell {
         unsafe { &*self.words }
     }
 
+    /// Whether a thread is asleep on the bell right now.
+    pub fn has_sleepers(&self) -> bool {
+        self.words().sleepers.load(Ordering::SeqCst) != 0
+    }
+
     /// The current counter; pass it to [`Doorbell::sleep`] to sleep only if
     /// nothing rang since.
     pub fn seq(&self) -> u32 {
@@ -83,10 +88,22 @@ impl Doorbell {
         }
     }
 
+    /// Sleeps until a thread goes to sleep on the bell, or `timeout` passes.
+    /// An I/O thread that leaves the work to a polling rank waits here, so
+    /// that it resumes as soon as the rank stops polling to sleep.
+    pub fn wait_for_sleeper(&self, timeout: Duration) {
+        let w = self.words();
+        if w.sleepers.load(Ordering::SeqCst) == 0 {
+            futex_wait(&w.sleepers, 0, timeout);
+        }
+    }
+
     /// Sleeps until the counter differs from `seen` or `timeout` passes.
     pub fn sleep(&self, seen: u32, timeout: Duration) {
         let w = self.words();
         w.sleepers.fetch_add(1, Ordering::SeqCst);
+        // Threads that stand by while the rank polls (see `wait_for_sleeper`) take over now.
+        futex_wake(&w.sleepers);
         if w.seq.load(Ordering::SeqCst) == seen {
             futex_wait(&w.seq, seen, timeout);
         }

@@ -87,6 +87,8 @@ impl Incoming {
     pub fn direct(&mut self) -> Option<&mut [u8]> {
         let rest = self.remaining();
         match &mut self.dest {
+            // (an empty receive's pointer may be null, which no slice may hold)
+            Dest::Buffer(_) if rest == 0 => Some(&mut []),
             // SAFETY: the receive's buffer has `len` bytes (checked on match).
             Dest::Buffer(p) => {
                 Some(unsafe { std::slice::from_raw_parts_mut(p.add(self.received), rest) })

@@ -104,6 +104,76 @@ fn zero_length(kind: Kind) {
 }
 both!(zero_length);
 
+/// Sizes around the TCP reader's thresholds (header, 16 KiB direct reads,
+/// 64 KiB inbox) in one burst: half received into posted buffers, half
+/// posted after arrival (unexpected queue), every third through a sink.
+fn mixed_sizes_burst(kind: Kind) {
+    const SIZES: [usize; 16] = [
+        0,
+        1,
+        63,
+        64,
+        65,
+        4095,
+        4096,
+        16383,
+        16384,
+        16385,
+        65535,
+        65536,
+        65537,
+        200_000,
+        (1 << 20) + 7,
+        3,
+    ];
+    run(kind, 2, RING, |r, t| {
+        if r == 0 {
+            let bufs: Vec<Vec<u8>> = SIZES
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| pattern(n, i))
+                .collect();
+            let reqs: Vec<ReqId> = bufs
+                .iter()
+                .enumerate()
+                .map(|(i, b)| isend(t, 1, i as u32, b))
+                .collect();
+            wait_all(t, &reqs).unwrap();
+        } else {
+            let half = SIZES.len() / 2;
+            let mut early: Vec<Vec<u8>> = SIZES[..half].iter().map(|&n| vec![0; n]).collect();
+            let reqs: Vec<ReqId> = early
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, _)| i % 3 != 2)
+                .map(|(i, b)| irecv(t, 0, i as u32, b))
+                .collect();
+            for i in (2..half).step_by(3) {
+                assert_eq!(
+                    sink_recv(t, 0, i as u32, SIZES[i]),
+                    pattern(SIZES[i], i),
+                    "message {i}"
+                );
+            }
+            wait_all(t, &reqs).unwrap();
+            for (i, b) in early.iter().enumerate().filter(|(i, _)| i % 3 != 2) {
+                assert_eq!(*b, pattern(SIZES[i], i), "message {i}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            t.progress().unwrap();
+            for (i, &n) in SIZES.iter().enumerate().skip(half) {
+                let got = if i % 3 == 2 {
+                    sink_recv(t, 0, i as u32, n)
+                } else {
+                    recv(t, 0, i as u32, n)
+                };
+                assert_eq!(got, pattern(n, i), "message {i} ({n} bytes)");
+            }
+        }
+    });
+}
+both!(mixed_sizes_burst);
+
 /// Receives `len` bytes through a sink, checking offsets and piece sizes.
 fn sink_recv(t: &dyn Transport, peer: usize, step: u32, len: usize) -> Vec<u8> {
     let out = Arc::new(Mutex::new((vec![0u8; len], 0usize, false)));

@@ -43,21 +43,27 @@ def _iters(text: str) -> int | None:
     return None if text == "auto" else _positive(text)
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(prog: str = "shoal bench", nprocs_option: bool = True) -> argparse.ArgumentParser:
+    """The benchmark's options; `shoal testbed bench` takes them all but -n (its hosts give the ranks)."""
     p = argparse.ArgumentParser(
-        prog="shoal bench",
+        prog=prog,
         description="Benchmark a collective with shoal, side by side with Gloo (torch.distributed) and OpenMPI.",
         epilog=f"Competitors are not installed automatically; `{DEPS_HINT}` installs them.",
     )
     p.add_argument("collective", choices=COLLECTIVES)
-    p.add_argument("-n", "--nprocs", type=_positive, default=2, help="ranks per job (default 2)")
+    if nprocs_option:
+        p.add_argument("-n", "--nprocs", type=_positive, default=2, help="ranks per job (default 2)")
     p.add_argument(
         "--sizes",
         default="8:64M",
         help="bytes: A:B = powers of two from A to B, or a list (8,1K,64M); K/M/G suffixes (default 8:64M)",
     )
     p.add_argument("--against", default="", help="comma-separated competitors: gloo, mpi, or all (default none)")
-    p.add_argument("--algo", help="shoal algorithm to run, or 'all' for every one plus automatic selection")
+    p.add_argument(
+        "--algo",
+        help="shoal algorithm to run, a comma-separated list, or 'all' for every one plus automatic selection "
+        "('ina' too for allreduce when a switch is configured)",
+    )
     p.add_argument("--transport", choices=("shm", "tcp"), help="SHOAL_TRANSPORT of the shoal ranks (default auto)")
     p.add_argument("--dtype", default="float32", choices=check.DTYPES)
     p.add_argument("--op", default="sum", choices=check.OPS, help="reduction (allreduce, reduce, reduce_scatter)")
@@ -91,17 +97,24 @@ def _competitors(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _shoal_algos(collective: str, algo: str | None) -> list[str | None]:
+def _shoal_algos(collective: str, algo: str | None, switch: bool) -> list[str | None]:
+    """The shoal series: None is the automatic choice; 'ina' (allreduce) only exists with a switch."""
     if algo is None:
         return [None]
     import shoal
 
     known = list(shoal.algorithms(collective))
+    if collective == "allreduce" and switch:
+        known.append("ina")
     if algo == "all":
         return [None, *known]
-    if algo not in known:
-        raise ValueError(f"shoal has no {collective} algorithm {algo!r}; known: {', '.join(known)}")
-    return [algo]
+    wanted = [a.strip() for a in algo.split(",") if a.strip()]
+    for a in wanted:
+        if a == "ina" and collective == "allreduce" and not switch:
+            raise ValueError("algorithm 'ina' needs a switch: set SHOAL_SWITCH (or `shoal testbed up --switch`)")
+        if a not in known and a != "auto":
+            raise ValueError(f"shoal has no {collective} algorithm {a!r}; known: {', '.join(known)}")
+    return [None if a == "auto" else a for a in dict.fromkeys(wanted)]
 
 
 def machine() -> dict[str, Any]:
@@ -169,38 +182,49 @@ def main(argv: list[str] | None = None) -> int:
         ns = p.parse_args(argv)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else EXIT_USAGE
+    return run(ns, "shoal bench " + " ".join(shlex.quote(a) for a in argv))
+
+
+def run(ns: argparse.Namespace, command: str, prog: str = "shoal bench", testbed: Any = None) -> int:
+    """Runs the benchmark `ns` asks for; the exit code. `command` is how it was asked (for the
+    report), `prog` the name messages start with.
+
+    `testbed` (a :class:`shoal.testbed.bench.Placement`) runs every job on the emulated hosts; its
+    link, not the memory roofline, is then the ceiling the tables compare with."""
+    switch = testbed.switch if testbed is not None else bool(os.environ.get("SHOAL_SWITCH"))
     try:
         sizes = parse_sizes(ns.sizes)
         against = _competitors(ns.against)
-        algos = _shoal_algos(ns.collective, ns.algo)
+        algos = _shoal_algos(ns.collective, ns.algo, switch)
     except ValueError as e:
-        print(f"shoal bench: {e}", file=sys.stderr)
+        print(f"{prog}: {e}", file=sys.stderr)
         return EXIT_USAGE
     if ns.collective in ("broadcast", "reduce") and not 0 <= ns.root < ns.nprocs:
-        print(f"shoal bench: --root {ns.root} is not a rank of {ns.nprocs}", file=sys.stderr)
+        print(f"{prog}: --root {ns.root} is not a rank of {ns.nprocs}", file=sys.stderr)
         return EXIT_USAGE
 
-    options = {"transport": ns.transport, "mpi_args": ns.mpi_args}
+    options = {"transport": ns.transport, "mpi_args": ns.mpi_args, "testbed": testbed}
     runners = {lib: get_runner(lib, **options) for lib in ["shoal", *against]}
     missing = {lib: r.missing() for lib, r in runners.items()}
     missing = {k: v for k, v in missing.items() if v}
     if missing:
         for why in missing.values():
-            print(f"shoal bench: {why}", file=sys.stderr)
-        print("shoal bench: nothing was run (competitors are never installed automatically)", file=sys.stderr)
+            print(f"{prog}: {why}", file=sys.stderr)
+        print(f"{prog}: nothing was run (competitors are never installed automatically)", file=sys.stderr)
         return EXIT_USAGE
 
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out_dir = ns.out or Path("results") / f"bench-{ns.collective}-{stamp}"
+    kind = "bench" if testbed is None else f"testbed-{testbed.shape()}"
+    out_dir = ns.out or Path("results") / f"{kind}-{ns.collective}-{stamp}"
     out_dir.mkdir(parents=True, exist_ok=True)
-    command = "shoal bench " + " ".join(shlex.quote(a) for a in argv)
 
     # series: shoal (automatic selection and/or forced algorithms), then each competitor
     jobs: list[tuple[str, str, str | None]] = [("shoal" if a is None else f"shoal:{a}", "shoal", a) for a in algos]
     jobs += [(lib, lib, None) for lib in against]
-    total = ns.rounds * len(jobs) * len(sizes) + (0 if ns.no_roofline else 1)
+    measure_roofline = not ns.no_roofline and testbed is None
+    total = ns.rounds * len(jobs) * len(sizes) + (1 if measure_roofline else 0)
     progress = Progress(total, enabled=not ns.no_progress)
-    progress.note(f"shoal bench: {command}  ->  {out_dir}/")
+    progress.note(f"{prog}: {command}  ->  {out_dir}/")
 
     doc: dict[str, Any] = {
         "schema": "shoal-bench/1",
@@ -226,8 +250,9 @@ def main(argv: list[str] | None = None) -> int:
         },
         "machine": machine(),
         "roofline": None,
+        "testbed": None if testbed is None else testbed.describe(),
     }
-    if not ns.no_roofline:
+    if measure_roofline:
         from shoal.bench.roofline import roofline
 
         progress.set_label("memory roofline")
@@ -253,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 results[name].append(_run_one(runners[lib], name, spec, ns, out_dir, rnd, len(sizes), progress))
     except KeyboardInterrupt:
-        progress.note("shoal bench: interrupted; reporting what finished")
+        progress.note(f"{prog}: interrupted; reporting what finished")
     progress.finish()
 
     doc["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -268,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     if not ns.no_plot:
         pngs = report.plot(doc, out_dir)
         if not pngs:
-            print("shoal bench: no plots: matplotlib is missing (pip install 'shoal[bench]')", file=sys.stderr)
+            print(f"{prog}: no plots: matplotlib is missing (pip install 'shoal[bench]')", file=sys.stderr)
         doc["files"].update(pngs)
     text = report.text_report(doc)
     (out_dir / "table.txt").write_text(text)
@@ -276,14 +301,14 @@ def main(argv: list[str] | None = None) -> int:
     (out_dir / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
     sys.stdout.write(text)
     sys.stdout.flush()
-    print(f"shoal bench: results in {out_dir}/ ({', '.join(sorted(set(doc['files'].values())))})", file=sys.stderr)
+    print(f"{prog}: results in {out_dir}/ ({', '.join(sorted(set(doc['files'].values())))})", file=sys.stderr)
 
     bad = [s["name"] for s in doc["series"] if s["status"] == "failed"]
     wrong = [s["name"] for s in doc["series"] if any(r["errors"] for r in s["results"])]
     if bad:
-        print(f"shoal bench: failed: {', '.join(bad)} (see the logs)", file=sys.stderr)
+        print(f"{prog}: failed: {', '.join(bad)} (see the logs)", file=sys.stderr)
     if wrong:
-        print(f"shoal bench: WRONG RESULTS from {', '.join(wrong)} (errors column)", file=sys.stderr)
+        print(f"{prog}: WRONG RESULTS from {', '.join(wrong)} (errors column)", file=sys.stderr)
     return EXIT_BAD_RESULTS if bad or wrong else EXIT_OK
 
 

@@ -16,6 +16,26 @@ NO_OP = ("broadcast", "allgather", "alltoall")
 ROOFLINE_FROM = 1 << 20
 
 
+def ceiling(doc: dict[str, Any]) -> tuple[str, float | None, int]:
+    """What busbw is compared with: (column name, GB/s, from which size). On the testbed the
+    link's goodput, elsewhere the memory roofline of one process (None when not measured)."""
+    tb = doc.get("testbed")
+    if tb:
+        return "%link", tb.get("link_goodput_gbps"), 0
+    return "%memcpy", (doc.get("roofline") or {}).get("per_process_gbps"), ROOFLINE_FROM
+
+
+def where(doc: dict[str, Any]) -> str:
+    """How the ranks were placed: '8 ranks', or '8 ranks on 4 hosts x 2 (testbed, 1gbit)'."""
+    tb = doc.get("testbed")
+    text = f"{doc['nranks']} ranks"
+    if tb:
+        text += f" on {tb['hosts']} hosts x {tb['ranks_per_host']} ({tb['link']['rate']} links"
+        text += f", delay {tb['link']['delay']}" if tb["link"]["delay_s"] else ""
+        text += ", INA switch)" if tb.get("switch") else ")"
+    return text
+
+
 def series_label(s: dict[str, Any]) -> str:
     if s["library"] == "shoal":
         return f"shoal {s['algo']}" if s["algo"] else "shoal (auto)"
@@ -153,9 +173,9 @@ def _fmt_time(us: float) -> str:
 
 
 def series_table(s: dict[str, Any], doc: dict[str, Any]) -> str:
-    coll, n = doc["collective"], doc["nranks"]
+    coll = doc["collective"]
     info = s.get("info", {})
-    head = f"# {series_label(s)} | {coll} | {n} ranks | {doc['dtype']}"
+    head = f"# {series_label(s)} | {coll} | {where(doc)} | {doc['dtype']}"
     if coll not in NO_OP:
         head += f" {doc['op']}"
     if s["library"] == "shoal":
@@ -172,13 +192,13 @@ def series_table(s: dict[str, Any], doc: dict[str, Any]) -> str:
         lines.append(f"#   unsupported: {s['unsupported']}")
     if not s["results"]:
         return "\n".join(lines)
-    roof = (doc.get("roofline") or {}).get("per_process_gbps")
+    column, roof, pct_from = ceiling(doc)
     lines.append(
         f"#{'size(B)':>13} {'count':>12} {'type':>9} {'redop':>6} {'time(us)':>12} {'algbw(GB/s)':>12} "
-        f"{'busbw(GB/s)':>12} {'errors':>7} {'%memcpy':>8}  algo"
+        f"{'busbw(GB/s)':>12} {'errors':>7} {column:>8}  algo"
     )
     for r in s["results"]:
-        pct = f"{100 * r['busbw_gbps'] / roof:7.0f}%" if roof and r["size"] >= ROOFLINE_FROM else f"{'-':>8}"
+        pct = f"{100 * r['busbw_gbps'] / roof:7.0f}%" if roof and r["size"] >= pct_from else f"{'-':>8}"
         errors = "-" if r["errors"] is None else str(r["errors"])
         lines.append(
             f"{r['size']:>14} {r['count']:>12} {r['dtype']:>9} {r['op'] or 'none':>6} {_fmt_time(r['time_us'])} "
@@ -244,7 +264,7 @@ def algo_text(doc: dict[str, Any]) -> str:
 
 
 def text_report(doc: dict[str, Any]) -> str:
-    parts = [f"# shoal bench {doc['collective']}: {doc['nranks']} ranks, {doc['dtype']}; {doc['command']}"]
+    parts = [f"# shoal bench {doc['collective']}: {where(doc)}, {doc['dtype']}; {doc['command']}"]
     m = doc["machine"]
     parts[0] += (
         f"\n# machine: {m.get('cpu', '?')}, {m.get('cpus', '?')} cpus, {m.get('memory', '?')}, {m.get('os', '?')}"
@@ -261,6 +281,12 @@ def text_report(doc: dict[str, Any]) -> str:
         from shoal.bench.roofline import describe
 
         parts.append("# " + describe(doc["roofline"]))
+    tb = doc.get("testbed")
+    if tb and tb.get("link_goodput_gbps"):
+        parts.append(
+            f"# testbed {tb['name']!r}: link goodput {tb['link_goodput_gbps']:.4f} GB/s (rate less framing); "
+            f"%link = busbw / that; emulated: {', '.join(f'{k} {v}' for k, v in tb['emulated'].items()) or 'rate'}"
+        )
     parts += [series_table(s, doc) for s in doc["series"]]
     for extra in (ratio_table(doc), algo_text(doc)):
         if extra:
@@ -281,7 +307,7 @@ def plot(doc: dict[str, Any], out_dir: Path) -> dict[str, str]:
     except ImportError:
         return {}
     files = {}
-    title = f"{doc['collective']}, {doc['nranks']} ranks, {doc['dtype']}"
+    title = f"{doc['collective']}, {where(doc)}, {doc['dtype']}"
     colors = {"gloo": "tab:orange", "mpi": "tab:green"}
     fig, ax = plt.subplots(figsize=(8, 5))
     shoal_styles = iter(["-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1))])
@@ -305,6 +331,12 @@ def plot(doc: dict[str, Any], out_dir: Path) -> dict[str, str]:
             color="gray",
             fontsize=8,
             ha="right",
+        )
+    link = (doc.get("testbed") or {}).get("link_goodput_gbps")
+    if link:
+        ax.axhline(link, color="gray", linestyle=":", linewidth=1.2)
+        ax.text(
+            max(doc["sizes_bytes"]), link * 1.1, f"link goodput {link:.3f} GB/s", color="gray", fontsize=8, ha="right"
         )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -390,7 +422,7 @@ def markdown_report(doc: dict[str, Any]) -> str:
     lines = [
         f"`{doc['command']}`",
         "",
-        f"{doc['collective']}, {doc['nranks']} ranks, {doc['dtype']}"
+        f"{doc['collective']}, {where(doc)}, {doc['dtype']}"
         + (f" {doc['op']}" if doc["collective"] not in NO_OP else "")
         + f"; machine: {m.get('cpu', '?')}, {m.get('cpus_usable', m.get('cpus', '?'))} cpus; "
         f"load average {m.get('load_average', ['?'])[0]} before the run, "
@@ -433,17 +465,17 @@ def markdown_report(doc: dict[str, Any]) -> str:
                     f"- {series_label(series[n])}/shoal: min {sm['min']:.2f}x at {human(sm['min_at'])}, "
                     f"geomean {sm['geomean']:.2f}x, max {sm['max']:.2f}x"
                 )
-    roof = (doc.get("roofline") or {}).get("per_process_gbps")
+    column, roof, pct_from = ceiling(doc)
     for s in doc["series"]:
         lines += ["", f"<details><summary>{series_label(s)}: nccl-tests style table</summary>", ""]
         if s["status"] != "ok" or s["unsupported"]:
             lines.append(f"status: {s['status']} {s['unsupported'] or ''}")
         lines += [
-            "| size (B) | count | type | redop | time (us) | algbw (GB/s) | busbw (GB/s) | errors | % memcpy | algo |",
+            f"| size (B) | count | type | redop | time (us) | algbw (GB/s) | busbw (GB/s) | errors | {column} | algo |",
             "|---:|---:|---|---|---:|---:|---:|---:|---:|---|",
         ]
         for r in s["results"]:
-            pct = f"{100 * r['busbw_gbps'] / roof:.0f}%" if roof and r["size"] >= ROOFLINE_FROM else "-"
+            pct = f"{100 * r['busbw_gbps'] / roof:.0f}%" if roof and r["size"] >= pct_from else "-"
             lines.append(
                 f"| {r['size']} | {r['count']} | {r['dtype']} | {r['op'] or 'none'} | {r['time_us']:.2f} | "
                 f"{r['algbw_gbps']:.3f} | {r['busbw_gbps']:.3f} | {r['errors']} | {pct} | {r['algo'] or ''} |"

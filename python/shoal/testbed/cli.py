@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from shoal.launcher import EXIT_CANNOT_START, RankSpec, assignment, launch, positive_float, positive_int
@@ -41,6 +42,7 @@ from shoal.testbed.state import (
     State,
     Switch,
     check_name,
+    default_name,
     load,
     plan,
     remove,
@@ -293,7 +295,7 @@ def status(name: str, as_json: bool = False) -> int:
 # --------------------------------------------------------------------------------------------- run
 
 
-def _require_up(name: str) -> State:
+def require_up(name: str) -> State:
     state = load(name)
     if state is None or state.status != "up":
         raise TestbedError(f"no testbed named {name!r} is up: run `shoal testbed up{_name_opt(name)} ...` first")
@@ -360,7 +362,7 @@ def rank_specs(
 
 
 def run(name: str, ns: argparse.Namespace) -> int:
-    state = _require_up(name)
+    state = require_up(name)
     netns.preflight()
     if shutil.which(ns.command[0]) is None:  # the namespaces share our file system
         print(f"shoal testbed run: cannot start {ns.command[0]!r}: no such program", file=sys.stderr, flush=True)
@@ -424,7 +426,7 @@ def measure(state: State, src: int, dst: int, nbytes: int | None = None, pings: 
 
 def check(name: str, src: int, dst: int, nbytes: int | None, as_json: bool) -> int:
     """Measures src -> dst and compares with the configured link; 0 if everything emulated is in tolerance."""
-    state = _require_up(name)
+    state = require_up(name)
     netns.preflight()
     if len(state.hosts) < 2 or not (0 <= src < len(state.hosts) and 0 <= dst < len(state.hosts)) or src == dst:
         raise TestbedError(f"check needs two different hosts among 0..{len(state.hosts) - 1}", code=2)
@@ -467,13 +469,13 @@ def parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--name",
-        default=os.environ.get("SHOAL_TESTBED_NAME", DEFAULT_NAME),
+        default=default_name(),
         help="testbed name, prefix of its namespaces (default $SHOAL_TESTBED_NAME or 'shoal')",
     )
     p = argparse.ArgumentParser(
         prog="shoal testbed", description="An emulated cluster: hosts as network namespaces behind a shaped switch."
     )
-    sub = p.add_subparsers(dest="cmd", required=True, metavar="{up,run,status,check,down}")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="{up,run,bench,status,check,down}")
     u = sub.add_parser("up", parents=[common], help="create the hosts, switch and shaped links")
     u.add_argument("--hosts", type=positive_int, default=2, help="number of hosts (default 2)")
     u.add_argument("--ranks-per-host", type=positive_int, default=1, help="ranks `run` starts per host (default 1)")
@@ -497,6 +499,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--timeout", type=positive_float, help="stop all ranks after this many seconds (exit 124)")
     r.add_argument("--env", type=assignment, action="append", default=[], metavar="K=V", help="extra variable")
     r.add_argument("command", nargs=argparse.REMAINDER, help="the command (after an optional --)")
+    # (bench has its own parser, shoal bench's: main hands it the arguments before this one parses them)
+    sub.add_parser("bench", help="shoal bench on the emulated hosts (shoal testbed bench -h)", add_help=False)
     s = sub.add_parser("status", parents=[common], help="show the testbed")
     s.add_argument("--json", action="store_true", help="print the state as JSON")
     c = sub.add_parser("check", parents=[common], help="measure throughput and RTT between two hosts")
@@ -510,41 +514,54 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """Runs `shoal testbed` with `argv` (the arguments after `testbed`); returns the exit code."""
+    if argv[:1] == ["bench"]:
+        from shoal.testbed.bench import main as bench_main
+
+        return _reporting_errors(lambda: bench_main(argv[1:]))
     p = parser()
     try:
         ns = p.parse_args(argv)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 2
+    return _reporting_errors(lambda: _dispatch(ns))
+
+
+def _reporting_errors(action: Callable[[], int]) -> int:
+    """Runs a subcommand; a TestbedError or ^C becomes a message and an exit code."""
     try:
-        check_name(ns.name)
-        if ns.cmd == "up":
-            try:
-                link = Link.parse(ns.link, ns.delay, ns.loss)
-            except ValueError as e:
-                raise TestbedError(str(e), code=2) from None
-            state = up(ns.name, ns.hosts, ns.ranks_per_host, link, ns.subnet, ns.switch, ns.strict, ns.no_gso)
-            _say(describe(state))
-            for k, v in state.emulated.items():
-                if "NOT" in v:
-                    _warn(f"{k} is {v}: the links have the rate but not this {k}")
-            return 0
-        if ns.cmd == "down":
-            return down(ns.name)
-        if ns.cmd == "status":
-            return status(ns.name, ns.json)
-        if ns.cmd == "check":
-            return check(ns.name, ns.src, ns.dst, ns.bytes, ns.json)
-        command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
-        if not command:
-            raise TestbedError("no command given (usage: shoal testbed run [options] -- cmd args...)", code=2)
-        ns.command = command
-        return run(ns.name, ns)
+        return action()
     except TestbedError as e:
         print(f"shoal testbed: {e}", file=sys.stderr, flush=True)
         return e.code
     except KeyboardInterrupt:
         print("shoal testbed: interrupted", file=sys.stderr, flush=True)
         return 130
+
+
+def _dispatch(ns: argparse.Namespace) -> int:
+    check_name(ns.name)
+    if ns.cmd == "up":
+        try:
+            link = Link.parse(ns.link, ns.delay, ns.loss)
+        except ValueError as e:
+            raise TestbedError(str(e), code=2) from None
+        state = up(ns.name, ns.hosts, ns.ranks_per_host, link, ns.subnet, ns.switch, ns.strict, ns.no_gso)
+        _say(describe(state))
+        for k, v in state.emulated.items():
+            if "NOT" in v:
+                _warn(f"{k} is {v}: the links have the rate but not this {k}")
+        return 0
+    if ns.cmd == "down":
+        return down(ns.name)
+    if ns.cmd == "status":
+        return status(ns.name, ns.json)
+    if ns.cmd == "check":
+        return check(ns.name, ns.src, ns.dst, ns.bytes, ns.json)
+    command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
+    if not command:
+        raise TestbedError("no command given (usage: shoal testbed run [options] -- cmd args...)", code=2)
+    ns.command = command
+    return run(ns.name, ns)
 
 
 if __name__ == "__main__":

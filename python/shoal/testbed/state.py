@@ -53,6 +53,11 @@ def check_subnet(text: str) -> ipaddress.IPv4Network:
     return net
 
 
+def default_name() -> str:
+    """The testbed name commands use without --name: $SHOAL_TESTBED_NAME, else 'shoal'."""
+    return os.environ.get("SHOAL_TESTBED_NAME", DEFAULT_NAME)
+
+
 def state_dir() -> Path:
     return Path(os.environ.get("SHOAL_TESTBED_DIR", DEFAULT_DIR))
 

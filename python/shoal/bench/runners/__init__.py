@@ -87,6 +87,14 @@ def python() -> str:
     return sys.executable
 
 
+def shoal_run_argv(nprocs: int, command: list[str], testbed: Any = None) -> list[str]:
+    """`command` on N ranks with torchrun's environment: ``shoal run``, or ``shoal testbed run`` when
+    `testbed` (a :class:`shoal.testbed.bench.Placement`) places the ranks on the emulated hosts."""
+    if testbed is not None:
+        return testbed.run_argv(command)
+    return [python(), "-m", "shoal.cli", "run", "-n", str(nprocs), "--no-prefix", "--", *command]
+
+
 def run_job(
     argv: list[str],
     env: dict[str, str],

@@ -1,21 +1,23 @@
 """Gloo's job: N python processes with torchrun's environment (RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT), started through ``shoal run`` (which
 sets exactly those and stops the job when a rank fails; torch never sees
-shoal), each running ``python -m shoal.bench.worker_gloo``."""
+shoal), or ``shoal testbed run`` on the emulated hosts, each running
+``python -m shoal.bench.worker_gloo``."""
 
 from __future__ import annotations
 
 import importlib.util
+from typing import Any
 
-from shoal.bench.runners import DEPS_HINT, Runner, python
+from shoal.bench.runners import DEPS_HINT, Runner, python, shoal_run_argv
 from shoal.bench.worker import Spec
 
 
 class GlooRunner(Runner):
     library = "gloo"
 
-    def __init__(self, **_: object) -> None:
-        pass
+    def __init__(self, testbed: Any = None, **_: object) -> None:
+        self.testbed = testbed
 
     def missing(self) -> str | None:
         if importlib.util.find_spec("torch") is None:
@@ -29,6 +31,7 @@ class GlooRunner(Runner):
         return None
 
     def command(self, spec: Spec, nprocs: int) -> tuple[list[str], dict[str, str]]:
-        argv = [python(), "-m", "shoal.cli", "run", "-n", str(nprocs), "--no-prefix", "--"]
-        argv += [python(), "-m", "shoal.bench.worker_gloo", "--spec", spec.to_json()]
-        return argv, {"GLOO_SOCKET_IFNAME": "lo"}
+        worker = [python(), "-m", "shoal.bench.worker_gloo", "--spec", spec.to_json()]
+        # Gloo's one interface: loopback on one machine, the host's link on the testbed
+        ifname = "lo" if self.testbed is None else self.testbed.interface
+        return shoal_run_argv(nprocs, worker, self.testbed), {"GLOO_SOCKET_IFNAME": ifname}

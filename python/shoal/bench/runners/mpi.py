@@ -1,11 +1,14 @@
 """OpenMPI's job: ``mpirun --allow-run-as-root --oversubscribe -n N python -m
-shoal.bench.worker_mpi`` (mpi4py over the system OpenMPI, default settings)."""
+shoal.bench.worker_mpi`` (mpi4py over the system OpenMPI, default settings).
+On the testbed mpirun runs on host 0 and starts its daemons on the other
+emulated hosts through :mod:`shoal.testbed.mpi_agent`."""
 
 from __future__ import annotations
 
 import importlib.util
 import shlex
 import shutil
+from typing import Any
 
 from shoal.bench.runners import DEPS_HINT, Runner, python
 from shoal.bench.worker import Spec
@@ -14,8 +17,9 @@ from shoal.bench.worker import Spec
 class MpiRunner(Runner):
     library = "mpi"
 
-    def __init__(self, mpi_args: str = "", **_: object) -> None:
+    def __init__(self, mpi_args: str = "", testbed: Any = None, **_: object) -> None:
         self.mpi_args = shlex.split(mpi_args)
+        self.testbed = testbed
 
     def missing(self) -> str | None:
         problems = []
@@ -28,6 +32,8 @@ class MpiRunner(Runner):
         return "mpi needs " + "; ".join(problems) + f"\n  or install every competitor with: {DEPS_HINT}"
 
     def command(self, spec: Spec, nprocs: int) -> tuple[list[str], dict[str, str]]:
+        worker = [python(), "-m", "shoal.bench.worker_mpi", "--spec", spec.to_json()]
+        if self.testbed is not None:
+            return self.testbed.mpirun_argv(self.mpi_args, worker), {}
         argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", str(nprocs), *self.mpi_args]
-        argv += [python(), "-m", "shoal.bench.worker_mpi", "--spec", spec.to_json()]
-        return argv, {}
+        return argv + worker, {}

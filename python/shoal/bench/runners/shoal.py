@@ -1,19 +1,22 @@
-"""shoal's job: ``shoal run -n N -- python -m shoal.bench.worker_shoal``."""
+"""shoal's job: ``shoal run -n N -- python -m shoal.bench.worker_shoal`` (``shoal testbed run`` on the testbed)."""
 
 from __future__ import annotations
 
-from shoal.bench.runners import Runner, python
+from typing import Any
+
+from shoal.bench.runners import Runner, python, shoal_run_argv
 from shoal.bench.worker import Spec
 
 
 class ShoalRunner(Runner):
     library = "shoal"
 
-    def __init__(self, transport: str | None = None, **_: object) -> None:
+    def __init__(self, transport: str | None = None, testbed: Any = None, **_: object) -> None:
         self.transport = transport
+        self.testbed = testbed
 
     def command(self, spec: Spec, nprocs: int) -> tuple[list[str], dict[str, str]]:
-        argv = [python(), "-m", "shoal.cli", "run", "-n", str(nprocs), "--no-prefix", "--"]
-        argv += [python(), "-m", "shoal.bench.worker_shoal", "--spec", spec.to_json()]
+        worker = [python(), "-m", "shoal.bench.worker_shoal", "--spec", spec.to_json()]
+        argv = shoal_run_argv(nprocs, worker, self.testbed)
         env = {"SHOAL_TRANSPORT": self.transport} if self.transport else {}
         return argv, env

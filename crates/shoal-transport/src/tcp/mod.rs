@@ -2,17 +2,21 @@
 //!
 //! The higher rank dials the lower one (whose `ip:port` it reads from the
 //! store) and introduces itself with its rank and the job id. Each connection
-//! has a writer thread fed by a queue, so `isend` never blocks, and a reader
-//! thread that parses frames and reads payloads straight into the posted
-//! receive's buffer (or through a staging buffer into its sink), falling back
-//! to the unexpected queue. Both threads ring a [`Doorbell`] the waiting rank
-//! sleeps on. EOF without a prior `Bye` frame marks the peer dead.
-//! Sending to self is rejected: plans never do it.
+//! has a writer thread fed by a queue, so `isend` never blocks (small sends
+//! on an idle connection are written by the caller), and a read side
+//! ([`reader`]) that parses frames and reads payloads straight into the
+//! posted receive's buffer (or through a staging buffer into its sink),
+//! falling back to the unexpected queue. The read side is pumped by the
+//! connection's reader thread and by the waiting rank's own polling. Both
+//! ring a [`Doorbell`] the waiting rank sleeps on. EOF without a prior `Bye`
+//! frame marks the peer dead. Sending to self is rejected: plans never do it.
+
+mod reader;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -22,10 +26,9 @@ use crate::doorbell::{wait_on, Doorbell};
 use crate::frame::{Header, Kind, HEADER_LEN};
 use crate::matching::Matcher;
 use crate::{CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError};
+use reader::{wait_readable, ReadSide};
 
 const HELLO: &[u8; 8] = b"SHOALTCP";
-/// Staging buffer for sink receives and discarded payloads.
-const STAGING: usize = 256 << 10;
 
 /// Settings of a [`TcpTransport`].
 #[derive(Clone, Debug)]
@@ -62,9 +65,32 @@ struct Shared {
     bell: Doorbell,
     /// Set when we close: our own EOFs are then expected, not peer deaths.
     closing: AtomicBool,
+    /// When the rank last polled the sockets itself (ns since `epoch`).
+    polled_at: AtomicU64,
+    epoch: Instant,
 }
 
+/// A rank that polled its sockets this recently is still polling them.
+const POLLING_WITHIN: Duration = Duration::from_micros(200);
+/// How long a reader thread stands by while the rank polls the sockets
+/// itself: a reader woken by every packet would only take the CPU from it.
+/// The rank going to sleep ends the wait early; the limit only matters when
+/// the rank stops polling without sleeping (back to its own work, or blocked
+/// writing to a peer that is blocked writing to it).
+const STAND_BY: Duration = Duration::from_millis(2);
+
 impl Shared {
+    fn mark_polled(&self) {
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        self.polled_at.store(now, Ordering::Relaxed);
+    }
+
+    /// Whether the rank is spinning on a call (polled lately and not asleep).
+    fn rank_is_polling(&self) -> bool {
+        let since = self.epoch.elapsed().as_nanos() as u64 - self.polled_at.load(Ordering::Relaxed);
+        !self.bell.has_sleepers() && since < POLLING_WITHIN.as_nanos() as u64
+    }
+
     fn lock(&self) -> MutexGuard<'_, Matcher> {
         self.matcher.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -104,6 +130,7 @@ struct Conn {
     stream: TcpStream,
     queue: Mutex<Option<Sender<Job>>>,
     write: Arc<WriteSide>,
+    read: Arc<Mutex<ReadSide>>,
 }
 
 /// The write half of a connection, shared by the caller (small sends go out
@@ -159,6 +186,8 @@ impl TcpTransport {
             matcher: Mutex::new(Matcher::new(cfg.rank, peers.iter().copied())),
             bell,
             closing: AtomicBool::new(false),
+            polled_at: AtomicU64::new(0),
+            epoch: Instant::now(),
         });
         let mut index = vec![None; cfg.world.max(peers.last().map_or(0, |m| m + 1))];
         let mut conns = Vec::new();
@@ -166,7 +195,8 @@ impl TcpTransport {
         for (peer, stream) in streams {
             index[peer] = Some(conns.len());
             let (tx, rx) = channel::<Job>();
-            let (w, r) = (
+            let (w, r, polled) = (
+                stream.try_clone().map_err(io)?,
                 stream.try_clone().map_err(io)?,
                 stream.try_clone().map_err(io)?,
             );
@@ -174,22 +204,25 @@ impl TcpTransport {
                 stream: Mutex::new(w),
                 queued: AtomicUsize::new(0),
             });
+            let read = Arc::new(Mutex::new(ReadSide::new(r, peer)));
             let (sh, ws) = (shared.clone(), write.clone());
             threads.push(spawn(format!("shoal-tcp-w{peer}"), move || {
                 writer_loop(&sh, peer, &ws, rx)
             })?);
-            let sh = shared.clone();
+            let (sh, rs) = (shared.clone(), read.clone());
             threads.push(spawn(format!("shoal-tcp-r{peer}"), move || {
-                reader_loop(&sh, peer, r)
+                reader_loop(&sh, &rs, &polled)
             })?);
             conns.push(Conn {
                 peer,
                 stream,
                 queue: Mutex::new(Some(tx)),
                 write,
+                read,
             });
         }
         let last_seen = AtomicU32::new(shared.bell.seq());
+
         Ok(TcpTransport {
             rank: cfg.rank,
             world: cfg.world,
@@ -247,6 +280,16 @@ impl TcpTransport {
             return None;
         }
         Some(send_frame(&mut stream, header, payload))
+    }
+
+    /// Reads whatever has arrived on the connections no reader thread has
+    /// in hand, from the calling thread.
+    fn pump_readable(&self) {
+        for c in &self.conns {
+            if let Ok(mut r) = c.read.try_lock() {
+                r.pump(&self.shared);
+            }
+        }
     }
 
     /// Flushes queued sends, says bye to every peer, and stops the threads.
@@ -359,80 +402,22 @@ fn send_frame(s: &mut TcpStream, header: &[u8], payload: &[u8]) -> std::io::Resu
     s.write_all(payload)
 }
 
-/// Parses frames from `peer` until EOF, delivering payloads as they arrive.
-fn reader_loop(sh: &Shared, peer: usize, mut s: TcpStream) {
-    let mut staging = vec![0u8; STAGING];
-    let mut hdr = [0u8; HEADER_LEN];
+/// Pumps the connection's read side whenever the socket has data and the
+/// rank is not polling it itself, until the stream ends.
+fn reader_loop(sh: &Shared, read: &Mutex<ReadSide>, polled: &TcpStream) {
     loop {
-        if let Err(e) = s.read_exact(&mut hdr) {
-            if !sh.lock().said_bye(peer) {
-                let what = if e.kind() == ErrorKind::UnexpectedEof {
-                    "connection closed without bye".into()
-                } else {
-                    e.to_string()
-                };
-                sh.lost(peer, &what);
-            }
+        if sh.rank_is_polling() {
+            sh.bell.wait_for_sleeper(STAND_BY);
+            continue;
+        }
+        wait_readable(polled);
+        if sh.rank_is_polling() {
+            continue;
+        }
+        let mut r = read.lock().unwrap_or_else(|e| e.into_inner());
+        r.pump(sh);
+        if r.closed() {
             return;
-        }
-        let h = match Header::decode(&hdr) {
-            Ok(h) => h,
-            Err(e) => return sh.lost(peer, &e.to_string()),
-        };
-        let r = match h.kind {
-            Kind::Data => read_data(sh, peer, &mut s, &h, &mut staging),
-            Kind::Abort => read_abort(sh, peer, &mut s, &h),
-            Kind::Bye => {
-                sh.update(|m| m.peer_bye(peer));
-                Ok(())
-            }
-            Kind::Rndv | Kind::Ack => {
-                return sh.lost(peer, &format!("unexpected {:?} frame over tcp", h.kind))
-            }
-        };
-        if let Err(e) = r {
-            return sh.lost(peer, &format!("receive failed: {e}"));
-        }
-    }
-}
-
-fn read_data(
-    sh: &Shared,
-    peer: usize,
-    s: &mut TcpStream,
-    h: &Header,
-    staging: &mut [u8],
-) -> std::io::Result<()> {
-    let mut inc = sh.lock().on_header(peer, h);
-    while !inc.done() {
-        if let Some(dst) = inc.direct() {
-            let n = read_some(s, dst)?;
-            inc.advance(n);
-        } else {
-            let want = inc.remaining().min(staging.len());
-            let n = read_some(s, &mut staging[..want])?;
-            inc.push(&staging[..n]);
-        }
-    }
-    sh.update(|m| m.on_complete(peer, inc));
-    Ok(())
-}
-
-fn read_abort(sh: &Shared, peer: usize, s: &mut TcpStream, h: &Header) -> std::io::Result<()> {
-    let mut reason = vec![0u8; (h.len as usize).min(1 << 20)];
-    s.read_exact(&mut reason)?;
-    let reason = String::from_utf8_lossy(&reason).into_owned();
-    sh.update(|m| m.set_fatal(TransportError::Aborted { peer, reason }));
-    Ok(())
-}
-
-fn read_some(s: &mut TcpStream, dst: &mut [u8]) -> std::io::Result<usize> {
-    loop {
-        match s.read(dst) {
-            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
-            Ok(n) => return Ok(n),
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
         }
     }
 }
@@ -613,9 +598,12 @@ impl Transport for TcpTransport {
         self.shared.lock().test(req)
     }
 
-    /// The I/O threads move the data; this reports whether they did anything
-    /// since the last call, or a peer failure.
+    /// Reads what has arrived on connections no other thread is reading, then
+    /// reports whether anything happened since the last call (here or in the
+    /// I/O threads), or a peer failure.
     fn progress(&self) -> Result<bool> {
+        self.shared.mark_polled();
+        self.pump_readable();
         self.shared.lock().health()?;
         let now = self.shared.bell.seq();
         Ok(self.last_seen.swap(now, Ordering::AcqRel) != now)

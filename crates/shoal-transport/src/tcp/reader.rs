@@ -1,0 +1,253 @@
+//! The read half of a TCP connection: a frame parser driven by non-blocking
+//! reads, from whichever thread holds its lock.
+//!
+//! Two threads drive it. The connection's reader thread sleeps in `poll` and
+//! pumps whatever arrives, so data moves (and a dead peer is noticed) while
+//! the rank computes. A rank waiting for a message pumps it too, from its own
+//! spin loop: the bytes then go from the socket to the receive buffer without
+//! waking another thread, which on a loaded or virtual machine costs tens of
+//! microseconds per message.
+
+use std::io::ErrorKind;
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+
+use super::Shared;
+use crate::frame::{Header, Kind, HEADER_LEN};
+use crate::matching::Incoming;
+use crate::TransportError;
+
+/// The read buffer: headers and small payloads arrive together in one `recv`
+/// (a small message costs one system call); sink payloads pass through it.
+const INBOX: usize = 64 << 10;
+/// Payload bytes still to come from which a read goes straight into the
+/// receive's memory instead of through the inbox.
+const DIRECT_FROM: usize = 16 << 10;
+/// The longest abort reason read (the rest of a longer one is not needed).
+const MAX_REASON: usize = 1 << 20;
+
+pub(super) struct ReadSide {
+    stream: TcpStream,
+    peer: usize,
+    state: State,
+    /// Bytes read but not yet consumed are `inbox[start..end]`.
+    inbox: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+enum State {
+    /// Expecting a frame header.
+    Header,
+    /// Reading a data payload into its receive (or the unexpected queue).
+    Data(Incoming),
+    /// Reading an abort frame's reason.
+    Abort { reason: Vec<u8>, have: usize },
+    /// End of stream or a broken frame, already reported: nothing more to read.
+    Closed,
+}
+
+/// What one non-blocking read gave.
+enum Got {
+    Bytes(usize),
+    /// Nothing there now.
+    Empty,
+    Eof,
+    Failed(std::io::Error),
+}
+
+impl ReadSide {
+    pub(super) fn new(stream: TcpStream, peer: usize) -> ReadSide {
+        ReadSide {
+            stream,
+            peer,
+            state: State::Header,
+            inbox: vec![0; INBOX],
+            start: 0,
+            end: 0,
+        }
+    }
+
+    pub(super) fn closed(&self) -> bool {
+        matches!(self.state, State::Closed)
+    }
+
+    fn buffered(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// Reads and delivers everything the socket has now.
+    pub(super) fn pump(&mut self, sh: &Shared) {
+        loop {
+            self.consume(sh);
+            if self.closed() {
+                return;
+            }
+            let (got, wanted) = self.read_more();
+            match got {
+                // A short read: the socket had no more than that.
+                Got::Bytes(n) if n < wanted => self.consume(sh),
+                Got::Bytes(_) => continue,
+                Got::Empty => {}
+                Got::Eof => {
+                    if !sh.lock().said_bye(self.peer) {
+                        sh.lost(self.peer, "connection closed without bye");
+                    }
+                    self.state = State::Closed;
+                }
+                Got::Failed(e) => {
+                    sh.lost(self.peer, &format!("receive failed: {e}"));
+                    self.state = State::Closed;
+                }
+            }
+            return;
+        }
+    }
+
+    /// One `recv`: straight into a large payload's memory, else into the
+    /// inbox. Returns what it got and how much it asked for.
+    fn read_more(&mut self) -> (Got, usize) {
+        if let State::Data(inc) = &mut self.state {
+            if inc.remaining() >= DIRECT_FROM {
+                if let Some(dst) = inc.direct() {
+                    let wanted = dst.len();
+                    let got = recv(&self.stream, dst);
+                    if let Got::Bytes(n) = got {
+                        inc.advance(n);
+                    }
+                    return (got, wanted);
+                }
+            }
+        }
+        if self.start == self.end {
+            (self.start, self.end) = (0, 0);
+        } else if self.start > 0 {
+            self.inbox.copy_within(self.start..self.end, 0);
+            (self.start, self.end) = (0, self.end - self.start);
+        }
+        let wanted = INBOX - self.end;
+        let got = recv(&self.stream, &mut self.inbox[self.end..]);
+        if let Got::Bytes(n) = got {
+            self.end += n;
+        }
+        (got, wanted)
+    }
+
+    /// Parses and delivers what the inbox holds.
+    fn consume(&mut self, sh: &Shared) {
+        loop {
+            let peer = self.peer;
+            match &mut self.state {
+                State::Closed => return,
+                State::Header => {
+                    if self.buffered() < HEADER_LEN {
+                        return;
+                    }
+                    let mut hdr = [0u8; HEADER_LEN];
+                    hdr.copy_from_slice(&self.inbox[self.start..self.start + HEADER_LEN]);
+                    self.start += HEADER_LEN;
+                    self.start_frame(sh, &hdr);
+                }
+                State::Data(inc) => {
+                    let n = inc.remaining().min(self.end - self.start);
+                    if n > 0 {
+                        inc.push(&self.inbox[self.start..self.start + n]);
+                        self.start += n;
+                    }
+                    if !inc.done() {
+                        return;
+                    }
+                    self.finish_data(sh);
+                }
+                State::Abort { reason, have } => {
+                    let n = (reason.len() - *have).min(self.end - self.start);
+                    reason[*have..*have + n]
+                        .copy_from_slice(&self.inbox[self.start..self.start + n]);
+                    *have += n;
+                    self.start += n;
+                    if *have < reason.len() {
+                        return;
+                    }
+                    let reason = String::from_utf8_lossy(reason).into_owned();
+                    sh.update(|m| m.set_fatal(TransportError::Aborted { peer, reason }));
+                    self.state = State::Header;
+                }
+            }
+        }
+    }
+
+    fn start_frame(&mut self, sh: &Shared, buf: &[u8; HEADER_LEN]) {
+        let peer = self.peer;
+        let h = match Header::decode(buf) {
+            Ok(h) => h,
+            Err(e) => return self.broken(sh, &e.to_string()),
+        };
+        self.state = match h.kind {
+            Kind::Data => State::Data(sh.lock().on_header(peer, &h)),
+            Kind::Abort => State::Abort {
+                reason: vec![0; (h.len as usize).min(MAX_REASON)],
+                have: 0,
+            },
+            Kind::Bye => {
+                sh.update(|m| m.peer_bye(peer));
+                State::Header
+            }
+            Kind::Rndv | Kind::Ack => {
+                return self.broken(sh, &format!("unexpected {:?} frame over tcp", h.kind))
+            }
+        };
+    }
+
+    fn finish_data(&mut self, sh: &Shared) {
+        if let State::Data(inc) = std::mem::replace(&mut self.state, State::Header) {
+            sh.update(|m| m.on_complete(self.peer, inc));
+        }
+    }
+
+    fn broken(&mut self, sh: &Shared, why: &str) {
+        sh.lost(self.peer, why);
+        self.state = State::Closed;
+    }
+}
+
+/// One `recv` that never blocks (MSG_DONTWAIT: the socket stays blocking for
+/// the writers that share its file description).
+fn recv(s: &TcpStream, dst: &mut [u8]) -> Got {
+    if dst.is_empty() {
+        return Got::Bytes(0);
+    }
+    loop {
+        // SAFETY: dst is valid writable memory of dst.len() bytes.
+        let n = unsafe {
+            libc::recv(
+                s.as_raw_fd(),
+                dst.as_mut_ptr().cast(),
+                dst.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n > 0 {
+            return Got::Bytes(n as usize);
+        }
+        if n == 0 {
+            return Got::Eof;
+        }
+        let e = std::io::Error::last_os_error();
+        match e.kind() {
+            ErrorKind::Interrupted => continue,
+            ErrorKind::WouldBlock => return Got::Empty,
+            _ => return Got::Failed(e),
+        }
+    }
+}
+
+/// Sleeps until `s` has something to read (or is closed).
+pub(super) fn wait_readable(s: &TcpStream) {
+    let mut pfd = libc::pollfd {
+        fd: s.as_raw_fd(),
+        events: libc::POLLIN | libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; -1 = no timeout (close shuts the socket down, which wakes it).
+    unsafe { libc::poll(&mut pfd, 1, -1) };
+}
