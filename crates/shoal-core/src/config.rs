@@ -1,6 +1,7 @@
 //! Runtime configuration from `SHOAL_*` environment variables. Every variable
 //! is documented with its default in docs/configuration.md.
 
+use shoal_transport::Congestion;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -36,6 +37,10 @@ pub struct Config {
     /// `SHOAL_TCP_ADDR` (default: the address that reaches the store, else 127.0.0.1):
     /// the address this rank listens on for TCP peers.
     pub tcp_addr: Option<String>,
+    /// `SHOAL_TCP_CC` (default cubic): congestion control of shoal's TCP
+    /// connections; `system` keeps the kernel's default. Cubic by default
+    /// because BBR's pacing stalls collective traffic (see docs/configuration.md).
+    pub tcp_congestion: Option<Congestion>,
     /// `SHOAL_CALIBRATE` (0 or 1, default 1): measure latency and bandwidth at init.
     pub calibrate: bool,
     /// `SHOAL_COST` (default empty): cost parameters given instead of measured,
@@ -55,6 +60,7 @@ impl Config {
             shm_cma_bytes: parse(env, "SHOAL_SHM_CMA_BYTES", 1_048_576usize)?,
             host_id: env("SHOAL_HOST_ID").filter(|s| !s.is_empty()),
             tcp_addr: env("SHOAL_TCP_ADDR").filter(|s| !s.is_empty()),
+            tcp_congestion: parse_congestion(env),
             calibrate: parse(env, "SHOAL_CALIBRATE", 1u8)? != 0,
             cost: env("SHOAL_COST").unwrap_or_default(),
         })
@@ -63,6 +69,21 @@ impl Config {
     /// The configuration of this process's environment.
     pub fn from_process_env() -> Result<Config> {
         Config::from_env(&|k| std::env::var(k).ok())
+    }
+}
+
+/// The default only applies where the kernel has it; one the user names is required.
+fn parse_congestion(env: &dyn Fn(&str) -> Option<String>) -> Option<Congestion> {
+    match env("SHOAL_TCP_CC").map(|v| v.trim().to_string()) {
+        Some(v) if v == "system" => None,
+        Some(v) if !v.is_empty() => Some(Congestion {
+            name: v,
+            required: true,
+        }),
+        _ => Some(Congestion {
+            name: "cubic".into(),
+            required: false,
+        }),
     }
 }
 
@@ -109,6 +130,16 @@ mod tests {
         let c = Config::from_env(&env_of(&[])).unwrap();
         assert_eq!(c.timeout, Duration::from_secs(300));
         assert_eq!(c.transport, TransportChoice::Auto);
+    }
+
+    #[test]
+    fn tcp_congestion_control() {
+        let cc = |v: &[(&str, &str)]| Config::from_env(&env_of(v)).unwrap().tcp_congestion;
+        let default = cc(&[]).unwrap();
+        assert_eq!((default.name.as_str(), default.required), ("cubic", false));
+        let named = cc(&[("SHOAL_TCP_CC", "reno")]).unwrap();
+        assert_eq!((named.name.as_str(), named.required), ("reno", true));
+        assert!(cc(&[("SHOAL_TCP_CC", "system")]).is_none());
     }
 
     #[test]

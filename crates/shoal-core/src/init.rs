@@ -101,6 +101,7 @@ fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Box<dyn Transpo
     cfg.ring_size = config.shm_ring_bytes;
     cfg.cma_threshold = config.shm_cma_bytes;
     cfg.timeout = config.timeout;
+    cfg.tcp_congestion = config.tcp_congestion.clone();
     if rdzv.hosts.num_hosts() > 1 || config.transport == TransportChoice::Tcp {
         cfg.bind_ip = tcp_address(config, rdzv)?;
     }

@@ -20,7 +20,7 @@ pub mod tcp;
 pub use doorbell::Doorbell;
 pub use routed::{Routed, RoutedConfig};
 pub use shm::{ShmConfig, ShmTransport};
-pub use tcp::{TcpConfig, TcpTransport};
+pub use tcp::{Congestion, TcpConfig, TcpTransport};
 
 /// Identifies a message between one sender and one receiver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

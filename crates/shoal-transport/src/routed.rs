@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::doorbell::{wait_on, Doorbell};
 use crate::shm::{ShmConfig, ShmTransport, DEFAULT_CMA_THRESHOLD, DEFAULT_RING_SIZE};
-use crate::tcp::{TcpConfig, TcpTransport};
+use crate::tcp::{Congestion, TcpConfig, TcpTransport};
 use crate::{CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError};
 
 /// Settings of a [`Routed`] transport.
@@ -32,6 +32,8 @@ pub struct RoutedConfig {
     pub bind_ip: IpAddr,
     /// Limit for setup and for flushing on close.
     pub timeout: Duration,
+    /// Congestion control of the tcp connections (`None`: the system's).
+    pub tcp_congestion: Option<Congestion>,
 }
 
 impl RoutedConfig {
@@ -46,6 +48,7 @@ impl RoutedConfig {
             cma_threshold: DEFAULT_CMA_THRESHOLD,
             bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             timeout: Duration::from_secs(60),
+            tcp_congestion: None,
         }
     }
 }
@@ -104,6 +107,7 @@ impl Routed {
             let mut c = TcpConfig::new(cfg.rank, cfg.world, remote, &cfg.job_id);
             c.bind_ip = cfg.bind_ip;
             c.timeout = cfg.timeout;
+            c.congestion = cfg.tcp_congestion.clone();
             Some(TcpTransport::connect_with_doorbell(
                 &c,
                 store,

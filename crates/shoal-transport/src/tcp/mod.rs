@@ -44,6 +44,17 @@ pub struct TcpConfig {
     pub job_id: String,
     /// Limit for setting up connections and for flushing sends on close.
     pub timeout: Duration,
+    /// TCP congestion control of the connections (`None`: the system's).
+    pub congestion: Option<Congestion>,
+}
+
+/// A congestion-control algorithm for the connections, by its kernel name.
+#[derive(Clone, Debug)]
+pub struct Congestion {
+    pub name: String,
+    /// Whether the user asked for it: then an unavailable one is an error,
+    /// else the connection keeps the system's algorithm.
+    pub required: bool,
 }
 
 impl TcpConfig {
@@ -55,6 +66,7 @@ impl TcpConfig {
             bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             job_id: job_id.to_string(),
             timeout: Duration::from_secs(60),
+            congestion: None,
         }
     }
 }
@@ -118,6 +130,8 @@ enum Job {
         header: [u8; HEADER_LEN],
         data: SendPtr,
         len: usize,
+        /// Bytes of header + payload the caller already wrote.
+        sent: usize,
     },
     Control {
         header: [u8; HEADER_LEN],
@@ -142,9 +156,6 @@ struct WriteSide {
     /// is only allowed when this is zero, to keep frames in order.
     queued: AtomicUsize,
 }
-
-/// Sends up to this size are written by the caller when the connection is idle.
-const DIRECT_MAX: usize = 64 << 10;
 
 /// TCP transport; see the module docs.
 pub struct TcpTransport {
@@ -263,23 +274,46 @@ impl TcpTransport {
         }
     }
 
-    /// Writes a small frame from the calling thread when nothing is queued
-    /// and the writer thread is idle; `None` means "use the queue".
+    /// Sends from the calling thread when the connection is idle, without
+    /// blocking: what the socket does not take now is queued for the writer
+    /// thread, in order. `None` means "not idle: queue it all".
     fn try_direct(
         &self,
         peer: usize,
-        header: &[u8],
-        payload: &[u8],
-    ) -> Option<std::io::Result<()>> {
-        if payload.len() > DIRECT_MAX || self.shared.closing.load(Ordering::Acquire) {
+        id: ReqId,
+        header: &[u8; HEADER_LEN],
+        data: *const u8,
+        len: usize,
+    ) -> Option<Direct> {
+        if self.shared.closing.load(Ordering::Acquire) {
             return None;
         }
         let w = &self.conn(peer)?.write;
-        let mut stream = w.stream.try_lock().ok()?;
+        let stream = w.stream.try_lock().ok()?;
         if w.queued.load(Ordering::Acquire) != 0 {
             return None;
         }
-        Some(send_frame(&mut stream, header, payload))
+        // SAFETY: the isend caller keeps `data` valid until the request completes.
+        let payload = unsafe { payload_of(data, len) };
+        let sent = match send_nonblocking(&stream, header, payload) {
+            Ok(sent) => sent,
+            Err(e) => return Some(Direct::Failed(e)),
+        };
+        if sent == HEADER_LEN + len {
+            return Some(Direct::Sent);
+        }
+        // Queued while the stream is still locked: nothing can overtake the rest.
+        let rest = Job::Data {
+            id,
+            header: *header,
+            data: SendPtr(data),
+            len,
+            sent,
+        };
+        Some(match self.enqueue(peer, rest) {
+            Ok(()) => Direct::Queued,
+            Err(e) => Direct::Failed(std::io::Error::other(e.to_string())),
+        })
     }
 
     /// Reads whatever has arrived on the connections no reader thread has
@@ -363,10 +397,11 @@ fn write_job(sh: &Shared, peer: usize, s: &mut TcpStream, job: Job) {
                 header,
                 data,
                 len,
+                sent,
             } => {
                 // SAFETY: the isend caller keeps the buffer valid until completion.
-                let payload = unsafe { std::slice::from_raw_parts(data.0, len) };
-                match send_frame(s, &header, payload) {
+                let payload = unsafe { payload_of(data.0, len) };
+                match send_frame_from(s, &header, payload, sent) {
                     Ok(()) => sh.update(|m| m.complete(id)),
                     Err(e) => {
                         sh.update(|m| {
@@ -383,23 +418,89 @@ fn write_job(sh: &Shared, peer: usize, s: &mut TcpStream, job: Job) {
                 }
             }
             Job::Control { header, payload } => {
-                let _ = send_frame(s, &header, &payload);
+                let _ = send_frame_from(s, &header, &payload, 0);
             }
         }
     }
 }
 
-/// Writes header and payload; small payloads go in the same segment as the
-/// header so a small message costs one system call and one packet.
-fn send_frame(s: &mut TcpStream, header: &[u8], payload: &[u8]) -> std::io::Result<()> {
-    if payload.len() <= 4096 {
+/// Writes header and payload from byte `from` of the two on (blocking); a
+/// small payload goes in the same segment as the header.
+fn send_frame_from(
+    s: &mut TcpStream,
+    header: &[u8],
+    payload: &[u8],
+    from: usize,
+) -> std::io::Result<()> {
+    if from == 0 && payload.len() <= 4096 {
         let mut buf = Vec::with_capacity(HEADER_LEN + payload.len());
         buf.extend_from_slice(header);
         buf.extend_from_slice(payload);
         return s.write_all(&buf);
     }
-    s.write_all(header)?;
-    s.write_all(payload)
+    s.write_all(&header[from.min(header.len())..])?;
+    s.write_all(&payload[from.saturating_sub(header.len())..])
+}
+
+/// Writes as much of header + payload as the socket takes right now, in one
+/// `sendmsg` per attempt; returns how many bytes went out.
+fn send_nonblocking(s: &TcpStream, header: &[u8], payload: &[u8]) -> std::io::Result<usize> {
+    let total = header.len() + payload.len();
+    let mut sent = 0;
+    while sent < total {
+        let (h, p) = (
+            &header[sent.min(header.len())..],
+            &payload[sent.saturating_sub(header.len())..],
+        );
+        let mut iov = [
+            libc::iovec {
+                iov_base: h.as_ptr() as *mut libc::c_void,
+                iov_len: h.len(),
+            },
+            libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            },
+        ];
+        // SAFETY: a zeroed msghdr is valid; it points at the two iovecs, which outlive the call.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = iov.len() as _;
+        // SAFETY: a valid socket and message; MSG_DONTWAIT keeps the socket's blocking mode intact.
+        let n =
+            unsafe { libc::sendmsg(s.as_raw_fd(), &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            sent += n as usize;
+            continue;
+        }
+        let e = std::io::Error::last_os_error();
+        match e.kind() {
+            ErrorKind::Interrupted => continue,
+            ErrorKind::WouldBlock => break,
+            _ => return Err(e),
+        }
+    }
+    Ok(sent)
+}
+
+/// The `len` bytes at `data` (which may be null when `len` is 0).
+///
+/// # Safety
+/// `data` must point at `len` readable bytes for the lifetime of the slice.
+unsafe fn payload_of<'a>(data: *const u8, len: usize) -> &'a [u8] {
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: as the caller promises.
+    unsafe { std::slice::from_raw_parts(data, len) }
+}
+
+/// What a direct send did.
+enum Direct {
+    Sent,
+    /// Partly written; the writer thread sends the rest and completes the request.
+    Queued,
+    Failed(std::io::Error),
 }
 
 /// Pumps the connection's read side whenever the socket has data and the
@@ -480,7 +581,7 @@ fn dial(cfg: &TcpConfig, store: &dyn KvStore, peer: usize, deadline: Instant) ->
         let left = deadline.saturating_duration_since(Instant::now());
         match TcpStream::connect_timeout(&addr, left.max(Duration::from_millis(1))) {
             Ok(mut s) => {
-                tune(&s)?;
+                tune(&s, cfg)?;
                 s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
                     .map_err(io)?;
                 let mut hello = HELLO.to_vec();
@@ -528,16 +629,48 @@ fn greet_incoming(
     if job != cfg.job_id.as_bytes() || !want.contains(&rank) {
         return None;
     }
-    tune(&s).ok()?;
+    tune(&s, cfg).ok()?;
     s.write_all(&[1]).ok()?;
     s.set_read_timeout(None).ok()?;
     Some((rank, s))
 }
 
-fn tune(s: &TcpStream) -> Result<()> {
+fn tune(s: &TcpStream, cfg: &TcpConfig) -> Result<()> {
     s.set_nodelay(true).map_err(io)?;
-    let _ = s.as_raw_fd(); // buffer sizes are left to kernel autotuning (fixed sizes disable it)
+    // (buffer sizes are left to kernel autotuning: fixed sizes disable it)
+    if let Some(cc) = &cfg.congestion {
+        if let Err(e) = set_congestion(s, &cc.name) {
+            if cc.required {
+                let available =
+                    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+                        .unwrap_or_default();
+                return Err(io_err(&format!(
+                    "cannot use TCP congestion control {:?}: {e} (available: {})",
+                    cc.name,
+                    available.trim()
+                )));
+            }
+        }
+    }
     Ok(())
+}
+
+fn set_congestion(s: &TcpStream, name: &str) -> std::io::Result<()> {
+    // SAFETY: a valid socket; the name's bytes and length.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 impl Transport for TcpTransport {
@@ -559,33 +692,30 @@ impl Transport for TcpTransport {
     ) -> Result<ReqId> {
         let id = self.shared.lock().add_send(peer)?;
         let header = Header::data(tag, sig, len).encode();
-        // SAFETY: the caller keeps `data` valid until the request completes.
-        let payload = unsafe { std::slice::from_raw_parts(data, len) };
-        if let Some(written) = self.try_direct(peer, &header, payload) {
-            match written {
-                Ok(()) => self.shared.update(|m| m.complete(id)),
-                Err(e) => {
-                    let died = TransportError::PeerDied {
-                        peer,
-                        detail: e.to_string(),
-                    };
-                    self.shared.update(|m| m.fail(id, died));
-                    self.shared.lost(peer, &format!("send failed: {e}"));
+        match self.try_direct(peer, id, &header, data, len) {
+            Some(Direct::Sent) => self.shared.update(|m| m.complete(id)),
+            Some(Direct::Queued) => {}
+            Some(Direct::Failed(e)) => {
+                let died = TransportError::PeerDied {
+                    peer,
+                    detail: e.to_string(),
+                };
+                self.shared.update(|m| m.fail(id, died));
+                self.shared.lost(peer, &format!("send failed: {e}"));
+            }
+            None => {
+                let job = Job::Data {
+                    id,
+                    header,
+                    data: SendPtr(data),
+                    len,
+                    sent: 0,
+                };
+                if let Err(e) = self.enqueue(peer, job) {
+                    self.shared.lock().fail(id, e.clone());
+                    return Err(e);
                 }
             }
-            return Ok(id);
-        }
-        if let Err(e) = self.enqueue(
-            peer,
-            Job::Data {
-                id,
-                header,
-                data: SendPtr(data),
-                len,
-            },
-        ) {
-            self.shared.lock().fail(id, e.clone());
-            return Err(e);
         }
         Ok(id)
     }
