@@ -134,7 +134,9 @@ mod tests {
 
     #[test]
     fn tcp_congestion_control() {
-        let cc = |v: &[(&str, &str)]| Config::from_env(&env_of(v)).unwrap().tcp_congestion;
+        fn cc(v: &'static [(&'static str, &'static str)]) -> Option<Congestion> {
+            Config::from_env(&env_of(v)).unwrap().tcp_congestion
+        }
         let default = cc(&[]).unwrap();
         assert_eq!((default.name.as_str(), default.required), ("cubic", false));
         let named = cc(&[("SHOAL_TCP_CC", "reno")]).unwrap();
