@@ -133,6 +133,44 @@ def test_placement():
     assert placement(2, 2, "cyclic") == [(0, 0), (1, 0), (0, 1), (1, 1)]
 
 
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def test_bench_placement_commands():
+    """How `shoal testbed bench` starts each library's ranks on the hosts."""
+    from shoal.testbed.bench import Placement
+
+    st = tb_state.plan("tb", 3, 2, shaping.Link.parse("1gbit"), "10.77.0.0/24", switch=False)
+    p = Placement(st, hosts=2, ranks_per_host=2)
+    assert p.nprocs == 4 and p.shape() == "2x2" and p.host_names() == ["tb-h0", "tb-h1"]
+    run = p.run_argv(["python", "w.py"])
+    assert run[run.index("run") :] == [
+        "run", "--name", "tb", "--hosts", "2", "--ranks-per-host", "2", "--placement", "block", "--no-prefix",
+        "--", "python", "w.py",
+    ]  # fmt: skip
+    mpi = p.mpirun_argv(["--mca", "x", "y"], ["python", "w.py"])
+    assert mpi[:4] == [netns.find_tool("ip") or "ip", "netns", "exec", "tb-h0"]  # mpirun itself on host 0
+    inner = mpi[mpi.index("mpirun") :]
+    assert inner[inner.index("-H") + 1] == "tb-h0:2,tb-h1:2" and inner[inner.index("--map-by") + 1] == "slot"
+    assert inner[inner.index("--bind-to") + 1] == "none" and inner[-5:] == ["--mca", "x", "y", "python", "w.py"]
+    assert "shoal.testbed.mpi_agent" in inner[inner.index("plm_rsh_agent") + 1]
+    assert "10.77.0.0/24" in inner
+    cyclic = Placement(st, hosts=3, ranks_per_host=1, mode="cyclic").mpirun_argv([], ["x"])
+    assert cyclic[cyclic.index("--map-by") + 1] == "node"
+
+
+def test_mpi_agent_refuses_unknown_hosts():
+    proc = subprocess.run(
+        [sys.executable, "-m", "shoal.testbed.mpi_agent", "no-such-host-h0", "true"], capture_output=True, text=True
+    )
+    assert proc.returncode in (255, 2), proc.stderr
+    usage = subprocess.run([sys.executable, "-m", "shoal.testbed.mpi_agent"], capture_output=True, text=True)
+    assert usage.returncode == 2 and "usage" in usage.stderr
+
+
 def test_missing_root_or_iproute2_is_exit_2(monkeypatch: pytest.MonkeyPatch):
     from shoal.testbed import cli
 
@@ -264,6 +302,30 @@ def test_collectives_across_hosts(bed: dict[str, object]):
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
     assert "[0]: testbed collectives: all ok" in proc.stdout
     assert f"[0]: hosts of the ranks: {[r // RPH for r in range(HOSTS * RPH)]}" in proc.stdout
+    for algo in ("allreduce hierarchical", "broadcast pc ", "broadcast ta_pc", "broadcast binomial"):
+        assert f"[0]: {algo}" in proc.stdout, f"{algo} did not run:\n{proc.stdout[-3000:]}"
+
+
+@needs_netns
+def test_bench_on_the_testbed(bed: dict[str, object], tmp_path: Path):
+    """`shoal testbed bench` runs shoal (and OpenMPI when installed) on the hosts, checked and reported."""
+    against = ["--against", "mpi"] if shutil.which("mpirun") and _has("mpi4py") else []
+    out = tmp_path / "bench"
+    proc = tbcli(
+        "bench", "allreduce", "--name", NAME, "--hosts", "2", "--sizes", "8,64K", "--algo", "ring,hierarchical",
+        "--repeats", "1", "--iters", "3", "--warmup", "1", "--no-plot", "--no-progress", "--out", str(out), *against,
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["nranks"] == 2 * RPH and doc["testbed"]["hosts"] == 2 and doc["testbed"]["ranks_per_host"] == RPH
+    assert doc["testbed"]["link"]["rate"] == "200mbit" and doc["roofline"] is None
+    names = [s["name"] for s in doc["series"]]
+    assert names == ["shoal:ring", "shoal:hierarchical", *(["mpi"] if against else [])]
+    for s in doc["series"]:
+        assert s["status"] == "ok", s
+        assert [r["size"] for r in s["results"]] == [8, 65536] and all(r["errors"] == 0 for r in s["results"])
+    assert "%link" in proc.stdout and "on 2 hosts x 2" in proc.stdout
 
 
 @needs_netns

@@ -3,7 +3,8 @@
 Checks that the ranks see the testbed's hosts (``local_ranks`` = the ranks
 in the same host namespace, from ``SHOAL_HOST_ID``), then float32 sum
 allreduces of a few sizes (up to 1M elements) with the selector's choice and
-with forced algorithms, and broadcasts with "pc" and "binomial" from two
+with forced algorithms (the topology-aware "hierarchical" among them), and
+broadcasts with "pc", "ta_pc" (topology-aware chain) and "binomial" from two
 roots, all against numpy. Inputs are small integers, so every sum is exact
 in float32 whatever the order of combination. Prints one line per check on
 rank 0; exits non-zero (with the case) on a mismatch.
@@ -20,8 +21,8 @@ import numpy as np
 import shoal
 
 SIZES = (1, 7, 1000, 65539, 1 << 20)
-ALLREDUCE_ALGOS = [None, *os.environ.get("TESTBED_ALLREDUCE_ALGOS", "ring,rabenseifner").split(",")]
-BROADCAST_ALGOS = ("pc", "binomial")
+ALLREDUCE_ALGOS = [None, *os.environ.get("TESTBED_ALLREDUCE_ALGOS", "ring,rabenseifner,hierarchical").split(",")]
+BROADCAST_ALGOS = ("pc", "ta_pc", "binomial")
 
 
 def contribution(rank: int, count: int, salt: int) -> np.ndarray:

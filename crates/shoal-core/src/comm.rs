@@ -256,9 +256,12 @@ impl Communicator {
             dtype,
             op: ReduceOp::Sum,
             root,
-            algorithm: None,
+            algorithm: explicit.map(str::to_string),
         };
         let shape = self.shape(&args)?;
+        if self.wants_switch(&args, &shape)? {
+            return Ok(INA.to_string());
+        }
         let (_, alg) = self
             .engine
             .selector

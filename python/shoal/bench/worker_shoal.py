@@ -29,7 +29,9 @@ class ShoalBackend(Backend):
         self, lay: check.Layout, inp: np.ndarray, out: np.ndarray | None, op: str, root: int, algo: str | None
     ) -> Callable[[], object]:
         coll = lay.collective
-        if algo is not None and algo not in shoal.algorithms(coll):
+        # "ina" (in-network aggregation, with SHOAL_SWITCH) is not a plan algorithm
+        known = [*shoal.algorithms(coll), *(["ina"] if coll == "allreduce" else [])]
+        if algo is not None and algo not in known:
             raise Unsupported(f"shoal has no {coll} algorithm {algo!r}")
         dt = "bfloat16" if lay.dtype == "bfloat16" else None
         g = self.group
