@@ -465,6 +465,17 @@ def markdown_report(doc: dict[str, Any]) -> str:
                     f"- {series_label(series[n])}/shoal: min {sm['min']:.2f}x at {human(sm['min_at'])}, "
                     f"geomean {sm['geomean']:.2f}x, max {sm['max']:.2f}x"
                 )
+    at = doc.get("algorithms")
+    if at:
+        labels = [series_label(series[n]) for n in at["series"]]
+        lines += ["", "shoal's algorithms, time (us) per size; **bold** is the fastest:", ""]
+        lines += ["| size | " + " | ".join(labels) + " |", "|---:|" + "---:|" * len(labels)]
+        for row in at["rows"]:
+            cells = [human(row["size"])]
+            for n in at["series"]:
+                t = row["times_us"][n]
+                cells.append("-" if t is None else f"**{t:.1f}**" if n == row["fastest"] else f"{t:.1f}")
+            lines.append("| " + " | ".join(cells) + " |")
     column, roof, pct_from = ceiling(doc)
     for s in doc["series"]:
         lines += ["", f"<details><summary>{series_label(s)}: nccl-tests style table</summary>", ""]
