@@ -506,7 +506,8 @@ impl Communicator {
         }
         let bytes = args.count * args.dtype.size();
         let host = self.engine.selector.best_cost(shape, args.dtype.size())?;
-        Ok(ina::cost(bytes, &self.engine.selector.cost()) < host)
+        let per_link = busiest_host(&self.engine.host_of, &self.members);
+        Ok(ina::cost(bytes, per_link, &self.engine.selector.cost()) < host)
     }
 
     fn shape(&self, args: &CollArgs) -> Result<CallShape> {
@@ -709,6 +710,17 @@ impl Communicator {
             id,
         )))
     }
+}
+
+/// The most members any one host has.
+fn busiest_host(host_of: &[usize], members: &[usize]) -> usize {
+    let mut per_host: HashMap<usize, usize> = HashMap::new();
+    for &m in members {
+        *per_host
+            .entry(host_of.get(m).copied().unwrap_or(m))
+            .or_default() += 1;
+    }
+    per_host.into_values().max().unwrap_or(1)
 }
 
 /// Ranks per host when the members (in group order) sit on their hosts in

@@ -99,9 +99,10 @@ pub fn unsupported(dtype: DType, op: ReduceOp) -> String {
 
 /// Each worker sends its data once and receives the result once, both
 /// directions at once: about one message's latency each way and the bytes
-/// once over its link (against ring's `2 (p-1)/p` of them).
-pub fn cost(bytes: usize, params: &CostParams) -> f64 {
-    2.0 * params.alpha + bytes as f64 * params.beta
+/// once over its link (against ring's `2 (p-1)/p` of them). Workers that
+/// share a host share its link: `per_link` of them send through the busiest.
+pub fn cost(bytes: usize, per_link: usize, params: &CostParams) -> f64 {
+    2.0 * params.alpha + (bytes * per_link.max(1)) as f64 * params.beta
 }
 
 /// Runtime warnings go to stderr, prefixed so they stand out among the

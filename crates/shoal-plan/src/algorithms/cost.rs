@@ -46,6 +46,14 @@ impl Model {
         self.alpha * piece_count(elems, self.chunk).max(1) as f64
     }
 
+    /// The alpha part of `k` messages of `elems` elements posted at once by
+    /// one rank: the first message's latency, and half of it again for each
+    /// other one, which is the sender's own work per message (system call,
+    /// network stack) that concurrent sends cannot overlap.
+    pub fn fan_latency(&self, k: usize, elems: usize) -> f64 {
+        self.latency(elems) * (1.0 + k.saturating_sub(1) as f64 / 2.0)
+    }
+
     /// The beta part of a message of `elems` elements.
     pub fn transfer(&self, elems: usize) -> f64 {
         self.beta * self.elem_size * elems as f64

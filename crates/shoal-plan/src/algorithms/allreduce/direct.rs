@@ -46,6 +46,8 @@ fn gather_everywhere(b: &mut PlanBuilder, input: Region) {
 fn cost(shape: &CallShape, elem_size: usize, params: &CostParams) -> f64 {
     let m = Model::new(shape, elem_size, params);
     let others = (shape.world - 1) as f64;
-    // All sends are posted at once: one latency, then the link serialises bytes.
-    m.latency(shape.count) + others * (m.transfer(shape.count) + m.reduce(shape.count))
+    // All sends are posted at once: their latencies overlap but for the sender's
+    // own work per message, then the link serialises the bytes.
+    m.fan_latency(shape.world - 1, shape.count)
+        + others * (m.transfer(shape.count) + m.reduce(shape.count))
 }

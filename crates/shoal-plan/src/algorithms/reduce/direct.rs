@@ -36,5 +36,6 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
 fn cost(shape: &CallShape, elem_size: usize, params: &CostParams) -> f64 {
     let m = Model::new(shape, elem_size, params);
     let others = (shape.world - 1) as f64;
-    m.latency(shape.count) + others * (m.transfer(shape.count) + m.reduce(shape.count))
+    m.fan_latency(shape.world - 1, shape.count)
+        + others * (m.transfer(shape.count) + m.reduce(shape.count))
 }

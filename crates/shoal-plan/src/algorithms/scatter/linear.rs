@@ -30,5 +30,5 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
 
 fn cost(shape: &CallShape, elem_size: usize, params: &CostParams) -> f64 {
     let m = Model::new(shape, elem_size, params);
-    m.latency(shape.count) + m.transfer((shape.world - 1) * shape.count)
+    m.fan_latency(shape.world - 1, shape.count) + m.transfer((shape.world - 1) * shape.count)
 }
