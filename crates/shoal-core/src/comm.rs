@@ -507,7 +507,11 @@ impl Communicator {
         let bytes = args.count * args.dtype.size();
         let host = self.engine.selector.best_cost(shape, args.dtype.size())?;
         let per_link = busiest_host(&self.engine.host_of, &self.members);
-        Ok(ina::cost(bytes, per_link, &self.engine.selector.cost()) < host)
+        // Every switch allreduce ends with the ranks agreeing on its outcome:
+        // a one-byte host allreduce, which decides for small messages.
+        let agreement = CallShape { count: 1, ..*shape };
+        let agree = self.engine.selector.best_cost(&agreement, 1)?;
+        Ok(ina::cost(bytes, per_link, &self.engine.selector.cost()) + agree < host)
     }
 
     fn shape(&self, args: &CollArgs) -> Result<CallShape> {
