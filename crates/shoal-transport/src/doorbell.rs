@@ -18,6 +18,8 @@ use crate::Result;
 pub struct BellWords {
     seq: AtomicU32,
     sleepers: AtomicU32,
+    /// Threads in `wait_for_sleeper`, so `sleep` only wakes them if there are any.
+    standing_by: AtomicU32,
 }
 
 /// A handle on a doorbell; clones ring and wait on the same counter.
@@ -93,9 +95,11 @@ impl Doorbell {
     /// that it resumes as soon as the rank stops polling to sleep.
     pub fn wait_for_sleeper(&self, timeout: Duration) {
         let w = self.words();
+        w.standing_by.fetch_add(1, Ordering::SeqCst);
         if w.sleepers.load(Ordering::SeqCst) == 0 {
             futex_wait(&w.sleepers, 0, timeout);
         }
+        w.standing_by.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Sleeps until the counter differs from `seen` or `timeout` passes.
@@ -103,7 +107,9 @@ impl Doorbell {
         let w = self.words();
         w.sleepers.fetch_add(1, Ordering::SeqCst);
         // Threads that stand by while the rank polls (see `wait_for_sleeper`) take over now.
-        futex_wake(&w.sleepers);
+        if w.standing_by.load(Ordering::SeqCst) != 0 {
+            futex_wake(&w.sleepers);
+        }
         if w.seq.load(Ordering::SeqCst) == seen {
             futex_wait(&w.seq, seen, timeout);
         }

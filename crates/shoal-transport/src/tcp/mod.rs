@@ -18,7 +18,7 @@ use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -99,7 +99,9 @@ impl Shared {
 
     /// Whether the rank is spinning on a call (polled lately and not asleep).
     fn rank_is_polling(&self) -> bool {
-        let since = self.epoch.elapsed().as_nanos() as u64 - self.polled_at.load(Ordering::Relaxed);
+        // (the rank may mark a newer time between the two reads: saturate)
+        let polled = self.polled_at.load(Ordering::Relaxed);
+        let since = (self.epoch.elapsed().as_nanos() as u64).saturating_sub(polled);
         !self.bell.has_sleepers() && since < POLLING_WITHIN.as_nanos() as u64
     }
 
@@ -260,18 +262,11 @@ impl TcpTransport {
     }
 
     fn enqueue(&self, peer: usize, job: Job) -> Result<()> {
-        let c = self.conn(peer);
-        let q = c.map(|c| c.queue.lock().unwrap_or_else(|e| e.into_inner()));
-        match (c, q.as_ref().and_then(|q| q.as_ref())) {
-            (Some(c), Some(tx)) => {
-                c.write.queued.fetch_add(1, Ordering::AcqRel);
-                tx.send(job).map_err(|_| {
-                    c.write.queued.fetch_sub(1, Ordering::AcqRel);
-                    io_err("connection writer stopped")
-                })
-            }
-            _ => Err(io_err("transport is closed")),
-        }
+        let c = self
+            .conn(peer)
+            .ok_or_else(|| io_err("transport is closed"))?;
+        let queue = c.queue.lock().unwrap_or_else(|e| e.into_inner());
+        enqueue_on(c, &queue, job)
     }
 
     /// Sends from the calling thread when the connection is idle, without
@@ -288,7 +283,12 @@ impl TcpTransport {
         if self.shared.closing.load(Ordering::Acquire) {
             return None;
         }
-        let w = &self.conn(peer)?.write;
+        let c = self.conn(peer)?;
+        // The queue stays locked until the rest of a partial send is queued:
+        // a send from another thread that finds the stream busy queues its
+        // whole frame, and must not get in between.
+        let queue = c.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let w = &c.write;
         let stream = w.stream.try_lock().ok()?;
         if w.queued.load(Ordering::Acquire) != 0 {
             return None;
@@ -302,7 +302,7 @@ impl TcpTransport {
         if sent == HEADER_LEN + len {
             return Some(Direct::Sent);
         }
-        // Queued while the stream is still locked: nothing can overtake the rest.
+        // Queued while the stream and the queue are still locked: nothing can overtake the rest.
         let rest = Job::Data {
             id,
             header: *header,
@@ -310,7 +310,7 @@ impl TcpTransport {
             len,
             sent,
         };
-        Some(match self.enqueue(peer, rest) {
+        Some(match enqueue_on(c, &queue, rest) {
             Ok(()) => Direct::Queued,
             Err(e) => Direct::Failed(std::io::Error::other(e.to_string())),
         })
@@ -320,9 +320,14 @@ impl TcpTransport {
     /// in hand, from the calling thread.
     fn pump_readable(&self) {
         for c in &self.conns {
-            if let Ok(mut r) = c.read.try_lock() {
-                r.pump(&self.shared);
-            }
+            let read = match c.read.try_lock() {
+                Ok(r) => r,
+                // (a panic mid-pump must not hide the connection for good)
+                Err(TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(TryLockError::WouldBlock) => continue,
+            };
+            let mut r = read;
+            r.pump(&self.shared);
         }
     }
 
@@ -374,6 +379,18 @@ impl Drop for TcpTransport {
     fn drop(&mut self) {
         self.close();
     }
+}
+
+/// Hands `job` to the connection's writer thread (`queue` is its locked queue).
+fn enqueue_on(c: &Conn, queue: &Option<Sender<Job>>, job: Job) -> Result<()> {
+    let Some(tx) = queue else {
+        return Err(io_err("transport is closed"));
+    };
+    c.write.queued.fetch_add(1, Ordering::AcqRel);
+    tx.send(job).map_err(|_| {
+        c.write.queued.fetch_sub(1, Ordering::AcqRel);
+        io_err("connection writer stopped")
+    })
 }
 
 fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {

@@ -41,8 +41,13 @@ enum State {
     Header,
     /// Reading a data payload into its receive (or the unexpected queue).
     Data(Incoming),
-    /// Reading an abort frame's reason.
-    Abort { reason: Vec<u8>, have: usize },
+    /// Reading an abort frame's reason; `skip` more bytes follow that are
+    /// not kept (a reason longer than `MAX_REASON`).
+    Abort {
+        reason: Vec<u8>,
+        have: usize,
+        skip: usize,
+    },
     /// End of stream or a broken frame, already reported: nothing more to read.
     Closed,
 }
@@ -187,13 +192,16 @@ impl ReadSide {
                     }
                     self.finish_data(sh);
                 }
-                State::Abort { reason, have } => {
+                State::Abort { reason, have, skip } => {
                     let n = (reason.len() - *have).min(self.end - self.start);
                     reason[*have..*have + n]
                         .copy_from_slice(&self.inbox[self.start..self.start + n]);
                     *have += n;
                     self.start += n;
-                    if *have < reason.len() {
+                    let dropped = (*skip).min(self.end - self.start);
+                    *skip -= dropped;
+                    self.start += dropped;
+                    if *have < reason.len() || *skip > 0 {
                         return;
                     }
                     let reason = String::from_utf8_lossy(reason).into_owned();
@@ -215,6 +223,7 @@ impl ReadSide {
             Kind::Abort => State::Abort {
                 reason: vec![0; (h.len as usize).min(MAX_REASON)],
                 have: 0,
+                skip: (h.len as usize).saturating_sub(MAX_REASON),
             },
             Kind::Bye => {
                 sh.update(|m| m.peer_bye(peer));
