@@ -137,6 +137,8 @@ pub struct Communicator {
     id: u32,
     /// Ranks per host of the members' block layout (see `CallShape::local`).
     local: usize,
+    /// The most members on one host: they share its link to a switch.
+    busiest_host: usize,
     state: Mutex<CommState>,
 }
 
@@ -195,12 +197,14 @@ impl Communicator {
         id: u32,
     ) -> Communicator {
         let local = block_layout(&engine.host_of, &members);
+        let busiest_host = busiest_host(&engine.host_of, &members);
         Communicator {
             engine,
             members,
             rank,
             id,
             local,
+            busiest_host,
             state: Mutex::new(CommState::default()),
         }
     }
@@ -506,7 +510,7 @@ impl Communicator {
         }
         let bytes = args.count * args.dtype.size();
         let host = self.engine.selector.best_cost(shape, args.dtype.size())?;
-        let per_link = busiest_host(&self.engine.host_of, &self.members);
+        let per_link = self.busiest_host;
         // Every switch allreduce ends with the ranks agreeing on its outcome:
         // a one-byte host allreduce, which decides for small messages.
         let agreement = CallShape { count: 1, ..*shape };

@@ -36,7 +36,7 @@ pub struct Buffers {
 
 // SO_{RCV,SND}BUFFORCE (privileged: exceed net.core.{r,w}mem_max) with the
 // asm-generic numbers; libc does not export them for every Linux target.
-#[cfg(all(
+const ASM_GENERIC_SOCKOPTS: bool = cfg!(all(
     target_os = "linux",
     any(
         target_arch = "x86",
@@ -47,21 +47,12 @@ pub struct Buffers {
         target_arch = "powerpc64",
         target_arch = "s390x"
     )
-))]
-const FORCE: [(libc::c_int, libc::c_int); 2] = [(libc::SO_RCVBUF, 33), (libc::SO_SNDBUF, 32)];
-#[cfg(not(all(
-    target_os = "linux",
-    any(
-        target_arch = "x86",
-        target_arch = "x86_64",
-        target_arch = "arm",
-        target_arch = "aarch64",
-        target_arch = "riscv64",
-        target_arch = "powerpc64",
-        target_arch = "s390x"
-    )
-)))]
-const FORCE: [(libc::c_int, libc::c_int); 2] = [(libc::SO_RCVBUF, -1), (libc::SO_SNDBUF, -1)];
+));
+const FORCE: [(libc::c_int, libc::c_int); 2] = if ASM_GENERIC_SOCKOPTS {
+    [(libc::SO_RCVBUF, 33), (libc::SO_SNDBUF, 32)]
+} else {
+    [(libc::SO_RCVBUF, -1), (libc::SO_SNDBUF, -1)]
+};
 
 fn setsockopt_int(sock: &UdpSocket, opt: libc::c_int, v: libc::c_int) -> bool {
     // SAFETY: valid fd, pointer to a live c_int of the size given.

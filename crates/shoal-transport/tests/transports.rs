@@ -48,12 +48,7 @@ fn out_of_order(kind: Kind) {
         let size = |i: usize| (i * 997) % 5000;
         if r == 0 {
             let bufs: Vec<Vec<u8>> = (0..n).map(|i| pattern(size(i), i)).collect();
-            let reqs: Vec<ReqId> = bufs
-                .iter()
-                .enumerate()
-                .map(|(i, b)| isend(t, 1, i as u32, b))
-                .collect();
-            wait_all(t, &reqs).unwrap();
+            send_all(t, 1, 0, &bufs);
         } else {
             std::thread::sleep(Duration::from_millis(20));
             let mut bufs: Vec<Vec<u8>> = (0..n).map(|i| vec![0; size(i)]).collect();
@@ -133,12 +128,7 @@ fn mixed_sizes_burst(kind: Kind) {
                 .enumerate()
                 .map(|(i, &n)| pattern(n, i))
                 .collect();
-            let reqs: Vec<ReqId> = bufs
-                .iter()
-                .enumerate()
-                .map(|(i, b)| isend(t, 1, i as u32, b))
-                .collect();
-            wait_all(t, &reqs).unwrap();
+            send_all(t, 1, 0, &bufs);
         } else {
             let half = SIZES.len() / 2;
             let mut early: Vec<Vec<u8>> = SIZES[..half].iter().map(|&n| vec![0; n]).collect();
@@ -190,12 +180,7 @@ fn concurrent_senders(kind: Kind) {
                         let bufs: Vec<Vec<u8>> = (first..first + PER_THREAD)
                             .map(|i| pattern(LEN, i as usize))
                             .collect();
-                        let reqs: Vec<ReqId> = bufs
-                            .iter()
-                            .enumerate()
-                            .map(|(k, b)| isend(t, 1, first + k as u32, b))
-                            .collect();
-                        wait_all(t, &reqs).unwrap();
+                        send_all(t, 1, first, &bufs);
                     });
                 }
             });

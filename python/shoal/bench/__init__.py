@@ -14,4 +14,15 @@ Layout:
 - :mod:`shoal.bench.report` -- tables, ratios, JSON and plots.
 """
 
+from __future__ import annotations
+
 COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall")
+#: in-network allreduce (needs SHOAL_SWITCH): an algorithm of its own, not a plan in shoal.algorithms()
+INA = "ina"
+
+
+def shoal_algorithms(collective: str, switch: bool = True) -> list[str]:
+    """shoal's algorithms for `collective`: the plans, and 'ina' for allreduce when a switch is there."""
+    import shoal
+
+    return [*shoal.algorithms(collective), *([INA] if collective == "allreduce" and switch else [])]

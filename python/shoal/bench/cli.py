@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from shoal.bench import COLLECTIVES, check, report
+from shoal.bench import COLLECTIVES, INA, check, report, shoal_algorithms
 from shoal.bench.progress import Progress
 from shoal.bench.runners import DEPS_HINT, LIBRARIES, JobResult, get_runner
 from shoal.bench.sizes import human, parse_sizes
@@ -101,16 +101,12 @@ def _shoal_algos(collective: str, algo: str | None, switch: bool) -> list[str | 
     """The shoal series: None is the automatic choice; 'ina' (allreduce) only exists with a switch."""
     if algo is None:
         return [None]
-    import shoal
-
-    known = list(shoal.algorithms(collective))
-    if collective == "allreduce" and switch:
-        known.append("ina")
+    known = shoal_algorithms(collective, switch)
     if algo == "all":
         return [None, *known]
     wanted = [a.strip() for a in algo.split(",") if a.strip()]
     for a in wanted:
-        if a == "ina" and collective == "allreduce" and not switch:
+        if a == INA and collective == "allreduce" and not switch:
             raise ValueError("algorithm 'ina' needs a switch: set SHOAL_SWITCH (or `shoal testbed up --switch`)")
         if a not in known and a != "auto":
             raise ValueError(f"shoal has no {collective} algorithm {a!r}; known: {', '.join(known)}")

@@ -338,14 +338,8 @@ def plot(doc: dict[str, Any], out_dir: Path) -> dict[str, str]:
         ax.text(
             max(doc["sizes_bytes"]), link * 1.1, f"link goodput {link:.3f} GB/s", color="gray", fontsize=8, ha="right"
         )
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("message size (bytes)")
-    ax.set_ylabel("algbw (GB/s)")
-    ax.set_title(f"shoal bench: {title}")
-    ax.grid(True, which="both", alpha=0.3)
+    _log_axes(ax, doc, "algbw (GB/s)", f"shoal bench: {title}")
     ax.legend(fontsize=8, loc="lower right")
-    _size_ticks(ax, doc["sizes_bytes"])
     fig.tight_layout()
     path = out_dir / "algbw.png"
     _save(fig, path)
@@ -366,20 +360,25 @@ def plot(doc: dict[str, Any], out_dir: Path) -> dict[str, str]:
                 label=f"{series_label(s)} time / shoal time",
             )
         ax.axhline(1.0, color="black", linewidth=1)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("message size (bytes)")
-        ax.set_ylabel("speedup of shoal (>1: shoal faster)")
-        ax.set_title(f"shoal speedup: {title}")
-        ax.grid(True, which="both", alpha=0.3)
+        _log_axes(ax, doc, "speedup of shoal (>1: shoal faster)", f"shoal speedup: {title}")
         ax.legend(fontsize=8)
-        _size_ticks(ax, doc["sizes_bytes"])
         fig.tight_layout()
         path = out_dir / "speedup.png"
         _save(fig, path)
         plt.close(fig)
         files["speedup"] = path.name
     return files
+
+
+def _log_axes(ax: Any, doc: dict[str, Any], ylabel: str, title: str) -> None:
+    """Log-log axes over the benchmark's sizes, labelled and gridded."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    _size_ticks(ax, doc["sizes_bytes"])
 
 
 def _save(fig: Any, path: Path) -> None:

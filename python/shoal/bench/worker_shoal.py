@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 import shoal
-from shoal.bench import check
+from shoal.bench import check, shoal_algorithms
 from shoal.bench.worker import Backend, Unsupported, parse_spec, run
 
 
@@ -29,9 +29,7 @@ class ShoalBackend(Backend):
         self, lay: check.Layout, inp: np.ndarray, out: np.ndarray | None, op: str, root: int, algo: str | None
     ) -> Callable[[], object]:
         coll = lay.collective
-        # "ina" (in-network aggregation, with SHOAL_SWITCH) is not a plan algorithm
-        known = [*shoal.algorithms(coll), *(["ina"] if coll == "allreduce" else [])]
-        if algo is not None and algo not in known:
+        if algo is not None and algo not in shoal_algorithms(coll):
             raise Unsupported(f"shoal has no {coll} algorithm {algo!r}")
         dt = "bfloat16" if lay.dtype == "bfloat16" else None
         g = self.group

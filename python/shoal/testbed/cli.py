@@ -253,18 +253,6 @@ def describe(state: State) -> str:
     return "\n".join(lines)
 
 
-def _pid_alive(pid: int | None) -> bool:
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def status(name: str, as_json: bool = False) -> int:
     """Prints the testbed's state and whether its namespaces (and daemon) are still there; 1 if it is not up."""
     check_name(name)
@@ -279,7 +267,7 @@ def status(name: str, as_json: bool = False) -> int:
         else:
             _say(msg)
         return 1
-    if state.switch is not None and state.switch.daemon == "running" and not _pid_alive(state.switch.daemon_pid):
+    if state.switch is not None and state.switch.daemon == "running" and not netns.pid_alive(state.switch.daemon_pid):
         state.switch.daemon = f"exited (pid {state.switch.daemon_pid} is gone; see {state.switch.log})"
     missing = [ns for ns in state.namespaces() if ns not in present]
     if as_json:
@@ -370,7 +358,7 @@ def run(name: str, ns: argparse.Namespace) -> int:
     if ns.hosts is not None and ns.hosts > len(state.hosts):
         raise TestbedError(f"--hosts {ns.hosts}: the testbed has {len(state.hosts)} hosts", code=2)
     sw = state.switch
-    if sw is not None and not (sw.daemon == "running" and _pid_alive(sw.daemon_pid)):
+    if sw is not None and not (sw.daemon == "running" and netns.pid_alive(sw.daemon_pid)):
         _warn(f"no INA daemon is running in {sw.ns} ({sw.daemon}); SHOAL_SWITCH={sw.endpoint} is set anyway")
     specs = rank_specs(
         state,

@@ -134,7 +134,7 @@ def stop_processes(namespaces: list[str], grace: float = 3.0) -> list[int]:
     """SIGTERM to every process in `namespaces`, SIGKILL to those left after `grace`; returns their pids."""
     pids = sorted({pid for ns in namespaces for pid in namespace_pids(ns)} - {os.getpid()})
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        alive = [p for p in pids if _alive(p)]
+        alive = [p for p in pids if pid_alive(p)]
         if not alive:
             break
         for pid in alive:
@@ -143,12 +143,15 @@ def stop_processes(namespaces: list[str], grace: float = 3.0) -> list[int]:
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(_alive(p) for p in alive):
+        while time.monotonic() < deadline and any(pid_alive(p) for p in alive):
             time.sleep(0.05)
     return pids
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int | None) -> bool:
+    """Whether process `pid` exists and is not a zombie."""
+    if pid is None:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -673,14 +673,19 @@ fn tune(s: &TcpStream, cfg: &TcpConfig) -> Result<()> {
 }
 
 fn set_congestion(s: &TcpStream, name: &str) -> std::io::Result<()> {
-    // SAFETY: a valid socket; the name's bytes and length.
+    set_tcp_option(s, libc::TCP_CONGESTION, name.as_bytes())
+}
+
+/// `setsockopt(IPPROTO_TCP, option)` with `value`'s bytes.
+fn set_tcp_option(s: &TcpStream, option: libc::c_int, value: &[u8]) -> std::io::Result<()> {
+    // SAFETY: a valid socket; the value's bytes and length.
     let r = unsafe {
         libc::setsockopt(
             s.as_raw_fd(),
             libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            name.as_ptr().cast(),
-            name.len() as libc::socklen_t,
+            option,
+            value.as_ptr().cast(),
+            value.len() as libc::socklen_t,
         )
     };
     if r == 0 {

@@ -12,7 +12,7 @@ use std::io::ErrorKind;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 
-use super::Shared;
+use super::{set_tcp_option, Shared};
 use crate::frame::{Header, Kind, HEADER_LEN};
 use crate::matching::Incoming;
 use crate::TransportError;
@@ -124,17 +124,12 @@ impl ReadSide {
     /// tell the sender only with its delayed ACK (tens of milliseconds: the
     /// rest of the message would wait that long on a 64 KiB exchange).
     fn ack_now(&self) {
-        let on: libc::c_int = 1;
-        // SAFETY: a valid socket and option value; failure only costs the optimisation.
-        unsafe {
-            libc::setsockopt(
-                self.stream.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_QUICKACK,
-                (&on as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            );
-        }
+        // (a failure only costs the optimisation)
+        let _ = set_tcp_option(
+            &self.stream,
+            libc::TCP_QUICKACK,
+            &(1 as libc::c_int).to_ne_bytes(),
+        );
     }
 
     /// One `recv`: straight into a large payload's memory, else into the

@@ -191,6 +191,17 @@ pub fn irecv(t: &dyn Transport, peer: usize, step: u32, buf: &mut [u8]) -> ReqId
     unsafe { t.irecv(peer, tag(step), sig(), into).unwrap() }
 }
 
+/// Sends `bufs` to `peer` all at once, as steps `first`, `first + 1`, ...,
+/// and waits for every send.
+pub fn send_all(t: &dyn Transport, peer: usize, first: u32, bufs: &[Vec<u8>]) {
+    let reqs: Vec<ReqId> = bufs
+        .iter()
+        .enumerate()
+        .map(|(k, b)| isend(t, peer, first + k as u32, b))
+        .collect();
+    wait_all(t, &reqs).unwrap();
+}
+
 pub fn send(t: &dyn Transport, peer: usize, step: u32, data: &[u8]) {
     wait_all(t, &[isend(t, peer, step, data)]).unwrap();
 }
