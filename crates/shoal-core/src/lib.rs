@@ -11,6 +11,7 @@ pub mod ina;
 pub mod init;
 pub mod reduce;
 pub mod rendezvous;
+pub mod secret;
 pub mod select;
 pub mod store;
 pub mod work;

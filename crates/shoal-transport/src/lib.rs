@@ -9,6 +9,7 @@
 use std::fmt;
 use std::time::Duration;
 
+pub mod auth;
 mod cma;
 pub mod doorbell;
 mod frame;

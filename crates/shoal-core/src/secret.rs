@@ -1,0 +1,230 @@
+//! Where a rank finds its job secret (docs/security.md).
+//!
+//! In order: `SHOAL_SECRET` (set by `shoal run` to a fresh random value per
+//! job, or by the user for any other launcher), the file named by
+//! `SHOAL_SECRET_FILE`, else the per-user file `$XDG_CONFIG_HOME/shoal/secret`
+//! (default `~/.config/shoal/secret`), created with a random secret and mode
+//! 0600 on first use. The per-user file lets jobs started by torchrun, srun or
+//! mpirun authenticate without configuration on one host or with a shared
+//! home directory; other users' processes cannot read it.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use shoal_transport::auth::{random_bytes, to_hex, Key};
+
+/// The shortest secret accepted: shorter ones could be guessed offline from
+/// one recorded handshake.
+pub const MIN_SECRET_CHARS: usize = 16;
+
+/// Where the secret came from, for error messages ("which secret was refused").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretSource {
+    Env,
+    File(PathBuf),
+}
+
+impl std::fmt::Display for SecretSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SecretSource::Env => f.write_str("SHOAL_SECRET"),
+            SecretSource::File(p) => write!(f, "the secret file {}", p.display()),
+        }
+    }
+}
+
+/// This job's secret and where it was found.
+#[derive(Clone, Debug)]
+pub struct JobSecret {
+    pub key: Key,
+    pub source: SecretSource,
+}
+
+impl JobSecret {
+    /// Loads the secret as described in the module documentation.
+    pub fn load(env: &dyn Fn(&str) -> Option<String>) -> Result<JobSecret, String> {
+        if let Some(s) = env("SHOAL_SECRET").filter(|s| !s.is_empty()) {
+            return Ok(JobSecret {
+                key: key_of(&s, "SHOAL_SECRET")?,
+                source: SecretSource::Env,
+            });
+        }
+        let path = match env("SHOAL_SECRET_FILE").filter(|s| !s.is_empty()) {
+            Some(p) => PathBuf::from(p),
+            None => default_secret_file(env)?,
+        };
+        let text = read_or_create(&path)?;
+        Ok(JobSecret {
+            key: key_of(text.trim(), &path.display().to_string())?,
+            source: SecretSource::File(path),
+        })
+    }
+}
+
+/// A new random secret, as `shoal run` hands to its ranks.
+pub fn generate() -> Result<String, String> {
+    random_bytes::<32>()
+        .map(|b| to_hex(&b))
+        .map_err(|e| format!("cannot draw a random job secret: {e}"))
+}
+
+fn key_of(secret: &str, what: &str) -> Result<Key, String> {
+    if secret.chars().count() < MIN_SECRET_CHARS {
+        return Err(format!(
+            "the job secret in {what} is {} characters; at least {MIN_SECRET_CHARS} are needed \
+             (`shoal secret` prints a good one)",
+            secret.chars().count()
+        ));
+    }
+    Ok(Key::from_material(secret.as_bytes()))
+}
+
+fn default_secret_file(env: &dyn Fn(&str) -> Option<String>) -> Result<PathBuf, String> {
+    let config = env("XDG_CONFIG_HOME")
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            env("HOME")
+                .filter(|s| !s.is_empty())
+                .map(|h| Path::new(&h).join(".config"))
+        })
+        .ok_or_else(|| {
+            "no job secret: set SHOAL_SECRET (the same on every rank) or SHOAL_SECRET_FILE; \
+             HOME is not set, so the per-user secret file cannot be used"
+                .to_string()
+        })?;
+    Ok(config.join("shoal").join("secret"))
+}
+
+/// Reads the secret file, or creates it (mode 0600, atomically) if it does
+/// not exist. A file that other users could read or write is refused.
+fn read_or_create(path: &Path) -> Result<String, String> {
+    match fs::metadata(path) {
+        Ok(meta) => {
+            check_private(path, &meta)?;
+            fs::read_to_string(path)
+                .map_err(|e| format!("cannot read the job secret file {}: {e}", path.display()))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => create(path),
+        Err(e) => Err(format!("cannot read the job secret file {}: {e}", path.display())),
+    }
+}
+
+fn check_private(path: &Path, meta: &fs::Metadata) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    if meta.uid() != uid {
+        return Err(format!(
+            "the job secret file {} belongs to uid {}, not to this user ({uid}); refusing it",
+            path.display(),
+            meta.uid()
+        ));
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(format!(
+            "the job secret file {} is readable or writable by other users (mode {:o}); \
+             run `chmod 600 {}`",
+            path.display(),
+            meta.permissions().mode() & 0o777,
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Writes a fresh secret to a private temporary file and links it into
+/// place, so concurrent first uses agree on one secret.
+fn create(path: &Path) -> Result<String, String> {
+    let failed = |e: std::io::Error| {
+        format!(
+            "cannot create the job secret file {}: {e}; set SHOAL_SECRET instead",
+            path.display()
+        )
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(failed)?;
+    let secret = generate()?;
+    let tmp = dir.join(format!(".secret.{}", std::process::id()));
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(failed)?;
+    let written = f.write_all(format!("{secret}\n").as_bytes()).and_then(|_| f.sync_all());
+    // hard_link fails if another process created the file first: then theirs wins.
+    let linked = written.and_then(|_| fs::hard_link(&tmp, path));
+    let _ = fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(secret),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_or_create(path),
+        Err(e) => Err(failed(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, String)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> =
+            pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        move |k| map.get(k).cloned()
+    }
+
+    fn temp_home(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("shoal-secret-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn env_secret_wins_and_short_ones_are_refused() {
+        let env = env_of(&[("SHOAL_SECRET", "0123456789abcdef".into())]);
+        let s = JobSecret::load(&env).unwrap();
+        assert_eq!(s.source, SecretSource::Env);
+        assert_eq!(s.key, Key::from_material(b"0123456789abcdef"));
+        let err = JobSecret::load(&env_of(&[("SHOAL_SECRET", "short".into())])).unwrap_err();
+        assert!(err.contains("SHOAL_SECRET") && err.contains("16"), "{err}");
+    }
+
+    #[test]
+    fn per_user_file_is_created_private_and_reused() {
+        let home = temp_home("create");
+        let env = env_of(&[("HOME", home.display().to_string())]);
+        let first = JobSecret::load(&env).unwrap();
+        let path = home.join(".config/shoal/secret");
+        assert_eq!(first.source, SecretSource::File(path.clone()));
+        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(JobSecret::load(&env).unwrap().key, first.key);
+        fs::remove_dir_all(home).unwrap();
+    }
+
+    #[test]
+    fn readable_secret_file_is_refused() {
+        let home = temp_home("mode");
+        let path = home.join("s");
+        fs::write(&path, "a-long-enough-secret-value").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        let env = env_of(&[("SHOAL_SECRET_FILE", path.display().to_string())]);
+        let err = JobSecret::load(&env).unwrap_err();
+        assert!(err.contains("chmod 600"), "{err}");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(JobSecret::load(&env).is_ok());
+        fs::remove_dir_all(home).unwrap();
+    }
+
+    #[test]
+    fn no_home_and_no_secret_names_the_variables() {
+        let err = JobSecret::load(&env_of(&[])).unwrap_err();
+        assert!(err.contains("SHOAL_SECRET"), "{err}");
+    }
+}
