@@ -3,8 +3,9 @@
 
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::sync::Arc;
+use std::time::Duration;
 
-use shoal_transport::auth::{random_bytes, to_hex};
+use shoal_transport::auth::{random_bytes, to_hex, Key};
 use shoal_transport::{KvStore, Routed, RoutedConfig, Transport};
 
 use crate::calibrate::{calibrate, parse_cost, Partners};
@@ -99,11 +100,7 @@ fn calibration_partners(rdzv: &Rendezvous) -> Partners {
 fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Box<dyn Transport>> {
     let (rank, world) = (rdzv.info.rank, rdzv.info.world_size);
     let job = segment_name(rdzv)?;
-    let env = |k: &str| std::env::var(k).ok();
-    let key = JobSecret::load(&env)
-        .map_err(Error::invalid)?
-        .key
-        .derive("transport");
+    let key = transport_key(world)?;
     let local_ranks = rdzv.hosts.local_ranks.clone();
     let mut cfg = RoutedConfig::new(rank, world, local_ranks, &job, key);
     cfg.use_shm = config.transport != TransportChoice::Tcp;
@@ -114,9 +111,31 @@ fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Box<dyn Transpo
     if rdzv.hosts.num_hosts() > 1 || config.transport == TransportChoice::Tcp {
         cfg.bind_ip = tcp_address(config, rdzv)?;
     }
-    let transport = Routed::connect(&cfg, &rdzv.store)
-        .map_err(|e| Error::runtime(format!("transport setup on rank {rank}: {e}")))?;
+    let transport = Routed::connect(&cfg, &rdzv.store).map_err(|e| {
+        if rdzv.server.is_some() {
+            // The store lives in this process: serve it a moment longer, so
+            // the ranks still checking the setup learn the cause from it
+            // rather than from a vanished store.
+            std::thread::sleep(STORE_GRACE.min(config.timeout));
+        }
+        Error::runtime(format!("transport setup on rank {rank}: {e}"))
+    })?;
     Ok(Box::new(transport))
+}
+
+/// How long a rank that serves the store keeps it after its transport
+/// setup failed.
+const STORE_GRACE: Duration = Duration::from_secs(1);
+
+/// The key TCP connections between ranks prove on both ends. A single
+/// process connects to nobody, so it needs no job secret.
+fn transport_key(world: usize) -> Result<Key> {
+    if world == 1 {
+        return Key::random().map_err(|e| Error::runtime(format!("drawing a key: {e}")));
+    }
+    let env = |k: &str| std::env::var(k).ok();
+    let secret = JobSecret::load(&env).map_err(Error::invalid)?;
+    Ok(secret.key.derive("transport"))
 }
 
 /// A name for this job's shared-memory segments that no other job on the

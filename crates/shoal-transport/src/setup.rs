@@ -47,9 +47,15 @@ impl SetupRecord {
     }
 }
 
-/// Publishes this rank's record, then checks it against the record of each
-/// of `peers`, in order; the transport must agree only with `local` peers
-/// (ranks of other hosts talk TCP whatever they chose).
+/// Checks this rank's record against the record of each of `peers`, and
+/// publishes it; the transport must agree only with `local` peers (ranks
+/// of other hosts talk TCP whatever they chose).
+///
+/// The records of lower ranks are read before this rank publishes its own:
+/// a lower rank then cannot fail on this rank's record and leave (rank 0,
+/// which serves the store, taking the store along) before this rank has
+/// seen the disagreement too. A rank that finds one still publishes its
+/// record, so the ranks after it see it as well.
 pub(crate) fn agree(
     store: &dyn KvStore,
     job: &str,
@@ -59,10 +65,12 @@ pub(crate) fn agree(
     local: &[usize],
 ) -> Result<()> {
     let key = |r: usize| format!("{job}/setup/{r}");
-    store
-        .set(&key(rank), mine.encode().as_bytes())
-        .map_err(|e| setup_error(format!("publishing this rank's setup: store: {e}")))?;
-    for &peer in peers.iter().filter(|&&p| p != rank) {
+    let publish = || {
+        store
+            .set(&key(rank), mine.encode().as_bytes())
+            .map_err(|e| setup_error(format!("publishing this rank's setup: store: {e}")))
+    };
+    let check = |peer: usize| {
         let bytes = wait_for_rank(store, &key(peer), peer)?;
         let text = String::from_utf8_lossy(&bytes);
         let theirs = SetupRecord::decode(&text).ok_or_else(|| {
@@ -70,38 +78,62 @@ pub(crate) fn agree(
                 "rank {peer} published a malformed setup record {text:?}"
             ))
         })?;
-        // Both ranks of a pair word the error alike: lower rank first.
-        let ((lo, lo_says), (hi, hi_says)) = if peer < rank {
-            ((peer, theirs), (rank, mine))
-        } else {
-            ((rank, mine), (peer, theirs))
-        };
-        if theirs.world != mine.world {
-            return Err(setup_error(format!(
-                "ranks disagree on the world size: rank {lo} has {}, rank {hi} has {}",
-                lo_says.world, hi_says.world
-            )));
+        compare(rank, mine, peer, theirs, local.contains(&peer))
+    };
+    for &peer in peers.iter().filter(|&&p| p < rank) {
+        if let Err(e) = check(peer) {
+            let _ = publish();
+            return Err(e);
         }
-        if theirs.shm != mine.shm && local.contains(&peer) {
-            return Err(setup_error(format!(
-                "ranks of one host disagree on the transport: rank {hi} uses SHOAL_TRANSPORT={} \
-                 but rank {lo} uses {}",
-                hi_says.transport(),
-                lo_says.transport()
-            )));
-        }
+    }
+    publish()?;
+    peers
+        .iter()
+        .filter(|&&p| p > rank)
+        .try_for_each(|&p| check(p))
+}
+
+/// Whether two ranks' records agree; both ranks of a pair word the error
+/// alike, lower rank first.
+fn compare(
+    rank: usize,
+    mine: SetupRecord,
+    peer: usize,
+    theirs: SetupRecord,
+    same_host: bool,
+) -> Result<()> {
+    let ((lo, lo_says), (hi, hi_says)) = if peer < rank {
+        ((peer, theirs), (rank, mine))
+    } else {
+        ((rank, mine), (peer, theirs))
+    };
+    if theirs.world != mine.world {
+        return Err(setup_error(format!(
+            "ranks disagree on the world size: rank {lo} has {}, rank {hi} has {}",
+            lo_says.world, hi_says.world
+        )));
+    }
+    if theirs.shm != mine.shm && same_host {
+        return Err(setup_error(format!(
+            "ranks of one host disagree on the transport: rank {hi} uses {} but rank {lo} \
+             uses {} (SHOAL_TRANSPORT must be alike on every rank)",
+            hi_says.transport(),
+            lo_says.transport()
+        )));
     }
     Ok(())
 }
 
 /// Reads `key`, which `rank` publishes during setup; the store's timeout
-/// becomes an error naming the rank that never came.
+/// becomes an error naming the rank that never came (with the store's own
+/// words, which tell when the store gave up early, e.g. because its host
+/// exited).
 pub(crate) fn wait_for_rank(store: &dyn KvStore, key: &str, rank: usize) -> Result<Vec<u8>> {
     let started = Instant::now();
     store.get(key).map_err(|e| {
         if e.kind() == ErrorKind::TimedOut {
             setup_error(format!(
-                "rank {rank} never joined the transport setup (waited {:.1} s)",
+                "rank {rank} never joined the transport setup (waited {:.1} s: {e})",
                 started.elapsed().as_secs_f64()
             ))
         } else {

@@ -212,9 +212,7 @@ fn a_stranger_answering_at_a_ranks_address_cannot_pass_for_it() {
         let _ = s.write_all(&[1]);
         std::thread::sleep(Duration::from_secs(2));
     });
-    let e = rank1(&store, &job)
-        .err()
-        .expect("rank 1 trusted a stranger");
+    let e = rank1(&store, &job).expect_err("rank 1 trusted a stranger");
     let msg = e.to_string();
     assert!(
         msg.contains("rank 0") && msg.contains("could not prove that it holds this job's key"),
@@ -272,9 +270,7 @@ fn after_setup_the_port_is_closed_and_the_job_goes_on() {
     let t = TcpTransport::connect(&config(0, &job, test_key(), TIMEOUT), &*store).unwrap();
     assert_eq!(recv(&t, 1, 0, MESSAGE), pattern(MESSAGE, 1));
     let addr = address_of_rank0(&*store, &job);
-    let e = TcpStream::connect(addr)
-        .err()
-        .expect("the port still listens");
+    let e = TcpStream::connect(addr).expect_err("the port still listens");
     assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
     assert_eq!(recv(&t, 1, 1, MESSAGE), pattern(MESSAGE, 2));
     r1.join().unwrap();

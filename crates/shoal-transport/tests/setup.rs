@@ -58,7 +58,7 @@ fn ranks_of_one_host_disagreeing_on_the_transport_fail_at_once() {
     let store = Arc::new(MemStore::default());
     for (msg, took) in routed_errors(store, &job, &[(0, 2, true), (1, 2, false)]) {
         assert!(
-            msg.contains("rank 1 uses SHOAL_TRANSPORT=tcp but rank 0 uses shm"),
+            msg.contains("rank 1 uses tcp but rank 0 uses shm (SHOAL_TRANSPORT must be alike"),
             "{msg}"
         );
         assert!(took < Duration::from_secs(1), "{took:?}");
