@@ -3,7 +3,9 @@
 
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::sync::Arc;
+use std::time::Duration;
 
+use shoal_transport::auth::{random_bytes, to_hex, Key};
 use shoal_transport::{KvStore, Routed, RoutedConfig, Transport};
 
 use crate::calibrate::{calibrate, parse_cost, Partners};
@@ -12,6 +14,7 @@ use crate::config::{Config, TransportChoice};
 use crate::error::{Error, Result};
 use crate::ina::Ina;
 use crate::rendezvous::{establish, Explicit, Rendezvous};
+use crate::secret::JobSecret;
 use crate::select::{Selector, SHM_COST, TCP_COST};
 
 /// What `shoal.init()` was given explicitly; the environment fills the rest.
@@ -92,11 +95,14 @@ fn calibration_partners(rdzv: &Rendezvous) -> Partners {
     }
 }
 
-/// Shared memory to the ranks of this host (unless TCP is forced), TCP to the rest.
+/// Shared memory to the ranks of this host (unless TCP is forced), TCP to
+/// the rest, whose connections prove the job's transport key on both ends.
 fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Box<dyn Transport>> {
     let (rank, world) = (rdzv.info.rank, rdzv.info.world_size);
     let job = segment_name(rdzv)?;
-    let mut cfg = RoutedConfig::new(rank, world, rdzv.hosts.local_ranks.clone(), &job);
+    let key = transport_key(world)?;
+    let local_ranks = rdzv.hosts.local_ranks.clone();
+    let mut cfg = RoutedConfig::new(rank, world, local_ranks, &job, key);
     cfg.use_shm = config.transport != TransportChoice::Tcp;
     cfg.ring_size = config.shm_ring_bytes;
     cfg.cma_threshold = config.shm_cma_bytes;
@@ -105,22 +111,42 @@ fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Box<dyn Transpo
     if rdzv.hosts.num_hosts() > 1 || config.transport == TransportChoice::Tcp {
         cfg.bind_ip = tcp_address(config, rdzv)?;
     }
-    let transport = Routed::connect(&cfg, &rdzv.store)
-        .map_err(|e| Error::runtime(format!("transport setup on rank {rank}: {e}")))?;
+    let transport = Routed::connect(&cfg, &rdzv.store).map_err(|e| {
+        if rdzv.server.is_some() {
+            // The store lives in this process: serve it a moment longer, so
+            // the ranks still checking the setup learn the cause from it
+            // rather than from a vanished store.
+            std::thread::sleep(STORE_GRACE.min(config.timeout));
+        }
+        Error::runtime(format!("transport setup on rank {rank}: {e}"))
+    })?;
     Ok(Box::new(transport))
 }
 
+/// How long a rank that serves the store keeps it after its transport
+/// setup failed.
+const STORE_GRACE: Duration = Duration::from_secs(1);
+
+/// The key TCP connections between ranks prove on both ends. A single
+/// process connects to nobody, so it needs no job secret.
+fn transport_key(world: usize) -> Result<Key> {
+    if world == 1 {
+        return Key::random().map_err(|e| Error::runtime(format!("drawing a key: {e}")));
+    }
+    let env = |k: &str| std::env::var(k).ok();
+    let secret = JobSecret::load(&env).map_err(Error::invalid)?;
+    Ok(secret.key.derive("transport"))
+}
+
 /// A name for this job's shared-memory segments that no other job on the
-/// host uses: the store scope (job id and init generation) and a nonce drawn
-/// by rank 0, since two jobs without a launcher-given id share the scope.
+/// host uses and no stranger can guess ahead: the store scope (job id and
+/// init generation) and a random nonce drawn by rank 0, since two jobs
+/// without a launcher-given id share the scope.
 fn segment_name(rdzv: &Rendezvous) -> Result<String> {
     let key = "segment-nonce";
     let failed = |e: std::io::Error| Error::runtime(format!("rendezvous: {e}"));
     if rdzv.info.rank == 0 {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        let nonce = format!("{:x}{:x}", std::process::id(), t.as_nanos() & 0xffff_ffff);
+        let nonce = to_hex(&random_bytes::<8>().map_err(failed)?);
         rdzv.store.set(key, nonce.as_bytes()).map_err(failed)?;
     }
     let nonce = String::from_utf8_lossy(&rdzv.store.get(key).map_err(failed)?).into_owned();

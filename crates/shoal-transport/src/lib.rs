@@ -15,6 +15,7 @@ pub mod doorbell;
 mod frame;
 mod matching;
 pub mod routed;
+mod setup;
 pub mod shm;
 pub mod tcp;
 

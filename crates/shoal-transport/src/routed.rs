@@ -7,7 +7,9 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
+use crate::auth::Key;
 use crate::doorbell::{wait_on, Doorbell};
+use crate::setup::{agree, SetupRecord};
 use crate::shm::{ShmConfig, ShmTransport, DEFAULT_CMA_THRESHOLD, DEFAULT_RING_SIZE};
 use crate::tcp::{Congestion, TcpConfig, TcpTransport};
 use crate::{CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError};
@@ -19,6 +21,8 @@ pub struct RoutedConfig {
     pub world: usize,
     /// Unique per job; names shm segments and store keys.
     pub job_id: String,
+    /// The job's transport key, which tcp connections prove on both ends.
+    pub key: Key,
     /// Global ranks on this host, including this one. They talk over shm
     /// when `use_shm` is set; every other rank over tcp.
     pub local_ranks: Vec<usize>,
@@ -37,11 +41,18 @@ pub struct RoutedConfig {
 }
 
 impl RoutedConfig {
-    pub fn new(rank: usize, world: usize, local_ranks: Vec<usize>, job_id: &str) -> RoutedConfig {
+    pub fn new(
+        rank: usize,
+        world: usize,
+        local_ranks: Vec<usize>,
+        job_id: &str,
+        key: Key,
+    ) -> RoutedConfig {
         RoutedConfig {
             rank,
             world,
             job_id: job_id.to_string(),
+            key,
             local_ranks,
             use_shm: true,
             ring_size: DEFAULT_RING_SIZE,
@@ -73,6 +84,11 @@ pub struct Routed {
 impl Routed {
     /// Builds the shm side over the local ranks (when there are others and
     /// `use_shm` is set) and the tcp side over all remaining ranks.
+    ///
+    /// First every rank checks that the ranks of its host and rank 0 agree
+    /// with it on the world size and (the ranks of its host) on the
+    /// transport, so a disagreement fails at once with its cause named,
+    /// before any segment or socket exists ([`crate::setup`]).
     pub fn connect(cfg: &RoutedConfig, store: &dyn KvStore) -> Result<Routed> {
         let mut locals: Vec<usize> = cfg
             .local_ranks
@@ -83,6 +99,15 @@ impl Routed {
         if !locals.contains(&cfg.rank) {
             locals.push(cfg.rank);
         }
+        let mine = SetupRecord {
+            world: cfg.world,
+            shm: cfg.use_shm,
+        };
+        let mut checked = locals.clone();
+        if !checked.contains(&0) {
+            checked.insert(0, 0);
+        }
+        agree(store, &cfg.job_id, cfg.rank, mine, &checked, &locals)?;
         let shm = if cfg.use_shm && locals.len() > 1 {
             let c = ShmConfig {
                 rank: cfg.rank,
@@ -104,7 +129,7 @@ impl Routed {
         let tcp = if remote.is_empty() {
             None
         } else {
-            let mut c = TcpConfig::new(cfg.rank, cfg.world, remote, &cfg.job_id);
+            let mut c = TcpConfig::new(cfg.rank, cfg.world, remote, &cfg.job_id, cfg.key.clone());
             c.bind_ip = cfg.bind_ip;
             c.timeout = cfg.timeout;
             c.congestion = cfg.tcp_congestion.clone();

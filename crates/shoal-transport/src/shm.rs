@@ -22,8 +22,12 @@
 //! `ptrace_scope` or across users) and publishes the answer; messages to a
 //! rank that cannot read the sender go through the rings.
 //!
-//! Segments are unlinked as soon as every local rank has mapped them, so a
-//! crash leaks nothing. Peer death is noticed by polling the peers' pids (and
+//! Segments are created private to the user (mode 0600, never over an
+//! existing name) and a peer's segment is mapped only if this user owns it
+//! and nobody else may open it, so another user can neither read a job's
+//! rings nor plant a segment for it. Segments are unlinked as soon as every
+//! local rank has mapped them, or when setup fails, so neither a crash nor a
+//! failed setup leaks one. Peer death is noticed by polling the peers' pids (and
 //! by a failing `process_vm_readv`). Sending to self is rejected: plans never
 //! do it.
 
@@ -37,6 +41,7 @@ use crate::cma;
 use crate::doorbell::{wait_on, BellWords, Doorbell};
 use crate::frame::{Header, Kind, RndvInfo, HEADER_LEN};
 use crate::matching::{closed, Incoming, Matcher, Pull};
+use crate::setup::wait_for_rank;
 use crate::{CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError};
 
 /// Default ring size per directed pair of local ranks.
@@ -309,6 +314,9 @@ impl ShmTransport {
 
         let path = seg_path(&cfg.job_id, cfg.rank);
         let own = Arc::new(create_segment(&path, seg_len)?);
+        // Unlinks the name once every local rank has mapped the segment, or
+        // on any early return: a failed setup leaves nothing in /dev/shm.
+        let name = Unlink(path);
         let pid = std::process::id();
         own.control().pid.store(pid, Ordering::Release);
         own.control().addr.store(own.ptr as u64, Ordering::Release);
@@ -322,12 +330,19 @@ impl ShmTransport {
                 maps.push((r, own.clone(), pid as i32));
                 continue;
             }
-            let v = store.get(&key(r)).map_err(io)?;
+            let v = wait_for_rank(store, &key(r), r)?;
             let peer_pid = String::from_utf8_lossy(&v)
                 .trim()
                 .parse::<i32>()
-                .map_err(|_| io_err("bad pid"))?;
+                .map_err(|_| io_err(&format!("rank {r} published a bad pid {v:?}")))?;
             let map = Arc::new(open_segment(&seg_path(&cfg.job_id, r), seg_len)?);
+            let owner = map.control().pid.load(Ordering::Acquire);
+            if owner as i32 != peer_pid {
+                return Err(io_err(&format!(
+                    "the segment of rank {r} was made by process {owner}, but rank {r} is \
+                     process {peer_pid}"
+                )));
+            }
             if cfg.cma_threshold > 0 && me < CMA_SLOTS && may_read(&map, peer_pid) {
                 own.control().cma_from[slot_of(r).unwrap()].store(1, Ordering::Release);
             }
@@ -337,9 +352,9 @@ impl ShmTransport {
             .set(&format!("{}/mapped", key(cfg.rank)), b"1")
             .map_err(io)?;
         for &r in locals.iter().filter(|&&r| r != cfg.rank) {
-            store.get(&format!("{}/mapped", key(r))).map_err(io)?;
+            wait_for_rank(store, &format!("{}/mapped", key(r)), r)?;
         }
-        unlink(&path);
+        drop(name);
 
         let mut inner = Inner {
             matcher: Matcher::new(cfg.rank, locals.iter().copied()),
@@ -921,14 +936,18 @@ fn seg_path(job: &str, rank: usize) -> String {
     format!("/dev/shm/shoal-{job}-{rank}")
 }
 
+/// Creates a segment only this user may open. An existing file of that
+/// name is refused, not reused or removed: segment names carry a random
+/// nonce per job, so another process made it, maybe to read our rings.
 fn create_segment(path: &str, len: usize) -> Result<Mapping> {
     let c = CString::new(path).map_err(|_| io_err("bad path"))?;
-    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC;
+    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
     // SAFETY: plain libc calls on a valid C string.
-    let mut fd = unsafe { libc::open(c.as_ptr(), flags, 0o600) };
+    let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600) };
     if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
-        unlink(path); // stale segment of a crashed job with the same id
-        fd = unsafe { libc::open(c.as_ptr(), flags, 0o600) };
+        return Err(io_err(&format!(
+            "{path} already exists: another process took this job's segment name; refusing it"
+        )));
     }
     if fd < 0 {
         return Err(os_err(&format!("create {path}")));
@@ -945,21 +964,58 @@ fn create_segment(path: &str, len: usize) -> Result<Mapping> {
     map_fd(fd, len, path)
 }
 
+/// Maps a peer's segment, if it is what its owner made: a regular file of
+/// this user that no other user may open, of the expected size.
 fn open_segment(path: &str, len: usize) -> Result<Mapping> {
     let c = CString::new(path).map_err(|_| io_err("bad path"))?;
     // SAFETY: plain libc calls.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
     if fd < 0 {
         return Err(os_err(&format!("open {path}")));
     }
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_size as usize != len {
+    let problem = if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        Some(format!("fstat {path}: {}", std::io::Error::last_os_error()))
+    } else {
+        segment_problem(path, &st, len)
+    };
+    if let Some(problem) = problem {
         unsafe { libc::close(fd) };
-        return Err(io_err(&format!(
-            "{path} has the wrong size (ring sizes differ between ranks?)"
-        )));
+        return Err(io_err(&problem));
     }
     map_fd(fd, len, path)
+}
+
+/// Why the file `st` describes is not a segment this rank may map, if it is not.
+fn segment_problem(path: &str, st: &libc::stat, len: usize) -> Option<String> {
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        Some(format!("{path} is not a regular file; refusing it"))
+    } else if st.st_uid != me {
+        Some(format!(
+            "{path} belongs to uid {}, not to this user (uid {me}); refusing a segment \
+             another user could have planted",
+            st.st_uid
+        ))
+    } else if st.st_mode & 0o077 != 0 {
+        Some(format!(
+            "{path} has mode {:o}: other users may open it; refusing it",
+            st.st_mode & 0o777
+        ))
+    } else if st.st_size as usize != len {
+        Some(format!(
+            "{path} has {} bytes, expected {len} (ring sizes differ between ranks?)",
+            st.st_size
+        ))
+    } else {
+        None
+    }
 }
 
 fn map_fd(fd: i32, len: usize, path: &str) -> Result<Mapping> {
@@ -986,6 +1042,15 @@ fn unlink(path: &str) {
     if let Ok(c) = CString::new(path) {
         // SAFETY: plain libc call.
         unsafe { libc::unlink(c.as_ptr()) };
+    }
+}
+
+/// Unlinks its path when dropped.
+struct Unlink(String);
+
+impl Drop for Unlink {
+    fn drop(&mut self) {
+        unlink(&self.0);
     }
 }
 

@@ -372,12 +372,12 @@ fn tcp_peer_death_without_bye() {
     let s2 = store.clone();
     let j2 = job.clone();
     let child = std::thread::spawn(move || {
-        let c = TcpConfig::new(1, 2, vec![0], &j2);
+        let c = TcpConfig::new(1, 2, vec![0], &j2, test_key());
         let t = TcpTransport::connect(&c, &*s2).unwrap();
         std::thread::sleep(Duration::from_millis(100));
         t.close_without_bye();
     });
-    let c = TcpConfig::new(0, 2, vec![1], &job);
+    let c = TcpConfig::new(0, 2, vec![1], &job, test_key());
     let t = TcpTransport::connect(&c, &*store).unwrap();
     let mut buf = [0u8; 8];
     let req = irecv(&t, 1, 0, &mut buf);
@@ -475,7 +475,7 @@ fn routed_mixed_shm_and_tcp() {
             let (store, job) = (store.clone(), job.clone());
             std::thread::spawn(move || {
                 let host: Vec<usize> = if r < 2 { vec![0, 1] } else { vec![2, 3] };
-                let mut c = RoutedConfig::new(r, world, host, &job);
+                let mut c = RoutedConfig::new(r, world, host, &job, test_key());
                 c.ring_size = RING;
                 let t = Routed::connect(&c, &*store).unwrap();
                 for round in 0..2u32 {
@@ -509,7 +509,7 @@ fn routed_tcp_only_on_one_host() {
         .map(|r| {
             let (store, job) = (store.clone(), job.clone());
             std::thread::spawn(move || {
-                let mut c = RoutedConfig::new(r, 3, vec![0, 1, 2], &job);
+                let mut c = RoutedConfig::new(r, 3, vec![0, 1, 2], &job, test_key());
                 c.use_shm = false;
                 let t = Routed::connect(&c, &*store).unwrap();
                 let next = (r + 1) % 3;

@@ -1,7 +1,8 @@
 //! TCP transport: one connection per pair of ranks.
 //!
 //! The higher rank dials the lower one (whose `ip:port` it reads from the
-//! store) and introduces itself with its rank and the job id. Each connection
+//! store); both prove that they hold the job's transport key before the
+//! connection is used ([`connect`]). Each connection
 //! has a writer thread fed by a queue, so `isend` never blocks (small sends
 //! on an idle connection are written by the caller), and a read side
 //! ([`reader`]) that parses frames and reads payloads straight into the
@@ -11,10 +12,11 @@
 //! ring a [`Doorbell`] the waiting rank sleeps on. EOF without a prior `Bye`
 //! frame marks the peer dead. Sending to self is rejected: plans never do it.
 
+mod connect;
 mod reader;
 
-use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::io::{ErrorKind, Write};
+use std::net::{IpAddr, Ipv4Addr, Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
@@ -22,13 +24,12 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::auth::Key;
 use crate::doorbell::{wait_on, Doorbell};
 use crate::frame::{Header, Kind, HEADER_LEN};
 use crate::matching::Matcher;
 use crate::{CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError};
 use reader::{wait_readable, ReadSide};
-
-const HELLO: &[u8; 8] = b"SHOALTCP";
 
 /// Settings of a [`TcpTransport`].
 #[derive(Clone, Debug)]
@@ -42,6 +43,9 @@ pub struct TcpConfig {
     pub bind_ip: IpAddr,
     /// Unique per job; prefixes store keys and is checked in the handshake.
     pub job_id: String,
+    /// The job's transport key: connections whose far end cannot prove it
+    /// holds this key are dropped.
+    pub key: Key,
     /// Limit for setting up connections and for flushing sends on close.
     pub timeout: Duration,
     /// TCP congestion control of the connections (`None`: the system's).
@@ -58,13 +62,14 @@ pub struct Congestion {
 }
 
 impl TcpConfig {
-    pub fn new(rank: usize, world: usize, peers: Vec<usize>, job_id: &str) -> TcpConfig {
+    pub fn new(rank: usize, world: usize, peers: Vec<usize>, job_id: &str, key: Key) -> TcpConfig {
         TcpConfig {
             rank,
             world,
             peers,
             bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             job_id: job_id.to_string(),
+            key,
             timeout: Duration::from_secs(60),
             congestion: None,
         }
@@ -171,6 +176,8 @@ pub struct TcpTransport {
     last_seen: AtomicU32,
     /// How long `close` waits for queued sends to drain.
     close_timeout: Duration,
+    /// Connections dropped during setup because they failed the handshake.
+    refused: usize,
 }
 
 impl TcpTransport {
@@ -194,7 +201,7 @@ impl TcpTransport {
             .collect();
         peers.sort_unstable();
         peers.dedup();
-        let streams = establish(cfg, store, &peers)?;
+        let connect::Connected { streams, refused } = connect::establish(cfg, store, &peers)?;
         let shared = Arc::new(Shared {
             matcher: Mutex::new(Matcher::new(cfg.rank, peers.iter().copied())),
             bell,
@@ -245,7 +252,14 @@ impl TcpTransport {
             threads: Mutex::new(threads),
             last_seen,
             close_timeout: cfg.timeout.min(Duration::from_secs(10)),
+            refused,
         })
+    }
+
+    /// How many connections to this rank's port were dropped during setup
+    /// because they failed the handshake (strangers, other jobs).
+    pub fn refused_connections(&self) -> usize {
+        self.refused
     }
 
     /// The doorbell the I/O threads ring.
@@ -538,142 +552,6 @@ fn reader_loop(sh: &Shared, read: &Mutex<ReadSide>, polled: &TcpStream) {
             return;
         }
     }
-}
-
-/// Opens one connection per peer: dials lower ranks, accepts higher ones.
-fn establish(
-    cfg: &TcpConfig,
-    store: &dyn KvStore,
-    peers: &[usize],
-) -> Result<Vec<(usize, TcpStream)>> {
-    let deadline = Instant::now() + cfg.timeout;
-    let listener = TcpListener::bind(SocketAddr::new(cfg.bind_ip, 0)).map_err(io)?;
-    let addr = listener.local_addr().map_err(io)?;
-    store
-        .set(
-            &addr_key(&cfg.job_id, cfg.rank),
-            addr.to_string().as_bytes(),
-        )
-        .map_err(io)?;
-    let mut out = Vec::new();
-    for &p in peers.iter().filter(|&&p| p < cfg.rank) {
-        out.push((p, dial(cfg, store, p, deadline)?));
-    }
-    let mut missing: Vec<usize> = peers.iter().copied().filter(|&p| p > cfg.rank).collect();
-    listener.set_nonblocking(true).map_err(io)?;
-    while !missing.is_empty() {
-        match listener.accept() {
-            Ok((s, _)) => {
-                if let Some(p) = greet_incoming(cfg, s, &missing, deadline).map(|(p, s)| {
-                    out.push((p, s));
-                    p
-                }) {
-                    missing.retain(|&m| m != p);
-                }
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    return Err(io_err(&format!(
-                        "timed out waiting for ranks {missing:?} to connect"
-                    )));
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            Err(e) => return Err(io(e)),
-        }
-    }
-    Ok(out)
-}
-
-fn addr_key(job: &str, rank: usize) -> String {
-    format!("{job}/tcp/{rank}")
-}
-
-fn dial(cfg: &TcpConfig, store: &dyn KvStore, peer: usize, deadline: Instant) -> Result<TcpStream> {
-    let v = store.get(&addr_key(&cfg.job_id, peer)).map_err(io)?;
-    let addr: SocketAddr = String::from_utf8_lossy(&v)
-        .parse()
-        .map_err(|_| io_err("bad address in store"))?;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match TcpStream::connect_timeout(&addr, left.max(Duration::from_millis(1))) {
-            Ok(mut s) => {
-                tune(&s, cfg)?;
-                s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
-                    .map_err(io)?;
-                let mut hello = HELLO.to_vec();
-                hello.extend_from_slice(&(cfg.rank as u32).to_le_bytes());
-                hello.extend_from_slice(&(cfg.job_id.len() as u32).to_le_bytes());
-                hello.extend_from_slice(cfg.job_id.as_bytes());
-                s.write_all(&hello).map_err(io)?;
-                let mut ack = [0u8; 1];
-                s.read_exact(&mut ack)
-                    .map_err(|e| io_err(&format!("rank {peer} did not accept us: {e}")))?;
-                s.set_read_timeout(None).map_err(io)?;
-                return Ok(s);
-            }
-            Err(e) if Instant::now() >= deadline => {
-                return Err(io_err(&format!("connect to rank {peer} at {addr}: {e}")))
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(10)),
-        }
-    }
-}
-
-/// Reads a dialer's hello; returns its rank when it belongs to this job and
-/// is one we wait for (anything else is dropped).
-fn greet_incoming(
-    cfg: &TcpConfig,
-    mut s: TcpStream,
-    want: &[usize],
-    deadline: Instant,
-) -> Option<(usize, TcpStream)> {
-    s.set_nonblocking(false).ok()?;
-    let left = deadline
-        .saturating_duration_since(Instant::now())
-        .max(Duration::from_millis(100));
-    s.set_read_timeout(Some(left.min(Duration::from_secs(5))))
-        .ok()?;
-    let mut head = [0u8; 16];
-    s.read_exact(&mut head).ok()?;
-    let rank = u32::from_le_bytes(head[8..12].try_into().unwrap()) as usize;
-    let job_len = u32::from_le_bytes(head[12..16].try_into().unwrap()) as usize;
-    if &head[..8] != HELLO || job_len > 4096 {
-        return None;
-    }
-    let mut job = vec![0u8; job_len];
-    s.read_exact(&mut job).ok()?;
-    if job != cfg.job_id.as_bytes() || !want.contains(&rank) {
-        return None;
-    }
-    tune(&s, cfg).ok()?;
-    s.write_all(&[1]).ok()?;
-    s.set_read_timeout(None).ok()?;
-    Some((rank, s))
-}
-
-fn tune(s: &TcpStream, cfg: &TcpConfig) -> Result<()> {
-    s.set_nodelay(true).map_err(io)?;
-    // (buffer sizes are left to kernel autotuning: fixed sizes disable it)
-    if let Some(cc) = &cfg.congestion {
-        if let Err(e) = set_congestion(s, &cc.name) {
-            if cc.required {
-                let available =
-                    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
-                        .unwrap_or_default();
-                return Err(io_err(&format!(
-                    "cannot use TCP congestion control {:?}: {e} (available: {})",
-                    cc.name,
-                    available.trim()
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
-fn set_congestion(s: &TcpStream, name: &str) -> std::io::Result<()> {
-    set_tcp_option(s, libc::TCP_CONGESTION, name.as_bytes())
 }
 
 /// `setsockopt(IPPROTO_TCP, option)` with `value`'s bytes.

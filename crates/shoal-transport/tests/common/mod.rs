@@ -15,6 +15,17 @@ use shoal_transport::*;
 pub struct MemStore {
     map: Mutex<HashMap<String, Vec<u8>>>,
     cv: Condvar,
+    /// How long `get` waits for a key (default 30 s).
+    timeout: Option<Duration>,
+}
+
+impl MemStore {
+    pub fn with_timeout(timeout: Duration) -> MemStore {
+        MemStore {
+            timeout: Some(timeout),
+            ..MemStore::default()
+        }
+    }
 }
 
 impl KvStore for MemStore {
@@ -28,7 +39,7 @@ impl KvStore for MemStore {
     }
 
     fn get(&self, key: &str) -> std::io::Result<Vec<u8>> {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + self.timeout.unwrap_or(Duration::from_secs(30));
         let mut m = self.map.lock().unwrap();
         loop {
             if let Some(v) = m.get(key) {
@@ -70,6 +81,11 @@ impl KvStore for FileStore {
     }
 }
 
+/// The transport key every rank of the test jobs holds.
+pub fn test_key() -> auth::Key {
+    auth::Key::from_material(b"the transport key of shoal's tests")
+}
+
 pub fn job_id(name: &str) -> String {
     static N: AtomicUsize = AtomicUsize::new(0);
     format!(
@@ -102,7 +118,7 @@ pub fn build(
             Box::new(ShmTransport::connect(&c, store).unwrap())
         }
         Kind::Tcp => {
-            let c = TcpConfig::new(rank, world, (0..world).collect(), job);
+            let c = TcpConfig::new(rank, world, (0..world).collect(), job, test_key());
             Box::new(TcpTransport::connect(&c, store).unwrap())
         }
     }
