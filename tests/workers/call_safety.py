@@ -199,7 +199,7 @@ def rss_kib() -> int:
 
 def check_plan_cache(r: int, p: int, distinct: int) -> None:
     world = shoal.world()
-    fill = 1000  # more shapes than the cache holds: it is full from here on
+    fill = 2500  # more shapes than the caches hold: they are full from here on
     for count in range(1, fill + 1):
         shoal.allreduce(np.ones(count, np.float32))
         shoal.broadcast(np.ones(count, np.int8), root=count % p)
