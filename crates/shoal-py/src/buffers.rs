@@ -42,7 +42,8 @@ static ANY_DEFERRED: AtomicBool = AtomicBool::new(false);
 
 /// Releases the exports that calls finished without the GIL.
 pub fn release_deferred(_py: Python<'_>) {
-    if !ANY_DEFERRED.swap(false, Ordering::AcqRel) {
+    // A load first: the common case (nothing deferred) writes nothing.
+    if !ANY_DEFERRED.load(Ordering::Acquire) || !ANY_DEFERRED.swap(false, Ordering::AcqRel) {
         return;
     }
     // Taken out first: releasing may run Python code that calls back in here.
