@@ -75,6 +75,18 @@ def check_wait_timeout_keeps_buffers(r: int, p: int) -> None:
         shoal.barrier()
 
 
+def check_exports_released() -> None:
+    """While a call runs its buffer cannot be resized; once it is over
+    (waited for, or followed by a blocking call) it can again."""
+    waited, dropped = bytearray(1 << 20), bytearray(1 << 20)
+    w = shoal.allreduce(waited, op="max", async_op=True)
+    w.wait()
+    waited.extend(b"more")
+    shoal.allreduce(dropped, op="max", async_op=True)  # handle dropped
+    shoal.barrier()
+    dropped.extend(b"more")
+
+
 def check_wait_arguments() -> None:
     w = shoal.barrier(async_op=True)
     for bad in (-1.0, float("nan")):
@@ -227,6 +239,7 @@ def main() -> None:
     if what == "ownership":
         check_ownership(r, p)
         check_wait_timeout_keeps_buffers(r, p)
+        check_exports_released()
         check_wait_arguments()
     elif what == "aliasing":
         check_in_place_forms(r, p)

@@ -11,8 +11,10 @@
 //! without it, and taking it there would stall the next call behind
 //! whatever Python code holds it (up to the 5 ms switch interval), so
 //! exports dropped without the GIL wait in a list that the next shoal entry
-//! point holding the GIL releases (`wait`, `is_completed`, every call,
-//! `synchronize`, a handle's destruction).
+//! point holding the GIL releases (`wait`, `is_completed`, the start of every
+//! call and the end of every blocking one, `synchronize`, a handle's
+//! destruction). A blocking call first waits for the asynchronous ones, so
+//! once it returns no finished call holds an export.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;

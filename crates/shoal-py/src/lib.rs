@@ -208,11 +208,10 @@ impl PyCommunicator {
             return Ok(Some(PyWork { inner: work }));
         }
         let bufs = SendableBuffers(bufs);
-        py.allow_threads(move || {
+        blocking(py, move || {
             let bufs = bufs;
             comm.collective(&args, bufs.0)
-        })
-        .map_err(to_py)?;
+        })?;
         // `input` and `output` are released here, after the call.
         Ok(None)
     }
@@ -226,16 +225,14 @@ impl PyCommunicator {
         dtype: &str,
         data: Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        release_deferred(py);
         let dtype = DType::from_name(dtype).map_err(invalid)?;
         let data = Held::export(&data, false)?;
         let (address, bytes) = data.span();
         let address = address as usize;
         let comm = self.inner.clone();
-        py.allow_threads(move || {
+        blocking(py, move || {
             comm.send(peer, tag, dtype, address as *const u8, bytes / dtype.size())
         })
-        .map_err(to_py)
     }
 
     /// Receives from group rank `peer` into the buffer (of `dtype` elements).
@@ -247,16 +244,14 @@ impl PyCommunicator {
         dtype: &str,
         data: Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        release_deferred(py);
         let dtype = DType::from_name(dtype).map_err(invalid)?;
         let data = Held::export(&data, true)?;
         let (address, bytes) = data.span();
         let address = address as usize;
         let comm = self.inner.clone();
-        py.allow_threads(move || {
+        blocking(py, move || {
             comm.recv(peer, tag, dtype, address as *mut u8, bytes / dtype.size())
         })
-        .map_err(to_py)
     }
 
     /// A sub-communicator; every member of this one must call it alike.
@@ -268,8 +263,10 @@ impl PyCommunicator {
     /// Waits for every asynchronous collective issued so far.
     fn synchronize(&self, py: Python<'_>) {
         let comm = self.inner.clone();
-        py.allow_threads(move || comm.synchronize());
-        release_deferred(py);
+        let _ = blocking(py, move || {
+            comm.synchronize();
+            Ok(())
+        });
     }
 
     /// Which algorithm the selector would run for a call (for inspection).
@@ -288,6 +285,18 @@ impl PyCommunicator {
             .choose_algorithm(collective, count, dtype, root, algorithm)
             .map_err(to_py)
     }
+}
+
+/// Runs a blocking call without the GIL. Blocking calls first wait for the
+/// earlier asynchronous ones, so the exports those dropped are released
+/// here: after any blocking call, no finished call holds a buffer.
+fn blocking<T: Send>(
+    py: Python<'_>,
+    call: impl FnOnce() -> shoal_core::Result<T> + Send,
+) -> PyResult<T> {
+    let r = py.allow_threads(call);
+    release_deferred(py);
+    r.map_err(to_py)
 }
 
 struct SendableBuffers(CallBuffers);
