@@ -91,3 +91,14 @@ def test_good_configuration_is_accepted() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "initialised" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [("rank=-1, world_size=2", "rank=-1"), ("rank=2, world_size=2", "rank=2"), ("world_size=0", "world_size=0")],
+)
+def test_bad_init_arguments_are_value_errors(args: str, named: str) -> None:
+    code = f"import shoal\ntry:\n    shoal.init({args})\nexcept ValueError as e:\n    print('ValueError', e)"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "MASTER_"))}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.stdout.startswith("ValueError") and named in proc.stdout, proc.stdout + proc.stderr
