@@ -156,3 +156,17 @@ def test_missing_competitor_names_the_install_command(tmp_path: Path) -> None:
     code, doc, output = bench(tmp_path, "allreduce", "--against", "mpi", *TINY, env={"PATH": str(tmp_path)})
     assert code == 2 and not doc
     assert "apt-get install -y openmpi-bin" in output and "scripts/bench-deps.sh" in output
+
+
+@pytest.mark.parametrize("where", ["/proc/nope", "file"])
+def test_unwritable_out_is_a_one_line_error(tmp_path: Path, where: str) -> None:
+    """Checked before anything runs: one line naming the folder, exit code 2, no traceback."""
+    out = "/proc/nope" if where == "/proc/nope" else str(tmp_path / "a-file")
+    if where == "file":
+        Path(out).write_text("not a folder")
+    cmd = [sys.executable, "-m", "shoal.cli", "bench", "allreduce", "-n", "2", *TINY, "--out", out]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("shoal bench: ") and out in lines[0], proc.stderr

@@ -69,6 +69,17 @@ def init(rank: int | None = None, world_size: int | None = None, addr: str | Non
     if _world is not None:
         raise RuntimeError("shoal.init() was already called; call shoal.finalize() first")
     from shoal import _shoal
+    from shoal.group import integer_argument
+
+    if world_size is not None:
+        world_size = integer_argument("init", "world_size", world_size)
+        if world_size < 1:
+            raise ValueError(f"init: world_size={world_size} must be at least 1")
+    if rank is not None:
+        rank = integer_argument("init", "rank", rank)
+        if rank < 0 or (world_size is not None and rank >= world_size):
+            limit = f"0..{world_size - 1}" if world_size is not None else ">= 0"
+            raise ValueError(f"init: rank={rank} must be in {limit}")
 
     _world = Group(_shoal.init(rank=rank, world_size=world_size, addr=addr))
     return _world

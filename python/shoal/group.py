@@ -3,6 +3,7 @@ C-contiguous buffer, without copying."""
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -11,19 +12,49 @@ from shoal._buffers import as_array, dtype_name, itemsize, typed_view
 
 Buffer = Any  # a numpy array or any object supporting the buffer protocol
 
+# Point-to-point tags share a 32-bit word with a flag bit.
+TAG_LIMIT = 1 << 31
+
+
+def integer_argument(what: str, name: str, value: Any) -> int:
+    """``value`` as an int (numpy integers too); a TypeError naming it otherwise."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what}: {name} must be an int, got {type(value).__name__} {value!r}") from None
+
+
+def rank_argument(what: str, name: str, value: Any, size: int) -> int:
+    """A rank of a group of ``size``; a ValueError naming the argument otherwise."""
+    rank = integer_argument(what, name, value)
+    if not 0 <= rank < size:
+        raise ValueError(f"{what}: {name}={rank} is not a rank of this group of {size} (0..{size - 1})")
+    return rank
+
+
+def tag_argument(what: str, value: Any) -> int:
+    tag = integer_argument(what, "tag", value)
+    if not 0 <= tag < TAG_LIMIT:
+        raise ValueError(f"{what}: tag={tag} must be in 0..{TAG_LIMIT - 1}")
+    return tag
+
 
 class Work:
-    """An asynchronous collective in flight. ``wait()`` returns its result."""
+    """An asynchronous collective in flight. ``wait()`` returns its result.
 
-    def __init__(self, inner: Any, result: Any, keepalive: tuple[Any, ...]) -> None:
+    The call owns its buffers until it completes (the core holds their
+    exports): dropping this handle, the arrays, or a ``wait(timeout)`` that
+    expires leaves the call running on memory that stays valid."""
+
+    def __init__(self, inner: Any, result: Any) -> None:
         self._inner = inner
         self._result = result
-        self._keepalive = keepalive  # the buffers must outlive the collective
 
     def wait(self, timeout: float | None = None) -> Any:
-        """Blocks until done; raises the collective's error if it failed."""
+        """Blocks until done (``timeout``: at most that many seconds, then
+        ``ShoalTimeoutError`` while the call goes on); raises the collective's
+        error if it failed."""
         self._inner.wait(timeout)
-        self._keepalive = ()
         return self._result
 
     def is_completed(self) -> bool:
@@ -58,16 +89,28 @@ class Group:
         return self._comm.local_ranks
 
     @property
+    def plans_cached(self) -> int:
+        """Compiled plans this process keeps (all groups); at most ``plan_cache_capacity``."""
+        return self._comm.plans_cached
+
+    @property
+    def plan_cache_capacity(self) -> int:
+        """The most plans kept (``SHOAL_PLAN_CACHE``); the least recently used go first."""
+        return self._comm.plan_cache_capacity
+
+    @property
     def cost_model(self) -> dict[str, float]:
         """The selector's cost model: latency ``alpha`` (s), ``beta`` (s/byte moved), ``gamma`` (s/byte reduced)."""
         return self._comm.cost_model
 
     def new_group(self, ranks: list[int]) -> Group | None:
-        comm = self._comm.new_group(list(ranks))
+        ranks = [rank_argument("new_group", "rank", r, self.size) for r in ranks]
+        comm = self._comm.new_group(ranks)
         return None if comm is None else Group(comm)
 
     def choose_algorithm(self, collective: str, count: int, dtype: str = "float32", root: int = 0) -> str:
         """The algorithm the selector would use for such a call."""
+        root = rank_argument("choose_algorithm", "root", root, self.size)
         return self._comm.choose_algorithm(collective, count, dtype, root)
 
     def close(self) -> None:
@@ -95,12 +138,11 @@ class Group:
             raise RuntimeError("this group was closed")
         work = self._comm.collective(collective, count, dtype, op, root, algorithm, inp, out, async_op)
         if async_op:
-            return Work(work, result, (inp, out))
+            return Work(work, result)
         return result
 
-    def _root_check(self, root: int) -> None:
-        if not 0 <= root < self.size:
-            raise ValueError(f"root {root} is not a rank of this group of {self.size}")
+    def _root_check(self, root: int, what: str) -> int:
+        return rank_argument(what, "root", root, self.size)
 
     def allreduce(
         self,
@@ -123,7 +165,7 @@ class Group:
         async_op: bool = False,
         dtype: str | None = None,
     ) -> Any:
-        self._root_check(root)
+        root = self._root_check(root, "broadcast")
         a, dt, n = typed_view(x, "x", True, dtype)
         inp = a if self.rank == root else None
         return self._run("broadcast", n, dt, "sum", root, algorithm, inp, a, async_op, x)
@@ -138,7 +180,7 @@ class Group:
         async_op: bool = False,
         dtype: str | None = None,
     ) -> Any:
-        self._root_check(root)
+        root = self._root_check(root, "reduce")
         a, dt, n = typed_view(x, "x", self.rank == root, dtype)
         out = a if self.rank == root else None
         return self._run("reduce", n, dt, op, root, algorithm, a, out, async_op, x)
@@ -204,7 +246,7 @@ class Group:
         async_op: bool = False,
         dtype: str | None = None,
     ) -> Any:
-        self._root_check(root)
+        root = self._root_check(root, "gather")
         a, dt, n = typed_view(x, "x", False, dtype)
         o = None
         if self.rank == root:
@@ -225,7 +267,7 @@ class Group:
         async_op: bool = False,
         dtype: str | None = None,
     ) -> Any:
-        self._root_check(root)
+        root = self._root_check(root, "scatter")
         o, dt, n = typed_view(out, "out", True, dtype)
         inp = None
         if self.rank == root:
@@ -242,15 +284,25 @@ class Group:
         return self._run("barrier", 0, "uint8", "sum", 0, None, None, None, async_op, None)
 
     def send(self, x: Buffer, dst: int, tag: int = 0, *, dtype: str | None = None) -> None:
+        dst = self._peer_check(dst, "send", "dst")
+        tag = tag_argument("send", tag)
         a = as_array(x, "x", writable=False)
         dt = dtype_name(a, dtype)
         self._comm.send(dst, tag, dt, a)
 
     def recv(self, x: Buffer, src: int, tag: int = 0, *, dtype: str | None = None) -> Any:
+        src = self._peer_check(src, "recv", "src")
+        tag = tag_argument("recv", tag)
         a = as_array(x, "x", writable=True)
         dt = dtype_name(a, dtype)
         self._comm.recv(src, tag, dt, a)
         return x
+
+    def _peer_check(self, peer: int, what: str, name: str) -> int:
+        peer = rank_argument(what, name, peer, self.size)
+        if peer == self.rank:
+            raise ValueError(f"{what}: {name}={peer} is this rank; it must be another rank of this group")
+        return peer
 
     def _out_array(self, out: Buffer, dt: str, count: int) -> np.ndarray:
         o = as_array(out, "out", writable=True)

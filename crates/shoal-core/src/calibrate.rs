@@ -31,6 +31,13 @@ pub fn parse_cost(spec: &str, base: CostParams) -> Result<CostParams> {
         };
         let (key, value) = item.split_once('=').ok_or_else(bad)?;
         let value: f64 = value.trim().parse().map_err(|_| bad())?;
+        // Costs are compared to pick algorithms: NaN, negative or infinite
+        // figures would make every rank's choice arbitrary.
+        if !(value.is_finite() && value >= 0.0) {
+            return Err(Error::invalid(format!(
+                "SHOAL_COST entry {item:?} must be a finite number >= 0"
+            )));
+        }
         match key.trim() {
             "alpha" => cost.alpha = value,
             "beta" => cost.beta = value,

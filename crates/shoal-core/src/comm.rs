@@ -8,11 +8,13 @@ use std::sync::{Arc, Mutex};
 use shoal_plan::{Buf, CallShape, Collective, Op, Plan, Region};
 use shoal_transport::{CallSig, Transport};
 
+use crate::alias::{self, InPlace, Staging};
 use crate::config::Config;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{execute, CallBuffers, CallContext, CompiledPlan};
 use crate::ina::{self, Ina, INA, INA_SIG_INDEX};
+use crate::lru::Lru;
 use crate::reduce::divide;
 use crate::select::Selector;
 use crate::work::{AsyncQueue, Work};
@@ -36,6 +38,11 @@ pub struct Engine {
     /// Held while a plan runs (the transport is driven by one thread at a
     /// time); guards the reusable scratch memory.
     scratch: Mutex<Vec<u64>>,
+    /// Compiled plans of every communicator of this process, bounded by
+    /// `SHOAL_PLAN_CACHE` (a program may use endless distinct counts).
+    plans: Mutex<Lru<PlanKey, Arc<CompiledPlan>>>,
+    /// Where in-place calls put their input or output aside (see `alias`).
+    staging: Staging,
     queue: AsyncQueue,
     /// The caller's contribution during an in-network allreduce (for the fallback).
     ina_backup: Mutex<Vec<u8>>,
@@ -57,6 +64,7 @@ impl Engine {
         ina: std::result::Result<Ina, String>,
         keepalive: Vec<Box<dyn std::any::Any + Send + Sync>>,
     ) -> Engine {
+        let plans = Mutex::new(Lru::new(config.plan_cache));
         Engine {
             transport,
             config,
@@ -65,12 +73,20 @@ impl Engine {
             host_of,
             ina,
             scratch: Mutex::new(Vec::new()),
+            plans,
+            staging: Staging::default(),
             queue: AsyncQueue::new(),
             ina_backup: Mutex::new(Vec::new()),
             warned: Mutex::new(Default::default()),
             failed: Mutex::new(None),
             _keepalive: keepalive,
         }
+    }
+
+    /// How many compiled plans are cached, and how many may be.
+    pub fn plan_cache_usage(&self) -> (usize, usize) {
+        let plans = self.plans.lock().unwrap();
+        (plans.len(), plans.capacity())
     }
 
     /// Prints a runtime warning the first time it occurs.
@@ -126,8 +142,11 @@ struct CommState {
     /// Next message index per (peer, user tag), for sends and receives apart.
     sends: HashMap<(usize, u32), u32>,
     recvs: HashMap<(usize, u32), u32>,
-    plans: HashMap<(CallShape, u8), Arc<CompiledPlan>>,
 }
+
+/// A plan is the same for every communicator with the same call shape,
+/// algorithm (registry index) and group rank.
+type PlanKey = (CallShape, u8, usize);
 
 pub struct Communicator {
     engine: Arc<Engine>,
@@ -142,8 +161,8 @@ pub struct Communicator {
     state: Mutex<CommState>,
 }
 
-/// Raw call buffers that may travel to the async worker thread; the Python
-/// layer keeps the arrays alive until the work is waited on.
+/// Raw call buffers that may travel to the async worker thread; the job
+/// also owns what keeps them valid (see `collective_async`).
 struct SendBuffers(CallBuffers);
 // SAFETY: see the type's doc.
 unsafe impl Send for SendBuffers {}
@@ -161,6 +180,8 @@ struct Prepared {
     op: ReduceOp,
     dtype: DType,
     divide_by: Option<usize>,
+    /// How the call deals with overlapping input and output.
+    in_place: InPlace,
     /// Through the switch: the sequence number reserved for the ranks'
     /// agreement on whether it worked (`cp` is then the fallback plan).
     ina_agree_seq: Option<u32>,
@@ -231,18 +252,30 @@ impl Communicator {
     }
 
     /// Starts a collective on the async worker and returns its work handle.
+    ///
+    /// `owner` keeps the buffers valid (the Python binding passes its buffer
+    /// exports): the call holds it until it has finished, and drops it before
+    /// its work completes, whatever happens to the handle in the meantime.
     pub fn collective_async(
         self: &Arc<Self>,
         args: &CollArgs,
         bufs: CallBuffers,
+        owner: Box<dyn Send>,
     ) -> Result<Arc<Work>> {
         let p = self.prepare(args, &bufs)?;
         let me = self.clone();
         let bufs = SendBuffers(bufs);
         Ok(self.engine.queue.submit(Box::new(move || {
             let bufs = bufs;
-            me.run_prepared(&p, bufs.0)
+            let result = me.run_prepared(&p, bufs.0);
+            drop(owner);
+            result
         })))
+    }
+
+    /// How many compiled plans this process caches, and how many it may.
+    pub fn plan_cache_usage(&self) -> (usize, usize) {
+        self.engine.plan_cache_usage()
     }
 
     /// The algorithm the selector picks for a call (for inspection and tests).
@@ -383,18 +416,21 @@ impl Communicator {
         Ok(flag[0] == 1)
     }
 
-    /// The cached plan of this rank for a call shape and algorithm.
+    /// The plan of this rank for a call shape and algorithm, from the cache
+    /// or built (outside the cache's lock) and cached.
     fn plan(
         &self,
         shape: CallShape,
         index: u8,
         alg: &'static shoal_plan::Algorithm,
     ) -> Arc<CompiledPlan> {
-        let mut st = self.state.lock().unwrap();
-        st.plans
-            .entry((shape, index))
-            .or_insert_with(|| Arc::new(CompiledPlan::new((alg.generate)(&shape, self.rank))))
-            .clone()
+        let key = (shape, index, self.rank);
+        if let Some(cp) = self.engine.plans.lock().unwrap().get(&key) {
+            return cp;
+        }
+        let cp = Arc::new(CompiledPlan::new((alg.generate)(&shape, self.rank)));
+        self.engine.plans.lock().unwrap().insert(key, cp.clone());
+        cp
     }
 
     fn run_plan(&self, p: &Prepared, bufs: CallBuffers) -> Result<()> {
@@ -409,7 +445,10 @@ impl Communicator {
             timeout: self.engine.config.timeout,
             describe: &|| p.describe(),
         };
-        self.engine.run(&p.cp, &ctx, bufs)?;
+        let engine = &self.engine;
+        engine
+            .staging
+            .run(p.in_place, bufs, |bufs| engine.run(&p.cp, &ctx, bufs))?;
         if let Some(n) = p.divide_by {
             // SAFETY: the output buffer was validated by prepare.
             let out = unsafe { std::slice::from_raw_parts_mut(bufs.output, bufs.output_bytes) };
@@ -428,6 +467,7 @@ impl Communicator {
         }
         self.check_buffers(&shape, args.dtype, bufs)?;
         let esize = args.dtype.size();
+        let in_place = alias::classify(&shape, self.rank, args.count * esize, bufs)?;
         let explicit = args.algorithm.as_deref();
         let via_switch = self.wants_switch(args, &shape)?;
         let host_choice = explicit.filter(|&a| a != INA);
@@ -475,6 +515,7 @@ impl Communicator {
             op,
             dtype: args.dtype,
             divide_by,
+            in_place,
             ina_agree_seq,
         })
     }

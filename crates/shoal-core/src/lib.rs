@@ -1,6 +1,7 @@
 //! shoal's runtime: configuration, rendezvous, reduction kernels, algorithm
 //! selection, the plan executor and communicators.
 
+pub mod alias;
 pub mod calibrate;
 pub mod comm;
 pub mod config;
@@ -9,6 +10,7 @@ pub mod error;
 pub mod exec;
 pub mod ina;
 pub mod init;
+pub mod lru;
 pub mod reduce;
 pub mod rendezvous;
 pub mod secret;

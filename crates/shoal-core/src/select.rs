@@ -9,6 +9,10 @@ use shoal_plan::algorithms::{self, Algorithm, CostParams};
 use shoal_plan::{CallShape, Collective};
 
 use crate::error::{Error, Result};
+use crate::lru::Lru;
+
+/// Algorithm choices remembered (a few dozen bytes each).
+const CHOICES_CACHED: usize = 4096;
 
 /// Cost parameters for shared memory between ranks of one host.
 pub const SHM_COST: CostParams = CostParams {
@@ -34,8 +38,9 @@ pub struct Selector {
     /// Replaced once by the calibration at init; read on every call.
     cost: Mutex<CostParams>,
     /// The cheapest algorithm per call shape and element size, so repeated
-    /// calls do not price every algorithm again; cleared when the cost changes.
-    cheapest: Mutex<HashMap<(CallShape, usize), &'static Algorithm>>,
+    /// calls do not price every algorithm again; cleared when the cost
+    /// changes, bounded because a program may use endless distinct counts.
+    cheapest: Mutex<Lru<(CallShape, usize), &'static Algorithm>>,
 }
 
 impl Selector {
@@ -61,7 +66,7 @@ impl Selector {
             overrides,
             ina_forced,
             cost: Mutex::new(cost),
-            cheapest: Mutex::new(HashMap::new()),
+            cheapest: Mutex::new(Lru::new(CHOICES_CACHED)),
         })
     }
 
@@ -107,7 +112,7 @@ impl Selector {
 
     fn cheapest(&self, shape: &CallShape, elem_size: usize) -> Result<&'static Algorithm> {
         let key = (*shape, elem_size);
-        if let Some(&alg) = self.cheapest.lock().unwrap().get(&key) {
+        if let Some(alg) = self.cheapest.lock().unwrap().get(&key) {
             return Ok(alg);
         }
         let cost = self.cost();

@@ -28,8 +28,9 @@ impl Work {
     }
 
     /// Blocks until the collective finishes (or `timeout` passes) and returns its outcome.
+    /// A timeout too long for a deadline is no limit.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<()> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut guard = self.result.lock().unwrap();
         loop {
             if let Some(r) = guard.as_ref() {

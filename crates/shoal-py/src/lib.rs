@@ -1,7 +1,8 @@
 //! The `shoal._shoal` extension module: communicators, work handles, errors
-//! and plan inspection. Buffers arrive as (address, byte length) pairs that
-//! the Python layer has validated and keeps alive; nothing is copied here.
+//! and plan inspection. Buffers arrive as buffer-protocol objects; each call
+//! holds their exports (see `buffers`) until it is done. Nothing is copied.
 
+mod buffers;
 mod switch;
 
 use std::sync::Arc;
@@ -9,7 +10,6 @@ use std::time::Duration;
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
-use pyo3::ffi;
 use pyo3::prelude::*;
 
 use shoal_core::comm::{CollArgs, Communicator};
@@ -18,6 +18,8 @@ use shoal_core::init::{init_world, InitArgs};
 use shoal_core::select::parse_collective;
 use shoal_core::work::Work;
 use shoal_core::{DType, Error, ErrorKind, ReduceOp};
+
+use buffers::{release_deferred, Held};
 
 create_exception!(
     _shoal,
@@ -74,16 +76,40 @@ struct PyWork {
 
 #[pymethods]
 impl PyWork {
-    /// Blocks until the collective is done; raises its error if it failed.
+    /// Blocks until the collective is done (or `timeout` seconds pass: the
+    /// call then goes on, owning its buffers); raises its error if it failed.
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        let timeout = wait_limit(timeout)?;
         let inner = self.inner.clone();
-        py.allow_threads(move || inner.wait(timeout.map(Duration::from_secs_f64)))
-            .map_err(to_py)
+        let r = py.allow_threads(move || inner.wait(timeout));
+        // A completed call has handed its buffers back: release them now.
+        release_deferred(py);
+        r.map_err(to_py)
     }
 
-    fn is_completed(&self) -> bool {
-        self.inner.is_completed()
+    fn is_completed(&self, py: Python<'_>) -> bool {
+        let done = self.inner.is_completed();
+        release_deferred(py);
+        done
+    }
+}
+
+impl Drop for PyWork {
+    fn drop(&mut self) {
+        Python::with_gil(release_deferred);
+    }
+}
+
+/// `wait`'s limit: None, or seconds >= 0; beyond what a deadline can hold
+/// (e.g. `inf`) it is no limit.
+fn wait_limit(timeout: Option<f64>) -> PyResult<Option<Duration>> {
+    match timeout {
+        None => Ok(None),
+        Some(t) if t.is_nan() || t < 0.0 => Err(PyValueError::new_err(format!(
+            "wait: timeout must be None or a number of seconds >= 0, got {t}"
+        ))),
+        Some(t) => Ok(Duration::try_from_secs_f64(t).ok()),
     }
 }
 
@@ -126,7 +152,21 @@ impl PyCommunicator {
         .collect()
     }
 
-    /// Runs one collective over raw buffers (address, bytes).
+    /// How many compiled plans this process caches (all communicators).
+    #[getter]
+    fn plans_cached(&self) -> usize {
+        self.inner.plan_cache_usage().0
+    }
+
+    /// The most plans the cache keeps (`SHOAL_PLAN_CACHE`).
+    #[getter]
+    fn plan_cache_capacity(&self) -> usize {
+        self.inner.plan_cache_usage().1
+    }
+
+    /// Runs one collective over buffer-protocol objects (C-contiguous; the
+    /// output writable). An asynchronous call keeps their exports until it
+    /// completes, so dropping the handle or the arrays cannot free its memory.
     #[pyo3(signature = (collective, count, dtype, op, root, algorithm, input, output, async_op))]
     #[allow(clippy::too_many_arguments)]
     fn collective(
@@ -150,25 +190,29 @@ impl PyCommunicator {
             root,
             algorithm,
         };
-        let (input, input_bytes) = raw_buffer(input.as_ref(), false)?;
-        let (output, output_bytes) = raw_buffer(output.as_ref(), true)?;
+        release_deferred(py);
+        let input = Held::export_opt(input.as_ref(), false)?;
+        let output = Held::export_opt(output.as_ref(), true)?;
+        let (input_ptr, input_bytes) = Held::span_of(&input);
+        let (output_ptr, output_bytes) = Held::span_of(&output);
         let bufs = CallBuffers {
-            input: input as *const u8,
+            input: input_ptr,
             input_bytes,
-            output,
+            output: output_ptr,
             output_bytes,
         };
         let comm = self.inner.clone();
         if async_op {
-            let work = comm.collective_async(&args, bufs).map_err(to_py)?;
+            let owner = Box::new((input, output));
+            let work = comm.collective_async(&args, bufs, owner).map_err(to_py)?;
             return Ok(Some(PyWork { inner: work }));
         }
         let bufs = SendableBuffers(bufs);
-        py.allow_threads(move || {
+        blocking(py, move || {
             let bufs = bufs;
             comm.collective(&args, bufs.0)
-        })
-        .map_err(to_py)?;
+        })?;
+        // `input` and `output` are released here, after the call.
         Ok(None)
     }
 
@@ -182,13 +226,13 @@ impl PyCommunicator {
         data: Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let dtype = DType::from_name(dtype).map_err(invalid)?;
-        let (address, bytes) = raw_buffer(Some(&data), false)?;
+        let data = Held::export(&data, false)?;
+        let (address, bytes) = data.span();
         let address = address as usize;
         let comm = self.inner.clone();
-        py.allow_threads(move || {
+        blocking(py, move || {
             comm.send(peer, tag, dtype, address as *const u8, bytes / dtype.size())
         })
-        .map_err(to_py)
     }
 
     /// Receives from group rank `peer` into the buffer (of `dtype` elements).
@@ -201,13 +245,13 @@ impl PyCommunicator {
         data: Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let dtype = DType::from_name(dtype).map_err(invalid)?;
-        let (address, bytes) = raw_buffer(Some(&data), true)?;
+        let data = Held::export(&data, true)?;
+        let (address, bytes) = data.span();
         let address = address as usize;
         let comm = self.inner.clone();
-        py.allow_threads(move || {
+        blocking(py, move || {
             comm.recv(peer, tag, dtype, address as *mut u8, bytes / dtype.size())
         })
-        .map_err(to_py)
     }
 
     /// A sub-communicator; every member of this one must call it alike.
@@ -219,7 +263,10 @@ impl PyCommunicator {
     /// Waits for every asynchronous collective issued so far.
     fn synchronize(&self, py: Python<'_>) {
         let comm = self.inner.clone();
-        py.allow_threads(move || comm.synchronize());
+        let _ = blocking(py, move || {
+            comm.synchronize();
+            Ok(())
+        });
     }
 
     /// Which algorithm the selector would run for a call (for inspection).
@@ -240,28 +287,20 @@ impl PyCommunicator {
     }
 }
 
-/// The address and byte length of a C-contiguous buffer-protocol object
-/// (`None` is an empty buffer). The view is released at once: the Python
-/// layer keeps the object alive for the whole call.
-fn raw_buffer(obj: Option<&Bound<'_, PyAny>>, writable: bool) -> PyResult<(*mut u8, usize)> {
-    let Some(obj) = obj else {
-        return Ok((std::ptr::null_mut(), 0));
-    };
-    let flags = ffi::PyBUF_C_CONTIGUOUS | if writable { ffi::PyBUF_WRITABLE } else { 0 };
-    // SAFETY: `view` is filled by PyObject_GetBuffer on success and released right after.
-    unsafe {
-        let mut view: ffi::Py_buffer = std::mem::zeroed();
-        if ffi::PyObject_GetBuffer(obj.as_ptr(), &mut view, flags) != 0 {
-            return Err(PyErr::fetch(obj.py()));
-        }
-        let raw = (view.buf as *mut u8, view.len as usize);
-        ffi::PyBuffer_Release(&mut view);
-        Ok(raw)
-    }
+/// Runs a blocking call without the GIL. Blocking calls first wait for the
+/// earlier asynchronous ones, so the exports those dropped are released
+/// here: after any blocking call, no finished call holds a buffer.
+fn blocking<T: Send>(
+    py: Python<'_>,
+    call: impl FnOnce() -> shoal_core::Result<T> + Send,
+) -> PyResult<T> {
+    let r = py.allow_threads(call);
+    release_deferred(py);
+    r.map_err(to_py)
 }
 
 struct SendableBuffers(CallBuffers);
-// SAFETY: the Python layer keeps the buffers alive for the whole call.
+// SAFETY: the caller holds the buffers' exports for the whole (blocking) call.
 unsafe impl Send for SendableBuffers {}
 
 /// Joins the job described by the arguments or the environment and returns

@@ -13,7 +13,8 @@ use std::io;
 /// Returns how many bytes were read: fewer than asked only when the remote
 /// range stops being readable part way (the next call then reports why).
 /// `ESRCH` means the process is gone (or a zombie); `EPERM` that reading it
-/// is not permitted; `EFAULT` that the remote range is not mapped.
+/// is not permitted; a bad address (`EFAULT`: the remote range is not
+/// mapped) is reported as such, see [`bad_address`].
 pub(crate) fn read(pid: i32, addr: u64, dst: &mut [u8]) -> io::Result<usize> {
     let local = libc::iovec {
         iov_base: dst.as_mut_ptr().cast(),
@@ -31,22 +32,39 @@ pub(crate) fn read(pid: i32, addr: u64, dst: &mut [u8]) -> io::Result<usize> {
             return Ok(n as usize);
         }
         let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EFAULT) {
+            return Err(bad_address(addr, dst.len()));
+        }
         if e.kind() != io::ErrorKind::Interrupted {
             return Err(e);
         }
     }
 }
 
-/// Reads all of `dst` from `addr` in `pid`; a short read becomes `EFAULT`.
+/// Reads all of `dst` from `addr` in `pid`; a short read is a bad address.
 pub(crate) fn read_exact(pid: i32, addr: u64, dst: &mut [u8]) -> io::Result<()> {
     let mut done = 0;
     while done < dst.len() {
-        match read(pid, addr + done as u64, &mut dst[done..])? {
-            0 => return Err(io::Error::from_raw_os_error(libc::EFAULT)),
+        let at = addr + done as u64;
+        match read(pid, at, &mut dst[done..])? {
+            0 => return Err(bad_address(at, dst.len() - done)),
             n => done += n,
         }
     }
     Ok(())
+}
+
+/// `EFAULT` in words. The peer is alive (a dead one is `ESRCH`): the memory
+/// it offered is not mapped, because its owner freed or unmapped the buffer
+/// while the message was in flight, or the address was never valid. Saying
+/// so keeps it from being taken for a dead rank.
+fn bad_address(addr: u64, len: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "bad address: the sender's buffer at {addr:#x} ({len} bytes) was freed or is not mapped (EFAULT)"
+        ),
+    )
 }
 
 /// Whether `pid`'s memory at `addr` can be read and holds `expect`.
@@ -74,9 +92,13 @@ mod tests {
     fn errors() {
         let mut dst = [0u8; 8];
         let pid = std::process::id() as i32;
-        // An unmapped address.
+        // An unmapped address: named as such, not as a dead process.
         let e = read_exact(pid, 8, &mut dst).unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(libc::EFAULT));
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("bad address") && msg.contains("freed or is not mapped"),
+            "{msg}"
+        );
         // A pid that cannot exist (above pid_max's limit).
         let e = read_exact(i32::MAX, 4096, &mut dst).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ESRCH));

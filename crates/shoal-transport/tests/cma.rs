@@ -156,6 +156,56 @@ fn receive_posted_after_arrival() {
     );
 }
 
+/// The sender's buffer is unmapped while its message waits to be read (what
+/// freeing a buffer in flight does): the receive fails naming a bad address,
+/// not a dead rank, and the sender learns its message was not read.
+#[test]
+fn unmapped_sender_buffer_is_a_bad_address() {
+    let barrier = Arc::new(Barrier::new(2));
+    run_shm(
+        2,
+        64 << 10,
+        |_| THRESHOLD,
+        move |r, t| {
+            let len = 2 * MIB;
+            if r == 0 {
+                // SAFETY: a fresh private anonymous mapping of `len` bytes.
+                let mem = unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                        -1,
+                        0,
+                    )
+                };
+                assert_ne!(mem, libc::MAP_FAILED);
+                // SAFETY: the request is failed by the receiver, never read by us.
+                let s = unsafe { t.isend(1, tag(0), sig(), mem.cast(), len) }.unwrap();
+                t.progress().unwrap();
+                // SAFETY: our mapping; breaking isend's contract is the point.
+                unsafe { libc::munmap(mem, len) };
+                barrier.wait();
+                let e = wait_error(t, s, Duration::from_secs(10));
+                assert!(e.to_string().contains("could not read"), "{e}");
+            } else {
+                barrier.wait();
+                let mut got = vec![0u8; len];
+                let q = irecv(t, 0, 0, &mut got);
+                let e = wait_error(t, q, Duration::from_secs(10));
+                let TransportError::Io(msg) = &e else {
+                    panic!("a bad address taken for something else: {e:?}");
+                };
+                assert!(
+                    msg.contains("bad address") && msg.contains("freed or is not mapped"),
+                    "{msg}"
+                );
+            }
+        },
+    );
+}
+
 /// Every rank sends many large messages (and some small ones, through a
 /// tiny ring that acks share) to every other before receiving any.
 #[test]

@@ -212,7 +212,10 @@ def run(ns: argparse.Namespace, command: str, prog: str = "shoal bench", testbed
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     kind = "bench" if testbed is None else f"testbed-{testbed.shape()}"
     out_dir = ns.out or Path("results") / f"{kind}-{ns.collective}-{stamp}"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    unwritable = _unwritable(out_dir)
+    if unwritable:
+        print(f"{prog}: cannot write results to {out_dir}: {unwritable}", file=sys.stderr)
+        return EXIT_USAGE
 
     # series: shoal (automatic selection and/or forced algorithms), then each competitor
     jobs: list[tuple[str, str, str | None]] = [("shoal" if a is None else f"shoal:{a}", "shoal", a) for a in algos]
@@ -292,9 +295,13 @@ def run(ns: argparse.Namespace, command: str, prog: str = "shoal bench", testbed
             print(f"{prog}: no plots: matplotlib is missing (pip install 'shoal[bench]')", file=sys.stderr)
         doc["files"].update(pngs)
     text = report.text_report(doc)
-    (out_dir / "table.txt").write_text(text)
-    (out_dir / "table.md").write_text(report.markdown_report(doc))
-    (out_dir / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
+    try:
+        (out_dir / "table.txt").write_text(text)
+        (out_dir / "table.md").write_text(report.markdown_report(doc))
+        (out_dir / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
+    except OSError as e:
+        print(f"{prog}: cannot write results to {out_dir}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_BAD_RESULTS
     sys.stdout.write(text)
     sys.stdout.flush()
     print(f"{prog}: results in {out_dir}/ ({', '.join(sorted(set(doc['files'].values())))})", file=sys.stderr)
@@ -306,6 +313,21 @@ def run(ns: argparse.Namespace, command: str, prog: str = "shoal bench", testbed
     if wrong:
         print(f"{prog}: WRONG RESULTS from {', '.join(wrong)} (errors column)", file=sys.stderr)
     return EXIT_BAD_RESULTS if bad or wrong else EXIT_OK
+
+
+def _unwritable(out_dir: Path) -> str | None:
+    """Why results cannot be written into ``out_dir`` (created if missing), or None.
+    Checked before anything runs, so a bad ``--out`` costs no benchmark time."""
+    if out_dir.exists() and not out_dir.is_dir():
+        return "it exists and is not a folder"
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".shoal-bench-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
 
 
 def _run_one(

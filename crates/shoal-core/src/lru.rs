@@ -1,0 +1,102 @@
+//! A bounded map that forgets its least recently used entry when full: the
+//! caches of plans and algorithm choices, whose keys (call shapes) are as
+//! many as the distinct counts a program uses.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+
+pub struct Lru<K, V> {
+    /// Each value with the tick of its last use.
+    map: HashMap<K, (V, u64)>,
+    capacity: usize,
+    tick: u64,
+}
+
+impl<K: Hash + Eq, V: Clone> Lru<K, V> {
+    /// A cache of at most `capacity` entries (at least one).
+    pub fn new(capacity: usize) -> Lru<K, V> {
+        Lru {
+            map: HashMap::new(),
+            capacity: capacity.max(1),
+            tick: 0,
+        }
+    }
+
+    pub fn get(&mut self, key: &K) -> Option<V> {
+        self.tick += 1;
+        let tick = self.tick;
+        self.map.get_mut(key).map(|(v, used)| {
+            *used = tick;
+            v.clone()
+        })
+    }
+
+    /// Adds (or replaces) an entry, first evicting the least recently used
+    /// one if the cache is full. Eviction scans every entry: it happens only
+    /// on a miss, whose plan generation costs far more.
+    pub fn insert(&mut self, key: K, value: V) {
+        self.tick += 1;
+        if self.map.len() >= self.capacity && !self.map.contains_key(&key) {
+            self.evict_oldest();
+        }
+        self.map.insert(key, (value, self.tick));
+    }
+
+    fn evict_oldest(&mut self) {
+        // Ticks are unique, so this removes exactly one entry.
+        if let Some(oldest) = self.map.values().map(|&(_, used)| used).min() {
+            self.map.retain(|_, &mut (_, used)| used != oldest);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn clear(&mut self) {
+        self.map.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_recently_used_within_capacity() {
+        let mut c = Lru::new(3);
+        for k in 0..3 {
+            c.insert(k, k * 10);
+        }
+        assert_eq!(c.get(&0), Some(0)); // 0 is now the most recent
+        c.insert(3, 30); // evicts 1, the least recently used
+        assert_eq!((c.len(), c.get(&1)), (3, None));
+        assert_eq!(
+            (c.get(&0), c.get(&2), c.get(&3)),
+            (Some(0), Some(20), Some(30))
+        );
+        c.insert(3, 31); // replacing evicts nothing
+        assert_eq!((c.len(), c.get(&3)), (3, Some(31)));
+        for k in 100..10_000 {
+            c.insert(k, k);
+        }
+        assert_eq!(c.len(), 3);
+        assert_eq!(c.get(&9_999), Some(9_999));
+    }
+
+    #[test]
+    fn capacity_is_at_least_one() {
+        let mut c = Lru::new(0);
+        c.insert("a", 1);
+        c.insert("b", 2);
+        assert_eq!((c.len(), c.capacity(), c.get(&"b")), (1, 1, Some(2)));
+    }
+}
