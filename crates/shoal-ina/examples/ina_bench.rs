@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{flat, run_ranks, switch_with};
 use shoal_ina::control::{AdmitReq, CtrlMsg};
+use shoal_ina::mac::PacketKey;
 use shoal_ina::proto::{max_count, slot_of, Header, Kind, WireOp, WireType, HEADER_LEN};
 use shoal_ina::switch::core::{Sink, SwitchCore};
 use shoal_ina::switch::{Metrics, SwitchConfig};
@@ -75,6 +76,8 @@ fn time_allreduce(n: usize, bytes: usize, reps: usize, drop_rate: f64) -> f64 {
     times.into_iter().fold(0.0, f64::max)
 }
 
+const KEY: PacketKey = PacketKey::from_bytes(*b"benchkey");
+
 struct NullSink(usize);
 
 impl Sink for NullSink {
@@ -87,7 +90,7 @@ impl Sink for NullSink {
 fn core_throughput(n: u16, bytes: usize) -> f64 {
     let cfg = SwitchConfig {
         memory: 64 << 20,
-        ..SwitchConfig::loopback()
+        ..SwitchConfig::loopback(common::switch_secret())
     };
     let mut core = SwitchCore::new(&cfg, 9800, Arc::new(Metrics::default()));
     let req = AdmitReq {
@@ -97,6 +100,7 @@ fn core_throughput(n: u16, bytes: usize) -> f64 {
         wire_mask: 1,
         partial_min: 0,
         deadline_us: 0,
+        key: KEY,
         uplink: None,
     };
     let CtrlMsg::AdmitOk(ok) = core.control(CtrlMsg::Admit(req), 1) else {
@@ -118,7 +122,6 @@ fn core_throughput(n: u16, bytes: usize) -> f64 {
                 op: WireOp::Sum,
                 exponent: 0,
                 job: ok.job,
-                token: ok.token,
                 tree: 0,
                 member: m,
                 seq,
@@ -128,7 +131,7 @@ fn core_throughput(n: u16, bytes: usize) -> f64 {
                 contributors: 1,
                 cwnd_cap: u16::MAX,
             };
-            h.encode(&mut pkt);
+            h.encode(&mut pkt, &KEY);
             core.on_datagram(&pkt, from, start, &mut sink);
         }
     }
