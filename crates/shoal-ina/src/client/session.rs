@@ -318,7 +318,7 @@ fn parse_params(text: &str, rank: usize, keys: &InaKeys) -> Result<Vec<TreeParam
 }
 
 fn from_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())
