@@ -210,3 +210,76 @@ pub fn cost(bytes: usize, per_link: usize, params: &CostParams) -> f64 {
 pub fn warn(message: &str) {
     eprintln!("shoal: warning: {message}");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::path::PathBuf;
+
+    fn env_of(pairs: &[(&str, String)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    fn secret_file(tag: &str, text: &str, mode: u32) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("shoal-switch-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("secret");
+        fs::write(&path, text).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
+        path
+    }
+
+    #[test]
+    fn switch_secret_sources_agree_and_come_in_order() {
+        let text = "a shared switch secret";
+        let file = secret_file("order", &format!("{text}\n"), 0o640);
+        let by_env = switch_secret(&env_of(&[("SHOAL_SWITCH_SECRET", text.into())]), None);
+        let by_file = switch_secret(
+            &env_of(&[("SHOAL_SWITCH_SECRET_FILE", file.display().to_string())]),
+            None,
+        );
+        // A group (the switch's tenants) may read the file.
+        assert_eq!(by_env.clone().unwrap(), by_file.unwrap());
+        // The daemon's --secret-file wins over the environment.
+        let other = env_of(&[("SHOAL_SWITCH_SECRET", "another secret, long".into())]);
+        assert_eq!(switch_secret(&other, Some(&file)).unwrap(), by_env.unwrap());
+        fs::remove_dir_all(file.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn bad_switch_secrets_are_refused_naming_the_source() {
+        let err = switch_secret(&env_of(&[("SHOAL_SWITCH_SECRET", "short".into())]), None);
+        assert!(err.unwrap_err().contains("SHOAL_SWITCH_SECRET"));
+        let file = secret_file("mode", "a shared switch secret", 0o644);
+        let err = switch_secret(&env_of(&[]), Some(&file)).unwrap_err();
+        assert!(
+            err.contains("--secret-file") && err.contains("every user"),
+            "{err}"
+        );
+        let missing = file.with_file_name("missing");
+        let env = env_of(&[("SHOAL_SWITCH_SECRET_FILE", missing.display().to_string())]);
+        let err = switch_secret(&env, None).unwrap_err();
+        assert!(err.contains("SHOAL_SWITCH_SECRET_FILE"), "{err}");
+        fs::remove_dir_all(file.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn without_configuration_the_per_user_file_is_the_switch_secret() {
+        let home = secret_file("home", "", 0o600)
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        let env = env_of(&[("HOME", home.display().to_string())]);
+        let default = switch_secret(&env, None).unwrap();
+        let file = home.join(".config/shoal/secret");
+        let explicit = env_of(&[("SHOAL_SWITCH_SECRET_FILE", file.display().to_string())]);
+        assert_eq!(switch_secret(&explicit, None).unwrap(), default);
+        fs::remove_dir_all(home).unwrap();
+    }
+}

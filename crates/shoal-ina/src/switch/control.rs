@@ -137,6 +137,10 @@ impl Ctx {
         Ok(())
     }
 
+    fn is_registered(&self, id: u64) -> bool {
+        self.registry.lock().unwrap().contains_key(&id)
+    }
+
     fn unregister(&self, id: u64) {
         let mut reg = self.registry.lock().unwrap();
         reg.remove(&id);
@@ -158,13 +162,10 @@ impl Ctx {
     /// One request to the event loop and its reply.
     fn ask_core(&self, conn: u64, msg: CtrlMsg) -> io::Result<CtrlMsg> {
         let (reply, answer) = channel();
-        let stopped = |_| io::Error::other("switch stopped");
-        self.core
-            .send(Command::Msg { conn, msg, reply })
-            .map_err(stopped)?;
-        answer
-            .recv()
-            .map_err(|_| io::Error::other("switch stopped"))
+        let stopped = || io::Error::other("switch stopped");
+        let request = Command::Msg { conn, msg, reply };
+        self.core.send(request).map_err(|_| stopped())?;
+        answer.recv().map_err(|_| stopped())
     }
 }
 
@@ -230,7 +231,10 @@ impl Closing {
 fn serve_conn(mut stream: TcpStream, id: u64, ctx: &Ctx) {
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     if let Err(c) = converse(&mut stream, id, ctx) {
-        ctx.metrics.count_refusal(c.why);
+        if ctx.is_registered(id) {
+            // (An evicted connection was counted when it was evicted.)
+            ctx.metrics.count_refusal(c.why);
+        }
         let e = CtrlMsg::Error {
             code: c.code,
             reason: c.reason,
