@@ -7,15 +7,19 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
-from conftest import WORKERS, free_port, launch
+from conftest import WORKERS, free_port, launch, spawn_ranks
 
 
 @contextmanager
@@ -153,3 +157,215 @@ def test_switch_killed_mid_allreduce_falls_back_and_stays_correct() -> None:
         out, err = job.communicate(timeout=600)
     assert job.returncode == 0 and out.count("OK ina") == 3, out + err
     assert "falls back to host algorithms" in out + err
+
+
+# --- strangers, limits and failures (issue 10) -------------------------------------------------------------------
+
+HEADER_V1 = struct.Struct(">HBBBBBbIIHHIHHHH")  # the 32-byte data header of protocol version 1
+HEADER_V2 = struct.Struct(">HBBBBBbIHHIHHHHQ")  # the 36-byte data header of version 2 (tag last)
+
+
+def forged_data(version: int, job: int, token: int, member: int, seq: int, slots: int, count: int) -> bytes:
+    """A DATA packet a stranger makes up: the job id (and for version 1 the token) it learnt, a random tag."""
+    slot = (seq % slots) | (0x8000 if (seq // slots) % 2 else 0)
+    payload = struct.pack(f"<{count}f", *([1000.0] * count))
+    if version == 1:
+        head = HEADER_V1.pack(0x5348, 1, 0, 0, 0, 0, 0, job, token, 0, member, seq, slot, count, 1, 0xFFFF)
+    else:
+        tag = int.from_bytes(os.urandom(8), "big")
+        head = HEADER_V2.pack(0x5348, 2, 0, 0, 0, 0, 0, job, 0, member, seq, slot, count, 1, 0xFFFF, tag)
+    return head + payload
+
+
+def frame(body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + body
+
+
+def read_until_eof(sock: socket.socket, timeout: float) -> tuple[bytes, bool]:
+    """Everything the peer sends until it closes (True) or `timeout` passes (False)."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := sock.recv(4096):
+            data += chunk
+    except socket.timeout:
+        return data, False
+    except ConnectionResetError:
+        return data, True
+    return data, True
+
+
+def leaked_params(store: Path) -> dict[str, str] | None:
+    """What a stranger who can read the job's store finds about its switch job."""
+    for f in store.rglob("*"):
+        try:
+            text = f.read_text()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if text.startswith("tree="):
+            return dict(kv.split("=", 1) for kv in text.split("\n")[0].split(" ") if "=" in kv)
+    return None
+
+
+def attack(store: Path, switch_addr: str, stop: threading.Event) -> None:
+    """Forges DATA for every member and sequence number, claims members' addresses (redirect) and tries to
+    RELEASE the job, with whatever the store leaks (job id; a token where the protocol had one)."""
+    while (params := leaked_params(store)) is None and not stop.is_set():
+        time.sleep(0.01)
+    if params is None:
+        return
+    host, port = switch_addr.rsplit(":", 1)
+    data_addr = params["data"].rsplit(":", 1)
+    job, token, slots = int(params["job"]), int(params.get("token", "0")), int(params["slots"])
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    next_release, seq = 0.0, 0
+    while not stop.is_set():
+        for member in range(4):
+            for version in (1, 2):
+                pkt = forged_data(version, job, token, member, seq % 4096, slots, 359)
+                udp.sendto(pkt, (data_addr[0], int(data_addr[1])))
+        seq += 1
+        if time.monotonic() > next_release:
+            next_release = time.monotonic() + 0.2
+            for body in (struct.pack(">BII", 3, job, token), struct.pack(">BI", 3, job)):
+                with socket.create_connection((host, int(port)), timeout=2) as s:
+                    s.sendall(frame(body))
+                    read_until_eof(s, 2)
+        time.sleep(0.0002)
+
+
+def test_a_stranger_who_reads_the_store_cannot_change_results_or_release_the_job(tmp_path: Path) -> None:
+    env = {"SHOAL_STORE_PATH": str(tmp_path), "INA_DTYPES": "float32", "INA_COUNTS": "1000,20011"}
+    with switch() as (addr, url):
+        stop = threading.Event()
+        attacker = threading.Thread(target=attack, args=(tmp_path, addr, stop))
+        attacker.start()
+        try:
+            proc = run_workers(4, addr, "8", env=env, check=False)
+        finally:
+            stop.set()
+            attacker.join()
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0 and proc.stdout.count("OK ina") == 4, out[-4000:]
+        assert "falls back" not in out and "unavailable" not in out, out[-4000:]
+        assert metric(url, 'shoal_switch_drops_total{reason="bad_tag"}') > 0
+        assert metric(url, "shoal_switch_jobs_released_total") == metric(url, "shoal_switch_jobs_admitted_total") == 1
+
+
+def test_unauthenticated_control_connections_are_refused_and_closed() -> None:
+    with switch() as (addr, url):
+        host, port = addr.rsplit(":", 1)
+        v1_admit = struct.pack(">BBHHHBHIB", 1, 1, 0, 2, 16, 1, 0, 0, 0)
+        for body in (v1_admit, struct.pack(">BI", 3, 1), b"\x06\x02" + b"\x00" * 31):  # ADMIT, RELEASE, short HELLO
+            with socket.create_connection((host, int(port)), timeout=2) as s:
+                s.sendall(frame(body))
+                reply, closed = read_until_eof(s, 5)
+                assert closed, body
+                assert reply[4:5] == b"\x05", reply  # ERROR, then FIN
+        assert metric(url, "shoal_switch_jobs_admitted_total") == 0
+
+
+def test_a_bad_frame_gets_an_error_and_a_fin() -> None:
+    with switch() as (addr, _):
+        host, port = addr.rsplit(":", 1)
+        for junk in (b"\xff\xff\xff\xff" + b"x" * 100, b"\x00\x00\x00\x00", frame(b"\x63garbage")):
+            with socket.create_connection((host, int(port)), timeout=2) as s:
+                s.sendall(junk)
+                _, closed = read_until_eof(s, 5)
+                assert closed, junk
+
+
+def fd_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_switch_fd_count_stays_flat_after_many_control_connections() -> None:
+    with switch() as (addr, url):
+        pid = switch.last.pid  # type: ignore[attr-defined]
+        host, port = addr.rsplit(":", 1)
+        before = fd_count(pid)
+        for i in range(600):
+            with socket.create_connection((host, int(port)), timeout=2) as s:
+                if i % 3 == 1:
+                    s.sendall(b"\x00\x00\x00\x05junk!")
+                elif i % 3 == 2:
+                    s.sendall(frame(b"\x06\x02" + os.urandom(32)))  # HELLO, then leave
+                    s.recv(4096)
+        deadline = time.monotonic() + 10
+        while fd_count(pid) > before + 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert fd_count(pid) <= before + 4, (before, fd_count(pid))
+        # and the switch still serves jobs
+        proc = run_workers(2, addr, env={"INA_DTYPES": "float32", "INA_COUNTS": "1000"})
+        assert proc.stdout.count("OK ina") == 2 and "falls back" not in proc.stdout + proc.stderr
+
+
+def test_idle_and_admitting_strangers_do_not_lock_out_a_job() -> None:
+    with switch("--max-jobs", "8") as (addr, url):
+        host, port = addr.rsplit(":", 1)
+        held = []
+        v1_admit = struct.pack(">BBHHHBHIB", 1, 1, 0, 2, 16, 1, 0, 0, 0)
+        for i in range(100):
+            s = socket.create_connection((host, int(port)), timeout=2)
+            if i % 2 == 0:
+                s.sendall(frame(v1_admit))  # enough to hold a job forever with protocol version 1
+            held.append(s)
+        try:
+            proc = run_workers(3, addr, env={"INA_DTYPES": "float32", "INA_COUNTS": "1000,20011"})
+            assert proc.stdout.count("OK ina") == 3, proc.stdout + proc.stderr
+            assert "unavailable" not in proc.stderr and "falls back" not in proc.stdout + proc.stderr, proc.stderr
+        finally:
+            for s in held:
+                s.close()
+
+
+def test_a_killed_member_makes_the_others_raise_within_seconds() -> None:
+    victim = 2
+    with switch() as (addr, _):
+        env = {"SHOAL_SWITCH": addr, "SHOAL_ALGO": "allreduce:ina", "SHOAL_TIMEOUT": "60"}
+        results = spawn_ranks(4, "die.py", str(victim), env=env)
+    assert results[victim].returncode == -9
+    for r, res in enumerate(results):
+        if r == victim:
+            continue
+        m = re.search(r"RAISED after ([\d.]+)s: (\w+): (.*)", res.stdout)
+        assert m, f"rank {r} did not raise:\n{res.stdout}\n{res.stderr}"
+        assert float(m[1]) < 5, (r, m[0])
+        assert m[2] in ("PeerDiedError", "AbortedError"), (r, m[0])
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "0", "soon"])
+def test_bad_ina_timeout_is_a_clear_error(value: str) -> None:
+    env = {**os.environ, "SHOAL_SWITCH": f"127.0.0.1:{free_port()}", "SHOAL_INA_TIMEOUT": value}
+    env.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    proc = subprocess.run(
+        [sys.executable, "-c", "import shoal; shoal.init()"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode != 0, proc.stderr
+    assert "SHOAL_INA_TIMEOUT" in proc.stderr and "panick" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--memory", "0"],
+        ["--memory", "1KiB"],
+        ["--max-jobs", "0"],
+        ["--max-slots", "0"],
+        ["--max-slots", "40000"],
+        ["--ecn-threshold", "nan"],
+        ["--ecn-threshold", "1.5"],
+        ["--max-conns-per-client", "0"],
+        ["--idle-timeout", "inf"],
+        ["--memory", "99999999999999999999GiB"],
+    ],
+)
+def test_bad_switch_arguments_are_rejected(args: list[str]) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "shoal.cli", "switch", "--listen", f"127.0.0.1:{free_port()}", *args],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert args[0] in proc.stderr and "panick" not in proc.stderr, proc.stderr

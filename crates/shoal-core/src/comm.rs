@@ -363,7 +363,15 @@ impl Communicator {
         if let Some(reason) = ina.unusable() {
             return Err(reason);
         }
-        ina.allreduce(out, p.dtype, p.op)
+        // A rank that died never contributes: the transport notices at once.
+        let peers = || {
+            self.engine
+                .transport
+                .progress()
+                .map(drop)
+                .map_err(|e| e.to_string())
+        };
+        ina.allreduce(out, p.dtype, p.op, &peers)
     }
 
     /// Whether `ok` holds on every rank (a min-allreduce of one byte).

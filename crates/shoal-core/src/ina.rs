@@ -7,14 +7,25 @@
 //! communicator uses it. After any failure every rank stops using the
 //! switch for the rest of the job (a rank that lost packets and one that got
 //! its result would otherwise disagree about where the job's slots stand).
+//!
+//! Keys (docs/security.md, "The aggregation switch"): every rank derives the
+//! job's INA key from the job secret and the job's store scope, so nothing
+//! secret passes through the store; rank 0 authenticates to the switches
+//! with the switch secret, which authorised tenants share with the switch.
 
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::sync::Mutex;
 
-use shoal_ina::{InaClient, InaConfig, InaDType, InaOp};
+use shoal_ina::{InaClient, InaConfig, InaDType, InaError, InaKeys, InaOp, PeerCheck};
 use shoal_plan::CostParams;
-use shoal_transport::KvStore;
+use shoal_transport::auth::Key;
 
 use crate::dtype::{DType, ReduceOp};
+use crate::error::{Error, Result};
+use crate::secret::{JobSecret, MIN_SECRET_CHARS};
+use crate::store::ScopedStore;
 
 /// The name users give to force it: `algorithm="ina"`, `SHOAL_ALGO=allreduce:ina`.
 pub const INA: &str = "ina";
@@ -28,16 +39,37 @@ pub struct Ina {
     disabled: Mutex<Option<String>>,
 }
 
+/// This rank's switch job, or why allreduce cannot use a switch.
+pub type Membership = std::result::Result<Ina, String>;
+
 impl Ina {
     /// Joins the job when `SHOAL_SWITCH` is set; otherwise, or when joining
     /// fails, the reason allreduce cannot use a switch. Collective: every rank
-    /// calls it. A failure is a warning, not an error: allreduce then uses hosts.
-    pub fn join_from_env(rank: usize, world: usize, store: &dyn KvStore) -> Result<Ina, String> {
-        let Some(cfg) = InaConfig::from_env(rank, world) else {
-            return Err("no aggregation switch configured (set SHOAL_SWITCH)".into());
+    /// calls it, with the job's store scope (`job` names the job's keys). A
+    /// switch that cannot be used is a warning, not an error: allreduce then
+    /// uses hosts. An invalid setting (`SHOAL_INA_TIMEOUT=inf`, an unreadable
+    /// secret file) is an error naming it.
+    pub fn join_from_env(rank: usize, world: usize, job: &ScopedStore) -> Result<Membership> {
+        let env = |k: &str| std::env::var(k).ok();
+        if !InaConfig::switch_configured(&env) {
+            return Ok(Err(
+                "no aggregation switch configured (set SHOAL_SWITCH)".into()
+            ));
+        }
+        let keys = InaKeys {
+            job: JobSecret::load(&env)
+                .map_err(Error::invalid)?
+                .key
+                .derive(&format!("ina/{}", job.prefix())),
+            switch: switch_secret(&env, None).map_err(Error::invalid)?,
         };
-        let joined = cfg.and_then(|cfg| InaClient::join(&cfg, store));
-        match joined {
+        let joined = match InaConfig::from_env(rank, world, keys, &env) {
+            Ok(Some(cfg)) => InaClient::join(&cfg, &job.scope("ina")),
+            Ok(None) => return Ok(Err("no aggregation switch configured".into())),
+            Err(InaError::Config(reason)) => return Err(Error::invalid(reason)),
+            Err(e) => Err(e),
+        };
+        Ok(match joined {
             Ok(client) => Ok(Ina {
                 client: Mutex::new(client),
                 disabled: Mutex::new(None),
@@ -48,7 +80,7 @@ impl Ina {
                 ));
                 Err(e.to_string())
             }
-        }
+        })
     }
 
     /// Why the switch may not be used now (`None`: it may).
@@ -64,14 +96,82 @@ impl Ina {
     }
 
     /// Sums (or min/max/avg) `buf` with every rank's through the switch.
-    pub fn allreduce(&self, buf: &mut [u8], dtype: DType, op: ReduceOp) -> Result<(), String> {
+    /// `peers` says whether the other ranks are alive (the transport's
+    /// view): asked when results stop coming, so a dead rank ends the call
+    /// within milliseconds rather than after `SHOAL_INA_TIMEOUT`.
+    pub fn allreduce(
+        &self,
+        buf: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+        peers: PeerCheck<'_>,
+    ) -> std::result::Result<(), String> {
         let (dt, op) = wire_types(dtype, op).ok_or_else(|| unsupported(dtype, op))?;
         self.client
             .lock()
             .unwrap()
-            .allreduce(buf, dt, op)
+            .allreduce_checked(buf, dt, op, peers)
             .map_err(|e| e.to_string())
     }
+}
+
+/// The key of the switch secret, from (first match) `file` (the daemon's
+/// `--secret-file`), `SHOAL_SWITCH_SECRET`, `SHOAL_SWITCH_SECRET_FILE`, else
+/// the per-user secret file (`~/.config/shoal/secret`, created on first
+/// use), so that one user's switch and jobs agree without configuration.
+/// The same function serves the daemon and the ranks, so both derive the
+/// same key from the same secret.
+pub fn switch_secret(
+    env: &dyn Fn(&str) -> Option<String>,
+    file: Option<&Path>,
+) -> std::result::Result<Key, String> {
+    let material = if let Some(path) = file {
+        read_shared_secret(path, "--secret-file")?
+    } else if let Some(s) = env("SHOAL_SWITCH_SECRET").filter(|s| !s.is_empty()) {
+        checked_length(s, "SHOAL_SWITCH_SECRET")?
+    } else if let Some(p) = env("SHOAL_SWITCH_SECRET_FILE").filter(|s| !s.is_empty()) {
+        read_shared_secret(Path::new(&p), "SHOAL_SWITCH_SECRET_FILE")?
+    } else {
+        // The per-user file, as the job secret uses it without SHOAL_SECRET.
+        let per_user = |k: &str| match k {
+            "SHOAL_SECRET" | "SHOAL_SECRET_FILE" => None,
+            k => env(k),
+        };
+        let key = JobSecret::load(&per_user).map_err(|e| {
+            format!("no switch secret (set SHOAL_SWITCH_SECRET or SHOAL_SWITCH_SECRET_FILE): {e}")
+        })?;
+        return Ok(key.key.derive("ina switch"));
+    };
+    Ok(Key::from_material(material.as_bytes()).derive("ina switch"))
+}
+
+fn checked_length(secret: String, what: &str) -> std::result::Result<String, String> {
+    if secret.chars().count() < MIN_SECRET_CHARS {
+        return Err(format!(
+            "the switch secret in {what} is {} characters; at least {MIN_SECRET_CHARS} are needed \
+             (`shoal secret` prints a good one)",
+            secret.chars().count()
+        ));
+    }
+    Ok(secret)
+}
+
+/// A switch secret file is shared by the switch and its tenants, so it may
+/// belong to another user and be readable by a group (the tenants'), but
+/// never by everyone.
+fn read_shared_secret(path: &Path, what: &str) -> std::result::Result<String, String> {
+    let shown = path.display();
+    let meta = fs::metadata(path).map_err(|e| format!("{what}: cannot read {shown}: {e}"))?;
+    let mode = meta.permissions().mode();
+    if mode & 0o007 != 0 {
+        return Err(format!(
+            "{what}: {shown} is readable or writable by every user (mode {:o}); \
+             let only the switch's tenants read it (e.g. chmod 640 and a tenants' group)",
+            mode & 0o777
+        ));
+    }
+    let text = fs::read_to_string(path).map_err(|e| format!("{what}: cannot read {shown}: {e}"))?;
+    checked_length(text.trim().to_string(), &format!("{what} ({shown})"))
 }
 
 /// The switch's element type and op for a call, if it can aggregate them.
@@ -109,4 +209,77 @@ pub fn cost(bytes: usize, per_link: usize, params: &CostParams) -> f64 {
 /// rank-prefixed output of `shoal run`.
 pub fn warn(message: &str) {
     eprintln!("shoal: warning: {message}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::path::PathBuf;
+
+    fn env_of(pairs: &[(&str, String)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    fn secret_file(tag: &str, text: &str, mode: u32) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("shoal-switch-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("secret");
+        fs::write(&path, text).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
+        path
+    }
+
+    #[test]
+    fn switch_secret_sources_agree_and_come_in_order() {
+        let text = "a shared switch secret";
+        let file = secret_file("order", &format!("{text}\n"), 0o640);
+        let by_env = switch_secret(&env_of(&[("SHOAL_SWITCH_SECRET", text.into())]), None);
+        let by_file = switch_secret(
+            &env_of(&[("SHOAL_SWITCH_SECRET_FILE", file.display().to_string())]),
+            None,
+        );
+        // A group (the switch's tenants) may read the file.
+        assert_eq!(by_env.clone().unwrap(), by_file.unwrap());
+        // The daemon's --secret-file wins over the environment.
+        let other = env_of(&[("SHOAL_SWITCH_SECRET", "another secret, long".into())]);
+        assert_eq!(switch_secret(&other, Some(&file)).unwrap(), by_env.unwrap());
+        fs::remove_dir_all(file.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn bad_switch_secrets_are_refused_naming_the_source() {
+        let err = switch_secret(&env_of(&[("SHOAL_SWITCH_SECRET", "short".into())]), None);
+        assert!(err.unwrap_err().contains("SHOAL_SWITCH_SECRET"));
+        let file = secret_file("mode", "a shared switch secret", 0o644);
+        let err = switch_secret(&env_of(&[]), Some(&file)).unwrap_err();
+        assert!(
+            err.contains("--secret-file") && err.contains("every user"),
+            "{err}"
+        );
+        let missing = file.with_file_name("missing");
+        let env = env_of(&[("SHOAL_SWITCH_SECRET_FILE", missing.display().to_string())]);
+        let err = switch_secret(&env, None).unwrap_err();
+        assert!(err.contains("SHOAL_SWITCH_SECRET_FILE"), "{err}");
+        fs::remove_dir_all(file.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn without_configuration_the_per_user_file_is_the_switch_secret() {
+        let home = secret_file("home", "", 0o600)
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        let env = env_of(&[("HOME", home.display().to_string())]);
+        let default = switch_secret(&env, None).unwrap();
+        let file = home.join(".config/shoal/secret");
+        let explicit = env_of(&[("SHOAL_SWITCH_SECRET_FILE", file.display().to_string())]);
+        assert_eq!(switch_secret(&explicit, None).unwrap(), default);
+        fs::remove_dir_all(home).unwrap();
+    }
 }

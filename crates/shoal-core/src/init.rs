@@ -58,11 +58,7 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
     let selector = Selector::new(&config.algo, cost)?;
     let local_ranks = rdzv.hosts.local_ranks.clone();
     let host_of = rdzv.hosts.host_of.clone();
-    let ina = Ina::join_from_env(
-        rdzv.info.rank,
-        rdzv.info.world_size,
-        &rdzv.store.scope("ina"),
-    );
+    let ina = Ina::join_from_env(rdzv.info.rank, rdzv.info.world_size, &rdzv.store)?;
     let mut keepalive: Vec<Box<dyn std::any::Any + Send + Sync>> = vec![Box::new(rdzv.store)];
     if let Some(server) = rdzv.server {
         keepalive.push(Box::new(server));

@@ -7,11 +7,15 @@
 //! acknowledgements of a DCTCP-like window capped by the switch's memory share
 //! (`cwnd_cap`); loss is repaired by timeouts, and SwitchML-style shadow
 //! copies make a retransmission return the stored result instead of being
-//! summed twice. `docs/ina-protocol.md` specifies the bytes.
+//! summed twice. Every packet carries a tag keyed per job, and control
+//! connections authenticate with the switch secret, so strangers can neither
+//! add to a job's sums nor release it. `docs/ina-protocol.md` specifies the
+//! bytes.
 
 pub mod client;
 pub mod codec;
 pub mod control;
+pub mod mac;
 mod net;
 pub mod proto;
 pub mod rng;
@@ -19,7 +23,7 @@ pub mod switch;
 
 use std::fmt;
 
-pub use client::{InaClient, InaConfig, LeafSpec, Partial, TreeSpec};
+pub use client::{InaClient, InaConfig, InaKeys, LeafSpec, Partial, PeerCheck, TreeSpec};
 
 /// Element type of the user's buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +67,12 @@ pub enum InaError {
     SwitchDied(String),
     /// Malformed messages, mismatched parameters or misuse of the API.
     Protocol(String),
+    /// The switch and this job do not hold the same switch secret.
+    Unauthenticated(String),
+    /// Another rank of the job failed while this one waited for results.
+    PeerFailed(String),
+    /// A configuration value is invalid (an error, not a reason to fall back).
+    Config(String),
 }
 
 impl fmt::Display for InaError {
@@ -73,6 +83,11 @@ impl fmt::Display for InaError {
             InaError::Refused(r) => write!(f, "aggregation switch refused the job: {r}"),
             InaError::SwitchDied(r) => write!(f, "aggregation switch stopped answering: {r}"),
             InaError::Protocol(r) => write!(f, "aggregation protocol error: {r}"),
+            InaError::Unauthenticated(r) => {
+                write!(f, "aggregation switch authentication failed: {r}")
+            }
+            InaError::PeerFailed(r) => write!(f, "a rank of the job failed: {r}"),
+            InaError::Config(r) => write!(f, "{r}"),
         }
     }
 }

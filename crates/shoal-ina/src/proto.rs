@@ -1,18 +1,24 @@
-//! The UDP data-plane header: one fixed 32-byte layout shared by workers,
+//! The UDP data-plane header: one fixed 36-byte layout shared by workers,
 //! switches and parent switches, encoded and decoded only here.
 //!
 //! Header fields are big-endian (network order) so a P4/FPGA parser can read
 //! them directly; payload elements are little-endian because that is the
 //! memory order of every host we run on and it spares a conversion pass.
+//! The last 8 bytes are the tag ([`crate::mac`]) over the 28 before them.
 //! `docs/ina-protocol.md` is the byte-by-byte specification.
 
 use std::fmt;
 
+use crate::mac::PacketKey;
+
 /// "SH" in ASCII.
 pub const MAGIC: u16 = 0x5348;
-/// Unknown versions are rejected, never guessed at.
-pub const VERSION: u8 = 1;
-pub const HEADER_LEN: usize = 32;
+/// Unknown versions are rejected, never guessed at. Version 2 replaced the
+/// job token of version 1 by the tag.
+pub const VERSION: u8 = 2;
+pub const HEADER_LEN: usize = 36;
+/// The tag covers the header bytes before it.
+pub const TAGGED_LEN: usize = 28;
 /// Default UDP payload budget: a 1500-byte Ethernet MTU minus IPv4 and UDP headers.
 pub const DEFAULT_PAYLOAD_BUDGET: usize = 1472;
 /// The `member` value of result packets: they are addressed to every member.
@@ -130,7 +136,6 @@ pub struct Header {
     pub op: WireOp,
     pub exponent: i8,
     pub job: u32,
-    pub token: u32,
     pub tree: u16,
     pub member: u16,
     pub seq: u32,
@@ -151,8 +156,9 @@ impl Header {
         self.flags & flag != 0
     }
 
-    /// Writes the header into the first `HEADER_LEN` bytes of `out`.
-    pub fn encode(&self, out: &mut [u8]) {
+    /// Writes the header, tagged with `key`, into the first `HEADER_LEN`
+    /// bytes of `out`.
+    pub fn encode(&self, out: &mut [u8], key: &PacketKey) {
         let o = &mut out[..HEADER_LEN];
         o[0..2].copy_from_slice(&MAGIC.to_be_bytes());
         o[2] = VERSION;
@@ -162,18 +168,20 @@ impl Header {
         o[6] = self.op as u8;
         o[7] = self.exponent as u8;
         o[8..12].copy_from_slice(&self.job.to_be_bytes());
-        o[12..16].copy_from_slice(&self.token.to_be_bytes());
-        o[16..18].copy_from_slice(&self.tree.to_be_bytes());
-        o[18..20].copy_from_slice(&self.member.to_be_bytes());
-        o[20..24].copy_from_slice(&self.seq.to_be_bytes());
+        o[12..14].copy_from_slice(&self.tree.to_be_bytes());
+        o[14..16].copy_from_slice(&self.member.to_be_bytes());
+        o[16..20].copy_from_slice(&self.seq.to_be_bytes());
         let slot = (self.slot & MAX_SLOTS) | if self.shadow { SHADOW_BIT } else { 0 };
-        o[24..26].copy_from_slice(&slot.to_be_bytes());
-        o[26..28].copy_from_slice(&self.count.to_be_bytes());
-        o[28..30].copy_from_slice(&self.contributors.to_be_bytes());
-        o[30..32].copy_from_slice(&self.cwnd_cap.to_be_bytes());
+        o[20..22].copy_from_slice(&slot.to_be_bytes());
+        o[22..24].copy_from_slice(&self.count.to_be_bytes());
+        o[24..26].copy_from_slice(&self.contributors.to_be_bytes());
+        o[26..28].copy_from_slice(&self.cwnd_cap.to_be_bytes());
+        seal(o, key);
     }
 
     /// Parses and validates a whole datagram; returns the header and payload.
+    /// The tag is not checked here: the job named in the header says which
+    /// key to check it with ([`tag_ok`]).
     pub fn decode(pkt: &[u8]) -> Result<(Header, &[u8]), ProtoError> {
         if pkt.len() < HEADER_LEN {
             return Err(ProtoError::Short);
@@ -194,7 +202,7 @@ impl Header {
         }
         let wire = WireType::from_u8(pkt[5]).ok_or(ProtoError::WireType(pkt[5]))?;
         let op = WireOp::from_u8(pkt[6]).ok_or(ProtoError::Op(pkt[6]))?;
-        let slot = be16(pkt, 24);
+        let slot = be16(pkt, 20);
         let h = Header {
             kind,
             flags: pkt[4],
@@ -202,15 +210,14 @@ impl Header {
             op,
             exponent: pkt[7] as i8,
             job: be32(pkt, 8),
-            token: be32(pkt, 12),
-            tree: be16(pkt, 16),
-            member: be16(pkt, 18),
-            seq: be32(pkt, 20),
+            tree: be16(pkt, 12),
+            member: be16(pkt, 14),
+            seq: be32(pkt, 16),
             slot: slot & MAX_SLOTS,
             shadow: slot & SHADOW_BIT != 0,
-            count: be16(pkt, 26),
-            contributors: be16(pkt, 28),
-            cwnd_cap: be16(pkt, 30),
+            count: be16(pkt, 22),
+            contributors: be16(pkt, 24),
+            cwnd_cap: be16(pkt, 26),
         };
         if pkt.len() != HEADER_LEN + h.payload_len() {
             return Err(ProtoError::Length);
@@ -219,15 +226,24 @@ impl Header {
     }
 }
 
-/// Overwrites the cwnd_cap field of an encoded packet (results are stored
-/// encoded and re-sent; only the advertised cap may have changed since).
-pub fn patch_cwnd_cap(pkt: &mut [u8], cap: u16) {
-    pkt[30..32].copy_from_slice(&cap.to_be_bytes());
+/// Whether an encoded packet carries the tag of `key`. The comparison need
+/// not be constant-time: a forger learns nothing from timing that it could
+/// not learn from whether its packet was dropped, which it cannot observe.
+pub fn tag_ok(pkt: &[u8], key: &PacketKey) -> bool {
+    pkt.len() >= HEADER_LEN
+        && pkt[TAGGED_LEN..HEADER_LEN] == key.tag(&pkt[..TAGGED_LEN]).to_le_bytes()
 }
 
-/// ORs flags into an encoded packet.
-pub fn patch_flags(pkt: &mut [u8], add: u8) {
+/// Writes the tag of `key` into an encoded header (after any change to it).
+pub fn seal(pkt: &mut [u8], key: &PacketKey) {
+    let tag = key.tag(&pkt[..TAGGED_LEN]);
+    pkt[TAGGED_LEN..HEADER_LEN].copy_from_slice(&tag.to_le_bytes());
+}
+
+/// ORs flags into an encoded packet and tags it again.
+pub fn patch_flags(pkt: &mut [u8], add: u8, key: &PacketKey) {
     pkt[4] |= add;
+    seal(pkt, key);
 }
 
 /// The slot and shadow copy that sequence number `seq` uses in a pool of
@@ -262,7 +278,6 @@ mod tests {
             op: WireOp::Sum,
             exponent: -7,
             job: 0xDEADBEEF,
-            token: 42,
             tree: 3,
             member: 5,
             seq: 1_000_001,
@@ -274,22 +289,39 @@ mod tests {
         }
     }
 
+    const KEY: PacketKey = PacketKey::from_bytes(*b"8 bytes!");
+
     #[test]
     fn roundtrip() {
         let h = sample();
         let mut pkt = vec![0u8; HEADER_LEN + 16];
-        h.encode(&mut pkt);
+        h.encode(&mut pkt, &KEY);
         let (d, payload) = Header::decode(&pkt).unwrap();
         assert_eq!(d, h);
         assert_eq!(payload.len(), 16);
+        assert!(tag_ok(&pkt, &KEY));
+    }
+
+    #[test]
+    fn the_tag_covers_every_header_field_and_needs_the_key() {
+        let mut pkt = vec![0u8; HEADER_LEN + 16];
+        sample().encode(&mut pkt, &KEY);
+        assert!(!tag_ok(&pkt, &PacketKey::from_bytes(*b"8 bytez!")));
+        for i in 0..HEADER_LEN {
+            let mut p = pkt.clone();
+            p[i] ^= 0x01;
+            assert!(!tag_ok(&p, &KEY), "byte {i} is not covered");
+        }
+        patch_flags(&mut pkt, flags::ECN, &KEY);
+        assert!(tag_ok(&pkt, &KEY));
     }
 
     #[test]
     fn rejects_unknown_version_and_bad_length() {
         let mut pkt = vec![0u8; HEADER_LEN + 16];
-        sample().encode(&mut pkt);
-        pkt[2] = 2;
-        assert_eq!(Header::decode(&pkt), Err(ProtoError::Version(2)));
+        sample().encode(&mut pkt, &KEY);
+        pkt[2] = 1;
+        assert_eq!(Header::decode(&pkt), Err(ProtoError::Version(1)));
         pkt[2] = VERSION;
         assert_eq!(Header::decode(&pkt[..40]), Err(ProtoError::Length));
     }

@@ -1,7 +1,7 @@
 //! Deterministic randomized test standing in for a fuzzer: millions of
 //! mutated packets through the header parser and the switch's packet
 //! handler. Nothing may panic, everything the switch emits must parse, and
-//! nothing without the job's token may be summed.
+//! nothing without the job's tag may be summed.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
@@ -9,12 +9,17 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use shoal_ina::control::{AdmitReq, CtrlMsg};
-use shoal_ina::proto::{flags, slot_of, Header, Kind, WireOp, WireType, HEADER_LEN};
+use shoal_ina::mac::PacketKey;
+use shoal_ina::proto::{
+    flags, slot_of, tag_ok, Header, Kind, WireOp, WireType, HEADER_LEN, TAGGED_LEN,
+};
 use shoal_ina::rng::Rng;
 use shoal_ina::switch::core::{Sink, SwitchCore};
 use shoal_ina::switch::{Metrics, SwitchConfig};
 
-fn template(rng: &mut Rng, job: u32, token: u32, slots: u16) -> Vec<u8> {
+const KEY: PacketKey = PacketKey::from_bytes(*b"fuzz key");
+
+fn template(rng: &mut Rng, job: u32, slots: u16) -> Vec<u8> {
     // Type, op and count follow from seq so that unmutated packets of the
     // three members agree and really aggregate.
     let seq = (rng.next_u64() % 64) as u32;
@@ -32,7 +37,6 @@ fn template(rng: &mut Rng, job: u32, token: u32, slots: u16) -> Vec<u8> {
         op: [WireOp::Sum, WireOp::Min, WireOp::Max][seq as usize / 4 % 3],
         exponent: rng.next_u64() as i8,
         job,
-        token,
         tree: 0,
         member: (rng.next_u64() % 3) as u16,
         seq,
@@ -46,7 +50,7 @@ fn template(rng: &mut Rng, job: u32, token: u32, slots: u16) -> Vec<u8> {
     for b in p.iter_mut() {
         *b = rng.next_u64() as u8;
     }
-    h.encode(&mut p);
+    h.encode(&mut p, &KEY);
     p
 }
 
@@ -77,14 +81,20 @@ fn parser_never_panics_and_roundtrips() {
     let mut rng = Rng::new(0x5EED);
     let mut ok = 0usize;
     for _ in 0..2_000_000 {
-        let mut p = template(&mut rng, 1, 2, 16);
+        let mut p = template(&mut rng, 1, 16);
         mutate(&mut rng, &mut p);
         if let Ok((h, payload)) = Header::decode(&p) {
             ok += 1;
             assert_eq!(payload.len(), h.payload_len());
             let mut q = p.clone();
-            h.encode(&mut q);
-            assert_eq!(q, p, "decode/encode must be the identity on valid packets");
+            h.encode(&mut q, &KEY);
+            // Identity on the fields; the tag only where it was valid.
+            assert_eq!(
+                q[..TAGGED_LEN],
+                p[..TAGGED_LEN],
+                "decode/encode must keep every field"
+            );
+            assert_eq!(q == p, tag_ok(&p, &KEY));
         }
     }
     assert!(
@@ -106,7 +116,7 @@ fn switch_core_survives_mutated_packets() {
     let metrics = Arc::new(Metrics::default());
     let cfg = SwitchConfig {
         memory: 1 << 20,
-        ..SwitchConfig::loopback()
+        ..SwitchConfig::loopback(shoal_transport::auth::Key::from_material(b"fuzz"))
     };
     let mut core = SwitchCore::new(&cfg, 9800, metrics.clone());
     let req = AdmitReq {
@@ -116,6 +126,7 @@ fn switch_core_survives_mutated_packets() {
         wire_mask: 0x0F,
         partial_min: 0,
         deadline_us: 0,
+        key: KEY,
         uplink: None,
     };
     let CtrlMsg::AdmitOk(ok) = core.control(CtrlMsg::Admit(req), 1) else {
@@ -126,19 +137,17 @@ fn switch_core_survives_mutated_packets() {
     let from: SocketAddr = "127.0.0.1:5000".parse().unwrap();
     let now = Instant::now();
     for _ in 0..1_000_000 {
-        let mut p = template(&mut rng, ok.job, ok.token, ok.slots);
+        let mut p = template(&mut rng, ok.job, ok.slots);
         if rng.chance(0.7) {
             mutate(&mut rng, &mut p);
         }
-        let forged_token = Header::decode(&p)
-            .map(|(h, _)| h.token != ok.token)
-            .unwrap_or(false);
+        let forged = !tag_ok(&p, &KEY);
         let before = metrics.aggregations.load(Relaxed) + metrics.duplicates.load(Relaxed);
         out.0.clear();
         core.on_datagram(&p, from, now, &mut out);
-        if forged_token {
+        if forged {
             let after = metrics.aggregations.load(Relaxed) + metrics.duplicates.load(Relaxed);
-            assert_eq!(before, after, "a packet without the token was processed");
+            assert_eq!(before, after, "a packet without the tag was processed");
             assert!(out.0.is_empty());
         }
         for (pkt, _) in &out.0 {

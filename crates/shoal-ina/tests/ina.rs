@@ -3,7 +3,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::thread;
@@ -11,10 +11,13 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use half::{bf16, f16};
-use shoal_ina::control::{read_msg, write_msg, AdmitReq, CtrlMsg};
+use shoal_ina::control::handshake::{self, Session};
+use shoal_ina::control::{read_msg, write_msg, AdmitReq, CtrlMsg, ErrCode};
+use shoal_ina::mac::PacketKey;
 use shoal_ina::proto::{slot_of, Header, Kind, WireOp, WireType, HEADER_LEN};
-use shoal_ina::switch::DropReason;
-use shoal_ina::{InaClient, InaConfig, InaDType, InaError, InaOp, LeafSpec, Partial, TreeSpec};
+use shoal_ina::switch::{ControlLimits, DropReason, Refused};
+use shoal_ina::{InaClient, InaDType, InaError, InaOp, LeafSpec, Partial, TreeSpec};
+use shoal_transport::auth::Key;
 
 #[test]
 fn flat_f32_sum_2_4_8_workers() {
@@ -157,7 +160,7 @@ fn int32_exponent_mode_and_plain_i32() {
 fn int_only_switch_refuses_float_jobs() {
     let sw = switch_with(|c| c.int_only = true);
     let store = MemStore::default();
-    let cfg = InaConfig::new(0, 1, flat(&sw));
+    let cfg = config(0, 1, flat(&sw));
     match InaClient::join(&cfg, &store) {
         Err(InaError::Refused(r)) => assert!(r.contains("int32"), "{r}"),
         other => panic!("expected Refused, got {:?}", other.err()),
@@ -335,7 +338,7 @@ fn switch_killed_mid_allreduce_gives_switch_died() {
         .map(|rank| {
             let (store, trees) = (store.clone(), trees.clone());
             thread::spawn(move || {
-                let mut cfg = InaConfig::new(rank, 2, trees);
+                let mut cfg = config(rank, 2, trees);
                 cfg.dead_timeout = Duration::from_secs(1);
                 let mut c = InaClient::join(&cfg, &*store).unwrap();
                 if rank == 1 {
@@ -371,7 +374,7 @@ fn admission_errors_are_distinguishable() {
         .local_addr()
         .unwrap();
     let store = MemStore::default();
-    let cfg = InaConfig::new(0, 1, vec![TreeSpec::flat(free)]);
+    let cfg = config(0, 1, vec![TreeSpec::flat(free)]);
     assert!(matches!(
         InaClient::join(&cfg, &store),
         Err(InaError::Unreachable(_))
@@ -379,7 +382,7 @@ fn admission_errors_are_distinguishable() {
 
     let sw = switch_with(|c| c.max_jobs = 1);
     let store = MemStore::default();
-    let cfg = InaConfig::new(0, 1, flat(&sw));
+    let cfg = config(0, 1, flat(&sw));
     let first = InaClient::join(&cfg, &store).unwrap();
     let store2 = MemStore::default();
     assert!(matches!(
@@ -428,26 +431,48 @@ fn partial_aggregation_by_fraction_and_deadline() {
     }
 }
 
-/// Admits a job over the control channel directly, as an attacker could.
-fn admit_raw(ctl: std::net::SocketAddr, members: u16) -> (TcpStream, u32, u32, u16) {
+/// A control connection authenticated with `secret`, as any tenant of the
+/// switch could open.
+fn tenant(ctl: SocketAddr, secret: &Key) -> Result<(TcpStream, Session), InaError> {
     let mut s = TcpStream::connect(ctl).unwrap();
-    let req = AdmitReq {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    handshake::client(&mut s, secret, deadline).map(|session| (s, session))
+}
+
+/// Admits a job with packet key `key` on an authenticated connection.
+fn admit_on(s: &mut TcpStream, session: &mut Session, members: u16, key: PacketKey) -> CtrlMsg {
+    let mut req = AdmitReq {
         tree: 0,
         members,
         slots: 16,
         wire_mask: 1,
         partial_min: 0,
         deadline_us: 0,
+        key,
         uplink: None,
     };
-    write_msg(&mut s, &CtrlMsg::Admit(req)).unwrap();
-    match read_msg(&mut s).unwrap() {
-        CtrlMsg::AdmitOk(ok) => (s, ok.job, ok.token, ok.slots),
+    session.crypt_admit(&mut req);
+    write_msg(s, &CtrlMsg::Admit(req)).unwrap();
+    read_msg(s).unwrap()
+}
+
+/// A tenant's own job: (its lease, id, slots).
+fn admit_raw(ctl: SocketAddr, members: u16, key: PacketKey) -> (TcpStream, u32, u16) {
+    let (mut s, mut session) = tenant(ctl, &switch_secret()).unwrap();
+    match admit_on(&mut s, &mut session, members, key) {
+        CtrlMsg::AdmitOk(ok) => (s, ok.job, ok.slots),
         other => panic!("{other:?}"),
     }
 }
 
-fn forged(job: u32, token: u32, member: u16, seq: u32, slots: u16, count: u16) -> Vec<u8> {
+fn data_packet(
+    job: u32,
+    key: &PacketKey,
+    member: u16,
+    seq: u32,
+    slots: u16,
+    count: u16,
+) -> Vec<u8> {
     let (slot, shadow) = slot_of(seq, slots);
     let h = Header {
         kind: Kind::Data,
@@ -456,7 +481,6 @@ fn forged(job: u32, token: u32, member: u16, seq: u32, slots: u16, count: u16) -
         op: WireOp::Sum,
         exponent: 0,
         job,
-        token,
         tree: 0,
         member,
         seq,
@@ -467,38 +491,89 @@ fn forged(job: u32, token: u32, member: u16, seq: u32, slots: u16, count: u16) -
         cwnd_cap: u16::MAX,
     };
     let mut p = vec![0x41u8; HEADER_LEN + count as usize * 4];
-    h.encode(&mut p);
+    h.encode(&mut p, key);
     p
 }
 
-fn bad_slot(mut p: Vec<u8>) -> Vec<u8> {
-    p[24] ^= 0x80;
+/// The same packet in the layout of protocol version 1, with a token.
+fn version_1(job: u32, token: u32, member: u16, seq: u32, slots: u16) -> Vec<u8> {
+    let (slot, shadow) = slot_of(seq, slots);
+    let mut p = vec![0x41u8; 32 + 40];
+    p[0..2].copy_from_slice(&0x5348u16.to_be_bytes());
+    p[2] = 1;
+    p[3..8].fill(0);
+    p[8..12].copy_from_slice(&job.to_be_bytes());
+    p[12..16].copy_from_slice(&token.to_be_bytes());
+    p[16..18].fill(0);
+    p[18..20].copy_from_slice(&member.to_be_bytes());
+    p[20..24].copy_from_slice(&seq.to_be_bytes());
+    p[24..26].copy_from_slice(&(slot | if shadow { 0x8000 } else { 0 }).to_be_bytes());
+    p[26..28].copy_from_slice(&10u16.to_be_bytes());
+    p[28..32].copy_from_slice(&[0, 1, 0xFF, 0xFF]);
     p
 }
 
+fn bad_slot(mut p: Vec<u8>, key: &PacketKey) -> Vec<u8> {
+    p[20] ^= 0x80;
+    shoal_ina::proto::seal(&mut p, key);
+    p
+}
+
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A stranger knows the real job's id (switch job ids are sequential, and
+/// the metrics name them) and has a job of its own on the switch: nothing it
+/// sends reaches the real job's sums, and every such packet is counted.
 #[test]
 fn garbage_and_forged_packets_are_dropped_and_counted() {
-    let sw = switch_with(|c| c.metrics = Some("127.0.0.1:0".parse().unwrap()));
-    let (_lease, job_a, tok_a, slots_a) = admit_raw(sw.control_addr, 2);
-    let data = sw.data_addr;
+    let sw = Arc::new(switch_with(|c| {
+        c.metrics = Some("127.0.0.1:0".parse().unwrap())
+    }));
+    let own_key = PacketKey::from_bytes(*b"attacker");
+    let (_lease, own, slots) = admit_raw(sw.control_addr, 2, own_key);
+    let real = own + 1; // the next admission
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (sw2, done2) = (sw.clone(), done.clone());
     let attacker = thread::spawn(move || {
         let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-        for i in 0..2000u32 {
+        let s2 = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let guess = PacketKey::from_bytes(*b"guessed!");
+        wait_until("the real job", || {
+            sw2.metrics.jobs_admitted.load(Relaxed) >= 2
+        });
+        let mut i = 0u32;
+        while !done2.load(Relaxed) {
             let mut pkts = vec![
-                vec![0xAB; 64],                                    // malformed
-                forged(job_a + 1, 0xBAD, 0, i, 256, 10), // the real job (id 2), wrong token
-                forged(9999, tok_a, 0, i, slots_a, 10),  // unknown job
-                forged(job_a, tok_a, 7, i, slots_a, 10), // not a member
-                forged(job_a, tok_a ^ 1, 0, i, slots_a, 10), // wrong token
-                bad_slot(forged(job_a, tok_a, 0, i, slots_a, 10)), // wrong shadow copy
-                forged(job_a, tok_a, 0, i, slots_a, 400), // over the payload budget
+                vec![0xAB; 64],                                                  // malformed
+                data_packet(real, &own_key, 0, i, 256, 10), // the real job, the stranger's key
+                data_packet(real, &guess, (i % 4) as u16, i, 256, 10), // the real job, a guessed key
+                data_packet(9999, &own_key, 0, i, slots, 10),          // unknown job
+                data_packet(own, &own_key, 7, i, slots, 10),           // not a member
+                bad_slot(data_packet(own, &own_key, 1, i, slots, 10), &own_key), // wrong shadow copy
+                data_packet(own, &own_key, 1, i, slots, 400), // over the payload budget
+                version_1(real, 0xBAD, 0, i, 256),            // the old format with a token
+                data_packet(own, &own_key, 0, i, slots, 10),  // binds member 0 to `s`
             ];
-            let mut v2 = forged(job_a, tok_a, 0, i, slots_a, 1);
-            v2[2] = 9; // unknown version
-            pkts.push(v2);
+            let mut tampered = data_packet(real, &guess, 0, i, 256, 10);
+            tampered[14] ^= 1; // another member, same tag
+            pkts.push(tampered);
             for p in &pkts {
-                s.send_to(p, data).unwrap();
+                s.send_to(p, sw2.data_addr).unwrap();
             }
+            // Member 0 of the stranger's own job is bound to `s`: the same
+            // packet from another address cannot claim it.
+            s2.send_to(&data_packet(own, &own_key, 0, i, slots, 10), sw2.data_addr)
+                .unwrap();
+            i += 1;
             thread::sleep(Duration::from_micros(200));
         }
     });
@@ -507,31 +582,196 @@ fn garbage_and_forged_packets_are_dropped_and_counted() {
         flat(&sw),
         |_| {},
         |rank, c| {
-            for _ in 0..5 {
+            for _ in 0..10 {
                 check_f32_sum(c, rank, 4, 50_000);
+                thread::sleep(Duration::from_millis(20)); // the attack goes on between calls too
             }
         },
     );
+    done.store(true, Relaxed);
     attacker.join().unwrap();
     let m = &sw.metrics;
     for r in [
         DropReason::Malformed,
         DropReason::Version,
-        DropReason::BadToken,
+        DropReason::BadTag,
         DropReason::UnknownJob,
         DropReason::BadMember,
         DropReason::BadSlot,
         DropReason::BadCount,
+        DropReason::BadSource,
     ] {
-        assert!(m.drops(r) >= 2000, "{:?}: {}", r, m.drops(r));
+        assert!(m.drops(r) >= 20, "{:?}: {}", r, m.drops(r));
     }
     let mut http = TcpStream::connect(sw.metrics_addr.unwrap()).unwrap();
     http.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
     let mut text = String::new();
     http.read_to_string(&mut text).unwrap();
     assert!(
-        text.contains("shoal_switch_drops_total{reason=\"bad_token\"}"),
+        text.contains("shoal_switch_drops_total{reason=\"bad_tag\"}"),
         "{text}"
     );
+    assert!(text.contains("shoal_switch_control_refused_total{reason=\"unauthorized\"} 0"));
     assert!(text.contains("shoal_switch_aggregations_total"));
+}
+
+/// Only the connection that admitted a job may release it: not a stranger
+/// without the switch secret, not another tenant with it.
+#[test]
+fn strangers_and_other_tenants_cannot_release_a_job() {
+    let sw = switch_with(|_| {});
+    let ctl = sw.control_addr;
+    run_ranks(
+        3,
+        flat(&sw),
+        |_| {},
+        move |rank, c| {
+            check_f32_sum(c, rank, 3, 10_000);
+            if rank == 0 {
+                let job: u32 = 1; // the only job: switch job ids start at 1
+                                  // Protocol version 1's RELEASE: refused before the handshake.
+                let mut s = TcpStream::connect(ctl).unwrap();
+                let mut v1 = vec![0, 0, 0, 9, 3];
+                v1.extend(job.to_be_bytes());
+                v1.extend(0x1234u32.to_be_bytes());
+                s.write_all(&v1).unwrap();
+                match read_msg(&mut s) {
+                    Ok(CtrlMsg::Error { code, .. }) => assert_eq!(code, ErrCode::Protocol),
+                    other => panic!("{other:?}"),
+                }
+                let mut rest = Vec::new();
+                s.read_to_end(&mut rest).unwrap(); // the switch closed it (FIN)
+                                                   // A wrong secret does not get through the handshake, whether
+                                                   // the client gives up on the switch's proof or answers anyway.
+                let wrong = Key::from_material(b"not the switch secret");
+                assert!(matches!(
+                    tenant(ctl, &wrong),
+                    Err(InaError::Unauthenticated(_))
+                ));
+                let mut s = TcpStream::connect(ctl).unwrap();
+                let nonce = [9u8; 32];
+                write_msg(&mut s, &CtrlMsg::Hello { version: 2, nonce }).unwrap();
+                let CtrlMsg::Challenge { nonce, .. } = read_msg(&mut s).unwrap() else {
+                    panic!("no challenge")
+                };
+                let proof = wrong.prove("shoal ina client", &nonce);
+                write_msg(&mut s, &CtrlMsg::Proof { proof }).unwrap();
+                match read_msg(&mut s) {
+                    Ok(CtrlMsg::Error { code, .. }) => assert_eq!(code, ErrCode::Unauthorized),
+                    other => panic!("{other:?}"),
+                }
+                // Another tenant cannot release a job it does not lease.
+                let (mut s, _) = tenant(ctl, &switch_secret()).unwrap();
+                write_msg(&mut s, &CtrlMsg::Release { job }).unwrap();
+                match read_msg(&mut s).unwrap() {
+                    CtrlMsg::Error { code, .. } => assert_eq!(code, ErrCode::UnknownJob),
+                    other => panic!("{other:?}"),
+                }
+            }
+            check_f32_sum(c, rank, 3, 10_000);
+        },
+    );
+    assert_eq!(sw.metrics.jobs_released.load(Relaxed), 1);
+    assert!(sw.metrics.refusals(Refused::Unauthorized) >= 1);
+}
+
+#[test]
+fn a_job_and_a_switch_with_different_secrets_do_not_work_together() {
+    let sw = switch_with(|_| {});
+    let mut cfg = config(0, 1, flat(&sw));
+    cfg.keys.switch = Key::from_material(b"another switch's secret");
+    match InaClient::join(&cfg, &MemStore::default()) {
+        Err(InaError::Unauthenticated(r)) => assert!(r.contains("SHOAL_SWITCH_SECRET"), "{r}"),
+        other => panic!("{:?}", other.err()),
+    }
+    assert_eq!(sw.metrics.jobs_admitted.load(Relaxed), 0);
+}
+
+#[test]
+fn control_connections_are_bounded_per_client_and_in_time() {
+    let sw = switch_with(|c| {
+        c.limits = ControlLimits {
+            handshake_timeout: Duration::from_millis(300),
+            idle_timeout: Duration::from_millis(300),
+            max_per_client: 2,
+            max_pending: 4,
+        }
+    });
+    let ctl = sw.control_addr;
+    // Strangers that never authenticate: the oldest make room for newcomers,
+    // the rest are closed at the handshake timeout.
+    let idle: Vec<TcpStream> = (0..10).map(|_| TcpStream::connect(ctl).unwrap()).collect();
+    wait_until("evictions", || sw.metrics.refusals(Refused::Evicted) >= 6);
+    run_ranks(
+        2,
+        flat(&sw),
+        |_| {},
+        |rank, c| check_f32_sum(c, rank, 2, 1000),
+    );
+    for mut s in idle {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest); // EOF (or reset after eviction), never a hang
+    }
+    // An authenticated connection without a job is closed when idle.
+    let (mut s, _) = tenant(ctl, &switch_secret()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    match read_msg(&mut s) {
+        Ok(CtrlMsg::Error { code, reason }) => {
+            assert_eq!(code, ErrCode::Busy);
+            assert!(reason.contains("idle"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    drop(s);
+    // Two leases per client here; the third is refused until one closes.
+    let key = PacketKey::from_bytes(*b"tenantky");
+    let a = admit_raw(ctl, 1, key);
+    let _b = admit_raw(ctl, 1, key);
+    match tenant(ctl, &switch_secret()) {
+        Err(InaError::Full(r)) => assert!(r.contains("--max-conns-per-client"), "{r}"),
+        other => panic!("{:?}", other.err()),
+    }
+    drop(a);
+    wait_until("the lease to close", || {
+        sw.metrics.jobs_released.load(Relaxed) >= 2
+    });
+    let _c = admit_raw(ctl, 1, key);
+    assert!(sw.metrics.refusals(Refused::Timeout) >= 2);
+    assert!(sw.metrics.refusals(Refused::Busy) >= 1);
+}
+
+#[test]
+fn the_peer_check_ends_a_wait_for_a_dead_rank() {
+    let sw = switch_with(|_| {});
+    let dead = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let results = run_ranks(
+        2,
+        flat(&sw),
+        |_| {},
+        move |rank, c| {
+            if rank == 1 {
+                thread::sleep(Duration::from_millis(300));
+                dead.store(true, Relaxed); // dies without ever contributing
+                return None;
+            }
+            let mut buf = f32_bytes(&vec![1.0; 100_000]);
+            let t = Instant::now();
+            let check = || {
+                if dead.load(Relaxed) {
+                    Err("rank 1 died".to_string())
+                } else {
+                    Ok(())
+                }
+            };
+            let res = c.allreduce_checked(&mut buf, InaDType::F32, InaOp::Sum, &check);
+            Some((res, t.elapsed()))
+        },
+    );
+    let (res, took) = results[0].clone().unwrap();
+    assert!(
+        matches!(res, Err(InaError::PeerFailed(ref r)) if r.contains("rank 1")),
+        "{res:?}"
+    );
+    assert!(took < Duration::from_secs(2), "{took:?}");
 }

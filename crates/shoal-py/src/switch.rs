@@ -6,5 +6,7 @@ use pyo3::prelude::*;
 /// SIGTERM; returns the exit code. The GIL is released while it runs.
 #[pyfunction]
 pub fn switch_main(py: Python<'_>, argv: Vec<String>) -> PyResult<i32> {
-    Ok(py.allow_threads(move || shoal_ina::switch::daemon_main(&argv)))
+    let env = |k: &str| std::env::var(k).ok();
+    let secret = move |file: Option<&std::path::Path>| shoal_core::ina::switch_secret(&env, file);
+    Ok(py.allow_threads(move || shoal_ina::switch::daemon_main(&argv, &secret)))
 }

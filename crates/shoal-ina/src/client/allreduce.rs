@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::faults;
 use super::window::SendWindow;
 use crate::codec;
-use crate::proto::{flags, max_count, slot_of, Header, Kind, WireOp, WireType, HEADER_LEN};
+use crate::proto::{flags, max_count, slot_of, tag_ok, Header, Kind, WireOp, WireType, HEADER_LEN};
 use crate::{InaDType, InaError, InaOp};
 
 use super::InaClient;
@@ -52,6 +52,14 @@ enum Drain {
     All,
 }
 
+/// Asked while a call waits for results: `Err(reason)` when another rank
+/// of the job has failed, so the call stops instead of waiting for results
+/// that cannot come (the switch never completes a slot without every member).
+pub type PeerCheck<'a> = &'a dyn Fn() -> Result<(), String>;
+
+/// How often a waiting call asks the peer check once it runs.
+const PEER_CHECK_EVERY: Duration = Duration::from_millis(50);
+
 /// Scratch state reused through one call.
 struct Scratch {
     expired: Vec<usize>,
@@ -68,6 +76,20 @@ impl InaClient {
         dtype: InaDType,
         op: InaOp,
     ) -> Result<(), InaError> {
+        self.allreduce_checked(buf, dtype, op, &|| Ok(()))
+    }
+
+    /// [`Self::allreduce`], asking `peers` whether the other ranks are
+    /// still alive whenever results stop coming for a while
+    /// (`peer_check_after`): a dead rank is then `PeerFailed` within
+    /// milliseconds of the check, not `SwitchDied` after `dead_timeout`.
+    pub fn allreduce_checked(
+        &mut self,
+        buf: &mut [u8],
+        dtype: InaDType,
+        op: InaOp,
+        peers: PeerCheck<'_>,
+    ) -> Result<(), InaError> {
         let plan = self.plan(buf.len(), dtype, op)?;
         if plan.elems == 0 {
             return Ok(());
@@ -79,7 +101,7 @@ impl InaClient {
             expired: Vec::new(),
             overflow: false,
         };
-        let res = self.run(&plan, buf, &mut wins, &mut s);
+        let res = self.run(&plan, buf, &mut wins, &mut s, peers);
         for (tree, w) in self.trees.iter_mut().zip(&wins) {
             tree.next_seq = tree.next_seq.wrapping_add(w.count() as u32);
         }
@@ -140,10 +162,12 @@ impl InaClient {
         buf: &mut [u8],
         wins: &mut [SendWindow],
         s: &mut Scratch,
+        peers: PeerCheck<'_>,
     ) -> Result<(), InaError> {
         let mut now = Instant::now();
         let mut last_progress = now;
         let mut next_scan = now;
+        let mut next_peer_check = now;
         loop {
             self.send_new(plan, buf, wins, now);
             if wins.iter().all(|w| w.is_done()) {
@@ -162,6 +186,11 @@ impl InaClient {
                 }
                 self.retransmit(plan, buf, wins, s, now);
                 next_scan = now + self.cfg.rto_min / 2;
+            }
+            let stalled = now.duration_since(last_progress);
+            if stalled >= self.cfg.peer_check_after && now >= next_peer_check {
+                next_peer_check = now + PEER_CHECK_EVERY;
+                peers().map_err(InaError::PeerFailed)?;
             }
             if now.duration_since(last_progress) > self.cfg.dead_timeout {
                 return Err(InaError::SwitchDied(format!(
@@ -278,7 +307,6 @@ impl InaClient {
             op: plan.op,
             exponent: 0,
             job: p.job,
-            token: p.token,
             tree: p.tree,
             member: p.member,
             seq,
@@ -293,6 +321,7 @@ impl InaClient {
             self.tx.send(&self.sock);
         }
         let src = &buf[plan.bytes(start, count)];
+        let key = p.key;
         self.tx.push_with(HEADER_LEN + plen, to, |pkt| {
             h.exponent = codec::encode(
                 src,
@@ -301,7 +330,7 @@ impl InaClient {
                 plan.headroom,
                 &mut pkt[HEADER_LEN..],
             );
-            h.encode(pkt);
+            h.encode(pkt, &key);
         });
         self.faults.on_queued(&mut self.tx, to);
     }
@@ -323,7 +352,8 @@ impl InaClient {
         let Some(tree) = self.trees.get_mut(t) else {
             return Ok(false);
         };
-        if h.kind != Kind::Result || h.job != tree.p.job || h.token != tree.p.token {
+        // Anything not tagged by our switch is ignored, like loss.
+        if h.kind != Kind::Result || h.job != tree.p.job || !tag_ok(pkt, &tree.p.key) {
             return Ok(false);
         }
         let Some(k) = wins[t].accept(h.seq) else {

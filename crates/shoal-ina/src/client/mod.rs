@@ -10,8 +10,10 @@ pub mod window;
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::time::Duration;
 
+use shoal_transport::auth::Key;
 use shoal_transport::KvStore;
 
+pub use allreduce::PeerCheck;
 pub use faults::Faults;
 use session::{Lease, TreeParams};
 
@@ -54,10 +56,23 @@ pub struct Partial {
     pub deadline: Option<Duration>,
 }
 
+/// The keys a rank needs to use switches.
+#[derive(Clone, Debug)]
+pub struct InaKeys {
+    /// The job's INA key, derived from the job secret: every rank holds it
+    /// without asking anyone, and each admission's packet key derives from
+    /// it and a public nonce.
+    pub job: Key,
+    /// The switch secret's key: it authenticates rank 0 to the switches
+    /// (and them to it) and wraps the packet keys it registers.
+    pub switch: Key,
+}
+
 #[derive(Clone, Debug)]
 pub struct InaConfig {
     pub rank: usize,
     pub world: usize,
+    pub keys: InaKeys,
     /// Several trees: chunks are spread over them round-robin.
     pub trees: Vec<TreeSpec>,
     /// Store key namespace, unique per job (and per join within a job).
@@ -75,16 +90,24 @@ pub struct InaConfig {
     pub rto_max: Duration,
     /// No result for this long while packets are outstanding: `SwitchDied`.
     pub dead_timeout: Duration,
+    /// Without results for this long, a waiting call asks whether the other
+    /// ranks are alive (the host transport knows within milliseconds).
+    pub peer_check_after: Duration,
     pub connect_timeout: Duration,
     /// Test knob: duplicate and reorder outgoing packets.
     pub faults: Faults,
 }
 
+/// Longest `SHOAL_INA_TIMEOUT` (a day): longer is a typo, and would not fit
+/// the clock arithmetic.
+const MAX_DEAD_TIMEOUT_SECS: f64 = 86400.0;
+
 impl InaConfig {
-    pub fn new(rank: usize, world: usize, trees: Vec<TreeSpec>) -> InaConfig {
+    pub fn new(rank: usize, world: usize, trees: Vec<TreeSpec>, keys: InaKeys) -> InaConfig {
         InaConfig {
             rank,
             world,
+            keys,
             trees,
             key_prefix: "ina/".into(),
             payload_budget: DEFAULT_PAYLOAD_BUDGET,
@@ -96,44 +119,53 @@ impl InaConfig {
             rto_min: Duration::from_millis(5),
             rto_max: Duration::from_millis(500),
             dead_timeout: Duration::from_secs(10),
+            peer_check_after: Duration::from_millis(100),
             connect_timeout: Duration::from_secs(2),
             faults: Faults::default(),
         }
     }
 
-    /// `SHOAL_SWITCH=host:port[,host:port...]` (one flat tree per switch),
-    /// `SHOAL_INA_TIMEOUT` (seconds, default 10), `SHOAL_INA_INT32=1`,
-    /// `SHOAL_INA_PAYLOAD` (bytes, default 1472). `None` when no switch is set.
-    pub fn from_env(rank: usize, world: usize) -> Option<Result<InaConfig, InaError>> {
-        let switches = std::env::var("SHOAL_SWITCH")
-            .ok()
-            .filter(|s| !s.is_empty())?;
-        Some(Self::parse_env(rank, world, &switches))
+    /// Whether `SHOAL_SWITCH` names a switch: only then does a job need
+    /// switch keys at all.
+    pub fn switch_configured(env: &dyn Fn(&str) -> Option<String>) -> bool {
+        env("SHOAL_SWITCH").is_some_and(|s| !s.trim().is_empty())
     }
 
-    fn parse_env(rank: usize, world: usize, switches: &str) -> Result<InaConfig, InaError> {
-        let mut trees = Vec::new();
-        for s in switches.split(',') {
-            let addr = s
+    /// `SHOAL_SWITCH=host:port[,host:port...]` (one flat tree per switch),
+    /// `SHOAL_INA_TIMEOUT` (seconds, default 10), `SHOAL_INA_INT32=0|1`,
+    /// `SHOAL_INA_PAYLOAD` (bytes, default 1472). `Ok(None)` when no switch
+    /// is set. An invalid value is `InaError::Config` naming its variable; a
+    /// switch name that does not resolve is `Unreachable` (a reason to fall
+    /// back, like a switch that does not answer).
+    pub fn from_env(
+        rank: usize,
+        world: usize,
+        keys: InaKeys,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Option<InaConfig>, InaError> {
+        if !Self::switch_configured(env) {
+            return Ok(None);
+        }
+        let mut cfg = InaConfig::new(rank, world, Vec::new(), keys);
+        if let Some(v) = env("SHOAL_INA_TIMEOUT") {
+            cfg.dead_timeout = parse_timeout(&v)?;
+        }
+        cfg.f32_as_int32 = match env("SHOAL_INA_INT32").as_deref() {
+            None | Some("" | "0") => false,
+            Some("1") => true,
+            Some(v) => return Err(config("SHOAL_INA_INT32", v, "expected 0 or 1")),
+        };
+        if let Some(v) = env("SHOAL_INA_PAYLOAD") {
+            cfg.payload_budget = v
                 .trim()
-                .to_socket_addrs()
+                .parse()
                 .ok()
-                .and_then(|mut a| a.next())
-                .ok_or_else(|| {
-                    InaError::Unreachable(format!("SHOAL_SWITCH: cannot resolve {s:?}"))
-                })?;
-            trees.push(TreeSpec::flat(addr));
+                .filter(|p| (64..=65507).contains(p))
+                .ok_or_else(|| config("SHOAL_INA_PAYLOAD", &v, "expected bytes in 64..=65507"))?;
         }
-        let mut cfg = InaConfig::new(rank, world, trees);
-        let var = |k: &str| std::env::var(k).ok();
-        if let Some(t) = var("SHOAL_INA_TIMEOUT").and_then(|v| v.parse::<f64>().ok()) {
-            cfg.dead_timeout = Duration::from_secs_f64(t.max(0.001));
-        }
-        cfg.f32_as_int32 = var("SHOAL_INA_INT32").is_some_and(|v| v == "1");
-        if let Some(p) = var("SHOAL_INA_PAYLOAD").and_then(|v| v.parse().ok()) {
-            cfg.payload_budget = p;
-        }
-        Ok(cfg)
+        let switches = env("SHOAL_SWITCH").unwrap_or_default();
+        cfg.trees = switch_trees(&switches)?;
+        Ok(Some(cfg))
     }
 
     /// Element types the job asks the switches to accept.
@@ -146,6 +178,44 @@ impl InaConfig {
                 .fold(0, |m, w| m | w.mask_bit())
         }
     }
+}
+
+fn config(var: &str, value: &str, what: &str) -> InaError {
+    InaError::Config(format!("{var}={value:?}: {what}"))
+}
+
+fn parse_timeout(v: &str) -> Result<Duration, InaError> {
+    let secs: f64 = v
+        .trim()
+        .parse()
+        .map_err(|_| config("SHOAL_INA_TIMEOUT", v, "expected seconds"))?;
+    if !(secs > 0.0 && secs <= MAX_DEAD_TIMEOUT_SECS) {
+        let what = format!("expected seconds in (0, {MAX_DEAD_TIMEOUT_SECS}]");
+        return Err(config("SHOAL_INA_TIMEOUT", v, &what));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn switch_trees(switches: &str) -> Result<Vec<TreeSpec>, InaError> {
+    let mut trees = Vec::new();
+    for s in switches.split(',').map(str::trim) {
+        if s.rsplit_once(':')
+            .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
+        {
+            return Err(config(
+                "SHOAL_SWITCH",
+                switches,
+                &format!("{s:?} is not host:port"),
+            ));
+        }
+        let addr = s
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| InaError::Unreachable(format!("SHOAL_SWITCH: cannot resolve {s:?}")))?;
+        trees.push(TreeSpec::flat(addr));
+    }
+    Ok(trees)
 }
 
 /// One tree as this rank uses it across calls.
@@ -250,10 +320,7 @@ impl InaClient {
             store.get(&key(r)).map_err(io)?;
         }
         for mut l in self.leases.drain(..) {
-            let msg = CtrlMsg::Release {
-                job: l.job,
-                token: l.token,
-            };
+            let msg = CtrlMsg::Release { job: l.job };
             session::request(&mut l.stream, &msg, self.cfg.connect_timeout)?;
         }
         Ok(())

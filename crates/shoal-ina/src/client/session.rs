@@ -1,18 +1,23 @@
-//! Job setup: rank 0 admits the job with every switch of every tree over the
-//! control channel and publishes what each rank needs through the store;
-//! the other ranks read it. Failures are published too, so every rank
-//! returns the same error and falls back together.
+//! Job setup: rank 0 authenticates to every switch of every tree, admits
+//! the job there with a fresh packet key per admission, and publishes what
+//! each rank needs through the store; the other ranks read it. What is
+//! published is public (switch job ids, nonces): each rank derives the
+//! packet keys from its own job key and the nonces, so the store never
+//! holds a secret. Failures are published too, so every rank returns the
+//! same error and falls back together.
 
 use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use shoal_transport::auth::{random_bytes, to_hex};
 use shoal_transport::KvStore;
 
-use crate::control::{read_msg, write_msg, AdmitOk, AdmitReq, CtrlMsg, ErrCode, Uplink};
+use crate::control::{handshake, read_msg, write_msg, AdmitOk, AdmitReq, CtrlMsg, ErrCode, Uplink};
+use crate::mac::PacketKey;
 use crate::InaError;
 
-use super::{InaConfig, TreeSpec};
+use super::{InaConfig, InaKeys, TreeSpec};
 
 /// What one rank needs to use one tree.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,7 +26,8 @@ pub struct TreeParams {
     /// The switch this rank sends to (the root, or its leaf).
     pub data: SocketAddr,
     pub job: u32,
-    pub token: u32,
+    /// Tags this rank's packets and checks the results' tags.
+    pub key: PacketKey,
     pub member: u16,
     /// Slot-pool size of that switch: `seq % slots` is the slot.
     pub slots: u16,
@@ -37,13 +43,16 @@ pub struct TreeParams {
 pub struct Lease {
     pub stream: TcpStream,
     pub job: u32,
-    pub token: u32,
 }
+
+/// Bytes of an admission's nonce (published; the packet key derives from it).
+const NONCE_BYTES: usize = 16;
 
 /// One attachment point of a tree as published: a switch and its ranks.
 struct Attach {
     ok: AdmitOk,
     data: SocketAddr,
+    nonce: [u8; NONCE_BYTES],
     ranks: Vec<usize>,
 }
 
@@ -74,7 +83,7 @@ pub fn establish(
         let v = store.get(&key).map_err(io)?;
         (String::from_utf8_lossy(&v).into_owned(), Vec::new())
     };
-    Ok((parse_params(&text, cfg.rank)?, leases))
+    Ok((parse_params(&text, cfg.rank, &cfg.keys)?, leases))
 }
 
 fn admit_all(cfg: &InaConfig) -> Result<(String, Vec<Lease>), InaError> {
@@ -93,8 +102,8 @@ fn admit_all(cfg: &InaConfig) -> Result<(String, Vec<Lease>), InaError> {
             let ranks: Vec<String> = a.ranks.iter().map(|r| r.to_string()).collect();
             let _ = writeln!(
                 text,
-                "tree={t} data={} job={} token={} slots={} limit={limit} cap={cap} budget={} workers={} ranks={}",
-                a.data, a.ok.job, a.ok.token, a.ok.slots, budget.min(cfg.payload_budget as u16),
+                "tree={t} data={} job={} nonce={} slots={} limit={limit} cap={cap} budget={} workers={} ranks={}",
+                a.data, a.ok.job, to_hex(&a.nonce), a.ok.slots, budget.min(cfg.payload_budget as u16),
                 cfg.world, ranks.join(",")
             );
         }
@@ -119,10 +128,10 @@ fn admit_tree(
     for (i, leaf) in spec.leaves.iter().enumerate() {
         let up = Uplink {
             job: root.ok.job,
-            token: root.ok.token,
             tree,
             member: i as u16,
             slots: root.ok.slots,
+            key: PacketKey::derive(&cfg.keys.job, &root.nonce),
         };
         let a = admit_one(cfg, leaf.control, tree, leaf.ranks.len(), Some(up), leases)?;
         out.push(Attach {
@@ -165,7 +174,9 @@ fn admit_one(
         .partial
         .map(|p| ((p.fraction * members as f64).ceil() as usize).clamp(1, members) as u16)
         .unwrap_or(0);
-    let req = AdmitReq {
+    let nonce = random_bytes::<NONCE_BYTES>()
+        .map_err(|e| InaError::Protocol(format!("cannot draw a nonce: {e}")))?;
+    let mut req = AdmitReq {
         tree,
         members: members.min(u16::MAX as usize) as u16,
         slots: cfg.max_slots,
@@ -176,10 +187,16 @@ fn admit_one(
             .and_then(|p| p.deadline)
             .map(|d| d.as_micros().min(u32::MAX as u128) as u32)
             .unwrap_or(0),
+        key: PacketKey::derive(&cfg.keys.job, &nonce),
         uplink,
     };
     let mut stream = TcpStream::connect_timeout(&control, cfg.connect_timeout)
         .map_err(|e| InaError::Unreachable(format!("{control}: {e}")))?;
+    let _ = stream.set_nodelay(true);
+    let deadline = Instant::now() + cfg.connect_timeout;
+    let mut session = handshake::client(&mut stream, &cfg.keys.switch, deadline)
+        .map_err(|e| at_switch(control, e))?;
+    session.crypt_admit(&mut req);
     let ok = match request(&mut stream, &CtrlMsg::Admit(req), cfg.connect_timeout)? {
         CtrlMsg::AdmitOk(ok) => ok,
         other => return Err(reply_error(other)),
@@ -187,13 +204,21 @@ fn admit_one(
     leases.push(Lease {
         stream,
         job: ok.job,
-        token: ok.token,
     });
     Ok(Attach {
         ok,
         data: SocketAddr::new(control.ip(), ok.data_port),
+        nonce,
         ranks: Vec::new(),
     })
+}
+
+/// Names the switch in an authentication error (there may be several).
+fn at_switch(control: SocketAddr, e: InaError) -> InaError {
+    match e {
+        InaError::Unauthenticated(r) => InaError::Unauthenticated(format!("{control}: {r}")),
+        other => other,
+    }
 }
 
 /// One request/reply exchange on a control connection.
@@ -219,6 +244,10 @@ fn reply_error(msg: CtrlMsg) -> InaError {
             code: ErrCode::Refused,
             reason,
         } => InaError::Refused(reason),
+        CtrlMsg::Error {
+            code: ErrCode::Busy,
+            reason,
+        } => InaError::Full(reason),
         CtrlMsg::Error { reason, .. } => InaError::Protocol(reason),
         other => InaError::Protocol(format!("unexpected reply {other:?}")),
     }
@@ -230,12 +259,13 @@ fn encode_error(e: &InaError) -> String {
         InaError::Full(r) => ("full", r),
         InaError::Refused(r) => ("refused", r),
         InaError::SwitchDied(r) => ("died", r),
-        InaError::Protocol(r) => ("protocol", r),
+        InaError::Unauthenticated(r) => ("unauthenticated", r),
+        InaError::Protocol(r) | InaError::PeerFailed(r) | InaError::Config(r) => ("protocol", r),
     };
     format!("error={kind} {r}")
 }
 
-fn parse_params(text: &str, rank: usize) -> Result<Vec<TreeParams>, InaError> {
+fn parse_params(text: &str, rank: usize, keys: &InaKeys) -> Result<Vec<TreeParams>, InaError> {
     if let Some(rest) = text.strip_prefix("error=") {
         let (kind, r) = rest.split_once(' ').unwrap_or((rest, ""));
         let r = format!("(from rank 0) {r}");
@@ -244,6 +274,7 @@ fn parse_params(text: &str, rank: usize) -> Result<Vec<TreeParams>, InaError> {
             "full" => InaError::Full(r),
             "refused" => InaError::Refused(r),
             "died" => InaError::SwitchDied(r),
+            "unauthenticated" => InaError::Unauthenticated(r),
             _ => InaError::Protocol(r),
         });
     }
@@ -266,7 +297,10 @@ fn parse_params(text: &str, rank: usize) -> Result<Vec<TreeParams>, InaError> {
             tree: num("tree")? as u16,
             data: get("data")?.parse().map_err(|_| bad(line))?,
             job: num("job")? as u32,
-            token: num("token")? as u32,
+            key: PacketKey::derive(
+                &keys.job,
+                &from_hex(get("nonce")?).ok_or_else(|| bad(line))?,
+            ),
             member: member as u16,
             slots: num("slots")? as u16,
             limit: num("limit")? as u16,
@@ -281,4 +315,14 @@ fn parse_params(text: &str, rank: usize) -> Result<Vec<TreeParams>, InaError> {
         )));
     }
     Ok(out)
+}
+
+fn from_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
 }

@@ -10,7 +10,10 @@ use std::time::Instant;
 
 use crate::codec;
 use crate::control::{CtrlMsg, ErrCode};
-use crate::proto::{flags, max_count, slot_of, Header, Kind, ProtoError, ALL_MEMBERS, HEADER_LEN};
+use crate::mac::PacketKey;
+use crate::proto::{
+    flags, max_count, slot_of, tag_ok, Header, Kind, ProtoError, ALL_MEMBERS, HEADER_LEN,
+};
 use crate::rng::Rng;
 
 use super::jobs::{Job, Jobs};
@@ -76,9 +79,9 @@ impl SwitchCore {
     pub fn control(&mut self, msg: CtrlMsg, conn: u64) -> CtrlMsg {
         let res = match msg {
             CtrlMsg::Admit(req) => self.jobs.admit(&req, conn).map(CtrlMsg::AdmitOk),
-            CtrlMsg::Release { job, token } => self
+            CtrlMsg::Release { job } => self
                 .jobs
-                .release(job, token)
+                .release(job, conn)
                 .map(|_| CtrlMsg::Released { job }),
             _ => Err((ErrCode::Protocol, "unexpected control message".into())),
         };
@@ -104,7 +107,7 @@ impl SwitchCore {
             Err(_) => return self.metrics.count_drop(DropReason::Malformed),
         };
         let res = match h.kind {
-            Kind::Data => self.on_data(&h, payload, from, now, out),
+            Kind::Data => self.on_data(&h, pkt, payload, from, now, out),
             Kind::Result => self.on_parent_result(&h, pkt, from, out),
         };
         if let Err(r) = res {
@@ -146,12 +149,14 @@ impl SwitchCore {
     fn on_data(
         &mut self,
         h: &Header,
+        pkt: &[u8],
         payload: &[u8],
         from: SocketAddr,
         now: Instant,
         out: &mut dyn Sink,
     ) -> Result<(), DropReason> {
         let job = self.jobs.map.get(&h.job).ok_or(DropReason::UnknownJob)?;
+        authenticate(job, h, pkt, from)?;
         validate(job, h, self.jobs.payload_budget)?;
         let congested = self.congested();
         let mut cx = Ctx {
@@ -221,8 +226,11 @@ impl SwitchCore {
             .get(&local)
             .ok_or(DropReason::UnexpectedResult)?;
         let up = job.uplink.expect("uplinks index only jobs with an uplink");
-        if h.token != up.token || self.parent != Some(from) {
-            return Err(DropReason::BadToken);
+        if !tag_ok(pkt, &up.key) {
+            return Err(DropReason::BadTag);
+        }
+        if self.parent != Some(from) {
+            return Err(DropReason::BadSource);
         }
         let congested = self.congested();
         let mut cx = Ctx {
@@ -250,7 +258,6 @@ impl SwitchCore {
         }
         let down = Header {
             job: job.id,
-            token: job.token,
             tree: job.tree,
             member: ALL_MEMBERS,
             slot,
@@ -261,19 +268,29 @@ impl SwitchCore {
         };
         c.packet.clear();
         c.packet.extend_from_slice(pkt);
-        down.encode(&mut c.packet);
+        down.encode(&mut c.packet, &job.key);
         c.state = State::Done;
         multicast(job, idx, &mut cx);
         Ok(())
     }
 }
 
+/// Whether a data packet comes from a member of the job: tagged with the
+/// job's key, and sent from the address the member's first authenticated
+/// packet came from (so a copied packet cannot move its results elsewhere).
+fn authenticate(job: &Job, h: &Header, pkt: &[u8], from: SocketAddr) -> Result<(), DropReason> {
+    if !tag_ok(pkt, &job.key) {
+        return Err(DropReason::BadTag);
+    }
+    match job.addrs.get(h.member as usize) {
+        Some(Some(bound)) if *bound != from => Err(DropReason::BadSource),
+        _ => Ok(()),
+    }
+}
+
 /// Isolation: everything about a data packet that can be checked without
 /// touching slot memory.
 fn validate(job: &Job, h: &Header, budget: usize) -> Result<(), DropReason> {
-    if h.token != job.token {
-        return Err(DropReason::BadToken);
-    }
     if h.tree != job.tree {
         return Err(DropReason::BadTree);
     }
@@ -332,7 +349,8 @@ fn on_same_use(
         }
         State::Up if h.has(flags::RETX) => {
             // Our uplink packet or the parent's result may have been lost.
-            crate::proto::patch_flags(&mut c.packet, flags::RETX);
+            let up = job.uplink.expect("only leaf jobs send up");
+            crate::proto::patch_flags(&mut c.packet, flags::RETX, &up.key);
             if let Some(p) = cx.parent {
                 send(cx, &c.packet, p);
             }
@@ -398,18 +416,8 @@ fn complete(job: &mut Job, idx: usize, cx: &mut Ctx<'_>) {
     match job.uplink {
         Some(u) => {
             let (slot, shadow) = slot_of(c.seq, u.slots);
-            let h = copy_header(
-                c,
-                Kind::Data,
-                u.job,
-                u.token,
-                u.tree,
-                u.member,
-                slot,
-                shadow,
-                cap,
-            );
-            encode_copy(c, &h);
+            let h = copy_header(c, Kind::Data, u.job, u.tree, u.member, slot, shadow, cap);
+            encode_copy(c, &h, &u.key);
             c.state = State::Up;
             if let Some(p) = cx.parent {
                 send(cx, &c.packet, p);
@@ -417,19 +425,17 @@ fn complete(job: &mut Job, idx: usize, cx: &mut Ctx<'_>) {
         }
         None => {
             let (slot, shadow) = slot_of(c.seq, job.slots);
-            let (id, tok, tree) = (job.id, job.token, job.tree);
             let h = copy_header(
                 c,
                 Kind::Result,
-                id,
-                tok,
-                tree,
+                job.id,
+                job.tree,
                 ALL_MEMBERS,
                 slot,
                 shadow,
                 cap,
             );
-            encode_copy(c, &h);
+            encode_copy(c, &h, &job.key);
             c.state = State::Done;
             multicast(job, idx, cx);
         }
@@ -441,7 +447,6 @@ fn copy_header(
     c: &SlotCopy,
     kind: Kind,
     job: u32,
-    token: u32,
     tree: u16,
     member: u16,
     slot: u16,
@@ -455,7 +460,6 @@ fn copy_header(
         op: c.op,
         exponent: c.exp,
         job,
-        token,
         tree,
         member,
         seq: c.seq,
@@ -467,9 +471,9 @@ fn copy_header(
     }
 }
 
-fn encode_copy(c: &mut SlotCopy, h: &Header) {
+fn encode_copy(c: &mut SlotCopy, h: &Header, key: &PacketKey) {
     c.packet.resize(HEADER_LEN + h.payload_len(), 0);
-    h.encode(&mut c.packet);
+    h.encode(&mut c.packet, key);
     codec::store(&c.acc, c.wire, &mut c.packet[HEADER_LEN..]);
 }
 

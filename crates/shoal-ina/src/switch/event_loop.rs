@@ -1,16 +1,13 @@
-//! The threads of a running switch: the single-threaded UDP event loop, the
-//! control listener (one thread per TCP connection, talking to the loop over
-//! a channel so all state stays on the loop's core) and the metrics server.
+//! The switch's data plane thread: the single-threaded UDP event loop. The
+//! control threads (`control.rs`) reach it over a channel, so all job state
+//! stays on the loop's core.
 
-use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
-use std::thread;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
 
-use crate::control::{read_msg, write_msg, CtrlMsg};
+use crate::control::CtrlMsg;
 use crate::net::{wait_readable, Batch, MAX_DATAGRAM};
 
 use super::core::{Sink, SwitchCore};
@@ -130,60 +127,4 @@ fn housekeeping(core: &mut SwitchCore, cmds: &Receiver<Command>, out: &mut dyn S
         }
     }
     core.on_tick(now, out);
-}
-
-/// Open control connections, shut down when the switch stops.
-pub type Conns = Arc<Mutex<Vec<TcpStream>>>;
-
-/// Accepts control connections until `stop` is set.
-pub fn serve_control(
-    listener: TcpListener,
-    tx: Sender<Command>,
-    conns: Conns,
-    stop: Arc<AtomicBool>,
-) {
-    let _ = listener.set_nonblocking(true);
-    let next = AtomicU64::new(1);
-    while !stop.load(Relaxed) {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                let _ = stream.set_nonblocking(false);
-                let _ = stream.set_nodelay(true);
-                if let Ok(c) = stream.try_clone() {
-                    conns.lock().unwrap().push(c);
-                }
-                let (tx, id) = (tx.clone(), next.fetch_add(1, Relaxed));
-                thread::spawn(move || serve_conn(stream, id, tx));
-            }
-            Err(_) => thread::sleep(Duration::from_millis(5)),
-        }
-    }
-    for c in conns.lock().unwrap().drain(..) {
-        let _ = c.shutdown(std::net::Shutdown::Both);
-    }
-}
-
-/// One control connection: request, reply, until it closes (which releases
-/// the jobs it admitted).
-fn serve_conn(mut stream: TcpStream, conn: u64, tx: Sender<Command>) {
-    let _ = serve_requests(&mut stream, conn, &tx);
-    let _ = tx.send(Command::Closed(conn));
-}
-
-fn serve_requests(stream: &mut TcpStream, conn: u64, tx: &Sender<Command>) -> io::Result<()> {
-    loop {
-        let msg = read_msg(stream)?;
-        let (reply_tx, reply_rx) = channel();
-        let cmd = Command::Msg {
-            conn,
-            msg,
-            reply: reply_tx,
-        };
-        tx.send(cmd)
-            .map_err(|_| io::Error::other("switch stopped"))?;
-        let reply = reply_rx
-            .recv()
-            .map_err(|_| io::Error::other("switch stopped"))?;
-        write_msg(stream, &reply)?;
-    }
 }

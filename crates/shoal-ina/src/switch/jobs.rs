@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::control::{AdmitOk, AdmitReq, ErrCode, Uplink};
+use crate::mac::PacketKey;
 use crate::proto::{WireType, MAX_SLOTS};
-use crate::rng::Rng;
 
 use super::metrics::{JobStats, Metrics};
 use super::slots::{SlotCopy, MAX_MEMBERS};
@@ -29,7 +29,8 @@ pub const MIN_SHARE_SLOTS: usize = 2;
 
 pub struct Job {
     pub id: u32,
-    pub token: u32,
+    /// Tags the job's packets, both ways (registered at admission).
+    pub key: PacketKey,
     pub tree: u16,
     pub members: u16,
     pub slots: u16,
@@ -40,6 +41,7 @@ pub struct Job {
     pub uplink: Option<Uplink>,
     /// Control connection that admitted the job (its lease).
     pub conn: u64,
+    /// Each member's address, bound by its first authenticated packet.
     pub addrs: Vec<Option<SocketAddr>>,
     pub copies: Vec<SlotCopy>,
     pub in_use: usize,
@@ -54,7 +56,6 @@ pub struct Jobs {
     pub copies_in_use: usize,
     pub slot_bytes: usize,
     next_id: u32,
-    rng: Rng,
     max_jobs: usize,
     max_slots: u16,
     int_only: bool,
@@ -69,10 +70,14 @@ pub struct Jobs {
 
 type Refusal = (ErrCode, String);
 
+/// Bytes of one slot copy: an accumulator and an encoded packet of one payload.
+pub fn slot_copy_bytes(payload_budget: usize) -> usize {
+    2 * payload_budget + 64
+}
+
 impl Jobs {
     pub fn new(cfg: &SwitchConfig, data_port: u16, metrics: Arc<Metrics>) -> Jobs {
-        // A copy holds an accumulator and an encoded packet of one payload.
-        let slot_bytes = 2 * cfg.payload_budget + 64;
+        let slot_bytes = slot_copy_bytes(cfg.payload_budget);
         let capacity_copies = cfg.memory / slot_bytes;
         metrics
             .memory_capacity_bytes
@@ -84,7 +89,6 @@ impl Jobs {
             copies_in_use: 0,
             slot_bytes,
             next_id: 1,
-            rng: Rng::from_entropy(),
             max_jobs: cfg.max_jobs,
             max_slots: cfg.max_slots.min(MAX_SLOTS),
             int_only: cfg.int_only,
@@ -116,6 +120,14 @@ impl Jobs {
 
     pub fn admit(&mut self, req: &AdmitReq, conn: u64) -> Result<AdmitOk, Refusal> {
         self.check_request(req)?;
+        // A connection leases at most one job, so the per-client bound on
+        // connections bounds the jobs a client holds.
+        if let Some(j) = self.map.values().find(|j| j.conn == conn) {
+            return Err((
+                ErrCode::Refused,
+                format!("this control connection already leases job {}", j.id),
+            ));
+        }
         if self.map.len() >= self.max_jobs {
             return Err((
                 ErrCode::Full,
@@ -138,7 +150,6 @@ impl Jobs {
         let job = self.new_job(req, conn, slots);
         let ok = AdmitOk {
             job: job.id,
-            token: job.token,
             slots,
             cwnd_cap: self.cap_for(self.map.len() + 1, req.members, slots),
             payload_budget: self.payload_budget as u16,
@@ -183,7 +194,7 @@ impl Jobs {
         stats.members.store(req.members as u64, Relaxed);
         Job {
             id,
-            token: (self.rng.next_u64() as u32) | 1,
+            key: req.key,
             tree: req.tree,
             members: req.members,
             slots,
@@ -203,13 +214,18 @@ impl Jobs {
         }
     }
 
-    pub fn release(&mut self, job: u32, token: u32) -> Result<(), Refusal> {
+    /// Releases `job` if connection `conn` leases it: only the job's own
+    /// lease may end it early.
+    pub fn release(&mut self, job: u32, conn: u64) -> Result<(), Refusal> {
         match self.map.get(&job) {
-            Some(j) if j.token == token => {
+            Some(j) if j.conn == conn => {
                 self.remove(job);
                 Ok(())
             }
-            _ => Err((ErrCode::UnknownJob, format!("no job {job} with that token"))),
+            _ => Err((
+                ErrCode::UnknownJob,
+                format!("no job {job} leased by this connection"),
+            )),
         }
     }
 
@@ -256,21 +272,36 @@ mod tests {
             wire_mask: 1,
             partial_min: 0,
             deadline_us: 0,
+            key: PacketKey::from_bytes([0; 8]),
             uplink: None,
         }
     }
 
     #[test]
     fn window_cap_fits_every_members_window_in_the_socket_buffer() {
-        let cfg = SwitchConfig::loopback();
+        let cfg = SwitchConfig::loopback(shoal_transport::auth::Key::from_material(b"secret"));
         let mut jobs = Jobs::new(&cfg, 9800, Arc::new(Metrics::default()));
         jobs.rx_packets = 1000;
         let a = jobs.admit(&req(4), 1).unwrap();
         assert_eq!(a.cwnd_cap, 250);
-        let b = jobs.admit(&req(8), 1).unwrap();
+        let b = jobs.admit(&req(8), 2).unwrap();
         assert_eq!(b.cwnd_cap, 1000 / 2 / 8);
         assert_eq!(jobs.cwnd_cap(&jobs.map[&a.job]), 1000 / 2 / 4);
         jobs.rx_packets = usize::MAX; // memory and the pool bound it instead
         assert_eq!(jobs.cwnd_cap(&jobs.map[&a.job]), 256);
+    }
+
+    #[test]
+    fn a_connection_leases_one_job_and_releases_only_its_own() {
+        let cfg = SwitchConfig::loopback(shoal_transport::auth::Key::from_material(b"secret"));
+        let mut jobs = Jobs::new(&cfg, 9800, Arc::new(Metrics::default()));
+        let a = jobs.admit(&req(2), 1).unwrap();
+        assert_eq!(jobs.admit(&req(2), 1).unwrap_err().0, ErrCode::Refused);
+        let b = jobs.admit(&req(2), 2).unwrap();
+        assert_eq!(jobs.release(a.job, 2).unwrap_err().0, ErrCode::UnknownJob);
+        assert!(jobs.map.contains_key(&a.job));
+        jobs.release(a.job, 1).unwrap();
+        jobs.release(b.job, 2).unwrap();
+        assert!(jobs.map.is_empty());
     }
 }

@@ -17,7 +17,10 @@ pub enum DropReason {
     Malformed,
     Version,
     UnknownJob,
-    BadToken,
+    /// The tag does not match the job's key: forged, or of another job.
+    BadTag,
+    /// A member's packet from another address than the one it is bound to.
+    BadSource,
     BadTree,
     BadMember,
     BadType,
@@ -36,11 +39,12 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 14] = [
+    pub const ALL: [DropReason; 15] = [
         DropReason::Malformed,
         DropReason::Version,
         DropReason::UnknownJob,
-        DropReason::BadToken,
+        DropReason::BadTag,
+        DropReason::BadSource,
         DropReason::BadTree,
         DropReason::BadMember,
         DropReason::BadType,
@@ -58,7 +62,8 @@ impl DropReason {
             DropReason::Malformed => "malformed",
             DropReason::Version => "version",
             DropReason::UnknownJob => "unknown_job",
-            DropReason::BadToken => "bad_token",
+            DropReason::BadTag => "bad_tag",
+            DropReason::BadSource => "bad_source",
             DropReason::BadTree => "bad_tree",
             DropReason::BadMember => "bad_member",
             DropReason::BadType => "bad_type",
@@ -69,6 +74,41 @@ impl DropReason {
             DropReason::NoMemory => "no_memory",
             DropReason::Injected => "injected",
             DropReason::UnexpectedResult => "unexpected_result",
+        }
+    }
+}
+
+/// Why the switch closed a control connection without serving it (further).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// It did not prove that it holds the switch secret.
+    Unauthorized,
+    /// It sent a frame that does not parse, or a message out of order.
+    BadFrame,
+    /// Its client already has `--max-conns-per-client` connections.
+    Busy,
+    /// It did not authenticate in time, or idled without a job.
+    Timeout,
+    /// Closed unauthenticated to make room for a newer connection.
+    Evicted,
+}
+
+impl Refused {
+    pub const ALL: [Refused; 5] = [
+        Refused::Unauthorized,
+        Refused::BadFrame,
+        Refused::Busy,
+        Refused::Timeout,
+        Refused::Evicted,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Refused::Unauthorized => "unauthorized",
+            Refused::BadFrame => "bad_frame",
+            Refused::Busy => "busy",
+            Refused::Timeout => "timeout",
+            Refused::Evicted => "evicted",
         }
     }
 }
@@ -101,7 +141,10 @@ pub struct Metrics {
     pub jobs_released: AtomicU64,
     pub memory_bytes: AtomicU64,
     pub memory_capacity_bytes: AtomicU64,
+    /// Open control connections, authenticated or not.
+    pub control_connections: AtomicU64,
     drops: [AtomicU64; DropReason::ALL.len()],
+    refused: [AtomicU64; Refused::ALL.len()],
     jobs: Mutex<BTreeMap<u32, Arc<JobStats>>>,
 }
 
@@ -116,6 +159,14 @@ impl Metrics {
 
     pub fn total_drops(&self) -> u64 {
         self.drops.iter().map(|d| d.load(Relaxed)).sum()
+    }
+
+    pub fn count_refusal(&self, r: Refused) {
+        self.refused[r as usize].fetch_add(1, Relaxed);
+    }
+
+    pub fn refusals(&self, r: Refused) -> u64 {
+        self.refused[r as usize].load(Relaxed)
     }
 
     pub fn add_job(&self, job: u32, stats: Arc<JobStats>) {
@@ -167,6 +218,18 @@ impl Metrics {
         for r in DropReason::ALL {
             let v = self.drops(r);
             let _ = writeln!(s, "shoal_switch_drops_total{{reason=\"{}\"}} {v}", r.name());
+        }
+        let _ = writeln!(s, "# TYPE shoal_switch_control_connections gauge");
+        let open = self.control_connections.load(Relaxed);
+        let _ = writeln!(s, "shoal_switch_control_connections {open}");
+        let _ = writeln!(s, "# TYPE shoal_switch_control_refused_total counter");
+        for r in Refused::ALL {
+            let v = self.refusals(r);
+            let name = r.name();
+            let _ = writeln!(
+                s,
+                "shoal_switch_control_refused_total{{reason=\"{name}\"}} {v}"
+            );
         }
         self.render_jobs(&mut s);
         s

@@ -1,8 +1,9 @@
 //! The software aggregation switch (`shoal switch`): one core runs the UDP
-//! data plane, a control thread admits and releases jobs over TCP, and an
-//! optional HTTP endpoint serves Prometheus metrics.
+//! data plane, control threads authenticate tenants and admit and release
+//! jobs over TCP, and an optional HTTP endpoint serves Prometheus metrics.
 
 mod args;
+mod control;
 pub mod core;
 mod event_loop;
 pub mod jobs;
@@ -11,14 +12,18 @@ pub mod slots;
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc::channel;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
+use shoal_transport::auth::Key;
+
 pub use args::{parse_args, USAGE};
-pub use metrics::{DropReason, Metrics};
+pub use control::ControlLimits;
+pub use metrics::{DropReason, Metrics, Refused};
 
 use crate::proto::DEFAULT_PAYLOAD_BUDGET;
 
@@ -51,10 +56,15 @@ pub struct SwitchConfig {
     /// kernel grants (`SO_RCVBUFFORCE` when privileged, else up to
     /// `net.core.rmem_max`).
     pub socket_buffer: usize,
+    /// The key of the switch secret: control connections must prove that
+    /// they hold it before they may admit a job.
+    pub secret: Key,
+    pub limits: ControlLimits,
 }
 
-impl Default for SwitchConfig {
-    fn default() -> Self {
+impl SwitchConfig {
+    /// The defaults of `shoal switch`, with the key of its secret.
+    pub fn new(secret: Key) -> Self {
         let any: SocketAddr = "0.0.0.0:9800".parse().unwrap();
         SwitchConfig {
             listen: any,
@@ -70,18 +80,18 @@ impl Default for SwitchConfig {
             ecn_threshold: 0.8,
             int_only: false,
             socket_buffer: 32 << 20,
+            secret,
+            limits: ControlLimits::default(),
         }
     }
-}
 
-impl SwitchConfig {
     /// A loopback switch on ephemeral ports, for tests and benchmarks.
-    pub fn loopback() -> SwitchConfig {
+    pub fn loopback(secret: Key) -> SwitchConfig {
         let lo: SocketAddr = "127.0.0.1:0".parse().unwrap();
         SwitchConfig {
             listen: lo,
             control: lo,
-            ..SwitchConfig::default()
+            ..SwitchConfig::new(secret)
         }
     }
 }
@@ -143,9 +153,10 @@ pub fn spawn(cfg: SwitchConfig) -> io::Result<SwitchHandle> {
     threads.push(named("shoal-switch-udp", move || {
         event_loop::run_loop(udp, core, rx, &s)
     })?);
-    let (s, conns) = (stop.clone(), Arc::new(Mutex::new(Vec::new())));
+    let ctx = control::Ctx::new(cfg.secret.clone(), cfg.limits.clone(), tx, metrics.clone());
+    let s = stop.clone();
     threads.push(named("shoal-switch-ctl", move || {
-        event_loop::serve_control(control, tx, conns, s)
+        control::serve(control, Arc::new(ctx), s)
     })?);
     if let Some(l) = metrics_listener {
         let (m, s) = (metrics.clone(), stop.clone());
@@ -175,14 +186,18 @@ extern "C" fn on_signal(_: libc::c_int) {
     SIGNALLED.store(true, Relaxed);
 }
 
+/// Finds the switch secret: from `--secret-file` when given, else from the
+/// environment (`SHOAL_SWITCH_SECRET`, ...); returns its key.
+pub type SecretLoader<'a> = &'a dyn Fn(Option<&Path>) -> Result<Key, String>;
+
 /// `shoal switch ARGS...`: runs the daemon until SIGINT or SIGTERM; returns
 /// the process exit code. The previous signal handlers are restored.
-pub fn daemon_main(argv: &[String]) -> i32 {
+pub fn daemon_main(argv: &[String], load_secret: SecretLoader<'_>) -> i32 {
     if argv.iter().any(|a| a == "-h" || a == "--help") {
         println!("{USAGE}");
         return 0;
     }
-    let cfg = match parse_args(argv) {
+    let cfg = match parse_args(argv, load_secret) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("shoal switch: {e}\n\n{USAGE}");

@@ -8,7 +8,8 @@ use std::thread;
 use std::time::Duration;
 
 use shoal_ina::switch::{self, SwitchConfig, SwitchHandle};
-use shoal_ina::{InaClient, InaConfig, TreeSpec};
+use shoal_ina::{InaClient, InaConfig, InaKeys, TreeSpec};
+use shoal_transport::auth::Key;
 use shoal_transport::KvStore;
 
 #[derive(Default)]
@@ -39,8 +40,26 @@ impl KvStore for MemStore {
     }
 }
 
+/// The secret the test switches run with.
+pub fn switch_secret() -> Key {
+    Key::from_material(b"the test switch secret")
+}
+
+/// A job's keys, as a rank derives them from its job secret.
+pub fn keys() -> InaKeys {
+    InaKeys {
+        job: Key::from_material(b"the test job secret").derive("ina/test"),
+        switch: switch_secret(),
+    }
+}
+
+/// A rank's config for a job on `trees`.
+pub fn config(rank: usize, world: usize, trees: Vec<TreeSpec>) -> InaConfig {
+    InaConfig::new(rank, world, trees, keys())
+}
+
 pub fn switch_with(f: impl FnOnce(&mut SwitchConfig)) -> SwitchHandle {
-    let mut cfg = SwitchConfig::loopback();
+    let mut cfg = SwitchConfig::loopback(switch_secret());
     cfg.memory = 16 << 20;
     f(&mut cfg);
     switch::spawn(cfg).expect("switch starts")
@@ -64,7 +83,7 @@ pub fn run_ranks<R: Send + 'static>(
             let (store, trees, tune, body) =
                 (store.clone(), trees.clone(), tune.clone(), body.clone());
             thread::spawn(move || {
-                let mut cfg = InaConfig::new(rank, n, trees);
+                let mut cfg = config(rank, n, trees);
                 tune(&mut cfg);
                 let mut c = InaClient::join(&cfg, &*store).expect("join");
                 let r = body(rank, &mut c);

@@ -1,31 +1,45 @@
-//! The TCP control channel: length-prefixed messages that admit and release
+//! The TCP control channel: length-prefixed messages that authenticate the
+//! client and the switch to each other (`handshake`), then admit and release
 //! jobs. The connection that admitted a job is its lease: when it closes, the
-//! switch releases every job admitted on it, so a crashed rank 0 cannot leak
-//! switch memory.
+//! switch releases the job, so a crashed rank 0 cannot leak switch memory.
+
+pub mod handshake;
 
 use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::time::Instant;
 
-use crate::proto::VERSION;
+use crate::mac::{PacketKey, PACKET_KEY_BYTES};
 
 /// Largest control frame body; anything bigger is a protocol error.
 pub const MAX_FRAME: usize = 4096;
+/// Version of the control protocol, sent in `HELLO`. Version 1 had no
+/// handshake (and a token instead of the data plane's tag).
+pub const CONTROL_VERSION: u8 = 2;
+/// Bytes of a handshake nonce and proof.
+pub const NONCE_BYTES: usize = 32;
 
 const T_ADMIT: u8 = 1;
 const T_ADMIT_OK: u8 = 2;
 const T_RELEASE: u8 = 3;
 const T_RELEASED: u8 = 4;
 const T_ERROR: u8 = 5;
+const T_HELLO: u8 = 6;
+const T_CHALLENGE: u8 = 7;
+const T_PROOF: u8 = 8;
+const T_WELCOME: u8 = 9;
 
 /// Where a leaf switch sends its partial sums: the job admitted at the parent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Uplink {
     pub job: u32,
-    pub token: u32,
     pub tree: u16,
     /// This leaf's member index in the parent's job.
     pub member: u16,
     /// The parent's slot-pool size (maps sequence numbers to parent slots).
     pub slots: u16,
+    /// The parent job's packet key (wrapped on the wire, see `handshake`).
+    pub key: PacketKey,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,13 +54,14 @@ pub struct AdmitReq {
     pub partial_min: u16,
     /// Partial aggregation: emit this long after the first contribution (0: never).
     pub deadline_us: u32,
+    /// The key that tags the job's packets (wrapped on the wire, see `handshake`).
+    pub key: PacketKey,
     pub uplink: Option<Uplink>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AdmitOk {
     pub job: u32,
-    pub token: u32,
     /// Slot-pool size: sequence numbers map to `seq % slots`.
     pub slots: u16,
     /// The job's current window cap (its fair share of switch memory).
@@ -63,57 +78,98 @@ pub enum ErrCode {
     Full = 1,
     /// The switch will not serve this job (unsupported type, bad parameters).
     Refused = 2,
-    /// The peer sent something unparseable.
+    /// The peer sent something unparseable or out of order.
     Protocol = 3,
+    /// No such job leased by this connection.
     UnknownJob = 4,
+    /// The peer did not prove that it holds the switch secret.
+    Unauthorized = 5,
+    /// Too many control connections from this client, or idle too long.
+    Busy = 6,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CtrlMsg {
+    /// Client: the protocol version and a fresh challenge for the switch.
+    Hello {
+        version: u8,
+        nonce: [u8; NONCE_BYTES],
+    },
+    /// Switch: its answer to the client's challenge and its own challenge.
+    Challenge {
+        nonce: [u8; NONCE_BYTES],
+        proof: [u8; NONCE_BYTES],
+    },
+    /// Client: its answer to the switch's challenge.
+    Proof {
+        proof: [u8; NONCE_BYTES],
+    },
+    /// Switch: the client is authenticated.
+    Welcome,
     Admit(AdmitReq),
     AdmitOk(AdmitOk),
-    Release { job: u32, token: u32 },
-    Released { job: u32 },
-    Error { code: ErrCode, reason: String },
+    Release {
+        job: u32,
+    },
+    Released {
+        job: u32,
+    },
+    Error {
+        code: ErrCode,
+        reason: String,
+    },
 }
 
 impl CtrlMsg {
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(32);
+        let mut b = Vec::with_capacity(48);
         match self {
+            CtrlMsg::Hello { version, nonce } => {
+                b.extend([T_HELLO, *version]);
+                b.extend_from_slice(nonce);
+            }
+            CtrlMsg::Challenge { nonce, proof } => {
+                b.push(T_CHALLENGE);
+                b.extend_from_slice(nonce);
+                b.extend_from_slice(proof);
+            }
+            CtrlMsg::Proof { proof } => {
+                b.push(T_PROOF);
+                b.extend_from_slice(proof);
+            }
+            CtrlMsg::Welcome => b.push(T_WELCOME),
             CtrlMsg::Admit(r) => {
-                b.extend([T_ADMIT, VERSION]);
+                b.push(T_ADMIT);
                 put16(&mut b, r.tree);
                 put16(&mut b, r.members);
                 put16(&mut b, r.slots);
                 b.push(r.wire_mask);
                 put16(&mut b, r.partial_min);
                 put32(&mut b, r.deadline_us);
+                b.extend_from_slice(r.key.as_bytes());
                 match r.uplink {
                     None => b.push(0),
                     Some(u) => {
                         b.push(1);
                         put32(&mut b, u.job);
-                        put32(&mut b, u.token);
                         put16(&mut b, u.tree);
                         put16(&mut b, u.member);
                         put16(&mut b, u.slots);
+                        b.extend_from_slice(u.key.as_bytes());
                     }
                 }
             }
             CtrlMsg::AdmitOk(a) => {
                 b.push(T_ADMIT_OK);
                 put32(&mut b, a.job);
-                put32(&mut b, a.token);
                 put16(&mut b, a.slots);
                 put16(&mut b, a.cwnd_cap);
                 put16(&mut b, a.payload_budget);
                 put16(&mut b, a.data_port);
             }
-            CtrlMsg::Release { job, token } => {
+            CtrlMsg::Release { job } => {
                 b.push(T_RELEASE);
                 put32(&mut b, *job);
-                put32(&mut b, *token);
             }
             CtrlMsg::Released { job } => {
                 b.push(T_RELEASED);
@@ -133,11 +189,17 @@ impl CtrlMsg {
     pub fn decode(b: &[u8]) -> Result<CtrlMsg, String> {
         let mut r = Reader { b, at: 0 };
         let msg = match r.u8()? {
+            T_HELLO => CtrlMsg::Hello {
+                version: r.u8()?,
+                nonce: r.array()?,
+            },
+            T_CHALLENGE => CtrlMsg::Challenge {
+                nonce: r.array()?,
+                proof: r.array()?,
+            },
+            T_PROOF => CtrlMsg::Proof { proof: r.array()? },
+            T_WELCOME => CtrlMsg::Welcome,
             T_ADMIT => {
-                let v = r.u8()?;
-                if v != VERSION {
-                    return Err(format!("unsupported protocol version {v}"));
-                }
                 let mut req = AdmitReq {
                     tree: r.u16()?,
                     members: r.u16()?,
@@ -145,37 +207,36 @@ impl CtrlMsg {
                     wire_mask: r.u8()?,
                     partial_min: r.u16()?,
                     deadline_us: r.u32()?,
+                    key: r.key()?,
                     uplink: None,
                 };
                 if r.u8()? == 1 {
                     req.uplink = Some(Uplink {
                         job: r.u32()?,
-                        token: r.u32()?,
                         tree: r.u16()?,
                         member: r.u16()?,
                         slots: r.u16()?,
+                        key: r.key()?,
                     });
                 }
                 CtrlMsg::Admit(req)
             }
             T_ADMIT_OK => CtrlMsg::AdmitOk(AdmitOk {
                 job: r.u32()?,
-                token: r.u32()?,
                 slots: r.u16()?,
                 cwnd_cap: r.u16()?,
                 payload_budget: r.u16()?,
                 data_port: r.u16()?,
             }),
-            T_RELEASE => CtrlMsg::Release {
-                job: r.u32()?,
-                token: r.u32()?,
-            },
+            T_RELEASE => CtrlMsg::Release { job: r.u32()? },
             T_RELEASED => CtrlMsg::Released { job: r.u32()? },
             T_ERROR => {
                 let code = match r.u8()? {
                     1 => ErrCode::Full,
                     2 => ErrCode::Refused,
                     4 => ErrCode::UnknownJob,
+                    5 => ErrCode::Unauthorized,
+                    6 => ErrCode::Busy,
                     _ => ErrCode::Protocol,
                 };
                 let n = r.u16()? as usize;
@@ -204,16 +265,52 @@ pub fn write_msg(w: &mut impl Write, msg: &CtrlMsg) -> io::Result<()> {
 pub fn read_msg(r: &mut impl Read) -> io::Result<CtrlMsg> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len)?;
-    let len = u32::from_be_bytes(len) as usize;
+    let len = frame_len(len)?;
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)?;
+    CtrlMsg::decode(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// Reads one frame that must arrive whole before `deadline` (`TimedOut`
+/// otherwise), however slowly the peer trickles its bytes.
+pub fn read_msg_before(s: &mut TcpStream, deadline: Instant) -> io::Result<CtrlMsg> {
+    let mut len = [0u8; 4];
+    read_before(s, &mut len, deadline)?;
+    let mut body = vec![0u8; frame_len(len)?];
+    read_before(s, &mut body, deadline)?;
+    CtrlMsg::decode(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+fn frame_len(prefix: [u8; 4]) -> io::Result<usize> {
+    let len = u32::from_be_bytes(prefix) as usize;
     if len == 0 || len > MAX_FRAME {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("control frame of {len} bytes"),
         ));
     }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body)?;
-    CtrlMsg::decode(&body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    Ok(len)
+}
+
+fn read_before(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        s.set_read_timeout(Some(left))?;
+        match s.read(&mut buf[at..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Err(io::ErrorKind::TimedOut.into())
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 fn put16(b: &mut Vec<u8>, v: u16) {
@@ -249,6 +346,12 @@ impl<'a> Reader<'a> {
         let s = self.take(4)?;
         Ok(u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
     }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        Ok(self.take(N)?.try_into().expect("take returns N bytes"))
+    }
+    fn key(&mut self) -> Result<PacketKey, String> {
+        Ok(PacketKey::from_bytes(self.array::<PACKET_KEY_BYTES>()?))
+    }
 }
 
 #[cfg(test)]
@@ -257,7 +360,20 @@ mod tests {
 
     #[test]
     fn roundtrip_all_messages() {
+        let key = PacketKey::from_bytes(*b"abcdefgh");
         let msgs = [
+            CtrlMsg::Hello {
+                version: CONTROL_VERSION,
+                nonce: [7; NONCE_BYTES],
+            },
+            CtrlMsg::Challenge {
+                nonce: [1; NONCE_BYTES],
+                proof: [2; NONCE_BYTES],
+            },
+            CtrlMsg::Proof {
+                proof: [3; NONCE_BYTES],
+            },
+            CtrlMsg::Welcome,
             CtrlMsg::Admit(AdmitReq {
                 tree: 1,
                 members: 4,
@@ -265,27 +381,27 @@ mod tests {
                 wire_mask: 3,
                 partial_min: 3,
                 deadline_us: 500,
+                key,
                 uplink: Some(Uplink {
                     job: 9,
-                    token: 7,
                     tree: 1,
                     member: 2,
                     slots: 32,
+                    key: PacketKey::from_bytes(*b"12345678"),
                 }),
             }),
             CtrlMsg::AdmitOk(AdmitOk {
                 job: 1,
-                token: 2,
                 slots: 3,
                 cwnd_cap: 4,
                 payload_budget: 1472,
                 data_port: 9800,
             }),
-            CtrlMsg::Release { job: 5, token: 6 },
+            CtrlMsg::Release { job: 5 },
             CtrlMsg::Released { job: 5 },
             CtrlMsg::Error {
-                code: ErrCode::Full,
-                reason: "no memory".into(),
+                code: ErrCode::Busy,
+                reason: "too many connections".into(),
             },
         ];
         for m in msgs {
