@@ -24,6 +24,8 @@ pub const MIN_SECRET_CHARS: usize = 16;
 pub enum SecretSource {
     Env,
     File(PathBuf),
+    /// Drawn for a process that is a whole job by itself.
+    Ephemeral,
 }
 
 impl std::fmt::Display for SecretSource {
@@ -31,6 +33,7 @@ impl std::fmt::Display for SecretSource {
         match self {
             SecretSource::Env => f.write_str("SHOAL_SECRET"),
             SecretSource::File(p) => write!(f, "the secret file {}", p.display()),
+            SecretSource::Ephemeral => f.write_str("a secret drawn for this single process"),
         }
     }
 }
@@ -59,6 +62,15 @@ impl JobSecret {
         Ok(JobSecret {
             key: key_of(text.trim(), &path.display().to_string())?,
             source: SecretSource::File(path),
+        })
+    }
+
+    /// A fresh secret that is never written down, for a process that is the
+    /// whole job and meets nobody: nothing else needs to hold it.
+    pub fn ephemeral() -> Result<JobSecret, String> {
+        Ok(JobSecret {
+            key: Key::random().map_err(|e| format!("cannot draw a random job secret: {e}"))?,
+            source: SecretSource::Ephemeral,
         })
     }
 }
@@ -108,7 +120,10 @@ fn read_or_create(path: &Path) -> Result<String, String> {
                 .map_err(|e| format!("cannot read the job secret file {}: {e}", path.display()))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => create(path),
-        Err(e) => Err(format!("cannot read the job secret file {}: {e}", path.display())),
+        Err(e) => Err(format!(
+            "cannot read the job secret file {}: {e}",
+            path.display()
+        )),
     }
 }
 
@@ -157,7 +172,9 @@ fn create(path: &Path) -> Result<String, String> {
         .mode(0o600)
         .open(&tmp)
         .map_err(failed)?;
-    let written = f.write_all(format!("{secret}\n").as_bytes()).and_then(|_| f.sync_all());
+    let written = f
+        .write_all(format!("{secret}\n").as_bytes())
+        .and_then(|_| f.sync_all());
     // hard_link fails if another process created the file first: then theirs wins.
     let linked = written.and_then(|_| fs::hard_link(&tmp, path));
     let _ = fs::remove_file(&tmp);
@@ -174,8 +191,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn env_of(pairs: &[(&str, String)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> =
-            pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
         move |k| map.get(k).cloned()
     }
 
@@ -203,7 +222,10 @@ mod tests {
         let first = JobSecret::load(&env).unwrap();
         let path = home.join(".config/shoal/secret");
         assert_eq!(first.source, SecretSource::File(path.clone()));
-        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
         assert_eq!(JobSecret::load(&env).unwrap().key, first.key);
         fs::remove_dir_all(home).unwrap();
     }

@@ -2,9 +2,11 @@
 //! names and host ids here and block until their peers' entries appear.
 //!
 //! * [`TcpStoreServer`] / [`TcpStore`]: one process (usually rank 0) serves,
-//!   everyone connects. Works across hosts.
+//!   everyone connects. Works across hosts. Every connection first proves
+//!   that it holds the job secret ([`handshake`]); strangers are dropped.
 //! * [`FileStore`]: a directory on a file system every rank can see (a shared
-//!   NFS/Lustre mount, or `/tmp` for one host). Needs no open port.
+//!   NFS/Lustre mount, or `/tmp` for one host). Needs no open port; file
+//!   permissions keep other users out.
 //! * [`Store`]: either of the two behind one type, so callers can `add`.
 //! * [`ScopedStore`]: a view that prefixes every key, so several jobs (or
 //!   several initialisations of one job) share one store without colliding.
@@ -14,9 +16,10 @@
 //!
 //! # Wire protocol of the TCP store
 //!
-//! Every request is one message and gets exactly one reply, in order, on the
-//! same connection. Integers are little-endian. `bytes` is `len: u32` followed
-//! by `len` bytes; keys are UTF-8.
+//! A connection starts with the handshake of [`handshake`] (bytes in
+//! docs/security.md). Then every request is one message and gets exactly one
+//! reply, in order, on the same connection. Integers are little-endian.
+//! `bytes` is `len: u32` followed by `len` bytes; keys are UTF-8.
 //!
 //! ```text
 //! request := op: u8, body
@@ -30,42 +33,50 @@
 //! ```
 //!
 //! GET blocks on the server until the key is set or `timeout_ms` passes, so a
-//! waiting client costs no polling traffic. A request the server cannot parse
-//! (unknown op, oversized field, invalid UTF-8) closes that connection only.
+//! waiting client costs no polling traffic. A request the server cannot
+//! accept (unknown op, a key over 4 KiB, a value over `SHOAL_STORE_MAX_VALUE`,
+//! invalid UTF-8) is answered with ERROR naming the problem, and that
+//! connection is closed. A server that stops closes its connections without
+//! replying, so a waiting client learns that the store went away.
 
-use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufReader, BufWriter, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::unix::io::AsRawFd;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::{self, JoinHandle};
+mod client;
+mod file;
+pub mod handshake;
+mod server;
+mod wire;
+
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use shoal_transport::KvStore;
 
-const OP_SET: u8 = 1;
-const OP_GET: u8 = 2;
-const OP_ADD: u8 = 3;
-const OP_CHECK: u8 = 4;
-const OP_DELETE: u8 = 5;
+pub use client::{is_disconnect, TcpStore};
+pub use file::FileStore;
+pub use server::TcpStoreServer;
 
-const ST_OK: u8 = 0;
-const ST_TIMEOUT: u8 = 1;
-const ST_ERROR: u8 = 2;
+/// `SHOAL_STORE_MAX_VALUE` when unset: far above shoal's own values (the
+/// largest, the host list, is about 64 bytes per rank), far below what
+/// would strain rank 0's memory.
+pub const DEFAULT_MAX_VALUE: usize = 64 << 20;
 
-/// Longest key the server accepts; keys are short names, so anything longer
-/// is a corrupt or hostile request.
-const MAX_KEY: usize = 64 << 10;
-/// Largest value the server accepts (bounds the allocation a request can cause).
-const MAX_VALUE: usize = 256 << 20;
-/// Most keys one CHECK may name.
-const MAX_CHECK_KEYS: usize = 1 << 20;
-/// Extra time a client waits for a GET reply beyond the GET's own timeout,
-/// covering network delay before it declares the server unresponsive.
-const REPLY_GRACE: Duration = Duration::from_secs(10);
+/// What the TCP store allows the ranks that connect to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreLimits {
+    /// Largest value a SET may carry (`SHOAL_STORE_MAX_VALUE`).
+    pub max_value: usize,
+    /// Most authenticated connections served at once (each has a thread).
+    pub max_connections: usize,
+}
+
+impl Default for StoreLimits {
+    fn default() -> StoreLimits {
+        StoreLimits {
+            max_value: DEFAULT_MAX_VALUE,
+            max_connections: 1024,
+        }
+    }
+}
 
 /// The error every store returns when a key does not appear in time.
 fn key_timeout(store: &str, key: &str, timeout: Duration) -> io::Error {
@@ -100,10 +111,6 @@ fn with_context(e: io::Error, context: impl std::fmt::Display) -> io::Error {
     io::Error::new(e.kind(), format!("{context}: {e}"))
 }
 
-fn invalid(msg: impl Into<String>) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, msg.into())
-}
-
 /// Parses a counter value; a missing key counts as 0.
 fn parse_counter(key: &str, value: Option<&[u8]>) -> io::Result<i64> {
     match value {
@@ -112,7 +119,7 @@ fn parse_counter(key: &str, value: Option<&[u8]>) -> io::Result<i64> {
             .ok()
             .and_then(|s| s.trim().parse().ok())
             .ok_or_else(|| {
-                invalid(format!(
+                wire::invalid(format!(
                     "key '{key}' holds {:?}, not an integer counter",
                     String::from_utf8_lossy(v)
                 ))
@@ -124,618 +131,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic in another thread holding the lock leaves the data consistent
     // for our simple maps, so keep serving instead of propagating the poison.
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-// ---------------------------------------------------------------------------
-// Wire encoding
-
-fn put_bytes(buf: &mut Vec<u8>, b: &[u8]) {
-    buf.extend_from_slice(&(b.len() as u32).to_le_bytes());
-    buf.extend_from_slice(b);
-}
-
-fn read_array<const N: usize>(r: &mut impl Read) -> io::Result<[u8; N]> {
-    let mut a = [0u8; N];
-    r.read_exact(&mut a)?;
-    Ok(a)
-}
-
-fn read_u8(r: &mut impl Read) -> io::Result<u8> {
-    Ok(read_array::<1>(r)?[0])
-}
-
-fn read_u32(r: &mut impl Read) -> io::Result<u32> {
-    Ok(u32::from_le_bytes(read_array(r)?))
-}
-
-fn read_u64(r: &mut impl Read) -> io::Result<u64> {
-    Ok(u64::from_le_bytes(read_array(r)?))
-}
-
-fn read_bytes(r: &mut impl Read, max: usize) -> io::Result<Vec<u8>> {
-    let len = read_u32(r)? as usize;
-    if len > max {
-        return Err(invalid(format!(
-            "field of {len} bytes exceeds the limit of {max}"
-        )));
-    }
-    let mut v = vec![0u8; len];
-    r.read_exact(&mut v)?;
-    Ok(v)
-}
-
-fn read_key(r: &mut impl Read) -> io::Result<String> {
-    String::from_utf8(read_bytes(r, MAX_KEY)?).map_err(|_| invalid("key is not UTF-8"))
-}
-
-// ---------------------------------------------------------------------------
-// Server
-
-/// State shared by the server's threads.
-struct Shared {
-    map: Mutex<HashMap<String, Vec<u8>>>,
-    /// Signalled whenever a key is set, and on shutdown.
-    changed: Condvar,
-    stopping: AtomicBool,
-}
-
-/// A parsed request.
-enum Request {
-    Set(String, Vec<u8>),
-    Get(String, Duration),
-    Add(String, i64),
-    Check(Vec<String>),
-    Delete(String),
-}
-
-impl Request {
-    /// Reads one request; `Ok(None)` when the client closed the connection cleanly.
-    fn read(r: &mut impl Read) -> io::Result<Option<Request>> {
-        let op = match read_u8(r) {
-            Ok(op) => op,
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let req = match op {
-            OP_SET => Request::Set(read_key(r)?, read_bytes(r, MAX_VALUE)?),
-            OP_GET => Request::Get(read_key(r)?, Duration::from_millis(read_u64(r)?)),
-            OP_ADD => Request::Add(read_key(r)?, read_u64(r)? as i64),
-            OP_CHECK => {
-                let n = read_u32(r)? as usize;
-                if n > MAX_CHECK_KEYS {
-                    return Err(invalid(format!("CHECK of {n} keys exceeds the limit")));
-                }
-                Request::Check((0..n).map(|_| read_key(r)).collect::<io::Result<_>>()?)
-            }
-            OP_DELETE => Request::Delete(read_key(r)?),
-            other => return Err(invalid(format!("unknown op {other}"))),
-        };
-        Ok(Some(req))
-    }
-}
-
-impl Shared {
-    /// Executes one request and encodes its reply.
-    fn serve(&self, req: Request) -> Vec<u8> {
-        let mut reply = vec![ST_OK];
-        match req {
-            Request::Set(key, value) => {
-                lock(&self.map).insert(key, value);
-                self.changed.notify_all();
-            }
-            Request::Get(key, timeout) => match self.wait_for(&key, timeout) {
-                Some(v) => put_bytes(&mut reply, &v),
-                None => reply[0] = ST_TIMEOUT,
-            },
-            Request::Add(key, delta) => match self.add(&key, delta) {
-                Ok(v) => reply.extend_from_slice(&v.to_le_bytes()),
-                Err(e) => {
-                    reply[0] = ST_ERROR;
-                    put_bytes(&mut reply, e.to_string().as_bytes());
-                }
-            },
-            Request::Check(keys) => {
-                let map = lock(&self.map);
-                reply.push(keys.iter().all(|k| map.contains_key(k)) as u8);
-            }
-            Request::Delete(key) => reply.push(lock(&self.map).remove(&key).is_some() as u8),
-        }
-        reply
-    }
-
-    /// Blocks until `key` exists, the timeout passes, or the server stops.
-    fn wait_for(&self, key: &str, timeout: Duration) -> Option<Vec<u8>> {
-        let deadline = deadline_after(timeout);
-        let mut map = lock(&self.map);
-        loop {
-            if let Some(v) = map.get(key) {
-                return Some(v.clone());
-            }
-            let now = Instant::now();
-            if now >= deadline || self.stopping.load(Ordering::SeqCst) {
-                return None;
-            }
-            map = self
-                .changed
-                .wait_timeout(map, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-    }
-
-    fn add(&self, key: &str, delta: i64) -> io::Result<i64> {
-        let mut map = lock(&self.map);
-        let new = parse_counter(key, map.get(key).map(Vec::as_slice))?.wrapping_add(delta);
-        map.insert(key.to_string(), new.to_string().into_bytes());
-        self.changed.notify_all();
-        Ok(new)
-    }
-
-    /// Serves one connection until the client leaves or sends garbage.
-    fn handle(&self, stream: TcpStream) {
-        let Ok(write_half) = stream.try_clone() else {
-            return;
-        };
-        let mut reader = BufReader::new(stream);
-        let mut writer = write_half;
-        while let Ok(Some(req)) = Request::read(&mut reader) {
-            let reply = self.serve(req);
-            if writer.write_all(&reply).is_err() || self.stopping.load(Ordering::SeqCst) {
-                break;
-            }
-        }
-        let _ = writer.shutdown(Shutdown::Both);
-    }
-}
-
-/// A connected client: a handle to shut its socket down, and its thread.
-type ClientSlot = (TcpStream, JoinHandle<()>);
-
-/// Serves a key-value store over TCP, one thread per client connection.
-///
-/// Dropping the server stops it: it stops accepting, releases blocked GETs
-/// (which reply TIMEOUT), closes every connection and joins its threads.
-pub struct TcpStoreServer {
-    addr: SocketAddr,
-    shared: Arc<Shared>,
-    clients: Arc<Mutex<Vec<ClientSlot>>>,
-    acceptor: Option<JoinHandle<()>>,
-}
-
-impl TcpStoreServer {
-    /// Binds `bind` ("host:port"; port 0 picks a free port) and starts serving.
-    pub fn start(bind: &str) -> io::Result<TcpStoreServer> {
-        let listener = TcpListener::bind(bind)
-            .map_err(|e| with_context(e, format!("store server could not bind {bind}")))?;
-        let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared {
-            map: Mutex::new(HashMap::new()),
-            changed: Condvar::new(),
-            stopping: AtomicBool::new(false),
-        });
-        let clients = Arc::new(Mutex::new(Vec::new()));
-        let acceptor = {
-            let (shared, clients) = (shared.clone(), clients.clone());
-            thread::Builder::new()
-                .name("shoal-store-accept".into())
-                .spawn(move || accept_loop(listener, shared, clients))?
-        };
-        Ok(TcpStoreServer {
-            addr,
-            shared,
-            clients,
-            acceptor: Some(acceptor),
-        })
-    }
-
-    /// The address the server is bound to (with the actual port).
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// An address a client on this host can connect to: the bound address,
-    /// with an unspecified IP (0.0.0.0 / ::) replaced by loopback.
-    pub fn local_connect_addr(&self) -> SocketAddr {
-        let mut a = self.addr;
-        if a.ip().is_unspecified() {
-            a.set_ip(match a {
-                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-            });
-        }
-        a
-    }
-}
-
-/// How often the acceptor checks whether the server is stopping.
-const ACCEPT_POLL_MS: i32 = 100;
-
-fn accept_loop(listener: TcpListener, shared: Arc<Shared>, clients: Arc<Mutex<Vec<ClientSlot>>>) {
-    while !shared.stopping.load(Ordering::SeqCst) {
-        if !readable(&listener, ACCEPT_POLL_MS) {
-            continue;
-        }
-        let Ok((stream, _)) = listener.accept() else {
-            continue;
-        };
-        if shared.stopping.load(Ordering::SeqCst) {
-            break;
-        }
-        let _ = stream.set_nodelay(true);
-        let Ok(handle_copy) = stream.try_clone() else {
-            continue;
-        };
-        let worker_shared = shared.clone();
-        let spawned = thread::Builder::new()
-            .name("shoal-store-client".into())
-            .spawn(move || worker_shared.handle(stream));
-        if let Ok(thread) = spawned {
-            let mut list = lock(&clients);
-            list.retain(|(_, t)| !t.is_finished());
-            list.push((handle_copy, thread));
-        }
-    }
-}
-
-/// Waits up to `ms` for a connection to become acceptable, so the acceptor
-/// can notice a stop request without needing a wake-up connection.
-fn readable(listener: &TcpListener, ms: i32) -> bool {
-    let mut pfd = libc::pollfd {
-        fd: listener.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: pfd is a valid pollfd for the duration of the call.
-    unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
-}
-
-impl Drop for TcpStoreServer {
-    fn drop(&mut self) {
-        self.shared.stopping.store(true, Ordering::SeqCst);
-        {
-            // Taking the lock orders the flag before any waiter's next check.
-            let _map = lock(&self.shared.map);
-            self.shared.changed.notify_all();
-        }
-        if let Some(a) = self.acceptor.take() {
-            let _ = a.join();
-        }
-        let clients = std::mem::take(&mut *lock(&self.clients));
-        for (stream, _) in &clients {
-            let _ = stream.shutdown(Shutdown::Both);
-        }
-        for (_, thread) in clients {
-            let _ = thread.join();
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------
-// TCP client
-
-/// A client of [`TcpStoreServer`]. Thread-safe: requests from several threads
-/// are serialised over one connection. After an I/O error the connection is
-/// dropped and the next request reconnects once.
-pub struct TcpStore {
-    addr: String,
-    timeout: Duration,
-    conn: Mutex<Option<TcpStream>>,
-}
-
-impl TcpStore {
-    /// Connects to the server at `addr` ("host:port"), retrying until
-    /// `timeout` because the server usually starts at about the same time as
-    /// its clients. `timeout` also bounds every later `get`.
-    pub fn connect(addr: &str, timeout: Duration) -> io::Result<TcpStore> {
-        let stream = connect_retrying(addr, timeout)?;
-        // Bounds how long any reply may take, so a hung server is detected.
-        stream.set_read_timeout(Some(timeout.saturating_add(REPLY_GRACE)))?;
-        Ok(TcpStore {
-            addr: addr.to_string(),
-            timeout,
-            conn: Mutex::new(Some(stream)),
-        })
-    }
-
-    /// The server address this client talks to.
-    pub fn addr(&self) -> &str {
-        &self.addr
-    }
-
-    /// Atomically adds `delta` to the counter at `key` (missing = 0) and
-    /// returns the new value.
-    pub fn add(&self, key: &str, delta: i64) -> io::Result<i64> {
-        let mut req = vec![OP_ADD];
-        put_bytes(&mut req, key.as_bytes());
-        req.extend_from_slice(&delta.to_le_bytes());
-        let v = self.request("add", key, &req, |r| Ok(read_u64(r)? as i64))?;
-        v.ok_or_else(|| {
-            invalid(format!(
-                "store {}: add '{key}': unexpected TIMEOUT",
-                self.addr
-            ))
-        })
-    }
-
-    /// Whether all `keys` exist, without waiting.
-    pub fn check(&self, keys: &[&str]) -> io::Result<bool> {
-        let mut req = vec![OP_CHECK];
-        req.extend_from_slice(&(keys.len() as u32).to_le_bytes());
-        keys.iter().for_each(|k| put_bytes(&mut req, k.as_bytes()));
-        let what = keys.join("', '");
-        let v = self.request("check", &what, &req, |r| Ok(read_u8(r)? != 0))?;
-        Ok(v.unwrap_or(false))
-    }
-
-    /// Removes `key`; returns whether it existed.
-    pub fn delete(&self, key: &str) -> io::Result<bool> {
-        let mut req = vec![OP_DELETE];
-        put_bytes(&mut req, key.as_bytes());
-        Ok(self
-            .request("delete", key, &req, |r| Ok(read_u8(r)? != 0))?
-            .unwrap_or(false))
-    }
-
-    /// Sends one request and parses its reply; `Ok(None)` means TIMEOUT.
-    /// Errors name the server, the operation and the key.
-    fn request<T>(
-        &self,
-        op: &str,
-        key: &str,
-        req: &[u8],
-        parse: impl FnOnce(&mut TcpStream) -> io::Result<T>,
-    ) -> io::Result<Option<T>> {
-        let context = || format!("store {}: {op} '{key}'", self.addr);
-        let mut conn = lock(&self.conn);
-        if conn.is_none() {
-            let stream = connect_once(&self.addr)
-                .and_then(|s| {
-                    s.set_read_timeout(Some(self.timeout.saturating_add(REPLY_GRACE)))
-                        .map(|_| s)
-                })
-                .map_err(|e| with_context(e, context()))?;
-            *conn = Some(stream);
-        }
-        let stream = conn.as_mut().expect("connection was just established");
-        let result = exchange(stream, req, parse);
-        if result.is_err() {
-            // The reply stream may be out of step with our requests now.
-            *conn = None;
-        }
-        result.map_err(|e| with_context(e, context()))
-    }
-}
-
-/// Writes a request and reads its status and payload.
-fn exchange<T>(
-    stream: &mut TcpStream,
-    req: &[u8],
-    parse: impl FnOnce(&mut TcpStream) -> io::Result<T>,
-) -> io::Result<Option<T>> {
-    stream.write_all(req)?;
-    match read_u8(stream)? {
-        ST_OK => parse(stream).map(Some),
-        ST_TIMEOUT => Ok(None),
-        ST_ERROR => {
-            let msg = read_bytes(stream, MAX_VALUE)?;
-            Err(invalid(String::from_utf8_lossy(&msg).into_owned()))
-        }
-        s => Err(invalid(format!("server sent unknown status {s}"))),
-    }
-}
-
-/// One connection attempt to each address `addr` resolves to.
-fn connect_once(addr: &str) -> io::Result<TcpStream> {
-    connect_within(addr, Duration::from_secs(5))
-}
-
-fn connect_within(addr: &str, limit: Duration) -> io::Result<TcpStream> {
-    let mut last = io::Error::new(io::ErrorKind::NotFound, "the address resolved to nothing");
-    for sa in addr.to_socket_addrs()? {
-        match TcpStream::connect_timeout(&sa, limit.max(Duration::from_millis(1))) {
-            Ok(s) => {
-                s.set_nodelay(true)?;
-                return Ok(s);
-            }
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
-}
-
-/// Connects, retrying with backoff until `timeout` passes.
-fn connect_retrying(addr: &str, timeout: Duration) -> io::Result<TcpStream> {
-    let deadline = deadline_after(timeout);
-    let mut backoff = Duration::from_millis(10);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match connect_within(addr, left.min(Duration::from_secs(5))) {
-            Ok(s) => return Ok(s),
-            Err(e) if left.is_zero() => {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "could not connect to the store at {addr} within {}s: {e}",
-                        fmt_secs(timeout)
-                    ),
-                ))
-            }
-            Err(_) => thread::sleep(backoff.min(left)),
-        }
-        backoff = (backoff * 2).min(Duration::from_secs(1));
-    }
-}
-
-impl KvStore for TcpStore {
-    fn set(&self, key: &str, value: &[u8]) -> io::Result<()> {
-        let mut req = vec![OP_SET];
-        put_bytes(&mut req, key.as_bytes());
-        put_bytes(&mut req, value);
-        self.request("set", key, &req, |_| Ok(())).map(|_| ())
-    }
-
-    fn get(&self, key: &str) -> io::Result<Vec<u8>> {
-        let mut req = vec![OP_GET];
-        put_bytes(&mut req, key.as_bytes());
-        let timeout_ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
-        req.extend_from_slice(&timeout_ms.to_le_bytes());
-        let v = self.request("get", key, &req, |r| read_bytes(r, MAX_VALUE))?;
-        v.ok_or_else(|| key_timeout(&format!("store {}", self.addr), key, self.timeout))
-    }
-}
-
-// ---------------------------------------------------------------------------
-// File store
-
-/// A store in a directory: one file per key, written atomically (temp file +
-/// rename), so readers never see a partial value. `get` polls with backoff;
-/// `add` serialises through an `flock` on a lock file, which also works
-/// between processes.
-pub struct FileStore {
-    dir: PathBuf,
-    timeout: Duration,
-}
-
-/// Name of the lock file; escaped key names never contain '.', so no key
-/// maps to it (nor to a temp file).
-const LOCK_FILE: &str = ".lock";
-
-/// Distinguishes temp files of concurrent writers in one process.
-static TEMP_SEQ: AtomicU64 = AtomicU64::new(0);
-
-impl FileStore {
-    /// Uses (and creates if needed) `dir`; `timeout` bounds every `get`.
-    pub fn new(dir: impl AsRef<Path>, timeout: Duration) -> io::Result<FileStore> {
-        let dir = dir.as_ref().to_path_buf();
-        fs::create_dir_all(&dir)
-            .map_err(|e| with_context(e, format!("file store {}", dir.display())))?;
-        Ok(FileStore { dir, timeout })
-    }
-
-    /// The store's directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// Atomically adds `delta` to the counter at `key` (missing = 0) and
-    /// returns the new value.
-    pub fn add(&self, key: &str, delta: i64) -> io::Result<i64> {
-        let _guard = self.lock_exclusive()?;
-        let current = self.read(key)?;
-        let new = parse_counter(key, current.as_deref())
-            .map_err(|e| self.context(e, "add", key))?
-            .wrapping_add(delta);
-        self.set(key, new.to_string().as_bytes())?;
-        Ok(new)
-    }
-
-    /// Whether all `keys` exist, without waiting.
-    pub fn check(&self, keys: &[&str]) -> io::Result<bool> {
-        Ok(keys.iter().all(|k| self.path(k).exists()))
-    }
-
-    /// Removes `key`; returns whether it existed.
-    pub fn delete(&self, key: &str) -> io::Result<bool> {
-        match fs::remove_file(self.path(key)) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(self.context(e, "delete", key)),
-        }
-    }
-
-    fn path(&self, key: &str) -> PathBuf {
-        self.dir.join(escape_key(key))
-    }
-
-    fn context(&self, e: io::Error, op: &str, key: &str) -> io::Error {
-        with_context(
-            e,
-            format!("file store {}: {op} '{key}'", self.dir.display()),
-        )
-    }
-
-    /// The value of `key`, or `None` if it does not exist yet.
-    fn read(&self, key: &str) -> io::Result<Option<Vec<u8>>> {
-        match fs::read(self.path(key)) {
-            Ok(v) => Ok(Some(v)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(self.context(e, "get", key)),
-        }
-    }
-
-    /// Takes the store-wide lock; released when the returned file is closed.
-    fn lock_exclusive(&self) -> io::Result<File> {
-        let path = self.dir.join(LOCK_FILE);
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| with_context(e, format!("file store lock {}", path.display())))?;
-        // SAFETY: flock on a valid, open descriptor.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            let e = io::Error::last_os_error();
-            return Err(with_context(
-                e,
-                format!("file store lock {}", path.display()),
-            ));
-        }
-        Ok(f)
-    }
-}
-
-impl KvStore for FileStore {
-    fn set(&self, key: &str, value: &[u8]) -> io::Result<()> {
-        let tmp = self.dir.join(format!(
-            ".tmp.{}.{}",
-            std::process::id(),
-            TEMP_SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        let write = || -> io::Result<()> {
-            let mut w = BufWriter::new(File::create(&tmp)?);
-            w.write_all(value)?;
-            w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-            fs::rename(&tmp, self.path(key))
-        };
-        write().map_err(|e| {
-            let _ = fs::remove_file(&tmp);
-            self.context(e, "set", key)
-        })
-    }
-
-    fn get(&self, key: &str) -> io::Result<Vec<u8>> {
-        let deadline = deadline_after(self.timeout);
-        let mut backoff = Duration::from_millis(1);
-        loop {
-            if let Some(v) = self.read(key)? {
-                return Ok(v);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                let name = format!("file store {}", self.dir.display());
-                return Err(key_timeout(&name, key, self.timeout));
-            }
-            thread::sleep(backoff.min(left));
-            backoff = (backoff * 2).min(Duration::from_millis(50));
-        }
-    }
-}
-
-/// Maps a key to a file name: ASCII letters, digits, '-' and '_' stay, every
-/// other byte becomes `%XX`. Injective, and never yields '.', '/' or "".
-fn escape_key(key: &str) -> String {
-    if key.is_empty() {
-        return "%".to_string();
-    }
-    let mut out = String::with_capacity(key.len());
-    for b in key.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 // ---------------------------------------------------------------------------
@@ -850,6 +245,21 @@ impl KvStore for ScopedStore {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::secret::{JobSecret, SecretSource};
+    use shoal_transport::auth::Key;
+    use std::fs;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::thread;
+
+    pub(crate) fn secret(material: &str) -> JobSecret {
+        JobSecret {
+            key: Key::from_material(material.as_bytes()),
+            source: SecretSource::Env,
+        }
+    }
 
     /// A fresh, empty directory under the system temp dir.
     pub(crate) fn temp_dir(tag: &str) -> PathBuf {
@@ -864,13 +274,56 @@ pub(crate) mod tests {
         d
     }
 
+    const SECRET: &str = "the store tests' job secret";
+
     fn server() -> TcpStoreServer {
-        TcpStoreServer::start("127.0.0.1:0").unwrap()
+        server_with(StoreLimits::default())
+    }
+
+    fn server_with(limits: StoreLimits) -> TcpStoreServer {
+        TcpStoreServer::start("127.0.0.1:0", &secret(SECRET), limits).unwrap()
+    }
+
+    fn connect(s: &TcpStoreServer, material: &str, timeout_ms: u64) -> io::Result<TcpStore> {
+        let addr = s.local_connect_addr().to_string();
+        let limits = StoreLimits::default();
+        TcpStore::connect(
+            &addr,
+            &secret(material),
+            &limits,
+            Duration::from_millis(timeout_ms),
+        )
     }
 
     fn client(s: &TcpStoreServer, timeout_ms: u64) -> TcpStore {
-        let addr = s.local_connect_addr().to_string();
-        TcpStore::connect(&addr, Duration::from_millis(timeout_ms)).unwrap()
+        connect(s, SECRET, timeout_ms).unwrap()
+    }
+
+    /// A raw connection that has passed the handshake, for sending bytes by hand.
+    fn raw_member(s: &TcpStoreServer) -> TcpStream {
+        let mut raw = TcpStream::connect(s.local_connect_addr()).unwrap();
+        handshake::client(&mut raw, &secret(SECRET).key.derive("store")).unwrap();
+        raw
+    }
+
+    /// Reads one reply that must be ERROR; returns its message.
+    fn error_reply(raw: &mut TcpStream) -> String {
+        assert_eq!(wire::read_u8(raw).unwrap(), wire::ST_ERROR);
+        let n = wire::read_u32(raw).unwrap() as usize;
+        let mut msg = vec![0u8; n];
+        raw.read_exact(&mut msg).unwrap();
+        String::from_utf8(msg).unwrap()
+    }
+
+    /// Whether the server closed `raw` without sending anything.
+    fn closed_unanswered(raw: &mut TcpStream) -> bool {
+        raw.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let mut buf = [0u8; 1];
+        match raw.read(&mut buf) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => e.kind() == io::ErrorKind::ConnectionReset,
+        }
     }
 
     /// The same behaviour checks for every store kind.
@@ -1057,11 +510,12 @@ pub(crate) mod tests {
         let addr = format!("127.0.0.1:{port}");
         let a2 = addr.clone();
         let t = thread::spawn(move || {
-            let c = TcpStore::connect(&a2, Duration::from_secs(10)).unwrap();
-            c.get("hello").unwrap()
+            let limits = StoreLimits::default();
+            let c = TcpStore::connect(&a2, &secret(SECRET), &limits, Duration::from_secs(10));
+            c.unwrap().get("hello").unwrap()
         });
         thread::sleep(Duration::from_millis(300));
-        let s = TcpStoreServer::start(&addr).unwrap();
+        let s = TcpStoreServer::start(&addr, &secret(SECRET), StoreLimits::default()).unwrap();
         client(&s, 5000).set("hello", b"world").unwrap();
         assert_eq!(t.join().unwrap(), b"world");
     }
@@ -1074,7 +528,8 @@ pub(crate) mod tests {
             .unwrap()
             .port();
         let addr = format!("127.0.0.1:{port}");
-        let e = TcpStore::connect(&addr, Duration::from_millis(200))
+        let limits = StoreLimits::default();
+        let e = TcpStore::connect(&addr, &secret(SECRET), &limits, Duration::from_millis(200))
             .err()
             .unwrap();
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
@@ -1086,29 +541,125 @@ pub(crate) mod tests {
     fn server_survives_disconnects_and_garbage() {
         let s = server();
         let addr = s.local_connect_addr();
-        // A client that leaves mid-request.
-        let mut raw = TcpStream::connect(addr).unwrap();
-        raw.write_all(&[OP_SET, 10, 0]).unwrap();
+        // A member that leaves mid-request.
+        let mut raw = raw_member(&s);
+        raw.write_all(&[wire::OP_SET, 10, 0]).unwrap();
         drop(raw);
-        // A client sending an unknown op gets its connection closed.
-        let mut raw = TcpStream::connect(addr).unwrap();
+        // An unknown op, and a length field over the limit, are answered with
+        // ERROR naming the problem (nothing is allocated), then closed.
+        let mut raw = raw_member(&s);
         raw.write_all(&[99, 1, 2, 3]).unwrap();
-        let mut buf = [0u8; 1];
-        assert_eq!(raw.read(&mut buf).unwrap_or(0), 0);
-        // An oversized length field is refused without allocating it.
-        let mut raw = TcpStream::connect(addr).unwrap();
-        raw.write_all(&[OP_SET, 0xff, 0xff, 0xff, 0xff]).unwrap();
-        assert_eq!(raw.read(&mut buf).unwrap_or(0), 0);
-        // A client that disconnects while blocked in GET.
+        assert_eq!(error_reply(&mut raw), "unknown op 99");
+        assert!(closed_unanswered(&mut raw));
+        let mut raw = raw_member(&s);
+        raw.write_all(&[wire::OP_SET, 0xff, 0xff, 0xff, 0xff])
+            .unwrap();
+        assert!(error_reply(&mut raw).contains("key of 4294967295 bytes exceeds the limit of 4096"));
+        // A member that disconnects while blocked in GET.
         let c = client(&s, 5000);
-        let mut raw = TcpStream::connect(addr).unwrap();
-        let mut req = vec![OP_GET];
-        put_bytes(&mut req, b"nothing");
+        let mut raw = raw_member(&s);
+        let mut req = vec![wire::OP_GET];
+        wire::put_bytes(&mut req, b"nothing");
         req.extend_from_slice(&200u64.to_le_bytes());
         raw.write_all(&req).unwrap();
         drop(raw);
+        // A stranger speaking the protocol without the handshake.
+        let mut raw = TcpStream::connect(addr).unwrap();
+        raw.write_all(&req).unwrap();
+        assert!(closed_unanswered(&mut raw));
         c.set("still", b"alive").unwrap();
         assert_eq!(c.get("still").unwrap(), b"alive");
+    }
+
+    #[test]
+    fn a_wrong_secret_is_refused_with_a_clear_error() {
+        let s = server();
+        let e = connect(&s, "another job's secret", 2000).err().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        let msg = e.to_string();
+        assert!(
+            msg.contains("refused this rank's job secret (from SHOAL_SECRET)")
+                && msg.contains("every rank must hold the same job secret"),
+            "{msg}"
+        );
+        client(&s, 2000).set("k", b"v").unwrap();
+    }
+
+    #[test]
+    fn a_store_of_another_secret_is_never_talked_to() {
+        // A client that reaches a server holding another secret stops at the
+        // server's refusal; the server's map never sees the request.
+        let s = server();
+        let stranger =
+            TcpStoreServer::start("127.0.0.1:0", &secret("other"), StoreLimits::default()).unwrap();
+        let addr = stranger.local_connect_addr().to_string();
+        let limits = StoreLimits::default();
+        let e = TcpStore::connect(&addr, &secret(SECRET), &limits, Duration::from_secs(2));
+        assert!(e.is_err());
+        assert!(!client(&s, 2000).check(&["k"]).unwrap());
+    }
+
+    #[test]
+    fn connections_beyond_the_limit_are_refused() {
+        let s = server_with(StoreLimits {
+            max_connections: 2,
+            ..StoreLimits::default()
+        });
+        let (a, b) = (client(&s, 2000), client(&s, 2000));
+        let msg = connect(&s, SECRET, 2000).err().unwrap().to_string();
+        assert!(msg.contains("already serves as many as it allows"), "{msg}");
+        drop(a);
+        // The server notices the closed connection; then there is room again.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let c = loop {
+            match connect(&s, SECRET, 2000) {
+                Ok(c) => break c,
+                Err(e) => assert!(Instant::now() < deadline, "{e}"),
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        c.set("k", b"v").unwrap();
+        assert_eq!(b.get("k").unwrap(), b"v");
+    }
+
+    #[test]
+    fn oversized_values_are_refused_on_both_sides() {
+        let small = StoreLimits {
+            max_value: 100,
+            ..StoreLimits::default()
+        };
+        let s = server_with(small);
+        // The server refuses by the length field, before reading the value.
+        let big = client(&s, 2000);
+        let e = big.set("k", &[0u8; 101]).unwrap_err().to_string();
+        assert!(
+            e.contains("exceeds SHOAL_STORE_MAX_VALUE=100 of this store"),
+            "{e}"
+        );
+        big.set("k", &[0u8; 100]).unwrap(); // reconnects
+                                            // A client checks its own limit before sending.
+        let addr = s.local_connect_addr().to_string();
+        let c = TcpStore::connect(&addr, &secret(SECRET), &small, Duration::from_secs(2)).unwrap();
+        let e = c.set("k", &[0u8; 101]).unwrap_err().to_string();
+        assert!(
+            e.contains("101 bytes exceeds SHOAL_STORE_MAX_VALUE=100"),
+            "{e}"
+        );
+        assert_eq!(c.get("k").unwrap().len(), 100);
+    }
+
+    #[test]
+    fn idle_strangers_do_not_lock_members_out() {
+        let s = server();
+        let addr = s.local_connect_addr();
+        let idle: Vec<TcpStream> = (0..300)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect();
+        let t0 = Instant::now();
+        let c = client(&s, 5000);
+        c.set("in", b"yes").unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        drop(idle);
     }
 
     #[test]
@@ -1120,7 +671,8 @@ pub(crate) mod tests {
         thread::sleep(Duration::from_millis(100));
         let t0 = Instant::now();
         drop(s);
-        assert!(t.join().unwrap().is_err());
+        let e = t.join().unwrap().unwrap_err().to_string();
+        assert!(e.contains("closed the connection; did rank 0 exit?"), "{e}");
         assert!(
             t0.elapsed() < Duration::from_secs(5),
             "drop took {:?}",
@@ -1152,7 +704,8 @@ pub(crate) mod tests {
     fn unbounded_timeouts_do_not_overflow() {
         let s = server();
         let addr = s.local_connect_addr().to_string();
-        let c = TcpStore::connect(&addr, Duration::MAX).unwrap();
+        let limits = StoreLimits::default();
+        let c = TcpStore::connect(&addr, &secret(SECRET), &limits, Duration::MAX).unwrap();
         c.set("k", b"v").unwrap();
         assert_eq!(c.get("k").unwrap(), b"v");
         let d = temp_dir("max");
@@ -1160,15 +713,5 @@ pub(crate) mod tests {
         f.set("k", b"v").unwrap();
         assert_eq!(f.get("k").unwrap(), b"v");
         fs::remove_dir_all(d).unwrap();
-    }
-
-    #[test]
-    fn escaped_keys_are_distinct_file_names() {
-        let keys = ["a/b", "a%2Fb", "a.b", ".lock", "", "%", "a b"];
-        let names: std::collections::HashSet<_> = keys.iter().map(|k| escape_key(k)).collect();
-        assert_eq!(names.len(), keys.len());
-        assert!(names
-            .iter()
-            .all(|n| !n.contains('.') && !n.contains('/') && !n.is_empty()));
     }
 }
