@@ -537,7 +537,7 @@ fn require_store(info: &ProcessInfo) -> Result<(), String> {
 const CONNECTION_MARGIN: usize = 64;
 
 /// What the store allows its clients: `SHOAL_STORE_MAX_VALUE` (default
-/// [`DEFAULT_MAX_VALUE`]) and [`CONNECTION_MARGIN`] connections beyond one per rank.
+/// [`DEFAULT_MAX_VALUE`]) and 64 connections beyond one per rank.
 pub fn store_limits(env: Env, world: usize) -> Result<StoreLimits, String> {
     let max_value = match nonempty(env, "SHOAL_STORE_MAX_VALUE") {
         None => DEFAULT_MAX_VALUE,

@@ -150,8 +150,7 @@ impl From<io::Error> for ClientFailure {
     }
 }
 
-/// Runs the client side on a fresh connection. Leaves the read timeout at
-/// the handshake's; the caller sets its own afterwards.
+/// Runs the client side on a fresh connection.
 pub fn client(stream: &mut (impl Read + Write), key: &Key) -> Result<(), ClientFailure> {
     let client_nonce: Nonce = random_bytes()?;
     stream.write_all(&greeting(&client_nonce))?;
@@ -175,7 +174,8 @@ pub fn client(stream: &mut (impl Read + Write), key: &Key) -> Result<(), ClientF
     Ok(())
 }
 
-/// [`client`] on a TCP stream, with a bounded wait for each server message.
+/// [`client`] on a TCP stream, with a bounded wait for each server message;
+/// the caller sets the read timeout of its requests afterwards.
 pub fn client_tcp(stream: &mut std::net::TcpStream, key: &Key) -> Result<(), ClientFailure> {
     stream.set_read_timeout(Some(CLIENT_WAIT))?;
     client(stream, key)

@@ -472,7 +472,7 @@ impl Why {
             Why::NotShoal => "without the store handshake".into(),
             Why::WrongSecret => "with a wrong job secret".into(),
             Why::Unfinished => format!(
-                "that did not finish the handshake within {}s",
+                "that did not finish the handshake (left, or silent for {}s)",
                 HANDSHAKE_TIMEOUT.as_secs()
             ),
             Why::CrowdedOut => "crowded out by newer handshakes".into(),
@@ -555,5 +555,31 @@ impl RefusalLog {
             REPORT_EVERY.as_secs()
         ));
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_reported_by_reason_at_most_every_period() {
+        let mut log = RefusalLog::new("127.0.0.1:1".parse().unwrap());
+        log.note(Why::NotShoal);
+        log.note(Why::NotShoal);
+        log.note(Why::WrongSecret);
+        let text = log.report();
+        assert!(
+            text.contains(
+                "the store on 127.0.0.1:1 refused 3 connection(s): 2 without the store \
+                 handshake, 1 with a wrong job secret"
+            ) && text.contains("SHOAL_SECRET"),
+            "{text}"
+        );
+        log.report_if_due(); // the first report is due at once, and resets the counts
+        assert_eq!(log.counts.iter().sum::<u64>(), 0);
+        log.note(Why::Full);
+        log.report_if_due(); // the next only after REPORT_EVERY
+        assert_eq!(log.counts.iter().sum::<u64>(), 1);
     }
 }
