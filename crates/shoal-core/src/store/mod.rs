@@ -649,6 +649,25 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_refused_request_closes_the_connection_at_once() {
+        // The sender of an oversized value must not be left writing into a
+        // connection nobody reads: the server closes it when it refuses.
+        let s = server_with(StoreLimits {
+            max_value: 100,
+            ..StoreLimits::default()
+        });
+        let mut raw = raw_member(&s);
+        raw.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut header = vec![wire::OP_SET];
+        wire::put_bytes(&mut header, b"k");
+        header.extend_from_slice(&(64u32 << 20).to_le_bytes());
+        raw.write_all(&header).unwrap();
+        let t0 = Instant::now();
+        let e = raw.write_all(&vec![0u8; 64 << 20]).unwrap_err();
+        assert!(is_disconnect(&e), "{e:?} after {:?}", t0.elapsed());
+    }
+
+    #[test]
     fn idle_strangers_do_not_lock_members_out() {
         let s = server();
         let addr = s.local_connect_addr();

@@ -148,8 +148,15 @@ fn error_reply(message: &str) -> Vec<u8> {
     reply
 }
 
-/// An authenticated connection: a handle to shut its socket down, and its thread.
-type ClientSlot = (TcpStream, JoinHandle<()>);
+/// The authenticated connections being served, by id: a handle to shut
+/// each socket down, and its thread. A thread removes its own entry when its
+/// connection ends, so the socket closes at once (the handle is a second
+/// descriptor of it) and the entries count the live connections.
+#[derive(Default)]
+struct Clients {
+    next_id: u64,
+    live: HashMap<u64, (TcpStream, JoinHandle<()>)>,
+}
 
 /// Serves a key-value store over TCP to the holders of one job secret.
 ///
@@ -159,7 +166,7 @@ type ClientSlot = (TcpStream, JoinHandle<()>);
 pub struct TcpStoreServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    clients: Arc<Mutex<Vec<ClientSlot>>>,
+    clients: Arc<Mutex<Clients>>,
     gatekeeper: Option<JoinHandle<()>>,
 }
 
@@ -182,7 +189,7 @@ impl TcpStoreServer {
             stopping: AtomicBool::new(false),
             max_value: limits.max_value,
         });
-        let clients = Arc::new(Mutex::new(Vec::new()));
+        let clients = Arc::new(Mutex::new(Clients::default()));
         let gatekeeper = Gatekeeper {
             listener,
             key: secret.key.derive("store"),
@@ -233,11 +240,11 @@ impl Drop for TcpStoreServer {
         if let Some(g) = self.gatekeeper.take() {
             let _ = g.join();
         }
-        let clients = std::mem::take(&mut *lock(&self.clients));
-        for (stream, _) in &clients {
+        let clients = std::mem::take(&mut lock(&self.clients).live);
+        for (stream, _) in clients.values() {
             let _ = stream.shutdown(Shutdown::Both);
         }
-        for (_, thread) in clients {
+        for (_, thread) in clients.into_values() {
             let _ = thread.join();
         }
     }
@@ -261,7 +268,7 @@ struct Gatekeeper {
     key: Key,
     max_connections: usize,
     shared: Arc<Shared>,
-    clients: Arc<Mutex<Vec<ClientSlot>>>,
+    clients: Arc<Mutex<Clients>>,
     /// Oldest first.
     pending: VecDeque<Pending>,
     refusals: RefusalLog,
@@ -404,8 +411,7 @@ impl Gatekeeper {
     /// already serves as many as it may.
     fn admit(&mut self, mut stream: TcpStream, proof: &[u8; KEY_BYTES]) {
         let mut clients = lock(&self.clients);
-        clients.retain(|(_, t)| !t.is_finished());
-        if clients.len() >= self.max_connections {
+        if clients.live.len() >= self.max_connections {
             send_now(&mut stream, &[FULL]);
             self.refusals.note(Why::Full);
             return;
@@ -418,13 +424,20 @@ impl Gatekeeper {
         let Ok(handle) = stream.try_clone() else {
             return;
         };
-        let shared = self.shared.clone();
+        let id = clients.next_id;
+        clients.next_id += 1;
+        let (shared, registry) = (self.shared.clone(), self.clients.clone());
         let spawned = thread::Builder::new()
             .name("shoal-store-client".into())
             .stack_size(CLIENT_STACK)
-            .spawn(move || shared.handle(stream));
+            .spawn(move || {
+                shared.handle(stream);
+                // Waits until the gatekeeper has registered this thread (it
+                // holds the lock while spawning), then closes the handle.
+                lock(&registry).live.remove(&id);
+            });
         if let Ok(thread) = spawned {
-            clients.push((handle, thread));
+            clients.live.insert(id, (handle, thread));
         }
     }
 
