@@ -267,3 +267,51 @@ def test_helpers_in_process():
     env = launcher.rank_env(opts, 1, "job")
     assert (env["RANK"], env["A"], env["SHOAL_JOB_ID"]) == ("1", "1", "job")
     assert launcher.main(["-n", "1", "--", sys.executable, "-c", "raise SystemExit(4)"]) == 4
+
+
+def test_each_job_gets_a_fresh_secret():
+    code = "import os; print(os.environ.get('SHOAL_SECRET'))"
+    env = {k: v for k, v in os.environ.items() if k not in ("SHOAL_SECRET", "SHOAL_SECRET_FILE")}
+    jobs = []
+    for _ in range(2):
+        proc = subprocess.run(launcher_cmd("-n", "2", *py(code)), env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        secrets = {lines[0] for lines in by_rank(proc.stdout).values()}
+        assert len(secrets) == 1, secrets  # every rank of a job holds the same one
+        jobs.append(secrets.pop())
+    assert jobs[0] != jobs[1]
+    assert all(len(s) == 64 and int(s, 16) >= 0 for s in jobs)
+
+
+def test_a_secret_the_user_chose_is_kept():
+    code = "import os; print(os.environ.get('SHOAL_SECRET'), os.environ.get('SHOAL_SECRET_FILE'))"
+    base = {k: v for k, v in os.environ.items() if k not in ("SHOAL_SECRET", "SHOAL_SECRET_FILE")}
+    cases = [
+        ({"SHOAL_SECRET": "mine-0123456789abcdef"}, [], "mine-0123456789abcdef None"),
+        ({"SHOAL_SECRET_FILE": "/path/to/secret"}, [], "None /path/to/secret"),
+        ({}, ["--env", "SHOAL_SECRET=given-0123456789abcdef"], "given-0123456789abcdef None"),
+    ]
+    for extra, args, expected in cases:
+        proc = subprocess.run(
+            launcher_cmd("-n", "1", *args, *py(code)), env={**base, **extra}, capture_output=True, text=True, timeout=60
+        )
+        assert proc.stdout.strip() == f"[0]: {expected}", (extra, args, proc.stdout, proc.stderr)
+
+
+def test_shoal_secret_prints_a_new_secret():
+    outs = [
+        subprocess.run([sys.executable, "-m", "shoal.cli", "secret"], capture_output=True, text=True, timeout=60)
+        for _ in range(2)
+    ]
+    secrets = [o.stdout.strip() for o in outs]
+    assert all(o.returncode == 0 for o in outs) and secrets[0] != secrets[1]
+    assert all(len(s) == 64 and int(s, 16) >= 0 for s in secrets)
+    bad = subprocess.run([sys.executable, "-m", "shoal.cli", "secret", "x"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "usage: shoal secret" in bad.stderr
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "0", "soon"])
+def test_bad_timeouts_are_refused(value: str):
+    proc = run("-n", "1", f"--timeout={value}", "--", "true")
+    assert proc.returncode == 2
+    assert "--timeout" in proc.stderr and value in proc.stderr, proc.stderr

@@ -6,8 +6,10 @@ Usage::
 
 Every rank gets the torchrun environment convention (``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``) plus a
-fresh ``SHOAL_JOB_ID`` and ``PYTHONUNBUFFERED=1``; ``--env`` values are applied
-last, so the user has the final word. Output lines are prefixed with
+fresh ``SHOAL_JOB_ID``, a fresh ``SHOAL_SECRET`` (unless the user chose a
+secret with ``SHOAL_SECRET`` or ``SHOAL_SECRET_FILE``) and
+``PYTHONUNBUFFERED=1``; ``--env`` values are applied last, so the user has the
+final word. Output lines are prefixed with
 ``[rank]: `` (stdout and stderr kept apart); with ``--no-prefix`` they still
 pass through the launcher whole, so lines of different ranks never mix.
 
@@ -28,7 +30,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -78,9 +82,13 @@ def _port(text: str) -> int:
 
 
 def positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    """argparse type: a finite number above 0 (nan and inf would never fire as a timeout)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
     return value
 
 
@@ -131,9 +139,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def rank_env(opts: Options, rank: int, job_id: str) -> dict[str, str]:
-    """The environment of one rank: ours, the rank variables, then --env."""
+def new_secret() -> str:
+    """A fresh job secret: 32 random bytes in hex (what `shoal secret` prints)."""
+    return secrets.token_hex(32)
+
+
+def give_secret(env: dict[str, str], secret: str) -> None:
+    """Hands the job its secret in `env`, unless the user already chose one
+    (``SHOAL_SECRET``, or a file with ``SHOAL_SECRET_FILE``)."""
+    if not env.get("SHOAL_SECRET") and not env.get("SHOAL_SECRET_FILE"):
+        env["SHOAL_SECRET"] = secret
+
+
+def rank_env(opts: Options, rank: int, job_id: str, secret: str | None = None) -> dict[str, str]:
+    """The environment of one rank: ours, the rank variables, the job's secret, then --env."""
     env = dict(os.environ)
+    give_secret(env, secret or new_secret())
     env.update(
         RANK=str(rank),
         WORLD_SIZE=str(opts.nprocs),
@@ -199,7 +220,8 @@ class RankSpec:
 def rank_specs(opts: Options, job_id: str | None = None) -> list[RankSpec]:
     """The ranks of `shoal run`: the same command on every rank, with its rank environment."""
     job_id = job_id or uuid.uuid4().hex
-    return [RankSpec(list(opts.command), rank_env(opts, rank, job_id)) for rank in range(opts.nprocs)]
+    secret = new_secret()
+    return [RankSpec(list(opts.command), rank_env(opts, rank, job_id, secret)) for rank in range(opts.nprocs)]
 
 
 @dataclass

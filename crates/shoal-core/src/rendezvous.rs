@@ -15,25 +15,38 @@
 //!
 //! The store is, in order: `SHOAL_STORE_PATH` (a directory, [`FileStore`]),
 //! `SHOAL_STORE_ADDR` (`host:port` of a running `TcpStoreServer`), or a
-//! [`TcpStoreServer`] that rank 0 starts on the master address. `MASTER_PORT`
+//! [`TcpStoreServer`] that rank 0 starts on the master address
+//! ([`store_bind_addrs`]). TCP connections prove the job secret
+//! ([`JobSecret`]). `MASTER_PORT`
 //! defaults to 29500; under Slurm to a port derived from the job id, so jobs
 //! sharing a first node do not collide. Under a torchrun agent that already
 //! serves torch's own store on `MASTER_PORT` (`TORCHELASTIC_USE_AGENT_STORE`),
 //! shoal's store uses `MASTER_PORT + 1`.
 //!
-//! Every key is scoped by a job id ([`job_id`]) and a generation
-//! ([`next_generation`]), so several jobs, or several initialisations of one
-//! job, can share a store.
+//! Every key is scoped by a job id ([`job_id`]) and a generation, so several
+//! jobs, or several initialisations of one job, can share a store. Rank 0
+//! opens each generation (a counter only it adds to, and an "open" key that
+//! names the generation while it gathers); the other ranks join whichever is
+//! open. Rank 0 closes it before publishing the host list, and a newer rank
+//! 0 marks an unfinished older one superseded, so neither a re-init nor a
+//! crashed launch leaves ranks in the wrong generation (docs/architecture.md,
+//! "Rendezvous").
 //!
 //! The environment is read through an injected accessor so tests are hermetic.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::thread;
+use std::time::{Duration, Instant};
 
 use shoal_transport::KvStore;
 
-use crate::store::{FileStore, ScopedStore, Store, TcpStore, TcpStoreServer};
+use crate::secret::JobSecret;
+use crate::store::{
+    is_disconnect, FileStore, ScopedStore, Store, StoreLimits, TcpStore, TcpStoreServer,
+    DEFAULT_MAX_VALUE,
+};
 
 /// Reads an environment variable; injected so tests need not touch the process env.
 pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -518,68 +531,147 @@ fn require_store(info: &ProcessInfo) -> Result<(), String> {
 // ---------------------------------------------------------------------------
 // Connecting
 
+/// Rank 0's store accepts one connection per rank and this many more (a
+/// rank reconnecting after an error before the server has noticed the old
+/// connection close).
+const CONNECTION_MARGIN: usize = 64;
+
+/// What the store allows its clients: `SHOAL_STORE_MAX_VALUE` (default
+/// [`DEFAULT_MAX_VALUE`]) and 64 connections beyond one per rank.
+pub fn store_limits(env: Env, world: usize) -> Result<StoreLimits, String> {
+    let max_value = match nonempty(env, "SHOAL_STORE_MAX_VALUE") {
+        None => DEFAULT_MAX_VALUE,
+        Some(v) => match v.parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                return Err(format!(
+                    "SHOAL_STORE_MAX_VALUE={v:?} is not a positive number of bytes"
+                ))
+            }
+        },
+    };
+    Ok(StoreLimits {
+        max_value,
+        max_connections: world.saturating_add(CONNECTION_MARGIN),
+    })
+}
+
+/// The job secret ([`JobSecret::load`]); a process that is the whole job
+/// and meets no external store draws a fresh one that nothing else needs.
+pub fn job_secret(info: &ProcessInfo, env: Env) -> Result<JobSecret, String> {
+    if info.world_size == 1 && info.store_addr.is_none() {
+        JobSecret::ephemeral()
+    } else {
+        JobSecret::load(env)
+    }
+}
+
 /// Opens the store for `info`. With an external store (`SHOAL_STORE_PATH`,
 /// `SHOAL_STORE_ADDR`) everyone is a client. Otherwise rank 0 starts a
-/// [`TcpStoreServer`] on the master port (all interfaces, so the master host
-/// name may resolve to any of them) and every rank, rank 0 included,
-/// connects to it. A single process without a master uses a private
-/// loopback server on an ephemeral port. The server must be kept alive until
-/// every rank is done with the store.
+/// [`TcpStoreServer`] at the master address ([`store_bind_addrs`]) and every
+/// rank, rank 0 included, connects to it. A single process without a master
+/// uses a private loopback server on an ephemeral port. Every TCP connection
+/// proves `secret`. The server must be kept alive until every rank is done
+/// with the store.
 pub fn connect_store(
     info: &ProcessInfo,
+    secret: &JobSecret,
+    limits: &StoreLimits,
     timeout: Duration,
 ) -> Result<(Store, Option<TcpStoreServer>), String> {
     if let Some(dir) = &info.store_path {
         let s = FileStore::new(dir, timeout).map_err(|e| format!("SHOAL_STORE_PATH: {e}"))?;
         return Ok((Store::File(s), None));
     }
+    let client = |addr: &str, what: &str| {
+        TcpStore::connect(addr, secret, limits, timeout)
+            .map_err(|e| format!("store of {what}: {e}"))
+    };
     if let Some(addr) = &info.store_addr {
-        return Ok((
-            Store::Tcp(tcp_client(addr, timeout, "SHOAL_STORE_ADDR")?),
-            None,
-        ));
+        let store = client(addr, "SHOAL_STORE_ADDR")?.served_by("the store server");
+        return Ok((Store::Tcp(store), None));
     }
     match (&info.master_addr, info.master_port) {
         (Some(host), Some(port)) if info.world_size > 1 => {
             if info.rank == 0 {
-                serve_and_connect(&bind_addr(host, port), timeout)
-                    .map_err(|e| format!("{e} (MASTER_ADDR={host:?}, MASTER_PORT={port})"))
+                let served = store_bind_addrs(host, port).and_then(|binds| {
+                    let server = start_server(&binds, secret, limits)?;
+                    let addr = server.local_connect_addr().to_string();
+                    Ok((Store::Tcp(client(&addr, "this process")?), Some(server)))
+                });
+                served.map_err(|e| format!("{e} (MASTER_ADDR={host:?}, MASTER_PORT={port})"))
             } else {
-                let addr = join_host_port(host, port);
-                Ok((
-                    Store::Tcp(tcp_client(&addr, timeout, "the master (rank 0)")?),
-                    None,
-                ))
+                let store = client(&join_host_port(host, port), "the master (rank 0)")?;
+                Ok((Store::Tcp(store), None))
             }
         }
-        _ => serve_and_connect("127.0.0.1:0", timeout),
+        _ => {
+            let server = start_server(&["127.0.0.1:0".to_string()], secret, limits)?;
+            let addr = server.local_connect_addr().to_string();
+            Ok((Store::Tcp(client(&addr, "this process")?), Some(server)))
+        }
     }
 }
 
-fn tcp_client(addr: &str, timeout: Duration, what: &str) -> Result<TcpStore, String> {
-    TcpStore::connect(addr, timeout).map_err(|e| format!("store of {what}: {e}"))
-}
-
-/// Starts a server on `bind` and connects to it over loopback.
-fn serve_and_connect(
-    bind: &str,
-    timeout: Duration,
-) -> Result<(Store, Option<TcpStoreServer>), String> {
-    let server = TcpStoreServer::start(bind).map_err(|e| {
-        format!("rank 0 could not start the store server: {e}; is another job using this port?")
-    })?;
-    let addr = server.local_connect_addr().to_string();
-    let client = tcp_client(&addr, timeout, "this process")?;
-    Ok((Store::Tcp(client), Some(server)))
-}
-
-/// All interfaces of the master's address family.
-fn bind_addr(master_host: &str, port: u16) -> String {
-    if master_host.parse::<std::net::Ipv6Addr>().is_ok() {
-        format!("[::]:{port}")
-    } else {
-        format!("0.0.0.0:{port}")
+/// Starts the store server on the first of `binds` that is an address of
+/// this host.
+fn start_server(
+    binds: &[String],
+    secret: &JobSecret,
+    limits: &StoreLimits,
+) -> Result<TcpStoreServer, String> {
+    let failed = |e: std::io::Error| {
+        let hint = match e.kind() {
+            std::io::ErrorKind::AddrInUse => "; is another job using this port?",
+            _ => "",
+        };
+        format!("rank 0 could not start the store server: {e}{hint}")
+    };
+    let mut last = None;
+    for bind in binds {
+        match TcpStoreServer::start(bind, secret, *limits) {
+            Ok(server) => return Ok(server),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => last = Some(e),
+            Err(e) => return Err(failed(e)),
+        }
     }
+    Err(failed(last.unwrap_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::NotFound, "no address to bind")
+    })))
+}
+
+/// Where rank 0's store listens, in order of preference. The address
+/// `MASTER_ADDR` names, so `127.0.0.1` (or `localhost`) keeps the store on
+/// loopback and a host's address keeps it off the others. All interfaces
+/// when that address is not one of this host's (a NAT or virtual address
+/// other hosts reach it by), or when a host name resolves here only to
+/// loopback (the `127.0.1.1` entry some systems give the machine's own
+/// name) while other hosts resolve it to a real address. On any interface
+/// the handshake refuses whoever lacks the job secret.
+pub fn store_bind_addrs(host: &str, port: u16) -> Result<Vec<String>, String> {
+    let literal = host.parse::<IpAddr>().ok();
+    let resolved: Vec<IpAddr> = match literal {
+        Some(ip) => vec![ip],
+        None => (host, port)
+            .to_socket_addrs()
+            .map_err(|e| format!("MASTER_ADDR={host:?} does not resolve: {e}"))?
+            .map(|a| a.ip())
+            .collect(),
+    };
+    let first = *resolved
+        .first()
+        .ok_or_else(|| format!("MASTER_ADDR={host:?} resolves to no address"))?;
+    let at = |ip: IpAddr| SocketAddr::new(ip, port).to_string();
+    let any = |ip: IpAddr| match ip {
+        IpAddr::V4(_) => at(Ipv4Addr::UNSPECIFIED.into()),
+        IpAddr::V6(_) => at(Ipv6Addr::UNSPECIFIED.into()),
+    };
+    let means_loopback = literal.is_some() || host == "localhost" || host.ends_with(".localhost");
+    Ok(match resolved.iter().find(|ip| !ip.is_loopback()) {
+        Some(&ip) => vec![at(ip), any(ip)],
+        None if means_loopback => vec![at(first)],
+        None => vec![any(first)],
+    })
 }
 
 fn join_host_port(host: &str, port: u16) -> String {
@@ -617,21 +709,179 @@ pub fn job_id(env: Env) -> String {
         .unwrap_or_else(|| "default".to_string())
 }
 
-/// The number of this initialisation within the job: 0 for the first,
-/// 1 for the next, ... Every rank adds 1 to a shared counter; since an
-/// initialisation completes only after every rank has joined it (see
-/// [`discover_hosts`]), all adds of one generation precede any of the next,
-/// so `(count - 1) / world` is the same on every rank. The counter is per
-/// world size, so initialisations with another world size do not disturb it.
-pub fn next_generation(store: &Store, job: &str, world: usize) -> Result<u64, String> {
-    let key = format!("shoal/{job}/inits/w{world}");
-    let count = store.add(&key, 1).map_err(|e| format!("rendezvous: {e}"))?;
-    Ok((count.max(1) as u64 - 1) / world.max(1) as u64)
-}
-
 /// The key prefix of one initialisation of one job.
 pub fn scope(job: &str, generation: u64) -> String {
     format!("shoal/{job}/{generation}")
+}
+
+/// The keys by which the initialisations of one job (at one world size)
+/// find each other, outside every generation's scope.
+struct JobKeys {
+    /// How many generations rank 0s have opened; only rank 0 adds to it, so
+    /// a rank that dies before joining cannot leave it off by one.
+    generations: String,
+    /// The generation gathering its ranks, while one is.
+    open: String,
+}
+
+impl JobKeys {
+    fn new(job: &str, world: usize) -> JobKeys {
+        JobKeys {
+            generations: format!("shoal/{job}/generations"),
+            open: format!("shoal/{job}/w{world}/open"),
+        }
+    }
+}
+
+/// Within a generation's scope: where rank `r` publishes its host id, and
+/// where rank 0 publishes everyone's.
+fn host_key(rank: usize) -> String {
+    format!("rdzv/host/{rank}")
+}
+const HOSTS_KEY: &str = "rdzv/hosts";
+
+/// What rank 0 of a newer initialisation writes as the host list of an
+/// older one that never finished (its launch crashed), so that ranks waiting
+/// there move to the newer one. No real list starts with a newline: host
+/// ids are never empty.
+const SUPERSEDED: &[u8] = b"\nsuperseded";
+
+/// Pause before a rank looks for an open generation again after losing the store.
+const REJOIN_PAUSE: Duration = Duration::from_millis(50);
+
+fn parse_generation(value: &[u8]) -> Option<u64> {
+    std::str::from_utf8(value).ok()?.trim().parse().ok()
+}
+
+/// Rank 0: opens a new generation for its ranks to join, and marks the
+/// previously open one, if a crashed launch left it open, as superseded.
+fn open_generation(store: &Store, keys: &JobKeys, job: &str) -> std::io::Result<u64> {
+    let count = store.add(&keys.generations, 1)?;
+    let generation = u64::try_from(count - 1).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "key '{}' holds {}, not a count",
+                keys.generations,
+                count - 1
+            ),
+        )
+    })?;
+    let stale = match store.check(&[&keys.open])? {
+        true => parse_generation(&store.get(&keys.open)?),
+        false => None,
+    };
+    // Open the new one first: a rank sent away from the stale one finds it.
+    store.set(&keys.open, generation.to_string().as_bytes())?;
+    if let Some(stale) = stale.filter(|&g| g != generation) {
+        store.set(&format!("{}/{HOSTS_KEY}", scope(job, stale)), SUPERSEDED)?;
+    }
+    Ok(generation)
+}
+
+/// Rank 0: gathers every rank's host id, closes the generation, then
+/// publishes the list. Closing first means a generation whose list exists is
+/// never open, so the ranks of a later initialisation cannot mistake it for theirs.
+fn gather_hosts(
+    store: &Store,
+    scoped: &ScopedStore,
+    keys: &JobKeys,
+    world: usize,
+    host_id: &str,
+) -> std::io::Result<Vec<u8>> {
+    scoped.set(&host_key(0), host_id.as_bytes())?;
+    let ids = (0..world)
+        .map(|r| {
+            scoped.get(&host_key(r)).map_err(|e| match e.kind() {
+                std::io::ErrorKind::TimedOut => with_context(e, format!("rank {r} did not join")),
+                _ => e,
+            })
+        })
+        .collect::<std::io::Result<Vec<_>>>()?;
+    store.delete(&keys.open)?;
+    let joined = ids.join(&b'\n');
+    scoped.set(HOSTS_KEY, &joined)?;
+    Ok(joined)
+}
+
+/// Any other rank: joins the open generation (waiting until rank 0 opens
+/// one), publishes its host id there and waits for the host list. A list
+/// marked [`SUPERSEDED`] sends it on to the newer generation. Losing the
+/// store before a generation is open (rank 0 replacing its store for the
+/// next initialisation) makes it reconnect until `deadline`.
+fn join_generation(
+    store: &Arc<Store>,
+    keys: &JobKeys,
+    job: &str,
+    rank: usize,
+    host_id: &str,
+    deadline: Instant,
+) -> std::io::Result<(u64, Vec<u8>)> {
+    loop {
+        let open = match store.get(&keys.open) {
+            Ok(v) => v,
+            Err(e) if is_disconnect(&e) && Instant::now() < deadline => {
+                thread::sleep(REJOIN_PAUSE);
+                continue;
+            }
+            Err(e) => return Err(with_context(e, "waiting for rank 0 to open the rendezvous")),
+        };
+        let generation = parse_generation(&open).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("key '{}' holds {open:?}, not a generation", keys.open),
+            )
+        })?;
+        let scoped = ScopedStore::new(store.clone(), scope(job, generation));
+        // A rank already claimed here belongs to a launch that crashed (then
+        // rank 0 supersedes this generation) or to one still running.
+        let claimed = scoped.add(&format!("rdzv/claim/{rank}"), 1)? == 1;
+        if claimed {
+            scoped.set(&host_key(rank), host_id.as_bytes())?;
+        }
+        let hosts = scoped.get(HOSTS_KEY);
+        if hosts.as_deref().is_ok_and(|h| h == SUPERSEDED) {
+            continue;
+        }
+        return match (hosts, claimed) {
+            (Ok(hosts), true) => Ok((generation, hosts)),
+            (Ok(_), false) => Err(claimed_twice(job, generation, rank)),
+            (Err(e), true) => Err(e),
+            (Err(e), false) => Err(with_context(e, claimed_twice(job, generation, rank))),
+        };
+    }
+}
+
+/// Two launches sharing a job id and a store would otherwise mix their ranks.
+fn claimed_twice(job: &str, generation: u64, rank: usize) -> std::io::Error {
+    std::io::Error::other(format!(
+        "another process already joined initialisation {generation} of job '{job}' as rank \
+         {rank}; is another launch with this job id (SHOAL_JOB_ID) using the same store?"
+    ))
+}
+
+fn with_context(e: std::io::Error, context: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{context}: {e}"))
+}
+
+/// Agrees with the other ranks on a generation (rank 0 opens it, the others
+/// join it) and returns it with every rank's host id, one per line.
+fn meet(
+    store: &Arc<Store>,
+    job: &str,
+    info: &ProcessInfo,
+    host_id: &str,
+    timeout: Duration,
+) -> std::io::Result<(u64, Vec<u8>)> {
+    let keys = JobKeys::new(job, info.world_size);
+    if info.rank != 0 {
+        let deadline = Instant::now() + timeout.min(Duration::from_secs(100 * 365 * 86_400));
+        return join_generation(store, &keys, job, info.rank, host_id, deadline);
+    }
+    let generation = open_generation(store, &keys, job)?;
+    let scoped = ScopedStore::new(store.clone(), scope(job, generation));
+    let joined = gather_hosts(store, &scoped, &keys, info.world_size, host_id)?;
+    Ok((generation, joined))
 }
 
 // ---------------------------------------------------------------------------
@@ -694,39 +944,9 @@ pub fn hostname() -> String {
     }
 }
 
-/// Every rank publishes its host id and learns every rank's. Rank 0 gathers
-/// the ids and publishes them as one value, so the store serves O(world)
-/// requests rather than O(world^2). `job` is the key prefix (see [`scope`]).
-/// Returns only after all ranks have published.
-pub fn discover_hosts(
-    rank: usize,
-    world: usize,
-    store: &dyn KvStore,
-    job: &str,
-    host_id: &str,
-) -> Result<HostMap, String> {
-    if host_id.is_empty() || host_id.contains('\n') {
-        return Err(format!(
-            "host id {host_id:?} must be non-empty and on one line"
-        ));
-    }
-    let fail = |e: std::io::Error| format!("rendezvous of rank {rank} of {world}: {e}");
-    store
-        .set(&format!("{job}/host/{rank}"), host_id.as_bytes())
-        .map_err(fail)?;
-    let all_key = format!("{job}/hosts");
-    let joined = if rank == 0 {
-        let ids = (0..world)
-            .map(|r| store.get(&format!("{job}/host/{r}")))
-            .collect::<std::io::Result<Vec<_>>>()
-            .map_err(fail)?;
-        let joined = ids.join(&b'\n');
-        store.set(&all_key, &joined).map_err(fail)?;
-        joined
-    } else {
-        store.get(&all_key).map_err(fail)?
-    };
-    let ids: Vec<String> = String::from_utf8_lossy(&joined)
+/// The host map from the host list of the rendezvous (one id per rank and line).
+fn host_map(rank: usize, world: usize, joined: &[u8]) -> Result<HostMap, String> {
+    let ids: Vec<String> = String::from_utf8_lossy(joined)
         .split('\n')
         .map(str::to_string)
         .collect();
@@ -740,12 +960,24 @@ pub fn discover_hosts(
     Ok(HostMap::from_ids(rank, &ids))
 }
 
+fn check_host_id(host_id: &str) -> Result<(), String> {
+    if host_id.is_empty() || host_id.contains('\n') {
+        return Err(format!(
+            "host id {host_id:?} must be non-empty and on one line"
+        ));
+    }
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------
 // Everything at once
 
 /// The outcome of a full rendezvous.
 pub struct Rendezvous {
     pub info: ProcessInfo,
+    /// The job secret every rank holds; the store and the other channels
+    /// derive their keys from it.
+    pub secret: JobSecret,
     /// The store, scoped to this job and initialisation.
     pub store: ScopedStore,
     /// On rank 0 (unless the store is external): the server, which must
@@ -755,8 +987,8 @@ pub struct Rendezvous {
     pub generation: u64,
 }
 
-/// Detects the process, opens the store, picks the generation and
-/// discovers the hosts. `host_id` defaults to [`host_id`].
+/// Detects the process, loads the job secret, opens the store, agrees on
+/// the generation and discovers the hosts. `host_id` defaults to [`host_id`].
 pub fn establish(
     explicit: &Explicit,
     env: Env,
@@ -764,15 +996,24 @@ pub fn establish(
     host: Option<&str>,
 ) -> Result<Rendezvous, String> {
     let info = detect(explicit, env)?;
-    let (store, server) = connect_store(&info, timeout)?;
-    let job = job_id(env);
-    let generation = next_generation(&store, &job, info.world_size)?;
-    let store = ScopedStore::new(Arc::new(store), scope(&job, generation));
+    let secret = job_secret(&info, env)?;
+    let limits = store_limits(env, info.world_size)?;
     let id = host.map(str::to_string).unwrap_or_else(|| host_id(env));
-    let hosts = discover_hosts(info.rank, info.world_size, &store, "rdzv", &id)?;
+    check_host_id(&id)?;
+    let (store, server) = connect_store(&info, &secret, &limits, timeout)?;
+    let store = Arc::new(store);
+    let job = job_id(env);
+    let (generation, joined) = meet(&store, &job, &info, &id, timeout).map_err(|e| {
+        format!(
+            "rendezvous of rank {} of {}: {e}",
+            info.rank, info.world_size
+        )
+    })?;
+    let hosts = host_map(info.rank, info.world_size, &joined)?;
     Ok(Rendezvous {
         info,
-        store,
+        secret,
+        store: ScopedStore::new(store, scope(&job, generation)),
         server,
         hosts,
         generation,
@@ -783,7 +1024,8 @@ pub fn establish(
 mod tests {
     use super::*;
     use std::collections::HashMap;
-    use std::thread;
+
+    const TEST_SECRET: &str = "rendezvous tests' job secret";
 
     fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: HashMap<String, String> = pairs
@@ -1176,6 +1418,7 @@ mod tests {
                 let (f, mut vars) = (f.clone(), extra.clone());
                 vars.push(("RANK".into(), r.to_string()));
                 vars.push(("WORLD_SIZE".into(), world.to_string()));
+                vars.push(("SHOAL_SECRET".into(), TEST_SECRET.into()));
                 thread::spawn(move || {
                     let pairs: Vec<(&str, &str)> =
                         vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -1265,16 +1508,30 @@ mod tests {
     }
 
     #[test]
-    fn discover_hosts_rejects_bad_ids_and_times_out_clearly() {
-        let (store, _server) =
-            connect_store(&det(&[]).unwrap(), Duration::from_millis(200)).unwrap();
-        let e = discover_hosts(0, 1, &store, "j", "a\nb").unwrap_err();
+    fn bad_host_ids_and_a_missing_rank_0_are_clear_errors() {
+        let dir = crate::store::tests::temp_dir("missing0");
+        let d = dir.to_string_lossy().to_string();
+        let env = env_of(&[
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("SHOAL_STORE_PATH", &d),
+            ("SHOAL_SECRET", TEST_SECRET),
+        ]);
+        let t = Duration::from_millis(200);
+        let e = establish(&Explicit::default(), &env, t, Some("a\nb"))
+            .err()
+            .unwrap();
         assert!(e.contains("one line"), "{e}");
-        let e = discover_hosts(1, 2, &store, "j", "h").unwrap_err();
+        let e = establish(&Explicit::default(), &env, t, Some("h"))
+            .err()
+            .unwrap();
         assert!(
-            e.contains("rank 1 of 2") && e.contains("waiting for key 'j/hosts'"),
+            e.contains("rank 1 of 2")
+                && e.contains("waiting for rank 0 to open the rendezvous")
+                && e.contains("timed out after 0.2s"),
             "{e}"
         );
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
@@ -1288,10 +1545,142 @@ mod tests {
             ("MASTER_PORT", &port),
         ]);
         let info = detect(&Explicit::default(), &env).unwrap();
-        let e = connect_store(&info, Duration::from_secs(1)).err().unwrap();
+        let secret = crate::store::tests::secret(TEST_SECRET);
+        let limits = StoreLimits::default();
+        let e = connect_store(&info, &secret, &limits, Duration::from_secs(1))
+            .err()
+            .unwrap();
         assert!(
-            e.contains("could not start the store server") && e.contains(&port),
+            e.contains("could not start the store server")
+                && e.contains("another job using this port")
+                && e.contains(&port),
             "{e}"
         );
+    }
+
+    #[test]
+    fn store_listens_where_master_addr_points() {
+        let p = 29_400;
+        assert_eq!(
+            store_bind_addrs("127.0.0.1", p).unwrap(),
+            ["127.0.0.1:29400"]
+        );
+        assert_eq!(store_bind_addrs("::1", p).unwrap(), ["[::1]:29400"]);
+        for ok in store_bind_addrs("localhost", p).unwrap() {
+            assert!(ok.parse::<SocketAddr>().unwrap().ip().is_loopback(), "{ok}");
+        }
+        // An address this host does not have (NAT, virtual): all interfaces next.
+        assert_eq!(
+            store_bind_addrs("203.0.113.9", p).unwrap(),
+            ["203.0.113.9:29400", "0.0.0.0:29400"]
+        );
+        let secret = crate::store::tests::secret(TEST_SECRET);
+        let binds = store_bind_addrs("203.0.113.9", 0).unwrap();
+        let server = start_server(&binds, &secret, &StoreLimits::default()).unwrap();
+        assert!(server.addr().ip().is_unspecified());
+        let e = store_bind_addrs("no-such-host.invalid", p).unwrap_err();
+        assert!(
+            e.contains("MASTER_ADDR=\"no-such-host.invalid\" does not resolve"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn master_addr_may_be_this_hosts_name() {
+        let port = free_port();
+        let host = hostname();
+        let extra = [
+            ("MASTER_ADDR", host.as_str()),
+            ("MASTER_PORT", port.as_str()),
+            ("SHOAL_JOB_ID", "named"),
+        ];
+        let gens = run_ranks(2, &extra, |r, env| {
+            let a = establish(&Explicit::default(), env, Duration::from_secs(20), None).unwrap();
+            a.store.set(&format!("done/{r}"), b"1").unwrap();
+            if r == 0 {
+                (0..2).for_each(|p| drop(a.store.get(&format!("done/{p}")).unwrap()));
+            }
+            a.generation
+        });
+        assert_eq!(gens, [0, 0]);
+    }
+
+    #[test]
+    fn a_crashed_rendezvous_is_superseded() {
+        let dir = crate::store::tests::temp_dir("crashed");
+        let d = dir.to_string_lossy().to_string();
+        let extra = [
+            ("SHOAL_STORE_PATH", d.as_str()),
+            ("SHOAL_JOB_ID", "c"),
+            ("SHOAL_HOST_ID", "h"),
+        ];
+        // Rank 2 never comes: ranks 0 and 1 give up, the generation stays open.
+        let failed = run_ranks(3, &extra, |r, env| {
+            (r < 2).then(|| establish(&Explicit::default(), env, Duration::from_millis(300), None))
+        });
+        assert!(failed.iter().flatten().all(|a| a.is_err()));
+        let gens = run_ranks(3, &extra, |r, env| {
+            if r == 0 {
+                thread::sleep(Duration::from_millis(200)); // the others find the stale one first
+            }
+            let t = Duration::from_secs(20);
+            establish(&Explicit::default(), env, t, None)
+                .unwrap()
+                .generation
+        });
+        assert_eq!(gens, [1, 1, 1]);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn two_processes_claiming_one_rank_are_refused() {
+        let dir = crate::store::tests::temp_dir("claim");
+        let d = dir.to_string_lossy().to_string();
+        let base = [
+            ("SHOAL_STORE_PATH", d.as_str()),
+            ("SHOAL_JOB_ID", "twice"),
+            ("SHOAL_HOST_ID", "h"),
+            ("SHOAL_SECRET", TEST_SECRET),
+            ("WORLD_SIZE", "2"),
+        ];
+        let join = |rank: &'static str, timeout_ms| {
+            let mut vars: Vec<(String, String)> = base
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            vars.push(("RANK".into(), rank.into()));
+            thread::spawn(move || {
+                let pairs: Vec<(&str, &str)> =
+                    vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                let t = Duration::from_millis(timeout_ms);
+                establish(&Explicit::default(), &env_of(&pairs), t, None).map(|a| a.generation)
+            })
+        };
+        let (first, second) = (join("1", 3000), join("1", 3000));
+        let zero = join("0", 3000);
+        let results = [first.join().unwrap(), second.join().unwrap()];
+        assert_eq!(zero.join().unwrap(), Ok(0));
+        let errors: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        assert_eq!(errors.len(), 1, "{results:?}");
+        assert!(errors[0].contains("already joined initialisation 0 of job 'twice' as rank 1"));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn store_limits_from_the_environment() {
+        let l = store_limits(&env_of(&[]), 8).unwrap();
+        assert_eq!(
+            (l.max_value, l.max_connections),
+            (DEFAULT_MAX_VALUE, 8 + CONNECTION_MARGIN)
+        );
+        let l = store_limits(&env_of(&[("SHOAL_STORE_MAX_VALUE", "4096")]), 1).unwrap();
+        assert_eq!(l.max_value, 4096);
+        for bad in ["0", "-1", "64MiB", "1e6"] {
+            let e = store_limits(&env_of(&[("SHOAL_STORE_MAX_VALUE", bad)]), 1).unwrap_err();
+            assert!(
+                e.contains("SHOAL_STORE_MAX_VALUE") && e.contains(bad),
+                "{e}"
+            );
+        }
     }
 }

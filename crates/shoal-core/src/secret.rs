@@ -24,6 +24,8 @@ pub const MIN_SECRET_CHARS: usize = 16;
 pub enum SecretSource {
     Env,
     File(PathBuf),
+    /// Drawn for a process that is a whole job by itself.
+    Ephemeral,
 }
 
 impl std::fmt::Display for SecretSource {
@@ -31,6 +33,7 @@ impl std::fmt::Display for SecretSource {
         match self {
             SecretSource::Env => f.write_str("SHOAL_SECRET"),
             SecretSource::File(p) => write!(f, "the secret file {}", p.display()),
+            SecretSource::Ephemeral => f.write_str("a secret drawn for this single process"),
         }
     }
 }
@@ -59,6 +62,15 @@ impl JobSecret {
         Ok(JobSecret {
             key: key_of(text.trim(), &path.display().to_string())?,
             source: SecretSource::File(path),
+        })
+    }
+
+    /// A fresh secret that is never written down, for a process that is the
+    /// whole job and meets nobody: nothing else needs to hold it.
+    pub fn ephemeral() -> Result<JobSecret, String> {
+        Ok(JobSecret {
+            key: Key::random().map_err(|e| format!("cannot draw a random job secret: {e}"))?,
+            source: SecretSource::Ephemeral,
         })
     }
 }

@@ -28,7 +28,16 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from shoal.launcher import EXIT_CANNOT_START, RankSpec, assignment, launch, positive_float, positive_int
+from shoal.launcher import (
+    EXIT_CANNOT_START,
+    RankSpec,
+    assignment,
+    give_secret,
+    launch,
+    new_secret,
+    positive_float,
+    positive_int,
+)
 from shoal.testbed import netns
 from shoal.testbed.netns import TestbedError
 from shoal.testbed.shaping import Capabilities, Link, format_delay, format_rate, shape_commands
@@ -324,10 +333,12 @@ def rank_specs(
     master = used[0]
     port = master_port or free_port_in(master.ns)
     job_id = job_id or uuid.uuid4().hex
+    secret = new_secret()
     specs = []
     for rank, (h, local) in enumerate(where):
         host = used[h]
         env = dict(os.environ)
+        give_secret(env, secret)
         env.update(
             RANK=str(rank),
             WORLD_SIZE=str(len(where)),
