@@ -49,7 +49,12 @@ impl Ina {
     /// switch that cannot be used is a warning, not an error: allreduce then
     /// uses hosts. An invalid setting (`SHOAL_INA_TIMEOUT=inf`, an unreadable
     /// secret file) is an error naming it.
-    pub fn join_from_env(rank: usize, world: usize, job: &ScopedStore) -> Result<Membership> {
+    pub fn join_from_env(
+        rank: usize,
+        world: usize,
+        secret: &JobSecret,
+        job: &ScopedStore,
+    ) -> Result<Membership> {
         let env = |k: &str| std::env::var(k).ok();
         if !InaConfig::switch_configured(&env) {
             return Ok(Err(
@@ -57,10 +62,7 @@ impl Ina {
             ));
         }
         let keys = InaKeys {
-            job: JobSecret::load(&env)
-                .map_err(Error::invalid)?
-                .key
-                .derive(&format!("ina/{}", job.prefix())),
+            job: secret.key.derive(&format!("ina/{}", job.prefix())),
             switch: switch_secret(&env, None).map_err(Error::invalid)?,
         };
         let joined = match InaConfig::from_env(rank, world, keys, &env) {

@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::sync::Arc;
 use std::time::Duration;
 
-use shoal_transport::auth::{random_bytes, to_hex, Key};
+use shoal_transport::auth::{random_bytes, to_hex};
 use shoal_transport::{KvStore, Routed, RoutedConfig, Transport};
 
 use crate::calibrate::{calibrate, parse_cost, Partners};
@@ -14,7 +14,6 @@ use crate::config::{Config, TransportChoice};
 use crate::error::{Error, Result};
 use crate::ina::Ina;
 use crate::rendezvous::{establish, Explicit, Rendezvous};
-use crate::secret::JobSecret;
 use crate::select::{Selector, SHM_COST, TCP_COST};
 
 /// What `shoal.init()` was given explicitly; the environment fills the rest.
@@ -58,7 +57,12 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
     let selector = Selector::new(&config.algo, cost)?;
     let local_ranks = rdzv.hosts.local_ranks.clone();
     let host_of = rdzv.hosts.host_of.clone();
-    let ina = Ina::join_from_env(rdzv.info.rank, rdzv.info.world_size, &rdzv.store)?;
+    let ina = Ina::join_from_env(
+        rdzv.info.rank,
+        rdzv.info.world_size,
+        &rdzv.secret,
+        &rdzv.store,
+    )?;
     let mut keepalive: Vec<Box<dyn std::any::Any + Send + Sync>> = vec![Box::new(rdzv.store)];
     if let Some(server) = rdzv.server {
         keepalive.push(Box::new(server));
@@ -96,7 +100,7 @@ fn calibration_partners(rdzv: &Rendezvous) -> Partners {
 fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Box<dyn Transport>> {
     let (rank, world) = (rdzv.info.rank, rdzv.info.world_size);
     let job = segment_name(rdzv)?;
-    let key = transport_key(world)?;
+    let key = rdzv.secret.key.derive("transport");
     let local_ranks = rdzv.hosts.local_ranks.clone();
     let mut cfg = RoutedConfig::new(rank, world, local_ranks, &job, key);
     cfg.use_shm = config.transport != TransportChoice::Tcp;
@@ -122,17 +126,6 @@ fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Box<dyn Transpo
 /// How long a rank that serves the store keeps it after its transport
 /// setup failed.
 const STORE_GRACE: Duration = Duration::from_secs(1);
-
-/// The key TCP connections between ranks prove on both ends. A single
-/// process connects to nobody, so it needs no job secret.
-fn transport_key(world: usize) -> Result<Key> {
-    if world == 1 {
-        return Key::random().map_err(|e| Error::runtime(format!("drawing a key: {e}")));
-    }
-    let env = |k: &str| std::env::var(k).ok();
-    let secret = JobSecret::load(&env).map_err(Error::invalid)?;
-    Ok(secret.key.derive("transport"))
-}
 
 /// A name for this job's shared-memory segments that no other job on the
 /// host uses and no stranger can guess ahead: the store scope (job id and
