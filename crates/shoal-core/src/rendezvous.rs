@@ -720,15 +720,17 @@ struct JobKeys {
     /// How many generations rank 0s have opened; only rank 0 adds to it, so
     /// a rank that dies before joining cannot leave it off by one.
     generations: String,
-    /// The generation gathering its ranks, while one is.
+    /// The generation gathering its ranks, while one is, and rank 0's world
+    /// size (`<generation> <world>`), so a rank started with another world
+    /// size is told at once instead of waiting for a generation of its own.
     open: String,
 }
 
 impl JobKeys {
-    fn new(job: &str, world: usize) -> JobKeys {
+    fn new(job: &str) -> JobKeys {
         JobKeys {
             generations: format!("shoal/{job}/generations"),
-            open: format!("shoal/{job}/w{world}/open"),
+            open: format!("shoal/{job}/open"),
         }
     }
 }
@@ -749,13 +751,30 @@ const SUPERSEDED: &[u8] = b"\nsuperseded";
 /// Pause before a rank looks for an open generation again after losing the store.
 const REJOIN_PAUSE: Duration = Duration::from_millis(50);
 
-fn parse_generation(value: &[u8]) -> Option<u64> {
-    std::str::from_utf8(value).ok()?.trim().parse().ok()
+/// What a rank publishes as its host id when its world size is not rank
+/// 0's, so that rank 0 names the disagreement rather than waiting for it.
+/// Like [`SUPERSEDED`], it starts with a newline, which no host id does.
+const OTHER_WORLD: &str = "\nworld ";
+
+/// `(generation, world size)` of an open key.
+fn parse_open(value: &[u8]) -> Option<(u64, usize)> {
+    let text = std::str::from_utf8(value).ok()?;
+    let (generation, world) = text.trim().split_once(' ')?;
+    Some((generation.parse().ok()?, world.parse().ok()?))
+}
+
+fn world_disagreement(rank: usize, world: usize, rank0_world: usize) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!(
+            "ranks disagree on the world size: rank 0 has {rank0_world}, rank {rank} has {world}"
+        ),
+    )
 }
 
 /// Rank 0: opens a new generation for its ranks to join, and marks the
 /// previously open one, if a crashed launch left it open, as superseded.
-fn open_generation(store: &Store, keys: &JobKeys, job: &str) -> std::io::Result<u64> {
+fn open_generation(store: &Store, keys: &JobKeys, job: &str, world: usize) -> std::io::Result<u64> {
     let count = store.add(&keys.generations, 1)?;
     let generation = u64::try_from(count - 1).map_err(|_| {
         std::io::Error::new(
@@ -768,11 +787,11 @@ fn open_generation(store: &Store, keys: &JobKeys, job: &str) -> std::io::Result<
         )
     })?;
     let stale = match store.check(&[&keys.open])? {
-        true => parse_generation(&store.get(&keys.open)?),
+        true => parse_open(&store.get(&keys.open)?).map(|(g, _)| g),
         false => None,
     };
     // Open the new one first: a rank sent away from the stale one finds it.
-    store.set(&keys.open, generation.to_string().as_bytes())?;
+    store.set(&keys.open, format!("{generation} {world}").as_bytes())?;
     if let Some(stale) = stale.filter(|&g| g != generation) {
         store.set(&format!("{}/{HOSTS_KEY}", scope(job, stale)), SUPERSEDED)?;
     }
@@ -792,10 +811,14 @@ fn gather_hosts(
     scoped.set(&host_key(0), host_id.as_bytes())?;
     let ids = (0..world)
         .map(|r| {
-            scoped.get(&host_key(r)).map_err(|e| match e.kind() {
+            let id = scoped.get(&host_key(r)).map_err(|e| match e.kind() {
                 std::io::ErrorKind::TimedOut => with_context(e, format!("rank {r} did not join")),
                 _ => e,
-            })
+            })?;
+            match String::from_utf8_lossy(&id).strip_prefix(OTHER_WORLD) {
+                Some(theirs) => Err(world_disagreement(r, theirs.parse().unwrap_or(0), world)),
+                None => Ok(id),
+            }
         })
         .collect::<std::io::Result<Vec<_>>>()?;
     store.delete(&keys.open)?;
@@ -813,7 +836,7 @@ fn join_generation(
     store: &Arc<Store>,
     keys: &JobKeys,
     job: &str,
-    rank: usize,
+    (rank, world): (usize, usize),
     host_id: &str,
     deadline: Instant,
 ) -> std::io::Result<(u64, Vec<u8>)> {
@@ -826,13 +849,20 @@ fn join_generation(
             }
             Err(e) => return Err(with_context(e, "waiting for rank 0 to open the rendezvous")),
         };
-        let generation = parse_generation(&open).ok_or_else(|| {
+        let (generation, rank0_world) = parse_open(&open).ok_or_else(|| {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
                 format!("key '{}' holds {open:?}, not a generation", keys.open),
             )
         })?;
         let scoped = ScopedStore::new(store.clone(), scope(job, generation));
+        if rank0_world != world {
+            if rank < rank0_world {
+                let told = format!("{OTHER_WORLD}{world}");
+                scoped.set(&host_key(rank), told.as_bytes())?;
+            }
+            return Err(world_disagreement(rank, world, rank0_world));
+        }
         // A rank already claimed here belongs to a launch that crashed (then
         // rank 0 supersedes this generation) or to one still running.
         let claimed = scoped.add(&format!("rdzv/claim/{rank}"), 1)? == 1;
@@ -873,12 +903,13 @@ fn meet(
     host_id: &str,
     timeout: Duration,
 ) -> std::io::Result<(u64, Vec<u8>)> {
-    let keys = JobKeys::new(job, info.world_size);
+    let keys = JobKeys::new(job);
+    let me = (info.rank, info.world_size);
     if info.rank != 0 {
         let deadline = Instant::now() + timeout.min(Duration::from_secs(100 * 365 * 86_400));
-        return join_generation(store, &keys, job, info.rank, host_id, deadline);
+        return join_generation(store, &keys, job, me, host_id, deadline);
     }
-    let generation = open_generation(store, &keys, job)?;
+    let generation = open_generation(store, &keys, job, info.world_size)?;
     let scoped = ScopedStore::new(store.clone(), scope(job, generation));
     let joined = gather_hosts(store, &scoped, &keys, info.world_size, host_id)?;
     Ok((generation, joined))
