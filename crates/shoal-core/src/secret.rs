@@ -108,7 +108,10 @@ fn read_or_create(path: &Path) -> Result<String, String> {
                 .map_err(|e| format!("cannot read the job secret file {}: {e}", path.display()))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => create(path),
-        Err(e) => Err(format!("cannot read the job secret file {}: {e}", path.display())),
+        Err(e) => Err(format!(
+            "cannot read the job secret file {}: {e}",
+            path.display()
+        )),
     }
 }
 
@@ -157,7 +160,9 @@ fn create(path: &Path) -> Result<String, String> {
         .mode(0o600)
         .open(&tmp)
         .map_err(failed)?;
-    let written = f.write_all(format!("{secret}\n").as_bytes()).and_then(|_| f.sync_all());
+    let written = f
+        .write_all(format!("{secret}\n").as_bytes())
+        .and_then(|_| f.sync_all());
     // hard_link fails if another process created the file first: then theirs wins.
     let linked = written.and_then(|_| fs::hard_link(&tmp, path));
     let _ = fs::remove_file(&tmp);
@@ -174,8 +179,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn env_of(pairs: &[(&str, String)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> =
-            pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
         move |k| map.get(k).cloned()
     }
 
@@ -203,7 +210,10 @@ mod tests {
         let first = JobSecret::load(&env).unwrap();
         let path = home.join(".config/shoal/secret");
         assert_eq!(first.source, SecretSource::File(path.clone()));
-        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
         assert_eq!(JobSecret::load(&env).unwrap().key, first.key);
         fs::remove_dir_all(home).unwrap();
     }

@@ -65,7 +65,12 @@ impl Key {
     /// Whether `proof` answers `challenge` (compared in constant time).
     pub fn verify(&self, role: &str, challenge: &[u8; KEY_BYTES], proof: &[u8]) -> bool {
         let mut m = HmacSha256::new_from_slice(&self.0).expect("HMAC takes any key length");
-        for p in [b"shoal prove\0".as_slice(), role.as_bytes(), b"\0", challenge] {
+        for p in [
+            b"shoal prove\0".as_slice(),
+            role.as_bytes(),
+            b"\0",
+            challenge,
+        ] {
             m.update(p);
         }
         m.verify_slice(proof).is_ok()
@@ -123,7 +128,10 @@ mod tests {
         let b = Key::from_material(b"secret b");
         assert_ne!(a.derive("store"), a.derive("transport"));
         assert_ne!(a.derive("store"), b.derive("store"));
-        assert_eq!(a.derive("store"), Key::from_material(b"secret a").derive("store"));
+        assert_eq!(
+            a.derive("store"),
+            Key::from_material(b"secret a").derive("store")
+        );
     }
 
     #[test]

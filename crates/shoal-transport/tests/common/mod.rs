@@ -146,6 +146,7 @@ pub fn sig() -> CallSig {
         algo: 0,
         root: 0,
         count: 100,
+        history: 0,
     }
 }
 
