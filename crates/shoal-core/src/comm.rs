@@ -138,6 +138,8 @@ pub struct CollArgs {
 #[derive(Default)]
 struct CommState {
     seq: u32,
+    /// The `history` of the next call's signature (see `CallSig::history`).
+    history: u32,
     groups_made: u32,
     /// Next message index per (peer, user tag), for sends and receives apart.
     sends: HashMap<(usize, u32), u32>,
@@ -335,7 +337,7 @@ impl Communicator {
         contribution.clear();
         contribution.extend_from_slice(out);
         let outcome = self.switch_allreduce(out, p);
-        if self.agree(outcome.is_ok(), agree_seq)? {
+        if self.agree(outcome.is_ok(), agree_seq, p.sig.history)? {
             return Ok(()); // the client already divided for avg
         }
         let reason = outcome
@@ -375,7 +377,7 @@ impl Communicator {
     }
 
     /// Whether `ok` holds on every rank (a min-allreduce of one byte).
-    fn agree(&self, ok: bool, seq: u32) -> Result<bool> {
+    fn agree(&self, ok: bool, seq: u32, history: u32) -> Result<bool> {
         let mut flag = [ok as u8];
         let algorithm = "recursive_doubling";
         let args = CollArgs {
@@ -396,6 +398,7 @@ impl Communicator {
             algo: index,
             root: 0,
             count: 1,
+            history,
         };
         let ctx = CallContext {
             transport: &*self.engine.transport,
@@ -485,7 +488,7 @@ impl Communicator {
         } else {
             ReduceOp::Sum
         };
-        let sig = CallSig {
+        let mut sig = CallSig {
             kind: Collective::ALL
                 .iter()
                 .position(|&c| c == args.collective)
@@ -499,18 +502,30 @@ impl Communicator {
             },
             root: args.root as u32,
             count: args.count as u64,
+            history: 0,
         };
         let has_output = shape.buffer_len(self.rank, Buf::Output) > 0;
         let divide_by = (op == ReduceOp::Avg && has_output).then_some(self.size());
         let cp = self.plan(shape, algo_index, alg);
         let mut st = self.state.lock().unwrap();
+        // Every member folds the same calls in the same order.
+        sig.history = st.history;
+        st.history = sig.next_history();
         let mut next_seq = || {
             let seq = st.seq;
             st.seq = (st.seq + 1) & !P2P_SEQ;
             seq
         };
-        let seq = next_seq();
-        let ina_agree_seq = via_switch.then(&mut next_seq);
+        // Numbered in the order they run (the transport counts a call's
+        // messages as late once a later call finished): through the switch,
+        // the agreement on its outcome first, then the host plan, which runs
+        // only if the switch failed.
+        let first = next_seq();
+        let (seq, ina_agree_seq) = if via_switch {
+            (next_seq(), Some(first))
+        } else {
+            (first, None)
+        };
         Ok(Prepared {
             cp,
             seq,
@@ -716,6 +731,7 @@ impl Communicator {
             algo: 0,
             root: 0,
             count: count as u64,
+            history: 0,
         };
         let ctx = CallContext {
             transport: &*self.engine.transport,

@@ -54,11 +54,13 @@ impl Error {
             TransportError::Io(_) => ErrorKind::Runtime,
         };
         let detail = match e {
-            TransportError::Mismatch { peer, ours, theirs } => format!(
-                "mismatched collective: rank {peer} called {} while this rank called {}",
-                describe_sig(theirs),
-                describe_sig(ours)
-            ),
+            TransportError::Mismatch {
+                rank,
+                peer,
+                seq,
+                ours,
+                theirs,
+            } => describe_mismatch(*rank, *peer, *seq, ours.as_ref(), theirs),
             other => other.to_string(),
         };
         Error::new(kind, format!("{context}: {detail}"))
@@ -75,18 +77,57 @@ impl std::error::Error for Error {}
 
 pub type Result<T> = std::result::Result<T, Error>;
 
-/// A call signature in words, e.g. `allreduce(count=1000, dtype=float32, op=sum, root=0, algorithm=ring)`.
+/// Two ranks' different calls number `seq` in words, naming both calls.
+fn describe_mismatch(
+    rank: usize,
+    peer: usize,
+    seq: u32,
+    ours: Option<&CallSig>,
+    theirs: &CallSig,
+) -> String {
+    let head = format!("mismatched collectives (call {seq} of the communicator)");
+    let theirs_words = describe_sig(theirs);
+    match ours {
+        None => format!(
+            "{head}: rank {peer} called {theirs_words}, which rank {rank} finished long ago as another call"
+        ),
+        Some(ours) if ours == theirs => format!(
+            "{head}: rank {peer} sent a message of {theirs_words} that rank {rank}'s same call does not receive (do the ranks' settings differ, e.g. SHOAL_CHUNK_BYTES?)"
+        ),
+        Some(ours) if ours.same_call(theirs) => format!(
+            "{head}: ranks {rank} and {peer} both called {theirs_words}, but their earlier calls on this communicator differ (an earlier call did not match)"
+        ),
+        Some(ours) => format!(
+            "{head}: rank {rank} called {} but rank {peer} called {theirs_words}",
+            describe_sig(ours)
+        ),
+    }
+}
+
+/// A call signature in words, e.g. `allreduce(count=1000, dtype=float32,
+/// op=sum, algorithm=ring)` or `broadcast(root=1, count=10, dtype=int32,
+/// algorithm=pc)`: the op only where the collective reduces, the root only
+/// where it has one.
 pub fn describe_sig(sig: &CallSig) -> String {
     let dtype = DType::ALL.get(sig.dtype as usize).map_or("?", |d| d.name());
     let Some(coll) = Collective::ALL.get(sig.kind as usize) else {
         return format!("send/recv(count={}, dtype={dtype})", sig.count);
     };
-    let op = ReduceOp::ALL.get(sig.op as usize).map_or("?", |o| o.name());
-    let algo = shoal_plan::registry()
-        .get(sig.algo as usize)
-        .map_or("?", |a| a.name);
-    format!(
-        "{coll}(count={}, dtype={dtype}, op={op}, root={}, algorithm={algo})",
-        sig.count, sig.root
-    )
+    let mut args = Vec::new();
+    if coll.rooted() {
+        args.push(format!("root={}", sig.root));
+    }
+    args.push(format!("count={}", sig.count));
+    args.push(format!("dtype={dtype}"));
+    if coll.reduces() {
+        let op = ReduceOp::ALL.get(sig.op as usize).map_or("?", |o| o.name());
+        args.push(format!("op={op}"));
+    }
+    let algo = match shoal_plan::registry().get(sig.algo as usize) {
+        Some(a) => a.name,
+        None if sig.algo == crate::ina::INA_SIG_INDEX => crate::ina::INA,
+        None => "?",
+    };
+    args.push(format!("algorithm={algo}"));
+    format!("{coll}({})", args.join(", "))
 }

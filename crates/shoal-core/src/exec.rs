@@ -3,16 +3,29 @@
 //! Every step whose dependencies are done is posted at once (sends and
 //! receives as non-blocking requests, copies and reductions run inline), so
 //! the chunk pipelining a generator writes into its plan happens on the wire.
+//!
+//! A call that finishes tells the transport (`Transport::finish_call`), which
+//! then refuses the call's messages as mismatches; a call blocked for a
+//! while tells the ranks it waits on which call it is in
+//! (`Transport::set_blocked`); a call that times out asks around who stopped
+//! ([`crate::stall`]).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use shoal_plan::{Buf, Op, Plan, Region};
-use shoal_transport::{CallSig, RecvInto, ReqId, Tag, Transport};
+use shoal_transport::{Blocked, CallSig, RecvInto, ReqId, Tag, Transport};
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, ErrorKind, Result};
 use crate::reduce::reduce_into;
+use crate::stall::{answer_time, Stall};
+
+/// How long a call goes without progress before it tells the ranks it waits
+/// on which call it is in (they report a mismatch if theirs differs): soon
+/// enough that calls deadlocked on each other fail fast, late enough that
+/// healthy calls rarely send it.
+const BLOCKED_AFTER: Duration = Duration::from_millis(100);
 
 /// A plan with the dependency graph inverted once, so it can be cached and
 /// executed many times.
@@ -106,7 +119,7 @@ pub fn execute(
         pending: Vec::new(),
         done: 0,
     };
-    let result = run.drive();
+    let result = run.drive().and_then(|()| run.finish());
     if let Err(e) = &result {
         // Tell the peers, so nobody waits for a rank that has given up.
         if e.kind != ErrorKind::Aborted && e.kind != ErrorKind::InvalidArgument {
@@ -120,6 +133,8 @@ impl Run<'_> {
     fn drive(&mut self) -> Result<()> {
         let total = self.cp.plan.steps.len();
         let mut last_progress = Instant::now();
+        let blocked_after = BLOCKED_AFTER.min(self.ctx.timeout / 4);
+        let mut told_blocked = false;
         loop {
             while let Some(step) = self.ready.pop_front() {
                 self.post(step)?;
@@ -134,15 +149,52 @@ impl Run<'_> {
                 .map_err(|e| self.transport_error(&e))?;
             if self.reap()? || moved {
                 last_progress = Instant::now();
+                told_blocked = false;
                 continue;
             }
-            if last_progress.elapsed() > self.ctx.timeout {
+            let idle = last_progress.elapsed();
+            if idle > self.ctx.timeout {
                 return Err(self.timeout_error());
+            }
+            if !told_blocked && idle >= blocked_after {
+                self.ctx.transport.set_blocked(&self.blocked());
+                told_blocked = true;
             }
             self.ctx
                 .transport
                 .wait(Duration::from_millis(50))
                 .map_err(|e| self.transport_error(&e))?;
+        }
+    }
+
+    /// Tells the transport the call is over (its late messages are mismatches).
+    fn finish(&self) -> Result<()> {
+        let c = self.ctx;
+        c.transport
+            .finish_call(c.comm, c.seq, c.sig)
+            .map_err(|e| self.transport_error(&e))
+    }
+
+    /// What the call waits for: the ranks of its pending requests.
+    fn blocked(&self) -> Blocked {
+        let steps = &self.cp.plan.steps;
+        let mut on = Vec::new();
+        for &(_, s) in &self.pending {
+            if let Some((peer, _)) = peer_of(&steps[s].op) {
+                let g = self.global(peer);
+                if !on.contains(&g) {
+                    on.push(g);
+                }
+            }
+        }
+        let step = self
+            .pending
+            .first()
+            .and_then(|&(_, s)| peer_of(&steps[s].op));
+        Blocked {
+            tag: self.tag(step.map_or(0, |(_, tag)| tag)),
+            sig: self.ctx.sig,
+            on,
         }
     }
 
@@ -284,7 +336,26 @@ impl Run<'_> {
         )
     }
 
+    /// The call timed out: names what it waits on and, after asking around
+    /// (see [`crate::stall`]), the ranks that stopped. A failure that
+    /// arrives meanwhile (another rank's abort) is the error instead.
     fn timeout_error(&self) -> Error {
+        let blocked = self.blocked();
+        let me = self.global(self.cp.plan.rank);
+        let patience = answer_time(self.ctx.timeout);
+        let stall = match Stall::find(self.ctx.transport, me, &blocked.on, patience) {
+            Ok(stall) => stall,
+            Err(e) => return self.transport_error(&e),
+        };
+        let mut e = self.waiting_error();
+        let found = stall.describe();
+        if !found.is_empty() {
+            e.message = format!("{}; {found}", e.message);
+        }
+        e
+    }
+
+    fn waiting_error(&self) -> Error {
         let waiting: Vec<String> = self
             .pending
             .iter()
@@ -321,6 +392,16 @@ fn reducing_sink(dst: SendPtr, len: usize, ctx: &CallContext) -> shoal_transport
         let d = unsafe { std::slice::from_raw_parts_mut(dst.0.add(offset), bytes.len()) };
         reduce_into(dtype, op, d, bytes);
     })
+}
+
+/// The peer and message tag of a send or receive step.
+fn peer_of(op: &Op) -> Option<(usize, u32)> {
+    match *op {
+        Op::Send { peer, tag, .. }
+        | Op::Recv { peer, tag, .. }
+        | Op::RecvReduce { peer, tag, .. } => Some((peer, tag)),
+        Op::Copy { .. } | Op::Reduce { .. } => None,
+    }
 }
 
 fn describe_step(op: &Op, members: &[usize]) -> String {

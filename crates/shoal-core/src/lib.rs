@@ -15,6 +15,7 @@ pub mod reduce;
 pub mod rendezvous;
 pub mod secret;
 pub mod select;
+pub mod stall;
 pub mod store;
 pub mod work;
 

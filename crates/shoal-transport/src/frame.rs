@@ -4,17 +4,22 @@
 //! keeps the payload cache-line aligned in shm rings, which is what lets sink
 //! pieces be multiples of 64 without staging.
 //!
-//! The shm transport also sends two kinds of header-only frames for its
-//! single-copy path: a rendezvous descriptor (`Rndv`: the message stays in the
-//! sender's memory, the receiver reads it with `process_vm_readv`) and its
-//! acknowledgement (`Ack`). Their extra fields ([`RndvInfo`]) use header bytes
-//! that data frames leave zero.
+//! Bytes 48..64 belong to the frame's kind. The shm transport sends two
+//! header-only frames for its single-copy path: a rendezvous descriptor
+//! (`Rndv`: the message stays in the sender's memory, the receiver reads it
+//! with `process_vm_readv`) and its acknowledgement (`Ack`), with the fields
+//! of [`RndvInfo`] there. Both transports send two header-only frames about
+//! blocked calls: `Waiting` (this rank is blocked in the call of the header's
+//! tag and signature, waiting on the ranks listed there) and `Query` (tell me
+//! what you wait for).
 
-use crate::{CallSig, Tag, TransportError};
+use crate::{Answer, Blocked, CallSig, Tag, TransportError};
 
 /// Size of an encoded header.
 pub const HEADER_LEN: usize = 64;
 const MAGIC: u32 = 0x4c4f_4853; // "SHOL"
+/// A free slot of the rank list of a `Waiting` frame.
+const NO_RANK: u32 = u32::MAX;
 
 /// What a frame carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,15 +36,21 @@ pub enum Kind {
     /// The receiver of a rendezvous message is done with the sender's
     /// memory (shm only); no payload follows.
     Ack = 5,
+    /// The sender is blocked in the call of the header's tag and signature,
+    /// waiting on the ranks in bytes 48..64 (four little-endian u32, unused
+    /// ones `u32::MAX`); none: it is not blocked. No payload follows.
+    Waiting = 6,
+    /// The sender asks what the receiver is waiting for (answered with a
+    /// `Waiting` frame). No payload follows.
+    Query = 7,
 }
 
-/// The extra fields of `Rndv` and `Ack` frames.
+/// The extra fields of `Rndv` and `Ack` frames (header bytes 48..64).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct RndvInfo {
-    /// `Rndv`: the sender's pid. `Ack`: a status, 0 when the bytes were read.
-    pub word: u32,
-    /// `Rndv`: the message's address in the sender's memory.
-    pub addr: u64,
+    /// `Rndv`: the message's address in the sender's memory. `Ack`: a
+    /// status, 0 when the bytes were read.
+    pub word: u64,
     /// Names the send request; echoed by the `Ack`.
     pub cookie: u64,
 }
@@ -48,8 +59,7 @@ impl RndvInfo {
     /// The fields of an encoded `Rndv` or `Ack` header.
     pub fn decode(b: &[u8]) -> RndvInfo {
         RndvInfo {
-            word: u32::from_le_bytes(b[28..32].try_into().unwrap()),
-            addr: u64::from_le_bytes(b[48..56].try_into().unwrap()),
+            word: u64::from_le_bytes(b[48..56].try_into().unwrap()),
             cookie: u64::from_le_bytes(b[56..64].try_into().unwrap()),
         }
     }
@@ -57,11 +67,48 @@ impl RndvInfo {
     /// Encodes `h` with these fields in its spare bytes.
     pub fn encode(&self, h: &Header) -> [u8; HEADER_LEN] {
         let mut b = h.encode();
-        b[28..32].copy_from_slice(&self.word.to_le_bytes());
-        b[48..56].copy_from_slice(&self.addr.to_le_bytes());
+        b[48..56].copy_from_slice(&self.word.to_le_bytes());
         b[56..64].copy_from_slice(&self.cookie.to_le_bytes());
         b
     }
+}
+
+/// A `Waiting` frame saying `b`, or that the sender is not blocked (`None`).
+pub fn waiting(b: Option<&Blocked>) -> [u8; HEADER_LEN] {
+    let Some(b) = b else {
+        let mut f = Header::control(Kind::Waiting, 0).encode();
+        f[48..64].fill(0xff);
+        return f;
+    };
+    let h = Header {
+        kind: Kind::Waiting,
+        tag: b.tag,
+        sig: b.sig,
+        len: 0,
+    };
+    let mut f = h.encode();
+    for i in 0..Blocked::MAX_ON {
+        let rank = b.on.get(i).map_or(NO_RANK, |&r| r as u32);
+        f[48 + 4 * i..52 + 4 * i].copy_from_slice(&rank.to_le_bytes());
+    }
+    f
+}
+
+/// What a decoded `Waiting` frame (`h`, encoded as `b`) says.
+pub fn decode_waiting(h: &Header, b: &[u8]) -> Answer {
+    let on: Vec<usize> = (0..Blocked::MAX_ON)
+        .map(|i| u32::from_le_bytes(b[48 + 4 * i..52 + 4 * i].try_into().unwrap()))
+        .filter(|&r| r != NO_RANK)
+        .map(|r| r as usize)
+        .collect();
+    if on.is_empty() {
+        return Answer::Busy;
+    }
+    Answer::Blocked(Blocked {
+        tag: h.tag,
+        sig: h.sig,
+        on,
+    })
 }
 
 /// A decoded frame header.
@@ -91,7 +138,8 @@ impl Header {
         }
     }
 
-    /// A header for a control frame (`Abort`, `Bye`) with `len` payload bytes.
+    /// A header for a control frame (`Abort`, `Bye`, `Ack`, `Query`) with
+    /// `len` payload bytes.
     pub fn control(kind: Kind, len: usize) -> Header {
         let tag = Tag {
             comm: 0,
@@ -118,6 +166,7 @@ impl Header {
         b[22] = self.sig.op;
         b[23] = self.sig.algo;
         b[24..28].copy_from_slice(&self.sig.root.to_le_bytes());
+        b[28..32].copy_from_slice(&self.sig.history.to_le_bytes());
         b[32..40].copy_from_slice(&self.sig.count.to_le_bytes());
         b[40..48].copy_from_slice(&self.len.to_le_bytes());
         b
@@ -135,6 +184,8 @@ impl Header {
             3 => Kind::Bye,
             4 => Kind::Rndv,
             5 => Kind::Ack,
+            6 => Kind::Waiting,
+            7 => Kind::Query,
             k => return Err(TransportError::Io(format!("unknown frame kind {k}"))),
         };
         Ok(Header {
@@ -151,6 +202,7 @@ impl Header {
                 algo: b[23],
                 root: u32_at(24),
                 count: u64_at(32),
+                history: u32_at(28),
             },
             len: u64_at(40),
         })
@@ -176,6 +228,7 @@ mod tests {
                 algo: 7,
                 root: 8,
                 count: 9,
+                history: 11,
             },
             10,
         );
@@ -195,8 +248,7 @@ mod tests {
             1 << 30,
         );
         let info = RndvInfo {
-            word: 4242,
-            addr: 0x7fff_0000_1234,
+            word: 0x7fff_0000_1234,
             cookie: 99,
         };
         let b = info.encode(&h);
@@ -206,6 +258,33 @@ mod tests {
         assert_eq!(
             RndvInfo::decode(&Header::data(h.tag, h.sig, 5).encode()),
             RndvInfo::default()
+        );
+    }
+
+    #[test]
+    fn waiting_roundtrip() {
+        let b = Blocked {
+            tag: Tag {
+                comm: 7,
+                seq: 8,
+                step: 9,
+            },
+            sig: CallSig {
+                kind: 2,
+                count: 1000,
+                history: 0xdead_beef,
+                ..CallSig::default()
+            },
+            on: vec![3, 0],
+        };
+        let f = waiting(Some(&b));
+        let h = Header::decode(&f).unwrap();
+        assert_eq!(h.kind, Kind::Waiting);
+        assert_eq!(decode_waiting(&h, &f), Answer::Blocked(b));
+        let f = waiting(None);
+        assert_eq!(
+            decode_waiting(&Header::decode(&f).unwrap(), &f),
+            Answer::Busy
         );
     }
 }

@@ -4,7 +4,11 @@
 //! Every message carries its [`Tag`] and the [`CallSig`] of the collective
 //! call that sent it, so a receiver whose own call differs (another
 //! collective, count, dtype, op or root) reports a mismatch instead of
-//! waiting forever or reading the wrong bytes.
+//! waiting forever or reading the wrong bytes. Calls that exchange no message
+//! between the two differing ranks are caught too (see `matching.rs`): a
+//! message for a call the receiver has finished, a message left over when it
+//! finishes, a rank blocked in a call telling the rank it waits on which call
+//! that is ([`Blocked`]), and the signature's `history` of the earlier calls.
 
 use std::fmt;
 use std::time::Duration;
@@ -47,12 +51,73 @@ pub struct CallSig {
     pub algo: u8,
     pub root: u32,
     pub count: u64,
+    /// A hash of the signatures of the communicator's earlier calls (0 for
+    /// point-to-point), so that a mismatch nobody noticed when it happened
+    /// is refused by the next message between two ranks whose calls diverged.
+    pub history: u32,
 }
 
 impl CallSig {
     /// The `kind` of point-to-point messages; their signatures are compared
     /// only between the same two ranks.
     pub const P2P_KIND: u8 = 0xff;
+
+    /// Whether this is a collective call's signature (not point-to-point).
+    pub fn is_collective(&self) -> bool {
+        self.kind != Self::P2P_KIND
+    }
+
+    /// The `history` of the call after this one: this call folded into ours.
+    pub fn next_history(&self) -> u32 {
+        // FNV-1a over the fields, seeded with the history so far.
+        let mut h = 0x811c_9dc5 ^ self.history;
+        let mut mix = |bytes: &[u8]| {
+            for &b in bytes {
+                h = (h ^ b as u32).wrapping_mul(0x0100_0193);
+            }
+        };
+        mix(&[self.kind, self.dtype, self.op, self.algo]);
+        mix(&self.root.to_le_bytes());
+        mix(&self.count.to_le_bytes());
+        h
+    }
+
+    /// Whether `other` is the same call (collective, arguments, algorithm)
+    /// whatever the calls before it were.
+    pub fn same_call(&self, other: &CallSig) -> bool {
+        CallSig {
+            history: other.history,
+            ..*self
+        } == *other
+    }
+}
+
+/// What a rank blocked in a call is waiting for. It tells the ranks it waits
+/// on (each compares the call with its own, so calls that deadlock on each
+/// other are reported as a mismatch), and answers anyone who asks
+/// ([`Transport::ask`]), so a timeout can name the rank that stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Blocked {
+    /// The call (`comm`, `seq`) and the step of its oldest pending request.
+    pub tag: Tag,
+    pub sig: CallSig,
+    /// Global ranks whose messages (or room for ours) it waits for; at most
+    /// [`Blocked::MAX_ON`] travel.
+    pub on: Vec<usize>,
+}
+
+impl Blocked {
+    /// How many ranks waited on a message can name.
+    pub const MAX_ON: usize = 4;
+}
+
+/// What a peer said when asked what it waits for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// It is blocked in a call.
+    Blocked(Blocked),
+    /// It is inside shoal but not blocked in a call (still working on it).
+    Busy,
 }
 
 /// A transport request handle.
@@ -79,10 +144,14 @@ unsafe impl Send for RecvInto {}
 pub enum TransportError {
     /// The peer process exited or its connection broke.
     PeerDied { peer: usize, detail: String },
-    /// A message from `peer` for the same collective call carried another call signature.
+    /// Rank `peer` made call number `seq` of a communicator with signature
+    /// `theirs` while this rank (`rank`) made it with `ours` (`None`: too
+    /// long ago to remember).
     Mismatch {
+        rank: usize,
         peer: usize,
-        ours: CallSig,
+        seq: u32,
+        ours: Option<CallSig>,
         theirs: CallSig,
     },
     /// A message matched by tag had a different length than the receive expected.
@@ -102,9 +171,15 @@ impl fmt::Display for TransportError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TransportError::PeerDied { peer, detail } => write!(f, "rank {peer} died ({detail})"),
-            TransportError::Mismatch { peer, ours, theirs } => write!(
+            TransportError::Mismatch {
+                rank,
+                peer,
+                seq,
+                ours,
+                theirs,
+            } => write!(
                 f,
-                "mismatched collective: rank {peer} called {theirs:?} while this rank called {ours:?}"
+                "mismatched collective: call {seq}: rank {peer} called {theirs:?} while rank {rank} called {ours:?}"
             ),
             TransportError::LengthMismatch { peer, tag, expected, got } => write!(
                 f,
@@ -174,4 +249,27 @@ pub trait Transport: Send + Sync {
     /// Tells every peer that this rank gives up, with the reason; their
     /// pending and later operations fail with `TransportError::Aborted`.
     fn abort(&self, reason: &str);
+
+    /// This rank finished call `seq` of communicator `comm` (signature
+    /// `sig`). Collective calls finish in sequence order on every rank, so
+    /// from now on a message for this call or an earlier one can never be
+    /// received: one already queued is a mismatch now, a later one when it
+    /// arrives (the job fails, and the message is dropped instead of
+    /// waiting forever). Also forgets what [`Transport::set_blocked`] said.
+    fn finish_call(&self, comm: u32, seq: u32, sig: CallSig) -> Result<()>;
+
+    /// This rank is blocked in a call: tells the ranks in `b.on` (reachable
+    /// by this transport) which call it is in and answers [`Transport::ask`]
+    /// with it until the call finishes. A peer in another call with the same
+    /// sequence number reports the mismatch.
+    fn set_blocked(&self, b: &Blocked);
+
+    /// Asks `peer` what it is waiting for; its answer replaces the last one
+    /// heard ([`Transport::answer`]). A peer answers while it is inside
+    /// shoal; a stopped one never does.
+    fn ask(&self, peer: usize) -> Result<()>;
+
+    /// What `peer` last said it waits for since this rank asked it (or
+    /// told unasked, being blocked on this rank); `None` if nothing.
+    fn answer(&self, peer: usize) -> Option<Answer>;
 }

@@ -14,11 +14,27 @@
 //! matcher hands the transport a [`Pull`] (from [`Matcher::take_pulls`]): the
 //! transport reads the payload from the sender into the [`Incoming`], hands
 //! it to [`Matcher::on_complete`], and acknowledges the sender.
+//!
+//! Mismatched collective calls are caught here whatever messages they
+//! exchange: a message meeting a receive of the same call with another
+//! signature fails it; a message for a call this rank has finished (or one
+//! left over when it finishes: [`Matcher::finish_call`]) was sent by a rank
+//! whose call differs, and fails the job instead of waiting in a queue
+//! forever; and a rank blocked in a call tells the ranks it waits on which
+//! call that is ([`Matcher::on_waiting`]), so two calls that wait on each
+//! other are a mismatch, not a deadlock.
 
 use std::collections::{HashMap, VecDeque};
 
 use crate::frame::{Header, RndvInfo};
-use crate::{CallSig, RecvInto, ReqId, Result, Sink, Tag, TransportError};
+use crate::{Answer, Blocked, CallSig, RecvInto, ReqId, Result, Sink, Tag, TransportError};
+
+/// Finished calls remembered per communicator, to name this rank's side of
+/// a mismatch found after the call.
+const CALLS_KEPT: usize = 16;
+/// Collective sequence numbers count modulo 2^31 (the top bit marks
+/// point-to-point messages).
+const SEQ_MODULUS_MASK: u32 = (1 << 31) - 1;
 
 /// Where the payload of one arriving message goes.
 enum Dest {
@@ -217,6 +233,28 @@ struct PeerQ {
     bye: bool,
 }
 
+/// The collective calls this rank finished on one communicator, newest last.
+#[derive(Default)]
+struct Finished {
+    calls: VecDeque<(u32, CallSig)>,
+}
+
+impl Finished {
+    /// Whether call `seq` is over here: one of the remembered calls, or
+    /// older than all of them (finished, or skipped by every rank).
+    fn covers(&self, seq: u32) -> bool {
+        let older = |oldest: u32| {
+            let behind = oldest.wrapping_sub(seq) & SEQ_MODULUS_MASK;
+            behind != 0 && behind < 1 << 30
+        };
+        self.calls.iter().any(|c| c.0 == seq) || self.calls.front().is_some_and(|c| older(c.0))
+    }
+
+    fn sig_of(&self, seq: u32) -> Option<CallSig> {
+        self.calls.iter().rev().find(|c| c.0 == seq).map(|c| c.1)
+    }
+}
+
 /// Matching state of one transport.
 pub(crate) struct Matcher {
     rank: usize,
@@ -228,6 +266,17 @@ pub(crate) struct Matcher {
     fatal: Option<TransportError>,
     /// Rendezvous messages matched to a receive, for the transport to read.
     pulls: Vec<Pull>,
+    /// Per communicator, the collective calls this rank finished.
+    finished: HashMap<u32, Finished>,
+    /// What this rank is blocked on, while it is.
+    blocked: Option<Blocked>,
+    /// Peers blocked in calls this rank has not reached yet (the newest per
+    /// peer), compared with this rank's call when it gets there.
+    notes: HashMap<usize, Blocked>,
+    /// What each peer said it waits for since it was last asked.
+    answers: HashMap<usize, Answer>,
+    /// Peers that asked what this rank waits for and await the answer.
+    queries: Vec<usize>,
 }
 
 fn same_call(a: Tag, b: Tag) -> bool {
@@ -273,6 +322,27 @@ impl Matcher {
             peers,
             fatal: None,
             pulls: Vec::new(),
+            finished: HashMap::new(),
+            blocked: None,
+            notes: HashMap::new(),
+            answers: HashMap::new(),
+            queries: Vec::new(),
+        }
+    }
+
+    fn mismatch(
+        &self,
+        peer: usize,
+        seq: u32,
+        ours: Option<CallSig>,
+        theirs: CallSig,
+    ) -> TransportError {
+        TransportError::Mismatch {
+            rank: self.rank,
+            peer,
+            seq,
+            ours,
+            theirs,
         }
     }
 
@@ -321,11 +391,7 @@ impl Matcher {
         self.peer(peer)?;
         let len = len_of(&into);
         if let Some((from, theirs)) = self.conflicting_unexpected(peer, tag, sig) {
-            let e = TransportError::Mismatch {
-                peer: from,
-                ours: sig,
-                theirs,
-            };
+            let e = self.mismatch(from, tag.seq, Some(sig), theirs);
             return Ok(self.new_req(peer, State::Failed(e)));
         }
         let q = self.peer(peer)?;
@@ -395,6 +461,9 @@ impl Matcher {
     /// A data header arrived from `peer`: fails posted receives of the same
     /// call with another signature, then picks where the payload goes.
     pub fn on_header(&mut self, peer: usize, h: &Header) -> Incoming {
+        if self.refuses(peer, h) {
+            return Incoming::discard(h.len as usize);
+        }
         if let Some(inc) = self.match_posted(peer, h) {
             return inc;
         }
@@ -412,6 +481,11 @@ impl Matcher {
     /// header; the message becomes a [`Pull`] once a receive matches (now,
     /// or when one is posted).
     pub fn on_rndv(&mut self, peer: usize, h: &Header, rndv: RndvInfo) {
+        if self.refuses(peer, h) {
+            // Never read nor acknowledged: the job has failed, and the
+            // sender learns it from the abort.
+            return;
+        }
         if let Some(inc) = self.match_posted(peer, h) {
             self.pulls.push(Pull { peer, rndv, inc });
         } else {
@@ -470,14 +544,8 @@ impl Matcher {
             mismatched.extend(self.take_posted(other, conflicts));
         }
         for p in mismatched {
-            self.fail(
-                p.id,
-                TransportError::Mismatch {
-                    peer,
-                    ours: p.sig,
-                    theirs: h.sig,
-                },
-            );
+            let e = self.mismatch(peer, h.tag.seq, Some(p.sig), h.sig);
+            self.fail(p.id, e);
         }
         if let Some(p) = self
             .take_posted(peer, |p| p.tag == h.tag)
@@ -539,6 +607,134 @@ impl Matcher {
             }
         }
         out
+    }
+
+    /// Whether a message from `peer` is dropped on arrival: the job has
+    /// failed, or the message belongs to a call this rank has finished, so
+    /// its sender's call differs from ours (the job fails now).
+    fn refuses(&mut self, peer: usize, h: &Header) -> bool {
+        if self.fatal.is_some() {
+            return true;
+        }
+        let Some(done) = self.finished.get(&h.tag.comm) else {
+            return false;
+        };
+        if !h.sig.is_collective() || !done.covers(h.tag.seq) {
+            return false;
+        }
+        let e = self.mismatch(peer, h.tag.seq, done.sig_of(h.tag.seq), h.sig);
+        self.set_fatal(e);
+        true
+    }
+
+    /// This rank finished collective call `seq` of `comm` (see
+    /// `Transport::finish_call`): a message of the call still queued, or a
+    /// peer blocked in it with another signature, is a mismatch.
+    pub fn finish_call(&mut self, comm: u32, seq: u32, sig: CallSig) -> Result<()> {
+        self.blocked = None;
+        self.health_fatal()?;
+        if !sig.is_collective() {
+            return Ok(());
+        }
+        let done = self.finished.entry(comm).or_default();
+        done.calls.push_back((seq, sig));
+        if done.calls.len() > CALLS_KEPT {
+            done.calls.pop_front();
+        }
+        let of_this_call = |t: &Tag| t.comm == comm && t.seq == seq;
+        let leftover = self.peers.iter().find_map(|(&p, q)| {
+            let u = q.unexpected.iter().find(|u| of_this_call(&u.tag))?;
+            Some((p, u.sig))
+        });
+        let blocked_elsewhere = self
+            .notes
+            .iter()
+            .find(|(_, b)| of_this_call(&b.tag) && b.sig != sig)
+            .map(|(&p, b)| (p, b.sig));
+        self.notes.retain(|_, b| !of_this_call(&b.tag));
+        match leftover.or(blocked_elsewhere) {
+            Some((peer, theirs)) => {
+                let e = self.mismatch(peer, seq, Some(sig), theirs);
+                self.set_fatal(e.clone());
+                Err(e)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// This rank is blocked in a call (see `Transport::set_blocked`); a peer
+    /// that said it is blocked in the same call with another signature is
+    /// a mismatch.
+    pub fn set_blocked(&mut self, b: &Blocked) {
+        self.blocked = Some(b.clone());
+        let noted: Vec<(usize, Blocked)> = self.notes.drain().collect();
+        for (peer, note) in noted {
+            self.check_note(peer, note);
+        }
+    }
+
+    /// What this rank is blocked on, to answer a query with.
+    pub fn blocked(&self) -> Option<&Blocked> {
+        self.blocked.as_ref()
+    }
+
+    /// `peer` said what it waits for (asked or not).
+    pub fn on_waiting(&mut self, peer: usize, a: Answer) {
+        if let Answer::Blocked(b) = &a {
+            self.check_note(peer, b.clone());
+        }
+        self.answers.insert(peer, a);
+    }
+
+    /// Compares the call `peer` is blocked in with this rank's call of the
+    /// same sequence number: finished, blocked in now, or (not reached yet)
+    /// kept for when it is.
+    fn check_note(&mut self, peer: usize, theirs: Blocked) {
+        let (comm, seq) = (theirs.tag.comm, theirs.tag.seq);
+        if !theirs.sig.is_collective() || self.fatal.is_some() {
+            return;
+        }
+        let done = self.finished.get(&comm).filter(|d| d.covers(seq));
+        let ours = match done {
+            Some(d) => d.sig_of(seq),
+            None => self
+                .blocked
+                .as_ref()
+                .filter(|b| b.tag.comm == comm && b.tag.seq == seq)
+                .map(|b| b.sig),
+        };
+        match ours {
+            Some(ours) if ours != theirs.sig => {
+                let e = self.mismatch(peer, seq, Some(ours), theirs.sig);
+                self.set_fatal(e);
+            }
+            None if done.is_none() => {
+                self.notes.insert(peer, theirs);
+            }
+            _ => {}
+        }
+    }
+
+    /// `peer` asks what this rank waits for.
+    pub fn on_query(&mut self, peer: usize) {
+        if !self.queries.contains(&peer) {
+            self.queries.push(peer);
+        }
+    }
+
+    /// The peers whose queries await an answer.
+    pub fn take_queries(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.queries)
+    }
+
+    /// Forgets what `peer` said, before asking it again.
+    pub fn forget_answer(&mut self, peer: usize) {
+        self.answers.remove(&peer);
+    }
+
+    /// What `peer` said since it was last asked.
+    pub fn answer(&self, peer: usize) -> Option<Answer> {
+        self.answers.get(&peer).cloned()
     }
 
     /// The payload of `inc` (from `peer`) has fully arrived.
@@ -644,9 +840,17 @@ impl Matcher {
         gone
     }
 
-    /// Records a job-wide failure (the first one wins).
+    /// Records a job-wide failure (the first one wins). Nothing will be
+    /// received any more, so queued messages are dropped.
     pub fn set_fatal(&mut self, e: TransportError) {
-        self.fatal.get_or_insert(e);
+        if self.fatal.is_some() {
+            return;
+        }
+        self.fatal = Some(e);
+        for q in self.peers.values_mut() {
+            q.unexpected.clear();
+        }
+        self.notes.clear();
     }
 
     /// Whether the job failed (every request reports that failure).

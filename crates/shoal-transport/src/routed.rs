@@ -12,7 +12,9 @@ use crate::doorbell::{wait_on, Doorbell};
 use crate::setup::{agree, SetupRecord};
 use crate::shm::{ShmConfig, ShmTransport, DEFAULT_CMA_THRESHOLD, DEFAULT_RING_SIZE};
 use crate::tcp::{Congestion, TcpConfig, TcpTransport};
-use crate::{CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError};
+use crate::{
+    Answer, Blocked, CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError,
+};
 
 /// Settings of a [`Routed`] transport.
 #[derive(Clone, Debug)]
@@ -269,5 +271,29 @@ impl Transport for Routed {
         if let Some(t) = &self.tcp {
             t.abort(reason);
         }
+    }
+
+    fn finish_call(&self, comm: u32, seq: u32, sig: CallSig) -> Result<()> {
+        let shm = self.shm.as_ref().map(|s| s.finish_call(comm, seq, sig));
+        let tcp = self.tcp.as_ref().map(|t| t.finish_call(comm, seq, sig));
+        shm.unwrap_or(Ok(())).and(tcp.unwrap_or(Ok(())))
+    }
+
+    fn set_blocked(&self, b: &Blocked) {
+        // (each side tells the ranks it reaches)
+        if let Some(s) = &self.shm {
+            s.set_blocked(b);
+        }
+        if let Some(t) = &self.tcp {
+            t.set_blocked(b);
+        }
+    }
+
+    fn ask(&self, peer: usize) -> Result<()> {
+        self.via(peer)?.1.ask(peer)
+    }
+
+    fn answer(&self, peer: usize) -> Option<Answer> {
+        self.via(peer).ok()?.1.answer(peer)
     }
 }

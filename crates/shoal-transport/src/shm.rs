@@ -39,10 +39,12 @@ use std::time::{Duration, Instant};
 
 use crate::cma;
 use crate::doorbell::{wait_on, BellWords, Doorbell};
-use crate::frame::{Header, Kind, RndvInfo, HEADER_LEN};
+use crate::frame::{decode_waiting, waiting, Header, Kind, RndvInfo, HEADER_LEN};
 use crate::matching::{closed, Incoming, Matcher, Pull};
 use crate::setup::wait_for_rank;
-use crate::{CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError};
+use crate::{
+    Answer, Blocked, CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError,
+};
 
 /// Default ring size per directed pair of local ranks.
 pub const DEFAULT_RING_SIZE: usize = 4 << 20;
@@ -479,6 +481,12 @@ impl Inner {
         for i in 0..self.ins.len() {
             changed |= self.pull_in(i);
         }
+        // Answers to queries just read (they do not count as progress).
+        for i in 0..self.outs.len() {
+            if !self.outs[i].ctl.is_empty() {
+                self.push_out(i);
+            }
+        }
         changed |= self.run_pulls();
         self.check_flags();
         if self.last_liveness.elapsed() >= LIVENESS_EVERY {
@@ -533,7 +541,9 @@ impl Inner {
         moved
     }
 
-    /// Consumes frames from `ins[i]`'s ring into receives or the unexpected queue.
+    /// Consumes frames from `ins[i]`'s ring into receives or the unexpected
+    /// queue. Returns whether anything moved (`Waiting` and `Query` frames
+    /// are talk about progress, not progress).
     fn pull_in(&mut self, i: usize) -> bool {
         let Inner {
             ins, outs, matcher, ..
@@ -543,6 +553,7 @@ impl Inner {
         if tail == c.head {
             return false;
         }
+        let mut moved = false;
         while c.head < tail {
             let mut inc = match c.incoming.take() {
                 Some(inc) => inc,
@@ -556,13 +567,10 @@ impl Inner {
                         }
                     };
                     let info = RndvInfo::decode(raw);
+                    let answer = (h.kind == Kind::Waiting).then(|| decode_waiting(&h, raw));
                     c.head += HEADER_LEN as u64;
+                    moved |= !matches!(h.kind, Kind::Waiting | Kind::Query);
                     match h.kind {
-                        Kind::Rndv if info.word != c.pid as u32 => {
-                            let what = "rendezvous descriptor names another process";
-                            matcher.peer_down(c.peer, what);
-                            return true;
-                        }
                         Kind::Rndv => {
                             matcher.on_rndv(c.peer, &h, info);
                             continue;
@@ -574,10 +582,22 @@ impl Inner {
                             }
                             continue;
                         }
+                        Kind::Waiting => {
+                            matcher.on_waiting(c.peer, answer.unwrap());
+                            continue;
+                        }
+                        Kind::Query => {
+                            // Answered by `poll` once the frames are read.
+                            if let Some(o) = outs.get_mut(i) {
+                                o.ctl.push_back(waiting(matcher.blocked()));
+                            }
+                            continue;
+                        }
                         _ => matcher.on_header(c.peer, &h),
                     }
                 }
             };
+            moved = true;
             while !inc.done() && c.head < tail {
                 let piece = c
                     .ring
@@ -596,7 +616,7 @@ impl Inner {
         }
         c.ring.hdr().head.0.store(c.head, Ordering::Release);
         c.producer_bell.ring();
-        true
+        moved
     }
 
     /// Reads matched rendezvous messages from their senders, oldest first,
@@ -666,11 +686,24 @@ impl Inner {
         moved
     }
 
+    /// Sends a header-only control frame to `peer` ahead of queued data;
+    /// false if `peer` is not a local rank (or the transport closed).
+    fn send_control(&mut self, peer: usize, frame: [u8; HEADER_LEN]) -> bool {
+        let Some(ch) = self.index.get(peer).copied().flatten() else {
+            return false;
+        };
+        let Some(o) = self.outs.get_mut(ch) else {
+            return false;
+        };
+        o.ctl.push_back(frame);
+        self.push_out(ch);
+        true
+    }
+
     /// Queues an ack of the rendezvous send `cookie` to `outs[ch]`'s peer.
     fn ack(&mut self, ch: usize, cookie: u64, status: u32) {
         let info = RndvInfo {
-            word: status,
-            addr: 0,
+            word: status as u64,
             cookie,
         };
         let frame = info.encode(&Header::control(Kind::Ack, 0));
@@ -741,7 +774,7 @@ fn on_ack(o: &mut OutChan, matcher: &mut Matcher, peer: usize, info: RndvInfo) {
 /// Reads up to `max` more bytes of pull `p` from process `pid`: straight into
 /// a plain destination, or through `stage` into a sink. Returns the count.
 fn pull_step(pid: i32, p: &mut Pull, max: usize, stage: &mut Vec<Line>) -> std::io::Result<usize> {
-    let addr = p.rndv.addr + p.inc.received as u64;
+    let addr = p.rndv.word + p.inc.received as u64;
     if let Some(dst) = p.inc.direct() {
         let n = max.min(dst.len());
         let got = cma::read(pid, addr, &mut dst[..n])?;
@@ -854,8 +887,7 @@ impl Transport for ShmTransport {
         let rndv = g.outs[i].cma && len >= g.cma_threshold && sig.kind != CallSig::P2P_KIND;
         let (header, payload) = if rndv {
             let info = RndvInfo {
-                word: std::process::id(),
-                addr: data as u64,
+                word: data as u64,
                 cookie: id,
             };
             (info.encode(&Header::rndv(tag, sig, len)), 0)
@@ -913,6 +945,32 @@ impl Transport for ShmTransport {
         for o in &g.outs {
             o.bell.ring();
         }
+    }
+
+    fn finish_call(&self, comm: u32, seq: u32, sig: CallSig) -> Result<()> {
+        self.lock().matcher.finish_call(comm, seq, sig)
+    }
+
+    fn set_blocked(&self, b: &Blocked) {
+        let mut g = self.lock();
+        g.matcher.set_blocked(b);
+        let frame = waiting(Some(b));
+        for &peer in &b.on {
+            g.send_control(peer, frame);
+        }
+    }
+
+    fn ask(&self, peer: usize) -> Result<()> {
+        let mut g = self.lock();
+        g.matcher.forget_answer(peer);
+        if !g.send_control(peer, Header::control(Kind::Query, 0).encode()) {
+            return Err(io_err(&format!("rank {peer} is not reachable")));
+        }
+        Ok(())
+    }
+
+    fn answer(&self, peer: usize) -> Option<Answer> {
+        self.lock().matcher.answer(peer)
     }
 }
 

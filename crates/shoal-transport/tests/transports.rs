@@ -250,8 +250,10 @@ fn mismatch_recv_first(kind: Kind) {
             assert_eq!(
                 e,
                 TransportError::Mismatch {
+                    rank: 1,
                     peer: 0,
-                    ours: sig(),
+                    seq: tag(0).seq,
+                    ours: Some(sig()),
                     theirs: other_sig()
                 }
             );
@@ -276,8 +278,10 @@ fn mismatch_message_first(kind: Kind) {
             assert_eq!(
                 e,
                 TransportError::Mismatch {
+                    rank: 1,
                     peer: 0,
-                    ours: sig(),
+                    seq: tag(0).seq,
+                    ours: Some(sig()),
                     theirs: other_sig()
                 }
             );
@@ -529,3 +533,192 @@ fn routed_tcp_only_on_one_host() {
         h.join().unwrap();
     }
 }
+
+/// Waits until the transport reports an error (the job failed).
+fn wait_failure(t: &dyn Transport) -> TransportError {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if let Err(e) = t.wait(Duration::from_millis(20)) {
+            return e;
+        }
+        assert!(Instant::now() < deadline, "no failure within {TIMEOUT:?}");
+    }
+}
+
+fn late_mismatch(r: usize) -> TransportError {
+    TransportError::Mismatch {
+        rank: r,
+        peer: 1 - r,
+        seq: tag(0).seq,
+        ours: Some(sig()),
+        theirs: other_sig(),
+    }
+}
+
+/// Rank 0's call sends a message rank 1's call (already finished) never
+/// receives: it is a mismatch when it arrives, not a queued message forever.
+fn message_after_the_call_finished(kind: Kind) {
+    let finished = Arc::new(Barrier::new(2));
+    run(kind, 2, RING, move |r, t| {
+        if r == 1 {
+            t.finish_call(tag(0).comm, tag(0).seq, sig()).unwrap();
+        }
+        finished.wait();
+        if r == 0 {
+            send_with(t, 1, 0, other_sig());
+        } else {
+            assert_eq!(wait_failure(t), late_mismatch(1));
+            // ... and every later use of the transport reports it.
+            let mut buf = [0u8; 8];
+            assert!(unsafe {
+                t.irecv(
+                    0,
+                    tag(1),
+                    sig(),
+                    RecvInto::Buffer {
+                        dst: buf.as_mut_ptr(),
+                        len: 8,
+                    },
+                )
+            }
+            .is_err());
+        }
+    });
+}
+both!(message_after_the_call_finished);
+
+/// The same message, already queued when the receiver's call finishes.
+fn message_left_over_when_the_call_finishes(kind: Kind) {
+    let sent = Arc::new(Barrier::new(2));
+    run(kind, 2, RING, move |r, t| {
+        if r == 0 {
+            send_with(t, 1, 0, other_sig());
+            sent.wait();
+        } else {
+            sent.wait();
+            let until = Instant::now() + Duration::from_millis(100);
+            while Instant::now() < until {
+                t.wait(Duration::from_millis(10)).unwrap(); // reads it
+            }
+            let e = t.finish_call(tag(0).comm, tag(0).seq, sig());
+            assert_eq!(e, Err(late_mismatch(1)));
+            assert_eq!(wait_failure(t), late_mismatch(1));
+        }
+    });
+}
+both!(message_left_over_when_the_call_finishes);
+
+fn send_with(t: &dyn Transport, peer: usize, step: u32, s: CallSig) {
+    let d = [1u8; 8];
+    let req = unsafe { t.isend(peer, tag(step), s, d.as_ptr(), 8).unwrap() };
+    wait_all(t, &[req]).unwrap();
+}
+
+fn blocked(r: usize, s: CallSig) -> Blocked {
+    Blocked {
+        tag: tag(0),
+        sig: s,
+        on: vec![1 - r],
+    }
+}
+
+/// Two ranks blocked on each other in different calls (each waits for a
+/// message the other never sends): both learn it is a mismatch.
+fn blocked_in_different_calls(kind: Kind) {
+    run(kind, 2, RING, |r, t| {
+        let (ours, theirs) = if r == 0 {
+            (sig(), other_sig())
+        } else {
+            (other_sig(), sig())
+        };
+        t.set_blocked(&blocked(r, ours));
+        let e = wait_failure(t);
+        let want = TransportError::Mismatch {
+            rank: r,
+            peer: 1 - r,
+            seq: tag(0).seq,
+            ours: Some(ours),
+            theirs,
+        };
+        assert_eq!(e, want);
+    });
+}
+both!(blocked_in_different_calls);
+
+/// A rank blocked in the same call as the rank it waits on is no mismatch;
+/// one that has not reached the call is compared when it finishes it.
+fn blocked_note_checked_later(kind: Kind) {
+    let noted = Arc::new(Barrier::new(2));
+    run(kind, 2, RING, move |r, t| {
+        if r == 0 {
+            t.set_blocked(&blocked(0, sig()));
+            noted.wait();
+            noted.wait();
+            assert!(matches!(
+                wait_failure(t),
+                TransportError::Aborted { peer: 1, .. }
+            ));
+        } else {
+            std::thread::sleep(Duration::from_millis(50));
+            t.progress().unwrap();
+            noted.wait();
+            let e = t
+                .finish_call(tag(0).comm, tag(0).seq, other_sig())
+                .unwrap_err();
+            assert!(
+                matches!(e, TransportError::Mismatch { peer: 0, ours: Some(o), .. } if o == other_sig()),
+                "{e:?}"
+            );
+            t.abort(&e.to_string());
+            noted.wait();
+        }
+    });
+}
+both!(blocked_note_checked_later);
+
+/// A rank inside shoal answers what it waits for; one that is not polling
+/// (computing, or stopped) does not.
+fn ask_and_answer(kind: Kind) {
+    let phase = Arc::new(Barrier::new(2));
+    run(kind, 2, RING, move |r, t| {
+        if r == 1 {
+            t.set_blocked(&Blocked {
+                tag: tag(3),
+                sig: sig(),
+                on: vec![0],
+            });
+            phase.wait();
+            let until = Instant::now() + Duration::from_millis(500);
+            while Instant::now() < until {
+                t.wait(Duration::from_millis(10)).unwrap();
+            }
+            phase.wait();
+            std::thread::sleep(Duration::from_millis(300)); // not polling
+            phase.wait();
+        } else {
+            phase.wait();
+            t.ask(1).unwrap();
+            let deadline = Instant::now() + Duration::from_millis(400);
+            let answer = loop {
+                t.wait(Duration::from_millis(10)).unwrap();
+                if let Some(a) = t.answer(1) {
+                    break a;
+                }
+                assert!(Instant::now() < deadline, "no answer");
+            };
+            let want = Blocked {
+                tag: tag(3),
+                sig: sig(),
+                on: vec![0],
+            };
+            assert_eq!(answer, Answer::Blocked(want));
+            phase.wait();
+            t.ask(1).unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+            t.progress().unwrap();
+            assert_eq!(t.answer(1), None);
+            phase.wait();
+        }
+    });
+}
+both!(ask_and_answer);

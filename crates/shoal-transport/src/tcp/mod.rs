@@ -26,9 +26,11 @@ use std::time::{Duration, Instant};
 
 use crate::auth::Key;
 use crate::doorbell::{wait_on, Doorbell};
-use crate::frame::{Header, Kind, HEADER_LEN};
+use crate::frame::{waiting, Header, Kind, HEADER_LEN};
 use crate::matching::Matcher;
-use crate::{CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError};
+use crate::{
+    Answer, Blocked, CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError,
+};
 use reader::{wait_readable, ReadSide};
 
 /// Settings of a [`TcpTransport`].
@@ -80,6 +82,8 @@ impl TcpConfig {
 struct Shared {
     matcher: Mutex<Matcher>,
     bell: Doorbell,
+    /// Counts matcher changes that are progress (what `progress` reports).
+    events: AtomicU32,
     /// Set when we close: our own EOFs are then expected, not peer deaths.
     closing: AtomicBool,
     /// When the rank last polled the sockets itself (ns since `epoch`).
@@ -116,6 +120,15 @@ impl Shared {
 
     /// Runs `f` on the matcher, then wakes the waiting rank.
     fn update(&self, f: impl FnOnce(&mut Matcher)) {
+        f(&mut self.lock());
+        self.events.fetch_add(1, Ordering::AcqRel);
+        self.bell.ring();
+    }
+
+    /// Runs `f` (a peer telling what it waits for, or asking us) on the
+    /// matcher and wakes the rank to answer or to fail, without counting
+    /// it as progress: talk about a stalled call must not keep it alive.
+    fn hear(&self, f: impl FnOnce(&mut Matcher)) {
         f(&mut self.lock());
         self.bell.ring();
     }
@@ -205,6 +218,7 @@ impl TcpTransport {
         let shared = Arc::new(Shared {
             matcher: Mutex::new(Matcher::new(cfg.rank, peers.iter().copied())),
             bell,
+            events: AtomicU32::new(0),
             closing: AtomicBool::new(false),
             polled_at: AtomicU64::new(0),
             epoch: Instant::now(),
@@ -241,7 +255,7 @@ impl TcpTransport {
                 read,
             });
         }
-        let last_seen = AtomicU32::new(shared.bell.seq());
+        let last_seen = AtomicU32::new(0);
 
         Ok(TcpTransport {
             rank: cfg.rank,
@@ -634,8 +648,15 @@ impl Transport for TcpTransport {
     fn progress(&self) -> Result<bool> {
         self.shared.mark_polled();
         self.pump_readable();
-        self.shared.lock().health()?;
-        let now = self.shared.bell.seq();
+        let queries = {
+            let mut m = self.shared.lock();
+            m.health()?;
+            m.take_queries()
+        };
+        if !queries.is_empty() {
+            self.answer_queries(&queries);
+        }
+        let now = self.shared.events.load(Ordering::Acquire);
         Ok(self.last_seen.swap(now, Ordering::AcqRel) != now)
     }
 
@@ -659,6 +680,44 @@ impl Transport for TcpTransport {
                     payload: reason.as_bytes().to_vec(),
                 },
             );
+        }
+    }
+
+    fn finish_call(&self, comm: u32, seq: u32, sig: CallSig) -> Result<()> {
+        self.shared.lock().finish_call(comm, seq, sig)
+    }
+
+    fn set_blocked(&self, b: &Blocked) {
+        self.shared.lock().set_blocked(b);
+        let header = waiting(Some(b));
+        for &peer in b.on.iter().filter(|&&p| self.conn(p).is_some()) {
+            let _ = self.send_control(peer, header);
+        }
+    }
+
+    fn ask(&self, peer: usize) -> Result<()> {
+        self.shared.lock().forget_answer(peer);
+        self.send_control(peer, Header::control(Kind::Query, 0).encode())
+    }
+
+    fn answer(&self, peer: usize) -> Option<Answer> {
+        self.shared.lock().answer(peer)
+    }
+}
+
+impl TcpTransport {
+    /// Queues a header-only control frame to `peer`.
+    fn send_control(&self, peer: usize, header: [u8; HEADER_LEN]) -> Result<()> {
+        let payload = Vec::new();
+        self.enqueue(peer, Job::Control { header, payload })
+    }
+
+    /// Tells the peers that asked what this rank waits for (from the rank's
+    /// own thread: a rank that is not inside shoal does not answer).
+    fn answer_queries(&self, peers: &[usize]) {
+        let header = waiting(self.shared.lock().blocked());
+        for &peer in peers {
+            let _ = self.send_control(peer, header);
         }
     }
 }

@@ -13,7 +13,7 @@ use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 
 use super::{set_tcp_option, Shared};
-use crate::frame::{Header, Kind, HEADER_LEN};
+use crate::frame::{decode_waiting, Header, Kind, HEADER_LEN};
 use crate::matching::Incoming;
 use crate::TransportError;
 
@@ -222,6 +222,14 @@ impl ReadSide {
             },
             Kind::Bye => {
                 sh.update(|m| m.peer_bye(peer));
+                State::Header
+            }
+            Kind::Waiting => {
+                sh.hear(|m| m.on_waiting(peer, decode_waiting(&h, buf)));
+                State::Header
+            }
+            Kind::Query => {
+                sh.hear(|m| m.on_query(peer));
                 State::Header
             }
             Kind::Rndv | Kind::Ack => {

@@ -162,6 +162,7 @@ pub fn sig() -> CallSig {
         algo: 0,
         root: 0,
         count: 100,
+        history: 0,
     }
 }
 
