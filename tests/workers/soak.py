@@ -7,8 +7,9 @@ so the reference needs no communication.
 Resources are sampled at the first tenth, the middle and the end:
 resident memory must not grow over the second half (caches and the
 allocator settle in the first), and open file descriptors, threads and
-shoal's /dev/shm entries must not grow after the first tenth. Prints one JSON line per rank with the figures; exits non-zero on the
-first wrong element or growth beyond the limits.
+shoal's /dev/shm entries must not grow after the first tenth. Prints one
+JSON line per rank with the figures; exits non-zero on the first wrong
+element or growth beyond the limits.
 
     shoal run -n 4 python tests/workers/soak.py 10000
 """
