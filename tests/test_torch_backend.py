@@ -83,6 +83,17 @@ def test_dead_peer_raises_instead_of_hanging() -> None:
     assert "RAISED PeerDiedError" in results[0].stdout and "rank 1 died" in results[0].stdout, results[0].stdout
 
 
+def test_stall_in_a_collective_issued_by_torch_cpp_code_raises_after_shoal_timeout() -> None:
+    """DDP's constructor checks parameter shapes with an all_gather that torch's
+    C++ code issues and waits for; with a silent peer it must fail like any
+    other call after SHOAL_TIMEOUT (on torch 2.4 it used to hang forever)."""
+    results = spawn_ranks(2, "torch_failures.py", "stall", env={"SHOAL_TIMEOUT": "3", "STALL_SECONDS": "20"})
+    out = results[0].stdout
+    assert "RAISED" in out and "ShoalTimeoutError" in out, (out, results[0].stderr[-2000:])
+    seconds = float(re.search(r"after ([0-9.]+) s", out).group(1))
+    assert 2.5 <= seconds <= 10, out
+
+
 @pytest.mark.parametrize("world", [2, 3])
 def test_p2p_large_exchange(world: int) -> None:
     """isend before irecv on every rank, 8 MB each: sends must not wait for the receiver."""

@@ -353,6 +353,22 @@ def check_coalescing(r: int, n: int) -> None:
         check(o, want, "coalesced all_gather_into_tensor")
 
 
+def check_functional_collectives(r: int, n: int) -> None:
+    """torch's functional collectives (DTensor's, FSDP2's) issue the call from
+    C++ and keep its work there until the result is used: the work must stay
+    waitable after Python has let go of it."""
+    import gc
+
+    import torch.distributed._functional_collectives as funcol
+
+    pending = [funcol.all_reduce(torch.full((5,), float(r + i)), "sum", dist.group.WORLD) for i in range(3)]
+    gathered = funcol.all_gather_tensor(torch.full((2,), float(r)), 0, dist.group.WORLD)
+    gc.collect()
+    for i in reversed(range(3)):
+        check(pending[i] * 1, torch.full((5,), float(sum(q + i for q in range(n)))), f"functional all_reduce #{i}")
+    check(gathered * 1, torch.cat([torch.full((2,), float(q)) for q in range(n)]), "functional all_gather")
+
+
 def check_errors(r: int, n: int) -> None:
     x = torch.ones(4)
     expect_error(ValueError, "PREMUL_SUM", dist.all_reduce, x, op=ReduceOp.PREMUL_SUM(2.0))
@@ -388,6 +404,7 @@ def main() -> None:
     check_point_to_point(r, n)
     check_groups(r, n)
     check_coalescing(r, n)
+    check_functional_collectives(r, n)
     check_errors(r, n)
     check_barrier_and_async_order(r, n)
     dist.destroy_process_group()
