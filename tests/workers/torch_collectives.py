@@ -8,7 +8,6 @@ import zlib
 
 import torch
 import torch.distributed as dist
-from torch.distributed import ReduceOp
 
 import shoal.torch  # noqa: F401  (registers the backend)
 
@@ -371,7 +370,9 @@ def check_functional_collectives(r: int, n: int) -> None:
 
 def check_errors(r: int, n: int) -> None:
     x = torch.ones(4)
-    expect_error(ValueError, "PREMUL_SUM", dist.all_reduce, x, op=ReduceOp.PREMUL_SUM(2.0))
+    # ReduceOp.PREMUL_SUM is not callable on torch 2.4; _make_nccl_premul_sum builds the op on every release
+    premul_sum = dist._make_nccl_premul_sum(2.0)
+    expect_error(ValueError, "PREMUL_SUM", dist.all_reduce, x, op=premul_sum)
     expect_error(TypeError, "AVG needs floating point", dist.all_reduce, torch.ones(4, dtype=torch.int32), op=R.AVG)
     expect_error(TypeError, "BAND needs integer", dist.all_reduce, x, op=R.BAND)
     expect_error(NotImplementedError, "any source", dist.recv, x)
