@@ -7,6 +7,10 @@
 # The optional extras (torch for the PyTorch backend and the Gloo comparison,
 # matplotlib for bench plots) are installed best-effort: without them their
 # tests are skipped with the reason, and the core's tests still run.
+#
+# The torch backend's tests then run a second time on the oldest torch it
+# supports (2.4), in a second virtual environment (.venv-torch24), set up
+# best-effort in the same way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
@@ -18,3 +22,16 @@ timeout 1200 pip install -q matplotlib torch torchvision scikit-learn \
 maturin develop --release -q
 cargo test --release --workspace --exclude shoal-py
 python -m pytest -q tests
+
+# torch 2.4: the oldest release the torch backend supports (docs/torch.md)
+if timeout 1200 bash -c 'python3 -m venv .venv-torch24 && .venv-torch24/bin/pip install -q --upgrade pip &&
+        .venv-torch24/bin/pip install -q maturin numpy pytest pytest-timeout \
+            torch==2.4.1 torchvision==0.19.1 scikit-learn'; then
+    (
+        . .venv-torch24/bin/activate
+        maturin develop --release -q
+        python -m pytest -q tests/test_torch_backend.py
+    )
+else
+    echo "test.sh: torch 2.4.1 could not be installed; the torch backend's tests ran on the newest torch only"
+fi

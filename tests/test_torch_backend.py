@@ -38,7 +38,9 @@ def test_every_c10d_call(world: int, transport: str) -> None:
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_ddp_matches_single_process_training(world: int) -> None:
-    proc = launch(world, "torch_ddp.py")
+    # CPU training. torch's PowerSGD hook calls torch.cuda.synchronize(device) whenever CUDA is
+    # available, even for CPU tensors, which fails: hide any GPU so that the test does not depend on one
+    proc = launch(world, "torch_ddp.py", env={"CUDA_VISIBLE_DEVICES": ""})
     assert proc.stdout.count("OK torch ddp") == world, proc.stdout[-2000:]
 
 
@@ -81,6 +83,41 @@ def test_dead_peer_raises_instead_of_hanging() -> None:
     results = spawn_ranks(2, "torch_failures.py", "die", env={"SHOAL_TIMEOUT": "30"})
     assert results[1].returncode == 3
     assert "RAISED PeerDiedError" in results[0].stdout and "rank 1 died" in results[0].stdout, results[0].stdout
+
+
+def test_stall_in_a_collective_issued_by_torch_cpp_code_raises_after_shoal_timeout() -> None:
+    """DDP's constructor checks parameter shapes with an all_gather that torch's
+    C++ code issues and waits for; with a silent peer it must fail like any
+    other call after SHOAL_TIMEOUT (on torch 2.4 it used to hang forever)."""
+    results = spawn_ranks(2, "torch_failures.py", "stall", env={"SHOAL_TIMEOUT": "3", "STALL_SECONDS": "20"})
+    out = results[0].stdout
+    assert "RAISED" in out and "ShoalTimeoutError" in out, (out, results[0].stderr[-2000:])
+    seconds = float(re.search(r"after ([0-9.]+) s", out).group(1))
+    assert 2.5 <= seconds <= 10, out
+
+
+def test_works_nobody_consumes_are_let_go_once_complete_and_old() -> None:
+    """The holder of works (for torch releases that drop a work's Python object
+    while C++ holds it) must not keep an abandoned work's tensors forever, nor
+    let go of one still running."""
+    import time
+
+    from torch.futures import Future
+
+    from shoal.torch._work import ShoalWork, _Keeper
+
+    keeper = _Keeper(needed=True)
+    keeper.ABANDONED_AFTER = 0.2
+    done, running = Future(), Future()
+    done.set_result(None)
+    keeper.hold(ShoalWork(done))
+    keeper.hold(still_running := ShoalWork(running))
+    time.sleep(0.3)
+    keeper.hold(recent := ShoalWork(done))
+    assert keeper.held() == 2  # the old complete one was let go
+    keeper.release(recent)
+    keeper.release(still_running)
+    assert keeper.held() == 0
 
 
 @pytest.mark.parametrize("world", [2, 3])

@@ -8,7 +8,6 @@ import zlib
 
 import torch
 import torch.distributed as dist
-from torch.distributed import ReduceOp
 
 import shoal.torch  # noqa: F401  (registers the backend)
 
@@ -353,9 +352,27 @@ def check_coalescing(r: int, n: int) -> None:
         check(o, want, "coalesced all_gather_into_tensor")
 
 
+def check_functional_collectives(r: int, n: int) -> None:
+    """torch's functional collectives (DTensor's, FSDP2's) issue the call from
+    C++ and keep its work there until the result is used: the work must stay
+    waitable after Python has let go of it."""
+    import gc
+
+    import torch.distributed._functional_collectives as funcol
+
+    pending = [funcol.all_reduce(torch.full((5,), float(r + i)), "sum", dist.group.WORLD) for i in range(3)]
+    gathered = funcol.all_gather_tensor(torch.full((2,), float(r)), 0, dist.group.WORLD)
+    gc.collect()
+    for i in reversed(range(3)):
+        check(pending[i] * 1, torch.full((5,), float(sum(q + i for q in range(n)))), f"functional all_reduce #{i}")
+    check(gathered * 1, torch.cat([torch.full((2,), float(q)) for q in range(n)]), "functional all_gather")
+
+
 def check_errors(r: int, n: int) -> None:
     x = torch.ones(4)
-    expect_error(ValueError, "PREMUL_SUM", dist.all_reduce, x, op=ReduceOp.PREMUL_SUM(2.0))
+    # ReduceOp.PREMUL_SUM is not callable on torch 2.4; _make_nccl_premul_sum builds the op on every release
+    premul_sum = dist._make_nccl_premul_sum(2.0)
+    expect_error(ValueError, "PREMUL_SUM", dist.all_reduce, x, op=premul_sum)
     expect_error(TypeError, "AVG needs floating point", dist.all_reduce, torch.ones(4, dtype=torch.int32), op=R.AVG)
     expect_error(TypeError, "BAND needs integer", dist.all_reduce, x, op=R.BAND)
     expect_error(NotImplementedError, "any source", dist.recv, x)
@@ -378,6 +395,15 @@ def check_barrier_and_async_order(r: int, n: int) -> None:
     w.wait()
 
 
+def check_no_work_left_held() -> None:
+    """Where torch drops the Python object of a work held by C++ (torch 2.4),
+    the backend holds its works until they are consumed: every work here was
+    waited for (by this script or by torch), so none may stay held."""
+    from shoal.torch import _work
+
+    assert _work._keeper.held() == 0, f"{_work._keeper.held()} works still held"
+
+
 def main() -> None:
     dist.init_process_group("shoal")
     r, n = dist.get_rank(), dist.get_world_size()
@@ -388,8 +414,10 @@ def main() -> None:
     check_point_to_point(r, n)
     check_groups(r, n)
     check_coalescing(r, n)
+    check_functional_collectives(r, n)
     check_errors(r, n)
     check_barrier_and_async_order(r, n)
+    check_no_work_left_held()
     dist.destroy_process_group()
     print("OK torch collectives", flush=True)
 

@@ -1,29 +1,10 @@
-"""A ``torch.distributed`` backend named ``"shoal"``.
-
->>> import torch.distributed as dist, shoal.torch   # importing registers the backend
->>> dist.init_process_group("shoal")                # under torchrun or `shoal run`
-
-Every c10d collective runs on shoal: CPU tensors are passed to the core
-without copies when they are contiguous (numpy views of their memory); other
-tensors go through a contiguous host copy (CUDA tensors after their current
-stream is synchronised) that is copied back when the collective finishes.
-
-Asynchronous calls (``async_op=True``, DDP's gradient buckets, FSDP's
-prefetches) run on shoal's worker thread while Python continues; a small
-completion thread per process waits for shoal's work in issue order, copies
-staged results back and completes the torch futures. See docs/torch.md.
-"""
+"""``ShoalProcessGroup``: the torch process group whose calls run on a shoal communicator."""
 
 from __future__ import annotations
 
-import atexit
 import collections
-import os
-import queue
-import socket
 import threading
-from dataclasses import dataclass, field
-from datetime import timedelta
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -33,436 +14,30 @@ from torch.futures import Future
 
 import shoal
 
-__all__ = ["BACKEND", "ShoalProcessGroup", "ShoalWork"]
+from . import _compat, _world
+from ._host import (
+    _copy_back,
+    _copy_into_rows,
+    _copy_parts,
+    _flat_host,
+    _Host,
+    _host,
+    _op_name,
+    _pack,
+    _reduction_for,
+    _staging,
+    _unpack,
+)
+from ._work import ShoalWork, _Calls, _complete, _completer
 
 BACKEND = "shoal"
 
 Tensor = torch.Tensor
-ReduceOp = dist.ReduceOp
 
-# ---------------------------------------------------------------------------
-# Reduction operators and dtypes
 
-_OPS = {
-    ReduceOp.SUM: "sum",
-    ReduceOp.PRODUCT: "prod",
-    ReduceOp.MIN: "min",
-    ReduceOp.MAX: "max",
-    ReduceOp.AVG: "avg",
-    ReduceOp.BAND: "band",
-    ReduceOp.BOR: "bor",
-    ReduceOp.BXOR: "bxor",
-}
-
-# bool tensors reduce as uint8 0/1 values: SUM saturates to "any", PRODUCT to "all"
-_BOOL_OPS = {"sum": "max", "prod": "min", "min": "min", "max": "max", "band": "band", "bor": "bor", "bxor": "bxor"}
-
-_SHOAL_DTYPES = {
-    torch.float32: "float32",
-    torch.float64: "float64",
-    torch.float16: "float16",
-    torch.bfloat16: "bfloat16",
-    torch.int8: "int8",
-    torch.uint8: "uint8",
-    torch.int32: "int32",
-    torch.int64: "int64",
-}
-
-# integer types shoal cannot reduce natively: reduced in a wider type, wrapped back on the copy
-_WIDENED = {torch.int16: torch.int32, torch.uint16: torch.int32, torch.uint32: torch.int64}
-
-_COMPLEX = (torch.complex64, torch.complex128)
-
-
-def _op_name(op: Any) -> str:
-    """The shoal name of a torch ReduceOp (or RedOpType)."""
-    kind = op if isinstance(op, ReduceOp.RedOpType) else op.op
-    name = _OPS.get(kind)
-    if name is None:
-        raise ValueError(
-            f"the shoal backend does not support ReduceOp.{kind.name}; supported: SUM, PRODUCT, MIN, MAX, "
-            "AVG (floating point), BAND, BOR, BXOR (integers). For PREMUL_SUM, scale the tensor and use SUM."
-        )
-    return name
-
-
-def _reduction_for(dtype: torch.dtype, op: str) -> str:
-    """The shoal op that reduces tensors of ``dtype`` like torch's ``op``; raises if there is none."""
-    if dtype == torch.bool:
-        if op not in _BOOL_OPS:
-            raise TypeError(f"the shoal backend cannot reduce bool tensors with {op}")
-        return _BOOL_OPS[op]
-    if dtype in _COMPLEX and op not in ("sum", "avg"):
-        raise TypeError(f"the shoal backend reduces complex tensors only with SUM and AVG, not {op}")
-    if dtype.is_floating_point and op in ("band", "bor", "bxor"):
-        raise TypeError(f"ReduceOp.{op.upper()} needs integer tensors, got {dtype}")
-    if not dtype.is_floating_point and dtype not in _COMPLEX and op == "avg":
-        raise TypeError(f"ReduceOp.AVG needs floating point tensors, got {dtype}")
-    if dtype not in _SHOAL_DTYPES and dtype not in _WIDENED and dtype not in _COMPLEX:
-        raise TypeError(f"the shoal backend cannot reduce {dtype} tensors")
-    return op
-
-
-# ---------------------------------------------------------------------------
-# Host buffers: a tensor as a numpy array the core reads and writes in place
-
-
-@dataclass
-class _Host:
-    """A contiguous CPU tensor holding ``user``'s data, and its numpy view for shoal.
-
-    ``host`` is ``user`` itself (no copy) when ``user`` is a contiguous CPU
-    tensor of a type shoal handles; otherwise a staging copy that
-    ``copy_back`` writes into ``user``.
-    """
-
-    user: Tensor
-    host: Tensor
-    array: np.ndarray
-    dtype: str
-    staged: bool
-
-    def copy_back(self) -> None:
-        if not self.staged:
-            return
-        self.user.detach().copy_(self.host)
-        if self.user.is_cuda:
-            torch.cuda.current_stream(self.user.device).synchronize()
-
-
-def _host(t: Tensor, *, reduce: bool = False, fill: bool = True) -> _Host:
-    """``t`` as a host buffer. ``reduce``: the buffer will be reduced (picks a
-    reducible type); ``fill``: the collective reads ``t``'s values (otherwise
-    a staging copy need not copy them in)."""
-    src = t.detach()
-    wide = _WIDENED.get(src.dtype) if reduce else None
-    in_place = src.device.type == "cpu" and src.is_contiguous() and not (src.is_conj() or src.is_neg())
-    if in_place and wide is None:
-        host, staged = src, False
-    elif fill:
-        # .to("cpu") runs on the current stream and waits for it: the kernels that wrote t are done
-        host = src.resolve_conj().resolve_neg().to("cpu", dtype=wide or src.dtype).contiguous()
-        if host.data_ptr() == src.data_ptr():
-            host = host.clone()
-        staged = True
-    else:
-        host, staged = torch.empty(src.shape, dtype=wide or src.dtype), True
-    array, dtype = _numpy_view(host)
-    return _Host(t, host, array, dtype, staged)
-
-
-def _numpy_view(host: Tensor) -> tuple[np.ndarray, str]:
-    """A numpy array sharing ``host``'s memory and the shoal dtype to call it."""
-    dt = host.dtype
-    if dt == torch.bfloat16:
-        return host.view(torch.int16).numpy(), "bfloat16"
-    if dt == torch.bool:
-        return host.view(torch.uint8).numpy(), "uint8"
-    if dt in _COMPLEX:
-        real = torch.view_as_real(host)
-        return real.numpy(), _SHOAL_DTYPES[real.dtype]
-    if dt in _SHOAL_DTYPES:
-        return host.numpy(), _SHOAL_DTYPES[dt]
-    # any other type moves as raw bytes (reductions were widened by _host)
-    return host.reshape(-1).view(torch.uint8).numpy(), "uint8"
-
-
-def _staging(like: Tensor, numel: int) -> Tensor:
-    """A flat CPU tensor of ``numel`` elements of ``like``'s type."""
-    return torch.empty(numel, dtype=like.dtype)
-
-
-def _flat_host(t: Tensor) -> _Host:
-    """A host buffer of a staging tensor created by this module (always contiguous CPU)."""
-    array, dtype = _numpy_view(t)
-    return _Host(t, t, array, dtype, False)
-
-
-# ---------------------------------------------------------------------------
-# Completion: torch futures completed when shoal's work is done
-
-
-class _Completer:
-    """One daemon thread per process: waits for shoal works in issue order and
-    runs each call's finishing step (copies back staged results); then hands
-    the torch future to ``_helpers`` to complete. Counts the calls not yet
-    completed, so that shutdown and interpreter exit can wait for them."""
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[list[Any], Callable[[], None] | None, Future, Any]] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._idle = threading.Condition()
-        self._outstanding = 0
-
-    def submit(self, works: list[Any], finish: Callable[[], None] | None, future: Future, result: Any) -> None:
-        with self._idle:
-            self._outstanding += 1
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="shoal-torch-completer", daemon=True)
-                self._thread.start()
-        self._queue.put((works, finish, future, result))
-
-    def drain(self, timeout: float | None = None) -> bool:
-        """Waits until every submitted call has completed (False if ``timeout`` passed first)."""
-        with self._idle:
-            return self._idle.wait_for(lambda: self._outstanding == 0, timeout)
-
-    def _loop(self) -> None:
-        while True:
-            works, finish, future, result = self._queue.get()
-            try:
-                _wait_and_finish(works, finish)
-            except BaseException as e:  # noqa: BLE001 - every failure belongs to the future
-                _helpers.run(lambda future=future, e=e: self._completed(future.set_exception, e))
-            else:
-                _helpers.run(lambda future=future, result=result: self._completed(future.set_result, result))
-
-    def _completed(self, complete: Callable[[Any], None], value: Any) -> None:
-        try:
-            complete(value)
-        finally:
-            with self._idle:
-                self._outstanding -= 1
-                self._idle.notify_all()
-
-
-class _Helpers:
-    """Threads that complete torch futures. Completing a future runs its
-    callbacks (DDP's, comm hooks') on the completing thread, and a callback
-    may wait for a later collective (PowerSGD does): so the completion thread
-    never runs them itself, and a new helper starts whenever every helper is
-    busy, so a waiting callback never holds up the completion it waits for."""
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = 0
-
-    def run(self, task: Callable[[], None]) -> None:
-        with self._lock:
-            if self._idle:
-                self._idle -= 1  # an idle helper is reserved for this task
-            else:
-                threading.Thread(target=self._loop, name="shoal-torch-helper", daemon=True).start()
-        self._queue.put(task)
-
-    def _loop(self) -> None:
-        while True:
-            self._queue.get()()
-            with self._lock:
-                self._idle += 1
-
-
-_helpers = _Helpers()
-
-
-def _wait_and_finish(works: list[Any], finish: Callable[[], None] | None) -> None:
-    for w in works:
-        w.wait()
-    if finish is not None:
-        finish()
-
-
-def _complete(future: Future, result: Any, run: Callable[[], None]) -> None:
-    """Runs ``run`` and completes ``future`` with ``result`` or with the error raised."""
-    try:
-        run()
-    except BaseException as e:  # noqa: BLE001 - every failure belongs to the future
-        future.set_exception(e)
-        return
-    future.set_result(result)
-
-
-_completer = _Completer()
-
-
-@atexit.register
-def _quiesce_at_exit() -> None:
-    # A helper thread still inside torch's Future.set_result when the interpreter
-    # finalises is torn down in the middle of C++ frames, which aborts the process
-    # ("terminate called without an active exception"): let outstanding calls finish.
-    _completer.drain(timeout=10.0)
-
-
-class ShoalWork(dist.Work):
-    """The torch work of one shoal call: waits on its future.
-
-    ``direct``: shoal works that leave the results in place (nothing to copy
-    back); ``wait()`` then waits for them itself rather than for the future,
-    which the completion thread completes a little later."""
-
-    def __init__(
-        self, future: Future, before_wait: Callable[[], None] | None = None, direct: list[Any] | None = None
-    ) -> None:
-        super().__init__()
-        self._future = future
-        self._before_wait = before_wait
-        self._direct = direct
-
-    def wait(self, timeout: timedelta | None = None) -> bool:
-        if self._before_wait is not None:
-            self._before_wait()
-        if self._direct is not None and not self._future.done():
-            for w in self._direct:
-                w.wait()  # raises the collective's error
-            return True
-        self._future.wait()  # raises the collective's error
-        return True
-
-    def is_completed(self) -> bool:
-        if self._direct is not None and all(w.is_completed() for w in self._direct):
-            return True
-        return self._future.done()
-
-    def is_success(self) -> bool:
-        if not self._future.done():
-            return False
-        try:
-            self._future.value()
-        except Exception:  # noqa: BLE001
-            return False
-        return True
-
-    def exception(self) -> BaseException | None:
-        if not self._future.done():
-            return None
-        try:
-            self._future.value()
-        except Exception as e:  # noqa: BLE001
-            return e
-        return None
-
-    def get_future(self) -> Future:
-        return self._future
-
-    def result(self) -> Any:
-        return self._future.value()
-
-    def synchronize(self) -> None:
-        self.wait()
-
-
-class _Calls:
-    """The shoal calls one torch call makes: collects their works when asynchronous."""
-
-    def __init__(self, async_op: bool) -> None:
-        self.async_op = async_op
-        self.works: list[Any] = []
-
-    def add(self, outcome: Any) -> None:
-        if self.async_op:
-            self.works.append(outcome)
-
-
-def _is_async(opts: Any) -> bool:
-    """Whether torch will wait right away (``asyncOp`` is False) or later (True, or older torch)."""
-    return bool(getattr(opts, "asyncOp", True))
-
-
-# ---------------------------------------------------------------------------
-# One shoal world per process, and the communicators of torch's groups
-
-
-@dataclass
-class _Runtime:
-    """The backend's own child of this process's shoal world.
-
-    ``root`` spans the world in torch's rank order; torch sub-groups are made
-    from it. ``groups_made`` counts ``root.new_group`` calls: shoal derives a
-    group's id from that count, so members of a new group first agree on it
-    (see ``_make_subgroup``)."""
-
-    root: shoal.Group | None = None
-    groups_made: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-_runtime = _Runtime()
-
-
-def _shoal_world(store: dist.Store, rank: int, size: int) -> shoal.Group:
-    """The process's shoal world: the one ``shoal.init()`` made, else a new one met through torch's store."""
-    if shoal.is_initialized():
-        world = shoal.world()
-        if world.size != size:
-            raise RuntimeError(
-                f"shoal was initialised with {world.size} ranks but torch's default group has {size}; "
-                "call dist.init_process_group with the same world"
-            )
-        return world
-    return shoal.init(rank=rank, world_size=size, addr=_store_address(store, rank, size))
-
-
-def _store_address(store: dist.Store, rank: int, size: int) -> str:
-    """``host:port`` where rank 0 will serve shoal's rendezvous store, agreed through torch's store.
-
-    torch's own store may already listen on MASTER_PORT, so rank 0 picks a
-    free port and publishes it."""
-    if size == 1:
-        return "127.0.0.1:1"  # a single process serves a private store; the address is unused
-    key = "shoal/store_addr"
-    if rank == 0:
-        host = os.environ.get("MASTER_ADDR") or socket.gethostname()
-        with socket.socket() as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        store.set(key, f"{host}:{port}")
-    return store.get(key).decode()
-
-
-def _make_root(store: dist.Store, rank: int, size: int) -> shoal.Group:
-    """The backend's child of the world, ordered so that its rank r is torch's rank r."""
-    world = _shoal_world(store, rank, size)
-    store.set(f"shoal/world_rank/{rank}", str(world.rank))
-    order = [int(store.get(f"shoal/world_rank/{r}")) for r in range(size)]
-    root = world.new_group(order)
-    assert root is not None and root.rank == rank
-    return root
-
-
-def _make_subgroup(store: dist.Store, group_rank: int, global_ranks: list[int]) -> shoal.Group:
-    """The shoal communicator of a torch sub-group; called by its members only.
-
-    shoal's ``new_group`` derives the group id from how many groups the parent
-    made before, which differs between ranks when only members call it. So
-    the members agree on the largest count among them (through the group's
-    store), each advances its own count to it with throwaway groups, and then
-    all make the group with the same count: the same id on every member, and
-    an id no earlier group of any of them used."""
-    rt = _runtime
-    assert rt.root is not None
-    size = len(global_ranks)
-    store.set(f"shoal/groups_made/{group_rank}", str(rt.groups_made))
-    target = max(int(store.get(f"shoal/groups_made/{r}")) for r in range(size))
-    while rt.groups_made < target:
-        rt.root.new_group([0])
-        rt.groups_made += 1
-    group = rt.root.new_group(list(global_ranks))
-    rt.groups_made += 1
-    assert group is not None and group.rank == group_rank, (group, group_rank)
-    return group
-
-
-def _create_process_group(opts: Any, backend_options: Any = None) -> ShoalProcessGroup:
+def create_process_group(opts: Any, backend_options: Any = None) -> ShoalProcessGroup:
     """The backend creator torch calls (extended API) on every member of a new group."""
-    store, rank, size = opts.store, opts.group_rank, opts.group_size
-    ranks = list(opts.global_ranks_in_group)
-    rt = _runtime
-    with rt.lock:
-        if ranks and rt.root is None:
-            raise RuntimeError("the shoal backend makes sub-groups of a default group that uses shoal as well")
-        if not ranks:
-            # the default group (torch passes no ranks): every rank of the job is here
-            rt.root = _make_root(store, rank, size)
-            rt.groups_made = 0
-            group = rt.root
-        else:
-            group = _make_subgroup(store, rank, ranks)
-    return ShoalProcessGroup(group, rank, size)
-
-
-# ---------------------------------------------------------------------------
-# The process group
+    return ShoalProcessGroup(_world.communicator(opts), opts.group_rank, opts.group_size)
 
 
 @dataclass
@@ -496,7 +71,10 @@ class ShoalProcessGroup(dist.ProcessGroup):
         return f"ShoalProcessGroup(rank={self._rank}, size={self._size}, members={self._group.members})"
 
     # torch names and describes the group after creating it (DeviceMesh and
-    # functional collectives look groups up by name); a Python group keeps them itself
+    # functional collectives look groups up by name); a Python group keeps them
+    # itself. The C++ names are what newer torch's C++ side calls; the Python
+    # ones are what torch's Python code calls, and on older releases (2.4) their
+    # bindings go to the group's C++ backends, of which a Python group has none.
     def setGroupName(self, name: str) -> None:  # noqa: N802 - torch's name
         self._name = name
 
@@ -509,11 +87,17 @@ class ShoalProcessGroup(dist.ProcessGroup):
     def getGroupDesc(self) -> str:  # noqa: N802 - torch's name
         return self._desc
 
+    _set_group_name = setGroupName
+    _set_group_desc = setGroupDesc
+    group_name = property(getGroupName)
+    group_desc = property(getGroupDesc)
+
     def _get_backend(self, device: Any = None) -> ShoalProcessGroup:
         """This group serves every device itself (torch asks, e.g. in batch_isend_irecv)."""
         return self
 
     supports_coalescing = False  # batch_isend_irecv then issues the operations one by one
+    supports_splitting = False  # new_group then creates groups rather than splitting this one
 
     @property
     def shoal_group(self) -> shoal.Group:
@@ -533,7 +117,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
         calls run inline; asynchronous ones on shoal's worker thread, finished
         by the completion thread."""
         future = Future()
-        calls = _Calls(_is_async(opts))
+        calls = _Calls(_compat.is_async(opts))
         issue(calls)
         direct = None
         if calls.async_op:
@@ -554,14 +138,12 @@ class ShoalProcessGroup(dist.ProcessGroup):
     # -- allreduce and reduce ------------------------------------------------
 
     def allreduce(self, tensors: list[Tensor], opts: Any = None) -> ShoalWork:
-        opts = opts if opts is not None else dist.AllreduceOptions()
         _single(tensors, "allreduce")
         return self.allreduce_coalesced(tensors, opts)
 
     def allreduce_coalesced(self, tensors: list[Tensor], opts: Any = None) -> ShoalWork:
         """Reduces every tensor of the list (as DDP and the coalescing manager do)."""
-        opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
-        op = _op_name(opts.reduceOp)
+        op = _op_name(_compat.reduce_op(opts))
         ops = [_reduction_for(t.dtype, op) for t in tensors]
         bufs = [_host(t, reduce=True) for t in tensors]
 
@@ -572,10 +154,9 @@ class ShoalProcessGroup(dist.ProcessGroup):
         return self._launch(opts, tensors, issue, _copy_back(bufs))
 
     def reduce(self, tensors: list[Tensor], opts: Any = None) -> ShoalWork:
-        opts = opts if opts is not None else dist.ReduceOptions()
         _single(tensors, "reduce")
-        root = self._root(opts.rootRank)
-        op = _reduction_for(tensors[0].dtype, _op_name(opts.reduceOp))
+        root = self._root(_compat.root_rank(opts))
+        op = _reduction_for(tensors[0].dtype, _op_name(_compat.reduce_op(opts)))
         b = _host(tensors[0], reduce=True)
 
         def issue(calls: _Calls) -> None:
@@ -586,9 +167,8 @@ class ShoalProcessGroup(dist.ProcessGroup):
     # -- broadcast, gather, scatter ------------------------------------------
 
     def broadcast(self, tensors: list[Tensor], opts: Any = None) -> ShoalWork:
-        opts = opts if opts is not None else dist.BroadcastOptions()
         _single(tensors, "broadcast")
-        root = self._root(opts.rootRank)
+        root = self._root(_compat.root_rank(opts))
         b = _host(tensors[0], fill=self._rank == root)
 
         def issue(calls: _Calls) -> None:
@@ -597,9 +177,8 @@ class ShoalProcessGroup(dist.ProcessGroup):
         return self._launch(opts, tensors, issue, _copy_back([b]))
 
     def gather(self, output_tensors: list[list[Tensor]], input_tensors: list[Tensor], opts: Any = None) -> ShoalWork:
-        opts = opts if opts is not None else dist.GatherOptions()
         _single(input_tensors, "gather")
-        root = self._root(opts.rootRank)
+        root = self._root(_compat.root_rank(opts))
         outs = output_tensors[0] if self._rank == root else []
         if self._rank == root:
             self._check_list(outs, input_tensors[0], "gather output")
@@ -615,8 +194,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
 
     def gather_single(self, output: Tensor, input: Tensor, opts: Any = None) -> ShoalWork:  # noqa: A002
         """gather into one tensor of size * input.numel() elements at the root."""
-        opts = opts if opts is not None else dist.GatherOptions()
-        root = self._root(opts.rootRank)
+        root = self._root(_compat.root_rank(opts))
         inp = _host(input)
         out = None
         if self._rank == root:
@@ -630,9 +208,8 @@ class ShoalProcessGroup(dist.ProcessGroup):
         return self._launch(opts, [output], issue, _copy_back([out]) if out is not None else None)
 
     def scatter(self, output_tensors: list[Tensor], input_tensors: list[list[Tensor]], opts: Any = None) -> ShoalWork:
-        opts = opts if opts is not None else dist.ScatterOptions()
         _single(output_tensors, "scatter")
-        root = self._root(opts.rootRank)
+        root = self._root(_compat.root_rank(opts))
         out = _host(output_tensors[0], fill=False)
         flat = None
         if self._rank == root:
@@ -649,7 +226,6 @@ class ShoalProcessGroup(dist.ProcessGroup):
     # -- allgather -----------------------------------------------------------
 
     def allgather(self, output_tensors: list[list[Tensor]], input_tensors: list[Tensor], opts: Any = None) -> ShoalWork:
-        opts = opts if opts is not None else dist.AllgatherOptions()
         _single(input_tensors, "allgather")
         return self.allgather_coalesced(output_tensors, input_tensors, opts)
 
@@ -657,7 +233,6 @@ class ShoalProcessGroup(dist.ProcessGroup):
         self, output_lists: list[list[Tensor]], input_tensors: list[Tensor], opts: Any = None
     ) -> ShoalWork:
         """For each input, every rank's copy into the matching output list."""
-        opts = opts if opts is not None else dist.AllgatherOptions()
         if len(output_lists) != len(input_tensors):
             raise ValueError(f"allgather: {len(output_lists)} output lists for {len(input_tensors)} inputs")
         for outs, t in zip(output_lists, input_tensors):
@@ -681,7 +256,6 @@ class ShoalProcessGroup(dist.ProcessGroup):
         return self.all_gather_single_coalesced([output], [input], opts)
 
     def all_gather_single_coalesced(self, outputs: list[Tensor], inputs: list[Tensor], opts: Any = None) -> ShoalWork:
-        opts = opts if opts is not None else dist.AllgatherOptions()
         for o, i in zip(outputs, inputs):
             _check_numel(o, self._size * i.numel(), "all_gather_into_tensor output")
             _same_dtype(o, i, "all_gather_into_tensor")
@@ -699,11 +273,10 @@ class ShoalProcessGroup(dist.ProcessGroup):
     def reduce_scatter(
         self, output_tensors: list[Tensor], input_tensors: list[list[Tensor]], opts: Any = None
     ) -> ShoalWork:
-        opts = opts if opts is not None else dist.ReduceScatterOptions()
         _single(output_tensors, "reduce_scatter")
         out_t = output_tensors[0]
         self._check_list(input_tensors[0], out_t, "reduce_scatter input")
-        op = _reduction_for(out_t.dtype, _op_name(opts.reduceOp))
+        op = _reduction_for(out_t.dtype, _op_name(_compat.reduce_op(opts)))
         flat = _host(_pack(input_tensors[0]), reduce=True)
         out = _host(out_t, reduce=True, fill=False)
 
@@ -719,8 +292,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
     def reduce_scatter_single_coalesced(
         self, outputs: list[Tensor], inputs: list[Tensor], opts: Any = None
     ) -> ShoalWork:
-        opts = opts if opts is not None else dist.ReduceScatterOptions()
-        op = _op_name(opts.reduceOp)
+        op = _op_name(_compat.reduce_op(opts))
         for o, i in zip(outputs, inputs):
             _check_numel(i, self._size * o.numel(), "reduce_scatter_tensor input")
             _same_dtype(o, i, "reduce_scatter_tensor")
@@ -740,7 +312,6 @@ class ShoalProcessGroup(dist.ProcessGroup):
 
     def alltoall(self, output_tensors: list[Tensor], input_tensors: list[Tensor], opts: Any = None) -> ShoalWork:
         """Input q goes to rank q; output q came from rank q (sizes may differ per pair)."""
-        opts = opts if opts is not None else dist.AllToAllOptions()
         n = self._size
         if len(input_tensors) != n or len(output_tensors) != n:
             raise ValueError(f"alltoall needs {n} input and {n} output tensors")
@@ -759,7 +330,6 @@ class ShoalProcessGroup(dist.ProcessGroup):
         opts: Any = None,
     ) -> ShoalWork:
         """Rows of ``input`` split by ``input_split_sizes`` (even when empty) go to the ranks in order."""
-        opts = opts if opts is not None else dist.AllToAllOptions()
         _same_dtype(output, input, "all_to_all_single")
         n = self._size
         if not output_split_sizes and not input_split_sizes:
@@ -818,7 +388,6 @@ class ShoalProcessGroup(dist.ProcessGroup):
     # -- barrier and point-to-point ------------------------------------------
 
     def barrier(self, opts: Any = None) -> ShoalWork:
-        opts = opts if opts is not None else dist.BarrierOptions()
 
         def issue(calls: _Calls) -> None:
             calls.add(self._group.barrier(async_op=calls.async_op))
@@ -890,13 +459,17 @@ class ShoalProcessGroup(dist.ProcessGroup):
     def abort(self) -> None:
         """shoal cannot cancel calls in flight: they end with an error (a dead peer or SHOAL_TIMEOUT)."""
 
-    # -- older torch names ---------------------------------------------------
+    # -- names other torch releases use --------------------------------------
 
     _allgather_base = all_gather_single
     allgather_into_tensor_coalesced = all_gather_single_coalesced
     _reduce_scatter_base = reduce_scatter_single
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
     alltoall_base = all_to_all_single
+    # torch's Python code calls these bindings; on releases whose C++ side sends
+    # them to the C++ backend (which a Python group has none of) they would fail
+    _start_coalescing = start_coalescing
+    _end_coalescing = end_coalescing
 
     # -- checks --------------------------------------------------------------
 
@@ -912,7 +485,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
 
 
 # ---------------------------------------------------------------------------
-# Small helpers
+# Checks
 
 
 def _single(tensors: list[Tensor], what: str) -> None:
@@ -930,45 +503,6 @@ def _same_dtype(a: Tensor, b: Tensor, what: str) -> None:
         raise ValueError(f"{what}: input and output must have the same dtype, got {b.dtype} and {a.dtype}")
 
 
-def _copy_back(bufs: list[_Host]) -> Callable[[], None] | None:
-    """The finishing step that copies staged buffers back; None when nothing was staged."""
-    staged = [b for b in bufs if b.staged]
-    if not staged:
-        return None
-
-    def run() -> None:
-        for b in staged:
-            b.copy_back()
-
-    return run
-
-
-def _pack(tensors: list[Tensor]) -> Tensor:
-    """The tensors concatenated into one flat CPU tensor."""
-    return torch.cat([t.detach().reshape(-1).cpu() for t in tensors])
-
-
-def _unpack(flat: Tensor, outs: list[Tensor]) -> None:
-    """Copies consecutive blocks of ``flat`` into ``outs``."""
-    _copy_parts(list(flat.split([t.numel() for t in outs])), outs)
-
-
-def _copy_parts(parts: list[Tensor], outs: list[Tensor]) -> None:
-    for part, out in zip(parts, outs):
-        out.detach().copy_(part.view(out.shape))
-    for out in outs:
-        if out.is_cuda:
-            torch.cuda.current_stream(out.device).synchronize()
-            break
-
-
-def _copy_into_rows(parts: list[Tensor], output: Tensor) -> None:
-    flat = torch.cat(parts) if parts else output.new_empty(0)
-    output.detach().copy_(flat.view(output.shape))
-    if output.is_cuda:
-        torch.cuda.current_stream(output.device).synchronize()
-
-
 def _splits(t: Tensor, sizes: list[int], n: int, what: str) -> list[int]:
     """Rows per rank along dim 0: ``sizes``, or an even split when empty."""
     rows = t.shape[0] if t.dim() else 1
@@ -979,15 +513,3 @@ def _splits(t: Tensor, sizes: list[int], n: int, what: str) -> list[int]:
     if len(sizes) != n or sum(sizes) != rows or min(sizes) < 0:
         raise ValueError(f"all_to_all_single: {what} split sizes {list(sizes)} do not split {rows} rows in {n}")
     return list(sizes)
-
-
-def _register() -> None:
-    if BACKEND.upper() in dist.Backend._plugins:
-        return
-    try:
-        dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True, devices=["cpu", "cuda"])
-    except TypeError:  # torch before 2.2 has no devices argument
-        dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True)
-
-
-_register()
