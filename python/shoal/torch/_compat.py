@@ -5,8 +5,8 @@ from its version number:
 
 - **Options.** torch passes an options object to most calls, but not to all
   of them on every release (2.4's ``dist.all_gather`` calls
-  ``group.allgather(outs, ins)``, its coalescing manager
-  ``allgather_into_tensor_coalesced(outs, ins)``), and the options classes
+  ``group.allgather(outs, ins)``; the coalescing manager of 2.4 to 2.11 at
+  least ``allgather_into_tensor_coalesced(outs, ins)``), and the options classes
   are not exported under the same names everywhere (``AllgatherOptions``
   exists only in ``torch._C._distributed_c10d``). So the backend never builds
   an options object: it reads the fields it needs, with torch's defaults.
@@ -30,6 +30,7 @@ import inspect
 import weakref
 from typing import Any, Callable
 
+import torch
 import torch.distributed as dist
 
 # ---------------------------------------------------------------------------
@@ -98,16 +99,10 @@ def register_backend(name: str, creator: Callable[..., Any], devices: list[str])
     params = inspect.signature(dist.Backend.register_backend).parameters
     if "extended_api" not in params:
         raise RuntimeError(
-            f"torch {_torch_version()}'s Backend.register_backend has no extended_api argument; "
+            f"torch {torch.__version__}'s Backend.register_backend has no extended_api argument; "
             "the shoal backend needs torch 2.4 or newer"
         )
     kwargs: dict[str, Any] = {"extended_api": True}
     if "devices" in params:
         kwargs["devices"] = devices
     dist.Backend.register_backend(name, creator, **kwargs)
-
-
-def _torch_version() -> str:
-    import torch
-
-    return str(torch.__version__)
