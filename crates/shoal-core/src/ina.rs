@@ -24,7 +24,7 @@ use shoal_transport::auth::Key;
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
-use crate::secret::{JobSecret, MIN_SECRET_CHARS};
+use crate::secret::{key_of, JobSecret};
 use crate::store::ScopedStore;
 
 /// The name users give to force it: `algorithm="ina"`, `SHOAL_ALGO=allreduce:ina`.
@@ -127,10 +127,10 @@ pub fn switch_secret(
     env: &dyn Fn(&str) -> Option<String>,
     file: Option<&Path>,
 ) -> std::result::Result<Key, String> {
-    let material = if let Some(path) = file {
+    let key = if let Some(path) = file {
         read_shared_secret(path, "--secret-file")?
     } else if let Some(s) = env("SHOAL_SWITCH_SECRET").filter(|s| !s.is_empty()) {
-        checked_length(s, "SHOAL_SWITCH_SECRET")?
+        key_of(&s, "switch", "SHOAL_SWITCH_SECRET")?
     } else if let Some(p) = env("SHOAL_SWITCH_SECRET_FILE").filter(|s| !s.is_empty()) {
         read_shared_secret(Path::new(&p), "SHOAL_SWITCH_SECRET_FILE")?
     } else {
@@ -144,24 +144,13 @@ pub fn switch_secret(
         })?;
         return Ok(key.key.derive("ina switch"));
     };
-    Ok(Key::from_material(material.as_bytes()).derive("ina switch"))
-}
-
-fn checked_length(secret: String, what: &str) -> std::result::Result<String, String> {
-    if secret.chars().count() < MIN_SECRET_CHARS {
-        return Err(format!(
-            "the switch secret in {what} is {} characters; at least {MIN_SECRET_CHARS} are needed \
-             (`shoal secret` prints a good one)",
-            secret.chars().count()
-        ));
-    }
-    Ok(secret)
+    Ok(key.derive("ina switch"))
 }
 
 /// A switch secret file is shared by the switch and its tenants, so it may
 /// belong to another user and be readable by a group (the tenants'), but
 /// never by everyone.
-fn read_shared_secret(path: &Path, what: &str) -> std::result::Result<String, String> {
+fn read_shared_secret(path: &Path, what: &str) -> std::result::Result<Key, String> {
     let shown = path.display();
     let meta = fs::metadata(path).map_err(|e| format!("{what}: cannot read {shown}: {e}"))?;
     let mode = meta.permissions().mode();
@@ -173,7 +162,7 @@ fn read_shared_secret(path: &Path, what: &str) -> std::result::Result<String, St
         ));
     }
     let text = fs::read_to_string(path).map_err(|e| format!("{what}: cannot read {shown}: {e}"))?;
-    checked_length(text.trim().to_string(), &format!("{what} ({shown})"))
+    key_of(text.trim(), "switch", &format!("{what} ({shown})"))
 }
 
 /// The switch's element type and op for a call, if it can aggregate them.

@@ -50,7 +50,7 @@ impl JobSecret {
     pub fn load(env: &dyn Fn(&str) -> Option<String>) -> Result<JobSecret, String> {
         if let Some(s) = env("SHOAL_SECRET").filter(|s| !s.is_empty()) {
             return Ok(JobSecret {
-                key: key_of(&s, "SHOAL_SECRET")?,
+                key: key_of(&s, "job", "SHOAL_SECRET")?,
                 source: SecretSource::Env,
             });
         }
@@ -60,7 +60,7 @@ impl JobSecret {
         };
         let text = read_or_create(&path)?;
         Ok(JobSecret {
-            key: key_of(text.trim(), &path.display().to_string())?,
+            key: key_of(text.trim(), "job", &path.display().to_string())?,
             source: SecretSource::File(path),
         })
     }
@@ -82,10 +82,12 @@ pub fn generate() -> Result<String, String> {
         .map_err(|e| format!("cannot draw a random job secret: {e}"))
 }
 
-fn key_of(secret: &str, what: &str) -> Result<Key, String> {
+/// The key of a secret string (`which`: "job" or "switch"), refusing
+/// secrets too short to resist an offline guess; `what` says where it came from.
+pub fn key_of(secret: &str, which: &str, what: &str) -> Result<Key, String> {
     if secret.chars().count() < MIN_SECRET_CHARS {
         return Err(format!(
-            "the job secret in {what} is {} characters; at least {MIN_SECRET_CHARS} are needed \
+            "the {which} secret in {what} is {} characters; at least {MIN_SECRET_CHARS} are needed \
              (`shoal secret` prints a good one)",
             secret.chars().count()
         ));
