@@ -59,7 +59,7 @@ def _init_with(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         ("SHOAL_SHM_RING_BYTES", "1e9", "number"),
         ("SHOAL_SHM_CMA_BYTES", "-1", "number"),
         ("SHOAL_CALIBRATE", "2", "0 or 1"),
-        ("SHOAL_CALIBRATE", "yes", "0 or 1"),
+        ("SHOAL_CALIBRATE", "maybe", "0 or 1"),
         ("SHOAL_TCP_ADDR", "not-an-ip", "IP address"),
         ("SHOAL_COST", "alpha=nan", "alpha"),
         ("SHOAL_COST", "beta=-1", "beta"),

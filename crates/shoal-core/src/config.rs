@@ -1,5 +1,7 @@
 //! Runtime configuration from `SHOAL_*` environment variables. Every variable
-//! is documented with its default in docs/configuration.md.
+//! shoal reads, here or elsewhere, is listed in [`VARIABLES`] and documented
+//! with its default in docs/configuration.md (tests/test_config.py keeps the
+//! three in step).
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -9,6 +11,192 @@ use shoal_transport::Congestion;
 use crate::calibrate::parse_cost;
 use crate::error::{Error, Result};
 use crate::select::{Selector, SHM_COST};
+
+/// One `SHOAL_*` environment variable, for `shoal info` and the docs check.
+#[derive(Clone, Copy, Debug)]
+pub struct Variable {
+    pub name: &'static str,
+    /// The value in effect when it is unset; empty when that is computed
+    /// (the hostname, a launcher's id) or means "not set" (`meaning` says).
+    pub default: &'static str,
+    pub meaning: &'static str,
+    /// Where it is read, for a reader of the code.
+    pub read_in: &'static str,
+}
+
+const fn var(
+    name: &'static str,
+    default: &'static str,
+    meaning: &'static str,
+    read_in: &'static str,
+) -> Variable {
+    Variable {
+        name,
+        default,
+        meaning,
+        read_in,
+    }
+}
+
+/// Every `SHOAL_*` variable shoal reads, in the order of docs/configuration.md.
+pub const VARIABLES: &[Variable] = &[
+    var(
+        "SHOAL_TIMEOUT",
+        "300",
+        "seconds any wait may go without progress",
+        "shoal-core config.rs",
+    ),
+    var(
+        "SHOAL_TRANSPORT",
+        "auto",
+        "auto, shm or tcp",
+        "shoal-core config.rs",
+    ),
+    var(
+        "SHOAL_ALGO",
+        "",
+        "per-collective algorithm overrides, e.g. allreduce:ring",
+        "shoal-core config.rs",
+    ),
+    var(
+        "SHOAL_CALIBRATE",
+        "1",
+        "measure latency and bandwidth at init",
+        "shoal-core config.rs",
+    ),
+    var(
+        "SHOAL_COST",
+        "",
+        "cost-model figures instead of measured ones",
+        "shoal-core config.rs",
+    ),
+    var(
+        "SHOAL_CHUNK_BYTES",
+        "1048576",
+        "piece size of chunked algorithms",
+        "shoal-core config.rs",
+    ),
+    var(
+        "SHOAL_SHM_RING_BYTES",
+        "4194304",
+        "shared-memory ring per ordered pair of local ranks",
+        "shoal-core config.rs",
+    ),
+    var(
+        "SHOAL_PLAN_CACHE",
+        "256",
+        "compiled plans a process keeps",
+        "shoal-core config.rs",
+    ),
+    var(
+        "SHOAL_SHM_CMA_BYTES",
+        "1048576",
+        "shared-memory messages this large are read from the sender (0: never)",
+        "shoal-core config.rs",
+    ),
+    var(
+        "SHOAL_HOST_ID",
+        "",
+        "ranks with equal ids share memory (default: the hostname)",
+        "shoal-core config.rs, rendezvous.rs",
+    ),
+    var(
+        "SHOAL_TCP_CC",
+        "cubic",
+        "TCP congestion control, or system",
+        "shoal-core config.rs",
+    ),
+    var(
+        "SHOAL_TCP_ADDR",
+        "",
+        "IP address this rank listens on for TCP peers",
+        "shoal-core config.rs",
+    ),
+    var(
+        "SHOAL_JOB_ID",
+        "",
+        "scopes store keys and segments (default: from the launcher)",
+        "shoal-core rendezvous.rs",
+    ),
+    var(
+        "SHOAL_STORE_ADDR",
+        "",
+        "host:port of a standalone store",
+        "shoal-core rendezvous.rs",
+    ),
+    var(
+        "SHOAL_STORE_PATH",
+        "",
+        "shared directory used as the store",
+        "shoal-core rendezvous.rs",
+    ),
+    var(
+        "SHOAL_STORE_MAX_VALUE",
+        "67108864",
+        "largest value a rank may store in rank 0's store",
+        "shoal-core rendezvous.rs",
+    ),
+    var(
+        "SHOAL_SECRET",
+        "",
+        "the job secret (shoal run sets one)",
+        "shoal-core secret.rs, python launcher.py",
+    ),
+    var(
+        "SHOAL_SECRET_FILE",
+        "",
+        "file holding the job secret (default ~/.config/shoal/secret)",
+        "shoal-core secret.rs, python launcher.py",
+    ),
+    var(
+        "SHOAL_SWITCH",
+        "",
+        "host:port[,...] of aggregation switches",
+        "shoal-ina client, python bench",
+    ),
+    var(
+        "SHOAL_SWITCH_SECRET",
+        "",
+        "the switch secret",
+        "shoal-core ina.rs",
+    ),
+    var(
+        "SHOAL_SWITCH_SECRET_FILE",
+        "",
+        "file holding the switch secret",
+        "shoal-core ina.rs",
+    ),
+    var(
+        "SHOAL_INA_TIMEOUT",
+        "10",
+        "seconds without switch results before it counts as dead",
+        "shoal-core config.rs",
+    ),
+    var(
+        "SHOAL_INA_INT32",
+        "0",
+        "send float32 as int32 to integer-only switches",
+        "shoal-core config.rs",
+    ),
+    var(
+        "SHOAL_INA_PAYLOAD",
+        "1472",
+        "largest UDP payload a worker sends",
+        "shoal-core config.rs",
+    ),
+    var(
+        "SHOAL_TESTBED_NAME",
+        "shoal",
+        "testbed name of shoal testbed commands without --name",
+        "python testbed/state.py",
+    ),
+    var(
+        "SHOAL_TESTBED_DIR",
+        "",
+        "directory of testbed state files",
+        "python testbed/state.py",
+    ),
+];
 
 /// Which transport connects the ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,7 +233,7 @@ pub struct Config {
     /// connections; `system` keeps the kernel's default. Cubic by default
     /// because BBR's pacing stalls collective traffic (see docs/configuration.md).
     pub tcp_congestion: Option<Congestion>,
-    /// `SHOAL_CALIBRATE` (0 or 1, default 1): measure latency and bandwidth at init.
+    /// `SHOAL_CALIBRATE` (a flag, default on): measure latency and bandwidth at init.
     pub calibrate: bool,
     /// `SHOAL_COST` (default empty): cost parameters given instead of measured,
     /// `alpha=<s>,beta=<s/byte>,gamma=<s/byte>`.
@@ -53,6 +241,34 @@ pub struct Config {
     /// `SHOAL_PLAN_CACHE` (default 256, 1 to 65536): how many compiled plans
     /// a process keeps; the least recently used one goes first.
     pub plan_cache: usize,
+    /// `SHOAL_INA_*`: how this rank talks to aggregation switches. Read
+    /// whether or not `SHOAL_SWITCH` is set, so a typo fails at once rather
+    /// than on the day a switch appears.
+    pub ina: InaSettings,
+}
+
+/// The settings of the in-network aggregation client.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct InaSettings {
+    /// `SHOAL_INA_TIMEOUT` (seconds, default 10, at most a day): no result
+    /// from the switch for this long while packets are outstanding and it
+    /// counts as dead.
+    pub timeout: Duration,
+    /// `SHOAL_INA_INT32` (a flag, default off): float32 travels as int32
+    /// with a per-packet exponent, for switches that only add integers.
+    pub int32: bool,
+    /// `SHOAL_INA_PAYLOAD` (bytes, default 1472, 64 to 65507): largest UDP
+    /// payload a worker sends.
+    pub payload: usize,
+}
+
+impl InaSettings {
+    /// Sets the client fields these settings control.
+    pub fn apply(&self, cfg: &mut shoal_ina::InaConfig) {
+        cfg.dead_timeout = self.timeout;
+        cfg.f32_as_int32 = self.int32;
+        cfg.payload_budget = self.payload;
+    }
 }
 
 /// The longest `SHOAL_TIMEOUT`: a year. Longer is a typo, and every deadline
@@ -63,6 +279,13 @@ const MAX_RING_BYTES: usize = 1 << 30;
 /// Chunks beyond this are no different from one piece, and keep plan arithmetic far from overflow.
 const MAX_CHUNK_BYTES: usize = 1 << 40;
 const MAX_PLAN_CACHE: usize = 65_536;
+/// The longest `SHOAL_INA_TIMEOUT` (a day): longer is a typo, and would not
+/// fit the client's clock arithmetic.
+const MAX_INA_TIMEOUT_SECS: f64 = 86_400.0;
+/// A UDP payload fits one IPv4 datagram (65535 - 20 - 8); below 64 bytes no
+/// packet holds a useful number of elements.
+const MIN_INA_PAYLOAD: usize = 64;
+const MAX_INA_PAYLOAD: usize = 65_507;
 
 impl Config {
     /// Reads the configuration through `env` (injected so tests are hermetic).
@@ -76,20 +299,35 @@ impl Config {
         let cost = env("SHOAL_COST").unwrap_or_default();
         parse_cost(&cost, SHM_COST)?;
         Ok(Config {
-            timeout: parse_timeout(env)?,
+            timeout: seconds(env, "SHOAL_TIMEOUT", 300.0, MAX_TIMEOUT_SECS, "a year")?,
             transport: parse_transport(env)?,
             algo,
-            chunk_bytes: parse_in(env, "SHOAL_CHUNK_BYTES", 1_048_576, 64, MAX_CHUNK_BYTES)?,
-            shm_ring_bytes: parse_in(env, "SHOAL_SHM_RING_BYTES", 4_194_304, 4096, MAX_RING_BYTES)?,
-            shm_cma_bytes: parse_in(env, "SHOAL_SHM_CMA_BYTES", 1_048_576, 0, usize::MAX)?,
+            chunk_bytes: whole(env, "SHOAL_CHUNK_BYTES", 1_048_576, 64, MAX_CHUNK_BYTES)?,
+            shm_ring_bytes: whole(env, "SHOAL_SHM_RING_BYTES", 4_194_304, 4096, MAX_RING_BYTES)?,
+            shm_cma_bytes: whole(env, "SHOAL_SHM_CMA_BYTES", 1_048_576, 0, usize::MAX)?,
             host_id: env("SHOAL_HOST_ID").filter(|s| !s.is_empty()),
             tcp_addr: parse_tcp_addr(env)?,
             tcp_congestion: parse_congestion(env)?,
-            calibrate: parse_in(env, "SHOAL_CALIBRATE", 1, 0, 1)
-                .map_err(|_| Error::invalid(must_be(env, "SHOAL_CALIBRATE", "0 or 1")))?
-                == 1,
+            calibrate: flag(env, "SHOAL_CALIBRATE", true)?,
             cost,
-            plan_cache: parse_in(env, "SHOAL_PLAN_CACHE", 256, 1, MAX_PLAN_CACHE)?,
+            plan_cache: whole(env, "SHOAL_PLAN_CACHE", 256, 1, MAX_PLAN_CACHE)?,
+            ina: InaSettings {
+                timeout: seconds(
+                    env,
+                    "SHOAL_INA_TIMEOUT",
+                    10.0,
+                    MAX_INA_TIMEOUT_SECS,
+                    "a day",
+                )?,
+                int32: flag(env, "SHOAL_INA_INT32", false)?,
+                payload: whole(
+                    env,
+                    "SHOAL_INA_PAYLOAD",
+                    1472,
+                    MIN_INA_PAYLOAD,
+                    MAX_INA_PAYLOAD,
+                )?,
+            },
         })
     }
 
@@ -111,8 +349,28 @@ fn must_be(env: &dyn Fn(&str) -> Option<String>, key: &str, what: &str) -> Strin
     format!("{key}={:?} must be {what}", env(key).unwrap_or_default())
 }
 
+// The parsing rules every SHOAL_* setting follows: unset or blank means the
+// default, anything else must parse and lie in range, or it is an error that
+// names the variable, the value and what it must be. Nothing is clamped.
+
+/// A flag: `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off` (any case).
+fn flag(env: &dyn Fn(&str) -> Option<String>, key: &str, default: bool) -> Result<bool> {
+    let Some(v) = value(env, key) else {
+        return Ok(default);
+    };
+    match v.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(Error::invalid(must_be(
+            env,
+            key,
+            "0 or 1 (or false/true, no/yes, off/on)",
+        ))),
+    }
+}
+
 /// A whole number in `min..=max`, or `default` when unset.
-fn parse_in(
+fn whole(
     env: &dyn Fn(&str) -> Option<String>,
     key: &str,
     default: usize,
@@ -122,48 +380,68 @@ fn parse_in(
     let Some(v) = value(env, key) else {
         return Ok(default);
     };
+    let range = if max == usize::MAX {
+        format!("at least {min}")
+    } else {
+        format!("{min} to {max}")
+    };
     let n: usize = v.parse().map_err(|_| {
         Error::invalid(must_be(
             env,
             key,
-            &format!("a whole number (default {default})"),
+            &format!("a whole number, {range} (default {default})"),
         ))
     })?;
     if n < min {
         return Err(Error::invalid(must_be(
             env,
             key,
-            &format!("at least {min}"),
+            &format!("at least {min} ({range})"),
         )));
     }
     if n > max {
-        return Err(Error::invalid(must_be(env, key, &format!("at most {max}"))));
+        return Err(Error::invalid(must_be(
+            env,
+            key,
+            &format!("at most {max} ({range})"),
+        )));
     }
     Ok(n)
 }
 
-/// Seconds, positive and finite: `Duration` cannot hold NaN, negative or
-/// unbounded values (they used to panic), and 0 would fail every wait.
-fn parse_timeout(env: &dyn Fn(&str) -> Option<String>) -> Result<Duration> {
-    const KEY: &str = "SHOAL_TIMEOUT";
-    let Some(v) = value(env, KEY) else {
-        return Ok(Duration::from_secs(300));
+/// Seconds, positive and at most `max` (`max_words` says it in words):
+/// `Duration` cannot hold NaN, negative or unbounded values (they used to
+/// panic), 0 would fail every wait, and every deadline (now + it) must stay
+/// representable.
+fn seconds(
+    env: &dyn Fn(&str) -> Option<String>,
+    key: &str,
+    default: f64,
+    max: f64,
+    max_words: &str,
+) -> Result<Duration> {
+    let Some(v) = value(env, key) else {
+        return Ok(Duration::from_secs_f64(default));
     };
-    let secs: f64 = v
-        .parse()
-        .map_err(|_| Error::invalid(must_be(env, KEY, "a number of seconds (default 300)")))?;
+    let secs: f64 = v.parse().map_err(|_| {
+        Error::invalid(must_be(
+            env,
+            key,
+            &format!("a number of seconds (default {default})"),
+        ))
+    })?;
     if secs.is_nan() || secs <= 0.0 {
         return Err(Error::invalid(must_be(
             env,
-            KEY,
+            key,
             "a positive number of seconds",
         )));
     }
-    if secs > MAX_TIMEOUT_SECS {
+    if secs > max {
         return Err(Error::invalid(must_be(
             env,
-            KEY,
-            &format!("at most {MAX_TIMEOUT_SECS} seconds (a year)"),
+            key,
+            &format!("at most {max} seconds ({max_words})"),
         )));
     }
     Ok(Duration::from_secs_f64(secs))
@@ -267,12 +545,24 @@ mod tests {
             ("SHOAL_TIMEOUT", "inf", "at most"),
             ("SHOAL_TIMEOUT", "1e300", "at most"),
             ("SHOAL_CHUNK_BYTES", "0", "at least 64"),
+            (
+                "SHOAL_CHUNK_BYTES",
+                "99999999999999999",
+                "64 to 1099511627776",
+            ),
             ("SHOAL_CHUNK_BYTES", "1.5", "whole number"),
             ("SHOAL_SHM_RING_BYTES", "100", "at least 4096"),
             ("SHOAL_SHM_RING_BYTES", "99999999999", "at most"),
             ("SHOAL_SHM_CMA_BYTES", "-1", "whole number"),
             ("SHOAL_CALIBRATE", "2", "0 or 1"),
-            ("SHOAL_CALIBRATE", "yes", "0 or 1"),
+            ("SHOAL_CALIBRATE", "maybe", "0 or 1"),
+            ("SHOAL_INA_TIMEOUT", "soon", "seconds"),
+            ("SHOAL_INA_TIMEOUT", "inf", "at most 86400"),
+            ("SHOAL_INA_TIMEOUT", "0", "positive"),
+            ("SHOAL_INA_INT32", "2", "0 or 1"),
+            ("SHOAL_INA_PAYLOAD", "big", "whole number, 64 to 65507"),
+            ("SHOAL_INA_PAYLOAD", "9000000", "at most 65507"),
+            ("SHOAL_INA_PAYLOAD", "10", "at least 64"),
             ("SHOAL_TCP_ADDR", "host.example", "IP address"),
             ("SHOAL_TCP_CC", "bbr; rm", "congestion control"),
             ("SHOAL_COST", "alpha=nan", "alpha"),
@@ -305,5 +595,56 @@ mod tests {
         assert_eq!((c.chunk_bytes, c.shm_cma_bytes, c.plan_cache), (64, 0, 1));
         assert!(!c.calibrate);
         assert_eq!(c.tcp_addr.as_deref(), Some("::1"));
+    }
+
+    #[test]
+    fn the_listed_defaults_are_the_defaults() {
+        let unset = format!("{:?}", Config::from_env(&env_of(&[])).unwrap());
+        // Naming cubic makes it required; the default falls back quietly.
+        let fixed = |v: &&Variable| !v.default.is_empty() && v.name != "SHOAL_TCP_CC";
+        for v in VARIABLES.iter().filter(fixed) {
+            let env = |k: &str| (k == v.name).then(|| v.default.to_string());
+            let set = format!("{:?}", Config::from_env(&env).unwrap());
+            assert_eq!(set, unset, "{}={} is not its default", v.name, v.default);
+        }
+        let names: std::collections::HashSet<_> = VARIABLES.iter().map(|v| v.name).collect();
+        assert_eq!(names.len(), VARIABLES.len(), "a variable is listed twice");
+    }
+
+    #[test]
+    fn flags_take_the_usual_spellings() {
+        fn calibrate(v: &'static str) -> bool {
+            let env = move |k: &str| (k == "SHOAL_CALIBRATE").then(|| v.to_string());
+            Config::from_env(&env).unwrap().calibrate
+        }
+        for on in ["1", "true", "TRUE", "yes", "on", " On "] {
+            assert!(calibrate(on), "{on}");
+        }
+        for off in ["0", "false", "False", "no", "off"] {
+            assert!(!calibrate(off), "{off}");
+        }
+        assert!(calibrate(""), "blank is the default");
+    }
+
+    #[test]
+    fn ina_settings() {
+        let d = Config::from_env(&env_of(&[])).unwrap().ina;
+        let want = InaSettings {
+            timeout: Duration::from_secs(10),
+            int32: false,
+            payload: 1472,
+        };
+        assert_eq!(d, want);
+        let c = Config::from_env(&env_of(&[
+            ("SHOAL_INA_TIMEOUT", "0.5"),
+            ("SHOAL_INA_INT32", "true"),
+            ("SHOAL_INA_PAYLOAD", "9000"),
+        ]))
+        .unwrap()
+        .ina;
+        assert_eq!(
+            (c.timeout, c.int32, c.payload),
+            (Duration::from_millis(500), true, 9000)
+        );
     }
 }

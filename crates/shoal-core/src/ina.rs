@@ -22,6 +22,7 @@ use shoal_ina::{InaClient, InaConfig, InaDType, InaError, InaKeys, InaOp, PeerCh
 use shoal_plan::CostParams;
 use shoal_transport::auth::Key;
 
+use crate::config::InaSettings;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::secret::{key_of, JobSecret};
@@ -54,6 +55,7 @@ impl Ina {
         world: usize,
         secret: &JobSecret,
         job: &ScopedStore,
+        settings: &InaSettings,
     ) -> Result<Membership> {
         let env = |k: &str| std::env::var(k).ok();
         if !InaConfig::switch_configured(&env) {
@@ -66,7 +68,10 @@ impl Ina {
             switch: switch_secret(&env, None).map_err(Error::invalid)?,
         };
         let joined = match InaConfig::from_env(rank, world, keys, &env) {
-            Ok(Some(cfg)) => InaClient::join(&cfg, &job.scope("ina")),
+            Ok(Some(mut cfg)) => {
+                settings.apply(&mut cfg);
+                InaClient::join(&cfg, &job.scope("ina"))
+            }
             Ok(None) => return Ok(Err("no aggregation switch configured".into())),
             Err(InaError::Config(reason)) => return Err(Error::invalid(reason)),
             Err(e) => Err(e),

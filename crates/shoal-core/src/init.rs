@@ -62,6 +62,7 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
         rdzv.info.world_size,
         &rdzv.secret,
         &rdzv.store,
+        &config.ina,
     )?;
     let mut keepalive: Vec<Box<dyn std::any::Any + Send + Sync>> = vec![Box::new(rdzv.store)];
     if let Some(server) = rdzv.server {

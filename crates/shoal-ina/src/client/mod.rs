@@ -98,10 +98,6 @@ pub struct InaConfig {
     pub faults: Faults,
 }
 
-/// Longest `SHOAL_INA_TIMEOUT` (a day): longer is a typo, and would not fit
-/// the clock arithmetic.
-const MAX_DEAD_TIMEOUT_SECS: f64 = 86400.0;
-
 impl InaConfig {
     pub fn new(rank: usize, world: usize, trees: Vec<TreeSpec>, keys: InaKeys) -> InaConfig {
         InaConfig {
@@ -131,10 +127,10 @@ impl InaConfig {
         env("SHOAL_SWITCH").is_some_and(|s| !s.trim().is_empty())
     }
 
-    /// `SHOAL_SWITCH=host:port[,host:port...]` (one flat tree per switch),
-    /// `SHOAL_INA_TIMEOUT` (seconds, default 10), `SHOAL_INA_INT32=0|1`,
-    /// `SHOAL_INA_PAYLOAD` (bytes, default 1472). `Ok(None)` when no switch
-    /// is set. An invalid value is `InaError::Config` naming its variable; a
+    /// `SHOAL_SWITCH=host:port[,host:port...]` (one flat tree per switch).
+    /// `Ok(None)` when no switch is set. The `SHOAL_INA_*` tuning variables
+    /// are read and checked with the rest of the runtime's configuration
+    /// (shoal-core's `config.rs`), which sets the fields they control. An invalid value is `InaError::Config` naming its variable; a
     /// switch name that does not resolve is `Unreachable` (a reason to fall
     /// back, like a switch that does not answer).
     pub fn from_env(
@@ -147,22 +143,6 @@ impl InaConfig {
             return Ok(None);
         }
         let mut cfg = InaConfig::new(rank, world, Vec::new(), keys);
-        if let Some(v) = env("SHOAL_INA_TIMEOUT") {
-            cfg.dead_timeout = parse_timeout(&v)?;
-        }
-        cfg.f32_as_int32 = match env("SHOAL_INA_INT32").as_deref() {
-            None | Some("" | "0") => false,
-            Some("1") => true,
-            Some(v) => return Err(config("SHOAL_INA_INT32", v, "expected 0 or 1")),
-        };
-        if let Some(v) = env("SHOAL_INA_PAYLOAD") {
-            cfg.payload_budget = v
-                .trim()
-                .parse()
-                .ok()
-                .filter(|p| (64..=65507).contains(p))
-                .ok_or_else(|| config("SHOAL_INA_PAYLOAD", &v, "expected bytes in 64..=65507"))?;
-        }
         let switches = env("SHOAL_SWITCH").unwrap_or_default();
         cfg.trees = switch_trees(&switches)?;
         Ok(Some(cfg))
@@ -182,18 +162,6 @@ impl InaConfig {
 
 fn config(var: &str, value: &str, what: &str) -> InaError {
     InaError::Config(format!("{var}={value:?}: {what}"))
-}
-
-fn parse_timeout(v: &str) -> Result<Duration, InaError> {
-    let secs: f64 = v
-        .trim()
-        .parse()
-        .map_err(|_| config("SHOAL_INA_TIMEOUT", v, "expected seconds"))?;
-    if !(secs > 0.0 && secs <= MAX_DEAD_TIMEOUT_SECS) {
-        let what = format!("expected seconds in (0, {MAX_DEAD_TIMEOUT_SECS}]");
-        return Err(config("SHOAL_INA_TIMEOUT", v, &what));
-    }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 fn switch_trees(switches: &str) -> Result<Vec<TreeSpec>, InaError> {
