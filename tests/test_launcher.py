@@ -315,3 +315,57 @@ def test_bad_timeouts_are_refused(value: str):
     proc = run("-n", "1", f"--timeout={value}", "--", "true")
     assert proc.returncode == 2
     assert "--timeout" in proc.stderr and value in proc.stderr, proc.stderr
+
+
+def test_a_python_file_runs_with_this_interpreter(tmp_path: Path):
+    """`shoal run -n 2 train.py`: the file need not be executable, and runs with sys.executable."""
+    script = tmp_path / "train.py"
+    script.write_text("import sys; print(sys.executable, sys.argv[1:])\n")
+    script.chmod(0o644)
+    proc = run("-n", "2", str(script), "--lr", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert by_rank(proc.stdout) == {r: [f"{sys.executable} ['--lr', '1']"] for r in (0, 1)}
+
+
+def test_a_bare_python_is_this_interpreter_not_the_one_on_path(tmp_path: Path):
+    impostor = tmp_path / "python"
+    impostor.write_text("#!/bin/sh\necho impostor\n")
+    impostor.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ.get('PATH', '')}"}
+    code = "import sys; print(sys.executable)"
+    proc = subprocess.run(launcher_cmd("-n", "1", "python", "-c", code), env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"[0]: {sys.executable}"
+
+
+def test_nproc_per_node_is_an_alias_of_n():
+    proc = run("--nproc-per-node", "3", *py("import os; print(os.environ['WORLD_SIZE'])"))
+    assert proc.returncode == 0, proc.stderr
+    assert by_rank(proc.stdout) == {r: ["3"] for r in range(3)}
+
+
+def test_log_dir_keeps_each_ranks_output(tmp_path: Path):
+    logs = tmp_path / "logs" / "job"
+    code = """
+        import os, sys
+        rank = os.environ['RANK']
+        print('out', rank, flush=True)
+        print('err', rank, file=sys.stderr, flush=True)
+    """
+    proc = run("-n", "2", "--log-dir", str(logs), *py(code))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in logs.iterdir()) == ["rank-0.log", "rank-1.log"]
+    for r in (0, 1):
+        assert sorted((logs / f"rank-{r}.log").read_text().splitlines()) == [f"err {r}", f"out {r}"]
+    # The console still gets every line, prefixed.
+    assert by_rank(proc.stdout) == {0: ["out 0"], 1: ["out 1"]}
+
+
+def test_an_unwritable_log_dir_is_refused_before_starting(tmp_path: Path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    marker = tmp_path / "started"
+    proc = run("-n", "1", "--log-dir", str(blocker / "logs"), *py(f"open({str(marker)!r}, 'w')"))
+    assert proc.returncode == 2
+    assert "cannot write rank logs" in proc.stderr and str(blocker) in proc.stderr, proc.stderr
+    assert not marker.exists()

@@ -2,7 +2,12 @@
 
 Usage::
 
-    shoal run -n N [--master-port P] [--no-prefix] [--timeout S] [--env K=V ...] [--] cmd args...
+    shoal run -n N [--master-port P] [--no-prefix] [--log-dir DIR] [--timeout S] [--env K=V ...] [--] cmd args...
+
+A command that is a Python file (``shoal run -n 2 train.py``) or a bare
+``python``/``python3`` runs with the interpreter running ``shoal``
+(``sys.executable``), as torchrun does: the ranks see the same packages as the
+launcher, whatever ``PATH`` says.
 
 Every rank gets the torchrun environment convention (``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``) plus a
@@ -12,6 +17,8 @@ secret with ``SHOAL_SECRET`` or ``SHOAL_SECRET_FILE``) and
 final word. Output lines are prefixed with
 ``[rank]: `` (stdout and stderr kept apart); with ``--no-prefix`` they still
 pass through the launcher whole, so lines of different ranks never mix.
+With ``--log-dir DIR`` each rank's output also goes, unprefixed, to
+``DIR/rank-N.log`` (stdout and stderr interleaved as they arrive).
 
 Failure handling follows the rule "one rank fails, the job fails": when a rank
 exits non-zero the others get SIGTERM, then SIGKILL after a grace period, and
@@ -42,16 +49,21 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO, TextIO
+from pathlib import Path
+from typing import IO, BinaryIO, TextIO
 
 #: Seconds between SIGTERM and SIGKILL when stopping ranks.
 GRACE_SECONDS = 3.0
 #: Exit code on --timeout (the convention of coreutils' `timeout`).
 EXIT_TIMEOUT = 124
+#: Exit code of a bad command line (argparse's).
+EXIT_USAGE = 2
 #: Exit code when the command cannot be started (the shell's "command not found").
 EXIT_CANNOT_START = 127
 #: How often the supervisor checks on the ranks.
 POLL_SECONDS = 0.05
+#: Commands that mean "the Python interpreter" and run as the launcher's own.
+PYTHON_NAMES = ("python", "python3")
 
 
 @dataclass
@@ -64,6 +76,7 @@ class Options:
     timeout: float | None
     env: dict[str, str]
     command: list[str]
+    log_dir: Path | None = None
 
 
 def positive_int(text: str) -> int:
@@ -93,6 +106,7 @@ def positive_float(text: str) -> float:
 
 
 def assignment(text: str) -> tuple[str, str]:
+    """argparse type: ``KEY=VALUE`` as a pair."""
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"{text!r} is not of the form KEY=VALUE")
@@ -104,9 +118,17 @@ def _parser() -> argparse.ArgumentParser:
         prog="shoal run",
         description="Start N ranks of a command on this machine.",
     )
-    p.add_argument("-n", "--nprocs", type=positive_int, required=True, help="number of ranks")
+    p.add_argument(
+        "-n", "--nprocs", "--nproc-per-node", type=positive_int, required=True, help="number of ranks (on this machine)"
+    )
     p.add_argument("--master-port", type=_port, help="store port of rank 0 (default: a free port)")
     p.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with [rank]: ")
+    p.add_argument(
+        "--log-dir",
+        type=Path,
+        metavar="DIR",
+        help="also write each rank's output to DIR/rank-N.log (created if needed)",
+    )
     p.add_argument("--timeout", type=positive_float, help="stop all ranks after this many seconds (exit 124)")
     p.add_argument(
         "--env", type=assignment, action="append", default=[], metavar="K=V", help="extra environment variable"
@@ -128,8 +150,20 @@ def parse_args(argv: list[str]) -> Options:
         prefix=not ns.no_prefix,
         timeout=ns.timeout,
         env=dict(ns.env),
-        command=command,
+        command=resolve_command(command),
+        log_dir=ns.log_dir,
     )
+
+
+def resolve_command(command: list[str]) -> list[str]:
+    """The command as the ranks run it: a Python file, or a bare ``python``, runs
+    with this interpreter; anything else as given (found on ``PATH``)."""
+    first = command[0]
+    if first.endswith(".py"):
+        return [sys.executable, *command]
+    if first in PYTHON_NAMES:
+        return [sys.executable, *command[1:]]
+    return command
 
 
 def free_port() -> int:
@@ -199,14 +233,30 @@ def _write(dst: TextIO, data: bytes) -> None:
     dst.flush()
 
 
-def _pump(src: IO[bytes], dst: TextIO, prefix: bytes, lock: threading.Lock) -> None:
-    """Copies `src` to `dst` line by line, each line prefixed, whole lines at a time."""
+@dataclass
+class RankLog:
+    """One rank's log file (``--log-dir``), shared by its stdout and stderr readers."""
+
+    file: BinaryIO
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def write(self, line: bytes) -> None:
+        with self.lock:
+            self.file.write(line)
+            self.file.flush()
+
+
+def _pump(src: IO[bytes], dst: TextIO, prefix: bytes, lock: threading.Lock, log: RankLog | None = None) -> None:
+    """Copies `src` to `dst` line by line, each line prefixed, whole lines at a
+    time; and to `log`, unprefixed, when given."""
     with src:
         for line in iter(src.readline, b""):
             if not line.endswith(b"\n"):
                 line += b"\n"
             with lock:
                 _write(dst, prefix + line)
+            if log is not None:
+                log.write(line)
 
 
 @dataclass
@@ -232,14 +282,23 @@ class RankGroup:
     processes it spawns too, and a Ctrl-C in the terminal reaches the ranks
     only through the launcher's forwarding, exactly once. ``name`` starts the
     supervisor's own messages (``shoal run: rank 1 exited with code 3``).
+    With ``log_dir``, rank N's output also goes to ``log_dir/rank-N.log``.
     """
 
     specs: list[RankSpec]
     prefix: bool = True
     name: str = "shoal run"
+    log_dir: Path | None = None
+    logs: list[RankLog] = field(default_factory=list)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     readers: list[threading.Thread] = field(default_factory=list)
     locks: tuple[threading.Lock, threading.Lock] = field(default_factory=lambda: (threading.Lock(), threading.Lock()))
+
+    def open_logs(self) -> None:
+        """Creates ``log_dir`` and one ``rank-N.log`` per rank (if `log_dir` is set); raises OSError."""
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            self.logs = [RankLog(open(self.log_dir / f"rank-{r}.log", "wb")) for r in range(len(self.specs))]
 
     def start(self) -> None:
         """Starts every rank; raises OSError if a command cannot be run."""
@@ -259,9 +318,10 @@ class RankGroup:
         """Copies the rank's output through reader threads, so lines of
         different ranks never mix, even with --no-prefix."""
         prefix = f"[{rank}]: ".encode() if self.prefix else b""
+        log = self.logs[rank] if self.logs else None
         for src, dst, lock in ((proc.stdout, sys.stdout, self.locks[0]), (proc.stderr, sys.stderr, self.locks[1])):
             assert src is not None
-            t = threading.Thread(target=_pump, args=(src, dst, prefix, lock), daemon=True)
+            t = threading.Thread(target=_pump, args=(src, dst, prefix, lock, log), daemon=True)
             t.start()
             self.readers.append(t)
 
@@ -304,6 +364,9 @@ class RankGroup:
         """Waits briefly for the output readers to drain (a grandchild may hold a pipe open)."""
         for t in self.readers:
             t.join(timeout=1.0)
+        for log in self.logs:
+            with log.lock:
+                log.file.close()
 
 
 @contextlib.contextmanager
@@ -373,6 +436,7 @@ def launch(
     timeout: float | None = None,
     name: str = "shoal run",
     command_name: str | None = None,
+    log_dir: Path | None = None,
 ) -> int:
     """Starts the ranks of `specs` (rank i runs ``specs[i]``) and supervises them to the end.
 
@@ -380,9 +444,16 @@ def launch(
     failing rank's exit code is returned and the others are stopped; SIGINT and
     SIGTERM are forwarded; after `timeout` seconds everything is stopped and
     124 returned; 127 if a command cannot be started (`command_name` names it
-    in the message, by default the first word of the first command).
+    in the message, by default the first word of the first command); with
+    `log_dir`, rank N's output also goes to ``log_dir/rank-N.log``.
     """
-    group = RankGroup(specs, prefix=prefix, name=name)
+    group = RankGroup(specs, prefix=prefix, name=name, log_dir=log_dir)
+    try:
+        group.open_logs()
+    except OSError as e:
+        _log(f"cannot write rank logs to {log_dir}: {e.strerror or e}", name)
+        group.close()
+        return EXIT_USAGE
     with forwarded_signals(group) as received:
         try:
             group.start()
@@ -390,6 +461,7 @@ def launch(
             what = command_name or (specs[0].argv[0] if specs else "?")
             _log(f"cannot start {what!r}: {e.strerror or e}", name)
             group.stop()
+            group.close()
             return EXIT_CANNOT_START
         code = supervise(group, timeout, received)
     group.close()
@@ -402,7 +474,7 @@ def main(argv: list[str]) -> int:
         opts = parse_args(argv)
     except SystemExit as e:  # argparse: --help (0) or a usage error (2)
         return e.code if isinstance(e.code, int) else 2
-    return launch(rank_specs(opts), prefix=opts.prefix, timeout=opts.timeout)
+    return launch(rank_specs(opts), prefix=opts.prefix, timeout=opts.timeout, log_dir=opts.log_dir)
 
 
 if __name__ == "__main__":

@@ -192,7 +192,7 @@ pub const VARIABLES: &[Variable] = &[
     ),
     var(
         "SHOAL_TESTBED_DIR",
-        "",
+        "/run/shoal-testbed",
         "directory of testbed state files",
         "python testbed/state.py",
     ),

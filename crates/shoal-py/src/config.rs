@@ -1,9 +1,12 @@
-//! `config_variables()`: the table of `SHOAL_*` variables, for `shoal info`.
+//! What `shoal info` reports about the configuration: the table of `SHOAL_*`
+//! variables and the launcher this environment describes.
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use shoal_core::config::VARIABLES;
+use shoal_core::rendezvous::{detect_from_process_env, job_id, Explicit};
 
 /// Every `SHOAL_*` variable shoal reads, as dicts with `name`, `default`
 /// (empty when computed or unset), `meaning` and `read_in`.
@@ -20,4 +23,25 @@ pub fn config_variables(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
             Ok(d)
         })
         .collect()
+}
+
+/// The launcher convention `shoal.init()` would follow in this environment,
+/// as a dict (`source`: "shoal", "torchrun", "slurm", "openmpi" or "default",
+/// with rank, world size, master and job id); `ValueError` when the
+/// environment is inconsistent, with the reason `init` would give.
+#[pyfunction]
+pub fn detect_launcher(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let info = detect_from_process_env(&Explicit::default()).map_err(PyValueError::new_err)?;
+    let d = PyDict::new(py);
+    d.set_item("source", info.source)?;
+    d.set_item("rank", info.rank)?;
+    d.set_item("world_size", info.world_size)?;
+    d.set_item("local_rank", info.local_rank)?;
+    d.set_item("local_world_size", info.local_world_size)?;
+    d.set_item("master_addr", info.master_addr)?;
+    d.set_item("master_port", info.master_port)?;
+    d.set_item("store_addr", info.store_addr)?;
+    d.set_item("store_path", info.store_path)?;
+    d.set_item("job_id", job_id(&|k| std::env::var(k).ok()))?;
+    Ok(d)
 }

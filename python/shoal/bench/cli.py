@@ -28,6 +28,7 @@ from shoal.bench.progress import Progress
 from shoal.bench.runners import DEPS_HINT, LIBRARIES, JobResult, get_runner
 from shoal.bench.sizes import human, parse_sizes
 from shoal.bench.worker import Spec
+from shoal.cli import did_you_mean
 
 EXIT_OK, EXIT_BAD_RESULTS, EXIT_USAGE = 0, 1, 2
 
@@ -37,6 +38,14 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def _collective(text: str) -> str:
+    """argparse type: one of COLLECTIVES; a near miss is named in the error."""
+    if text not in COLLECTIVES:
+        hint = did_you_mean(text, COLLECTIVES)
+        raise argparse.ArgumentTypeError(f"no collective {text!r}{hint} (choose from {', '.join(COLLECTIVES)})")
+    return text
 
 
 def _iters(text: str) -> int | None:
@@ -50,7 +59,7 @@ def parser(prog: str = "shoal bench", nprocs_option: bool = True) -> argparse.Ar
         description="Benchmark a collective with shoal, side by side with Gloo (torch.distributed) and OpenMPI.",
         epilog=f"Competitors are not installed automatically; `{DEPS_HINT}` installs them.",
     )
-    p.add_argument("collective", choices=COLLECTIVES)
+    p.add_argument("collective", type=_collective, metavar="COLLECTIVE", help=", ".join(COLLECTIVES))
     if nprocs_option:
         p.add_argument("-n", "--nprocs", type=_positive, default=2, help="ranks per job (default 2)")
     p.add_argument(
@@ -93,7 +102,8 @@ def _competitors(text: str) -> list[str]:
         return [x for x in LIBRARIES if x != "shoal"]
     bad = [x for x in names if x not in LIBRARIES or x == "shoal"]
     if bad:
-        raise ValueError(f"unknown competitor(s) {', '.join(bad)} (choose from gloo, mpi, all)")
+        hint = did_you_mean(bad[0], [x for x in LIBRARIES if x != "shoal"])
+        raise ValueError(f"unknown competitor(s) {', '.join(bad)}{hint} (choose from gloo, mpi, all)")
     return list(dict.fromkeys(names))
 
 
@@ -109,7 +119,8 @@ def _shoal_algos(collective: str, algo: str | None, switch: bool) -> list[str | 
         if a == INA and collective == "allreduce" and not switch:
             raise ValueError("algorithm 'ina' needs a switch: set SHOAL_SWITCH (or `shoal testbed up --switch`)")
         if a not in known and a != "auto":
-            raise ValueError(f"shoal has no {collective} algorithm {a!r}; known: {', '.join(known)}")
+            hint = did_you_mean(a, known)
+            raise ValueError(f"shoal has no {collective} algorithm {a!r}{hint} (known: {', '.join(known)})")
     return [None if a == "auto" else a for a in dict.fromkeys(wanted)]
 
 
