@@ -170,3 +170,17 @@ def test_unwritable_out_is_a_one_line_error(tmp_path: Path, where: str) -> None:
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("shoal bench: ") and out in lines[0], proc.stderr
+
+
+def test_bench_ina_beside_ring_with_a_switch(tmp_path: Path) -> None:
+    """In-network against ring allreduce in one invocation (what benches/ina_vs_ring.py timed)."""
+    from test_ina import switch
+
+    with switch() as (addr, _metrics):
+        code, doc, output = bench(
+            tmp_path, "allreduce", "-n", "2", "--algo", "ring,ina", "--no-roofline", *TINY, env={"SHOAL_SWITCH": addr}
+        )
+    assert code == 0, output
+    assert [s["name"] for s in doc["series"]] == ["shoal:ring", "shoal:ina"]
+    assert_good(doc, tmp_path / "results", ["shoal", "shoal"], [8, 4096, 65536])
+    assert {r["algo"] for r in doc["series"][1]["results"]} == {"ina"}
