@@ -242,8 +242,10 @@ class RankLog:
 
     def write(self, line: bytes) -> None:
         with self.lock:
-            self.file.write(line)
-            self.file.flush()
+            # A grandchild may hold the pipe open past close(); its late lines go to the console only.
+            if not self.file.closed:
+                self.file.write(line)
+                self.file.flush()
 
 
 def _pump(src: IO[bytes], dst: TextIO, prefix: bytes, lock: threading.Lock, log: RankLog | None = None) -> None:
