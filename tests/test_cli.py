@@ -77,6 +77,15 @@ def test_info_text_lists_everything() -> None:
         assert part in out, out
     assert "launcher: default (rank 0 of 1" in out
     assert "ina: no switch configured" in out
+    assert "configuration (valid):" in out
+
+
+def test_info_says_what_init_would_refuse() -> None:
+    proc = shoal_cmd("info", env=clean_env(SHOAL_PLAN_CACHE="lots"))
+    assert proc.returncode == 0, proc.stderr
+    assert 'configuration (invalid, init fails: SHOAL_PLAN_CACHE="lots" must be a whole number' in proc.stdout
+    assert info_json(SHOAL_PLAN_CACHE="0")["config_error"].startswith('SHOAL_PLAN_CACHE="0" must be at least 1')
+    assert info_json()["config_error"] is None
 
 
 def info_json(**env: str) -> dict:

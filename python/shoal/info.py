@@ -129,6 +129,7 @@ def ina(values: dict[str, str]) -> dict[str, Any]:
 def report() -> dict[str, Any]:
     """Everything ``shoal info`` shows, as JSON-ready data."""
     import shoal
+    from shoal import _shoal
 
     rows = variables()
     values = {r["name"]: r["value"] for r in rows}
@@ -138,6 +139,8 @@ def report() -> dict[str, Any]:
         "version": shoal.__version__,
         "algorithms": {c: list(shoal.algorithms(c)) for c in COLLECTIVES},
         "variables": rows,
+        # What init would refuse about these values (None: nothing).
+        "config_error": _shoal.config_error(),
         "transports": {
             "selected": values["SHOAL_TRANSPORT"],
             "shm": bool(shm.get("writable")),
@@ -161,7 +164,8 @@ def render(r: dict[str, Any]) -> str:
     """The report as text, one section per heading."""
     out = [f"shoal {r['version']}", "", "algorithms:"]
     out += [f"  {c:15s} {', '.join(algos)}" for c, algos in r["algorithms"].items()]
-    out += ["", "configuration (value, source):"]
+    verdict = f"invalid, init fails: {r['config_error']}" if r["config_error"] else "valid"
+    out += ["", f"configuration ({verdict}):"]
     width = max(len(v["name"]) for v in r["variables"])
     for v in r["variables"]:
         shown = v["value"] if v["value"] else "(unset)"

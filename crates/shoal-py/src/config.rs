@@ -5,7 +5,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use shoal_core::config::VARIABLES;
+use shoal_core::config::{Config, VARIABLES};
 use shoal_core::rendezvous::{detect_from_process_env, job_id, Explicit};
 
 /// Every `SHOAL_*` variable shoal reads, as dicts with `name`, `default`
@@ -44,4 +44,11 @@ pub fn detect_launcher(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("store_path", info.store_path)?;
     d.set_item("job_id", job_id(&|k| std::env::var(k).ok()))?;
     Ok(d)
+}
+
+/// Why the `SHOAL_*` settings of this environment would fail `init`, or
+/// `None` when they are valid (the same check `init` makes first).
+#[pyfunction]
+pub fn config_error() -> Option<String> {
+    Config::from_process_env().err().map(|e| e.message)
 }

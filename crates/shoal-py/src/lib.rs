@@ -344,6 +344,7 @@ fn _shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(switch::switch_main, m)?)?;
     m.add_function(wrap_pyfunction!(config::config_variables, m)?)?;
     m.add_function(wrap_pyfunction!(config::detect_launcher, m)?)?;
+    m.add_function(wrap_pyfunction!(config::config_error, m)?)?;
     m.add("ShoalError", py.get_type::<ShoalError>())?;
     m.add("PeerDiedError", py.get_type::<PeerDiedError>())?;
     m.add("MismatchError", py.get_type::<MismatchError>())?;

@@ -198,7 +198,7 @@ def run(ns: argparse.Namespace, command: str, prog: str = "shoal bench", testbed
 
     `testbed` (a :class:`shoal.testbed.bench.Placement`) runs every job on the emulated hosts; its
     link, not the memory roofline, is then the ceiling the tables compare with."""
-    switch = testbed.switch if testbed is not None else bool(os.environ.get("SHOAL_SWITCH"))
+    switch = testbed.switch if testbed is not None else bool(os.environ.get("SHOAL_SWITCH", "").strip())
     try:
         sizes = parse_sizes(ns.sizes)
         against = _competitors(ns.against)
