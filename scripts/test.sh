@@ -19,6 +19,9 @@ pip install -q --upgrade pip
 pip install -q maturin numpy pytest pytest-timeout
 timeout 1200 pip install -q matplotlib torch torchvision scikit-learn \
     || echo "test.sh: optional extras not installed; the tests that need them will be skipped"
+# an extension built before shoal became abi3 (_shoal.cpython-3XX-*.so)
+# would shadow the new _shoal.abi3.so on import
+rm -f python/shoal/_shoal.cpython-*.so
 maturin develop --release -q
 cargo test --release --workspace --exclude shoal-py
 python -m pytest -q tests

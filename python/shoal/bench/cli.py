@@ -292,7 +292,7 @@ def run(ns: argparse.Namespace, command: str, prog: str = "shoal bench", testbed
     if not ns.no_plot:
         pngs = report.plot(doc, out_dir)
         if not pngs:
-            print(f"{prog}: no plots: matplotlib is missing (pip install 'shoal[bench]')", file=sys.stderr)
+            print(f"{prog}: no plots: matplotlib is missing (pip install matplotlib)", file=sys.stderr)
         doc["files"].update(pngs)
     text = report.text_report(doc)
     try:
