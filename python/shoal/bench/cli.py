@@ -346,7 +346,7 @@ def _run_one(
     suffix = f"-round{rnd + 1}" if ns.rounds > 1 else ""
     log = out_dir / "logs" / f"{name.replace(':', '-')}{suffix}.log"
     progress.set_label(f"{name} starting")
-    job = runner.run(spec, ns.nprocs, log, on_record, ns.timeout)
+    job: JobResult = runner.run(spec, ns.nprocs, log, on_record, ns.timeout)
     if done < nsizes:
         progress.advance(nsizes - done)
     status = "ok" if job.returncode == 0 else f"FAILED (exit {job.returncode}, log {log})"
