@@ -34,9 +34,9 @@ cargo fmt --all --check
 cargo clippy --release --workspace --all-targets -- -D warnings
 
 cargo test --release --workspace --exclude shoal-py
-# SHOAL_TEST_WHEEL: tests/test_packaging.py also builds the wheel (`pip wheel .`, about
+# TEST_SHOAL_WHEEL: tests/test_packaging.py also builds the wheel (`pip wheel .`, about
 # half a minute on top of this build) and runs a 2-rank job from it
-SHOAL_TEST_WHEEL=1 python -m pytest -q tests
+TEST_SHOAL_WHEEL=1 python -m pytest -q tests
 
 # torch 2.4: the oldest release the torch backend supports (docs/torch.md)
 if timeout 1200 bash -c 'python3 -m venv .venv-torch24 && .venv-torch24/bin/pip install -q --upgrade pip &&

@@ -2,7 +2,7 @@
 
 The metadata checks are instant. Building and installing a wheel takes about
 half a minute (longer where maturin is not cached), so it runs where
-SHOAL_TEST_WHEEL=1 (scripts/test.sh sets it); SHOAL_TEST_PYTHONS, a list of
+TEST_SHOAL_WHEEL=1 (scripts/test.sh sets it); TEST_SHOAL_PYTHONS, a list of
 interpreters separated by ':', additionally installs the wheel into a fresh
 virtual environment of each and runs a 2-rank job there (this needs numpy
 from the package index).
@@ -77,7 +77,7 @@ def smoke(python: str, env: dict[str, str]) -> None:
     assert "world of 2" in proc.stdout
 
 
-@pytest.mark.skipif(os.environ.get("SHOAL_TEST_WHEEL") != "1", reason="builds a wheel: set SHOAL_TEST_WHEEL=1")
+@pytest.mark.skipif(os.environ.get("TEST_SHOAL_WHEEL") != "1", reason="builds a wheel: set TEST_SHOAL_WHEEL=1")
 def test_wheel_is_abi3_manylinux_and_installs(tmp_path: Path) -> None:
     wheel = build_wheel(tmp_path / "dist")
     assert re.fullmatch(r"shoal-[\d.]+-cp39-abi3-manylinux_2_\d+_[a-z0-9_]+\.whl", wheel.name), wheel.name
@@ -90,7 +90,7 @@ def test_wheel_is_abi3_manylinux_and_installs(tmp_path: Path) -> None:
     subprocess.run(install, check=True)
     smoke(sys.executable, {**os.environ, "PYTHONPATH": str(target)})
 
-    for python in filter(None, os.environ.get("SHOAL_TEST_PYTHONS", "").split(":")):
+    for python in filter(None, os.environ.get("TEST_SHOAL_PYTHONS", "").split(":")):
         venv = tmp_path / f"venv-{Path(python).parent.parent.name}"
         subprocess.run([python, "-m", "venv", str(venv)], check=True)
         subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], check=True, timeout=600)
