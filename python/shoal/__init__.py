@@ -17,7 +17,7 @@ from shoal._shoal import (
     ShoalTimeoutError,
     algorithms,
 )
-from shoal._types import Buffer, CollectiveName, DTypeName, ReduceOpName, SupportsBuffer
+from shoal._types import Buffer, CollectiveName, DTypeAlias, DTypeName, ReduceOpName, SupportsBuffer
 from shoal.group import BufferT, Group, Work
 
 # The errors are defined by the extension; they are raised and caught as shoal's.
@@ -29,6 +29,7 @@ __all__ = [
     "AbortedError",
     "Buffer",
     "CollectiveName",
+    "DTypeAlias",
     "DTypeName",
     "Group",
     "MismatchError",
@@ -145,7 +146,7 @@ def allreduce(
     group: Group | None = None,
     algorithm: str | None = None,
     async_op: bool = False,
-    dtype: DTypeName | None = None,
+    dtype: DTypeName | DTypeAlias | None = None,
 ) -> BufferT | Work[BufferT]:
     """Reduces ``x`` across ranks in place; returns ``x`` (or a Work if ``async_op``)."""
     return _group(group).allreduce(x, op, algorithm=algorithm, async_op=async_op, dtype=dtype)
@@ -158,7 +159,7 @@ def broadcast(
     group: Group | None = None,
     algorithm: str | None = None,
     async_op: bool = False,
-    dtype: DTypeName | None = None,
+    dtype: DTypeName | DTypeAlias | None = None,
 ) -> BufferT | Work[BufferT]:
     """Copies root's ``x`` into ``x`` on every rank, in place."""
     return _group(group).broadcast(x, root, algorithm=algorithm, async_op=async_op, dtype=dtype)
@@ -172,7 +173,7 @@ def reduce(
     group: Group | None = None,
     algorithm: str | None = None,
     async_op: bool = False,
-    dtype: DTypeName | None = None,
+    dtype: DTypeName | DTypeAlias | None = None,
 ) -> BufferT | Work[BufferT]:
     """Reduces ``x`` into root's ``x`` in place; other ranks' ``x`` is unchanged."""
     return _group(group).reduce(x, root, op, algorithm=algorithm, async_op=async_op, dtype=dtype)
@@ -185,7 +186,7 @@ def allgather(
     group: Group | None = None,
     algorithm: str | None = None,
     async_op: bool = False,
-    dtype: DTypeName | None = None,
+    dtype: DTypeName | DTypeAlias | None = None,
 ) -> Buffer | Work[Buffer]:
     """Every rank's ``x`` concatenated in rank order; ``out`` defaults to shape (size, *x.shape)."""
     return _group(group).allgather(x, out, algorithm=algorithm, async_op=async_op, dtype=dtype)
@@ -199,7 +200,7 @@ def reduce_scatter(
     group: Group | None = None,
     algorithm: str | None = None,
     async_op: bool = False,
-    dtype: DTypeName | None = None,
+    dtype: DTypeName | DTypeAlias | None = None,
 ) -> Buffer | Work[Buffer]:
     """Reduces ``x`` (size blocks of equal length) and gives rank r block r."""
     return _group(group).reduce_scatter(x, out, op, algorithm=algorithm, async_op=async_op, dtype=dtype)
@@ -212,7 +213,7 @@ def alltoall(
     group: Group | None = None,
     algorithm: str | None = None,
     async_op: bool = False,
-    dtype: DTypeName | None = None,
+    dtype: DTypeName | DTypeAlias | None = None,
 ) -> Buffer | Work[Buffer]:
     """Block q of ``x`` goes to rank q; block q of the result came from rank q."""
     return _group(group).alltoall(x, out, algorithm=algorithm, async_op=async_op, dtype=dtype)
@@ -226,7 +227,7 @@ def gather(
     group: Group | None = None,
     algorithm: str | None = None,
     async_op: bool = False,
-    dtype: DTypeName | None = None,
+    dtype: DTypeName | DTypeAlias | None = None,
 ) -> Buffer | None | Work[Buffer | None]:
     """Every rank's ``x`` concatenated at root (None elsewhere)."""
     return _group(group).gather(x, root, out, algorithm=algorithm, async_op=async_op, dtype=dtype)
@@ -240,7 +241,7 @@ def scatter(
     group: Group | None = None,
     algorithm: str | None = None,
     async_op: bool = False,
-    dtype: DTypeName | None = None,
+    dtype: DTypeName | DTypeAlias | None = None,
 ) -> BufferT | Work[BufferT]:
     """Block r of root's ``x`` into ``out`` on rank r (``x`` is ignored off root)."""
     return _group(group).scatter(x, out, root, algorithm=algorithm, async_op=async_op, dtype=dtype)
@@ -261,7 +262,7 @@ def send(
     tag: int = 0,
     *,
     group: Group | None = None,
-    dtype: DTypeName | None = None,
+    dtype: DTypeName | DTypeAlias | None = None,
 ) -> None:
     """Sends ``x`` to rank ``dst``; blocks until it is handed to the transport."""
     return _group(group).send(x, dst, tag, dtype=dtype)
@@ -273,7 +274,7 @@ def recv(
     tag: int = 0,
     *,
     group: Group | None = None,
-    dtype: DTypeName | None = None,
+    dtype: DTypeName | DTypeAlias | None = None,
 ) -> BufferT:
     """Receives into ``x`` from rank ``src``; returns ``x``."""
     return _group(group).recv(x, src, tag, dtype=dtype)

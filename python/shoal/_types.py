@@ -27,10 +27,11 @@ Buffer = Union["np.ndarray[Any, Any]", SupportsBuffer]
 ReduceOpName = Literal["sum", "prod", "min", "max", "avg", "band", "bor", "bxor"]
 """Reduction ops: ``avg`` needs a floating-point dtype; ``band``, ``bor`` and ``bxor`` an integer one."""
 
-DTypeName = Literal[
-    "float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64", "float", "double", "half", "bf16"
-]
-"""Element types (numpy's names plus ``bfloat16``), and the aliases float, double, half and bf16."""
+DTypeName = Literal["float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64"]
+"""Element types: numpy's names, plus ``bfloat16`` (a 2-byte buffer passed with ``dtype="bfloat16"``)."""
+
+DTypeAlias = Literal["float", "double", "half", "bf16"]
+"""Other names the collectives' ``dtype=`` accepts: float32, float64, float16 and bfloat16."""
 
 CollectiveName = Literal[
     "allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall", "gather", "scatter", "barrier"

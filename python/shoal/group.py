@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import numpy as np
 
 from shoal._buffers import as_array, dtype_name, itemsize, typed_view
-from shoal._types import Buffer, CollectiveName, DTypeName, ReduceOpName
+from shoal._types import Buffer, CollectiveName, DTypeAlias, DTypeName, ReduceOpName
 
 if TYPE_CHECKING:
     from shoal._shoal import Communicator
@@ -176,7 +176,7 @@ class Group:
         *,
         algorithm: str | None = None,
         async_op: bool = False,
-        dtype: DTypeName | None = None,
+        dtype: DTypeName | DTypeAlias | None = None,
     ) -> BufferT | Work[BufferT]:
         """Reduces ``x`` across the group with ``op``, in place; returns ``x``
         (or a ``Work`` whose ``wait()`` returns it, if ``async_op``).
@@ -193,7 +193,7 @@ class Group:
         *,
         algorithm: str | None = None,
         async_op: bool = False,
-        dtype: DTypeName | None = None,
+        dtype: DTypeName | DTypeAlias | None = None,
     ) -> BufferT | Work[BufferT]:
         """Copies the root's ``x`` into ``x`` on every rank, in place; returns ``x`` (or a ``Work``)."""
         root = self._root_check(root, "broadcast")
@@ -209,7 +209,7 @@ class Group:
         *,
         algorithm: str | None = None,
         async_op: bool = False,
-        dtype: DTypeName | None = None,
+        dtype: DTypeName | DTypeAlias | None = None,
     ) -> BufferT | Work[BufferT]:
         """Reduces ``x`` with ``op`` into the root's ``x``, in place; other ranks' ``x`` is unchanged.
         Returns ``x`` (or a ``Work``)."""
@@ -225,7 +225,7 @@ class Group:
         *,
         algorithm: str | None = None,
         async_op: bool = False,
-        dtype: DTypeName | None = None,
+        dtype: DTypeName | DTypeAlias | None = None,
     ) -> Buffer | Work[Buffer]:
         """Every rank's ``x`` concatenated in rank order, into ``out`` (by default a
         new array of shape ``(size, *x.shape)``); returns ``out`` (or a ``Work``)."""
@@ -243,7 +243,7 @@ class Group:
         *,
         algorithm: str | None = None,
         async_op: bool = False,
-        dtype: DTypeName | None = None,
+        dtype: DTypeName | DTypeAlias | None = None,
     ) -> Buffer | Work[Buffer]:
         """Reduces ``x`` (``size`` blocks of equal length) with ``op`` and gives rank r
         block r, in ``out`` (by default a new array); returns ``out`` (or a ``Work``)."""
@@ -263,7 +263,7 @@ class Group:
         *,
         algorithm: str | None = None,
         async_op: bool = False,
-        dtype: DTypeName | None = None,
+        dtype: DTypeName | DTypeAlias | None = None,
     ) -> Buffer | Work[Buffer]:
         """Block q of ``x`` goes to rank q; block q of ``out`` (by default a new array
         like ``x``) came from rank q. Returns ``out`` (or a ``Work``)."""
@@ -283,7 +283,7 @@ class Group:
         *,
         algorithm: str | None = None,
         async_op: bool = False,
-        dtype: DTypeName | None = None,
+        dtype: DTypeName | DTypeAlias | None = None,
     ) -> Buffer | None | Work[Buffer | None]:
         """Every rank's ``x`` concatenated in rank order at the root, into ``out`` (by
         default a new array of shape ``(size, *x.shape)``); returns it at the root,
@@ -307,7 +307,7 @@ class Group:
         *,
         algorithm: str | None = None,
         async_op: bool = False,
-        dtype: DTypeName | None = None,
+        dtype: DTypeName | DTypeAlias | None = None,
     ) -> BufferT | Work[BufferT]:
         """Block r of the root's ``x`` (``size`` blocks like ``out``) into ``out`` on
         rank r; ``x`` is ignored off the root. Returns ``out`` (or a ``Work``)."""
@@ -328,7 +328,7 @@ class Group:
         """Returns once every rank of the group has entered the barrier (or a ``Work`` at once)."""
         return self._run("barrier", 0, "uint8", "sum", 0, None, None, None, async_op, None)
 
-    def send(self, x: Buffer, dst: int, tag: int = 0, *, dtype: DTypeName | None = None) -> None:
+    def send(self, x: Buffer, dst: int, tag: int = 0, *, dtype: DTypeName | DTypeAlias | None = None) -> None:
         """Sends ``x`` to rank ``dst`` with ``tag``; blocks until it is handed to the transport."""
         dst = self._peer_check(dst, "send", "dst")
         tag = tag_argument("send", tag)
@@ -336,7 +336,7 @@ class Group:
         dt = dtype_name(a, dtype)
         self._live().send(dst, tag, dt, a)
 
-    def recv(self, x: BufferT, src: int, tag: int = 0, *, dtype: DTypeName | None = None) -> BufferT:
+    def recv(self, x: BufferT, src: int, tag: int = 0, *, dtype: DTypeName | DTypeAlias | None = None) -> BufferT:
         """Receives into ``x`` what rank ``src`` sent with ``tag``; returns ``x``."""
         src = self._peer_check(src, "recv", "src")
         tag = tag_argument("recv", tag)
