@@ -53,7 +53,7 @@ def load_data(seed: int) -> tuple[TensorDataset, TensorDataset]:
     try:
         from sklearn.datasets import load_digits
     except ImportError:
-        sys.exit("this example needs scikit-learn: pip install 'shoal[torch]' (or pip install scikit-learn)")
+        sys.exit("this example needs scikit-learn: pip install '.[examples]' (or pip install scikit-learn)")
     digits = load_digits()
     x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16.0
     y = torch.tensor(digits.target, dtype=torch.int64)

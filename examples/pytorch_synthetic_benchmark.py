@@ -41,7 +41,7 @@ def build_model(name: str) -> torch.nn.Module:
     try:
         import torchvision.models
     except ImportError:
-        sys.exit("this benchmark needs torchvision: pip install 'shoal[torch]' (or pip install torchvision)")
+        sys.exit("this benchmark needs torchvision: pip install '.[examples]' (or pip install torchvision)")
     if not hasattr(torchvision.models, name):
         sys.exit(f"torchvision.models has no model {name!r}")
     return getattr(torchvision.models, name)(num_classes=1000)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Sets up a virtual environment, builds shoal, and runs the whole test suite:
-# the Rust unit tests (plans verified, kernels, store, transports, switch) and
-# the Python tests that launch real processes over shm, tcp, the aggregation
-# switch and the network-namespace testbed.
+# Sets up a virtual environment, builds shoal, runs the static checks (ruff,
+# mypy --strict, rustfmt, clippy: any finding fails the script before a test
+# runs), then the whole test suite: the Rust unit tests (plans verified,
+# kernels, store, transports, switch) and the Python tests that launch real
+# processes over shm, tcp, the aggregation switch and the network-namespace
+# testbed.
 #
 # The optional extras (torch for the PyTorch backend and the Gloo comparison,
 # matplotlib for bench plots) are installed best-effort: without them their
@@ -16,12 +18,25 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv
 . .venv/bin/activate
 pip install -q --upgrade pip
-pip install -q maturin numpy pytest pytest-timeout
+pip install -q maturin numpy pytest pytest-timeout 'ruff>=0.6' 'mypy>=1.11'
 timeout 1200 pip install -q matplotlib torch torchvision scikit-learn \
     || echo "test.sh: optional extras not installed; the tests that need them will be skipped"
+# an extension built before shoal became abi3 (_shoal.cpython-3XX-*.so)
+# would shadow the new _shoal.abi3.so on import
+rm -f python/shoal/_shoal.cpython-*.so
 maturin develop --release -q
+
+# static checks (settings in pyproject.toml; mypy reads the extension's types from _shoal.pyi)
+ruff check python tests build_backend
+ruff format --check python tests build_backend
+mypy --strict python/shoal
+cargo fmt --all --check
+cargo clippy --release --workspace --all-targets -- -D warnings
+
 cargo test --release --workspace --exclude shoal-py
-python -m pytest -q tests
+# TEST_SHOAL_WHEEL: tests/test_packaging.py also builds the wheel (`pip wheel .`, about
+# half a minute on top of this build) and runs a 2-rank job from it
+TEST_SHOAL_WHEEL=1 python -m pytest -q tests
 
 # torch 2.4: the oldest release the torch backend supports (docs/torch.md)
 if timeout 1200 bash -c 'python3 -m venv .venv-torch24 && .venv-torch24/bin/pip install -q --upgrade pip &&

@@ -9,8 +9,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from shoal._shoal import (
     AbortedError,
     MismatchError,
@@ -19,15 +17,27 @@ from shoal._shoal import (
     ShoalTimeoutError,
     algorithms,
 )
-from shoal.group import Buffer, Group, Work
+from shoal._types import Buffer, CollectiveName, DTypeAlias, DTypeName, ReduceOpName, SupportsBuffer
+from shoal.group import BufferT, Group, Work
+
+# The errors are defined by the extension; they are raised and caught as shoal's.
+for _error in (AbortedError, MismatchError, PeerDiedError, ShoalError, ShoalTimeoutError):
+    _error.__module__ = "shoal"
+del _error
 
 __all__ = [
     "AbortedError",
+    "Buffer",
+    "CollectiveName",
+    "DTypeAlias",
+    "DTypeName",
     "Group",
     "MismatchError",
     "PeerDiedError",
+    "ReduceOpName",
     "ShoalError",
     "ShoalTimeoutError",
+    "SupportsBuffer",
     "Work",
     "algorithms",
     "allgather",
@@ -86,6 +96,7 @@ def init(rank: int | None = None, world_size: int | None = None, addr: str | Non
 
 
 def is_initialized() -> bool:
+    """Whether ``init`` was called (and ``finalize`` not since)."""
     return _world is not None
 
 
@@ -106,14 +117,17 @@ def finalize() -> None:
 
 
 def _group(group: Group | None) -> Group:
+    """``group``, or the world group."""
     return group if group is not None else world()
 
 
 def rank(group: Group | None = None) -> int:
+    """This process's rank in ``group`` (default: the world)."""
     return _group(group).rank
 
 
 def world_size(group: Group | None = None) -> int:
+    """The number of ranks in ``group`` (default: the world); also ``shoal.size``."""
     return _group(group).size
 
 
@@ -126,41 +140,41 @@ def new_group(ranks: list[int], group: Group | None = None) -> Group | None:
 
 
 def allreduce(
-    x: Buffer,
-    op: str = "sum",
+    x: BufferT,
+    op: ReduceOpName = "sum",
     *,
     group: Group | None = None,
     algorithm: str | None = None,
     async_op: bool = False,
-    dtype: str | None = None,
-) -> Any:
+    dtype: DTypeName | DTypeAlias | None = None,
+) -> BufferT | Work[BufferT]:
     """Reduces ``x`` across ranks in place; returns ``x`` (or a Work if ``async_op``)."""
     return _group(group).allreduce(x, op, algorithm=algorithm, async_op=async_op, dtype=dtype)
 
 
 def broadcast(
-    x: Buffer,
+    x: BufferT,
     root: int = 0,
     *,
     group: Group | None = None,
     algorithm: str | None = None,
     async_op: bool = False,
-    dtype: str | None = None,
-) -> Any:
+    dtype: DTypeName | DTypeAlias | None = None,
+) -> BufferT | Work[BufferT]:
     """Copies root's ``x`` into ``x`` on every rank, in place."""
     return _group(group).broadcast(x, root, algorithm=algorithm, async_op=async_op, dtype=dtype)
 
 
 def reduce(
-    x: Buffer,
+    x: BufferT,
     root: int = 0,
-    op: str = "sum",
+    op: ReduceOpName = "sum",
     *,
     group: Group | None = None,
     algorithm: str | None = None,
     async_op: bool = False,
-    dtype: str | None = None,
-) -> Any:
+    dtype: DTypeName | DTypeAlias | None = None,
+) -> BufferT | Work[BufferT]:
     """Reduces ``x`` into root's ``x`` in place; other ranks' ``x`` is unchanged."""
     return _group(group).reduce(x, root, op, algorithm=algorithm, async_op=async_op, dtype=dtype)
 
@@ -172,8 +186,8 @@ def allgather(
     group: Group | None = None,
     algorithm: str | None = None,
     async_op: bool = False,
-    dtype: str | None = None,
-) -> Any:
+    dtype: DTypeName | DTypeAlias | None = None,
+) -> Buffer | Work[Buffer]:
     """Every rank's ``x`` concatenated in rank order; ``out`` defaults to shape (size, *x.shape)."""
     return _group(group).allgather(x, out, algorithm=algorithm, async_op=async_op, dtype=dtype)
 
@@ -181,13 +195,13 @@ def allgather(
 def reduce_scatter(
     x: Buffer,
     out: Buffer | None = None,
-    op: str = "sum",
+    op: ReduceOpName = "sum",
     *,
     group: Group | None = None,
     algorithm: str | None = None,
     async_op: bool = False,
-    dtype: str | None = None,
-) -> Any:
+    dtype: DTypeName | DTypeAlias | None = None,
+) -> Buffer | Work[Buffer]:
     """Reduces ``x`` (size blocks of equal length) and gives rank r block r."""
     return _group(group).reduce_scatter(x, out, op, algorithm=algorithm, async_op=async_op, dtype=dtype)
 
@@ -199,8 +213,8 @@ def alltoall(
     group: Group | None = None,
     algorithm: str | None = None,
     async_op: bool = False,
-    dtype: str | None = None,
-) -> Any:
+    dtype: DTypeName | DTypeAlias | None = None,
+) -> Buffer | Work[Buffer]:
     """Block q of ``x`` goes to rank q; block q of the result came from rank q."""
     return _group(group).alltoall(x, out, algorithm=algorithm, async_op=async_op, dtype=dtype)
 
@@ -213,22 +227,22 @@ def gather(
     group: Group | None = None,
     algorithm: str | None = None,
     async_op: bool = False,
-    dtype: str | None = None,
-) -> Any:
+    dtype: DTypeName | DTypeAlias | None = None,
+) -> Buffer | None | Work[Buffer | None]:
     """Every rank's ``x`` concatenated at root (None elsewhere)."""
     return _group(group).gather(x, root, out, algorithm=algorithm, async_op=async_op, dtype=dtype)
 
 
 def scatter(
     x: Buffer | None,
-    out: Buffer,
+    out: BufferT,
     root: int = 0,
     *,
     group: Group | None = None,
     algorithm: str | None = None,
     async_op: bool = False,
-    dtype: str | None = None,
-) -> Any:
+    dtype: DTypeName | DTypeAlias | None = None,
+) -> BufferT | Work[BufferT]:
     """Block r of root's ``x`` into ``out`` on rank r (``x`` is ignored off root)."""
     return _group(group).scatter(x, out, root, algorithm=algorithm, async_op=async_op, dtype=dtype)
 
@@ -237,7 +251,7 @@ def barrier(
     *,
     group: Group | None = None,
     async_op: bool = False,
-) -> Any:
+) -> Work[None] | None:
     """Returns once every rank of the group has entered the barrier."""
     return _group(group).barrier(async_op=async_op)
 
@@ -248,19 +262,19 @@ def send(
     tag: int = 0,
     *,
     group: Group | None = None,
-    dtype: str | None = None,
-) -> Any:
+    dtype: DTypeName | DTypeAlias | None = None,
+) -> None:
     """Sends ``x`` to rank ``dst``; blocks until it is handed to the transport."""
     return _group(group).send(x, dst, tag, dtype=dtype)
 
 
 def recv(
-    x: Buffer,
+    x: BufferT,
     src: int,
     tag: int = 0,
     *,
     group: Group | None = None,
-    dtype: str | None = None,
-) -> Any:
+    dtype: DTypeName | DTypeAlias | None = None,
+) -> BufferT:
     """Receives into ``x`` from rank ``src``; returns ``x``."""
     return _group(group).recv(x, src, tag, dtype=dtype)

@@ -7,20 +7,29 @@ passed as a 2-byte buffer (e.g. uint16) with ``dtype="bfloat16"``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-SUPPORTED_DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64")
+from shoal import _shoal
+from shoal._types import DTypeName
+
+# The element types come from the Rust core (`_shoal.dtypes()`: name, bytes
+# per element, numpy's name or None), so this list cannot drift from it.
+_CORE_DTYPES = _shoal.dtypes()
+
+SUPPORTED_DTYPES: tuple[DTypeName, ...] = tuple(cast(DTypeName, name) for name, _, _ in _CORE_DTYPES)
 
 # dtype objects -> names; a dict lookup is much cheaper than `dtype.name`
-_NAMES = {np.dtype(n): n for n in SUPPORTED_DTYPES if n != "bfloat16"}
-_ITEMSIZES = {n: (2 if n == "bfloat16" else np.dtype(n).itemsize) for n in SUPPORTED_DTYPES}
+_NAMES: dict[np.dtype[Any], DTypeName] = {
+    np.dtype(numpy): cast(DTypeName, name) for name, _, numpy in _CORE_DTYPES if numpy is not None
+}
+_ITEMSIZES: dict[str, int] = {name: size for name, size, _ in _CORE_DTYPES}
 
-_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "bf16": "bfloat16"}
+_ALIASES: dict[str, DTypeName] = {"float": "float32", "double": "float64", "half": "float16", "bf16": "bfloat16"}
 
 
-def as_array(buf: Any, name: str, writable: bool) -> np.ndarray:
+def as_array(buf: Any, name: str, writable: bool) -> np.ndarray[Any, Any]:
     """A numpy view of ``buf`` sharing its memory; rejects what cannot be used in place."""
     if isinstance(buf, np.ndarray):
         arr = buf
@@ -41,28 +50,28 @@ def as_array(buf: Any, name: str, writable: bool) -> np.ndarray:
     return arr
 
 
-def dtype_name(arr: np.ndarray, override: str | None) -> str:
+def dtype_name(arr: np.ndarray[Any, Any], override: str | None) -> DTypeName:
     """The shoal dtype name of ``arr``, or the explicit ``override`` (needed for bfloat16)."""
     if override is not None:
         name = _ALIASES.get(override, override)
-        if name not in SUPPORTED_DTYPES:
+        if name not in _ITEMSIZES:
             raise ValueError(f"unsupported dtype {override!r}; supported: {', '.join(SUPPORTED_DTYPES)}")
-        itemsize = 2 if name == "bfloat16" else np.dtype(name).itemsize
+        itemsize = _ITEMSIZES[name]
         if arr.itemsize != itemsize and arr.nbytes % itemsize:
             raise ValueError(f"buffer of {arr.nbytes} bytes is not a whole number of {name} elements")
-        return name
-    name = _NAMES.get(arr.dtype)
-    if name is None:
-        name = arr.dtype.name
-        raise ValueError(f"unsupported dtype {name!r}; supported: {', '.join(SUPPORTED_DTYPES)}")
-    return name
+        return cast(DTypeName, name)
+    found = _NAMES.get(arr.dtype)
+    if found is None:
+        raise ValueError(f"unsupported dtype {arr.dtype.name!r}; supported: {', '.join(SUPPORTED_DTYPES)}")
+    return found
 
 
 def itemsize(dtype: str) -> int:
+    """Bytes per element of a supported dtype name."""
     return _ITEMSIZES[dtype]
 
 
-def typed_view(buf: Any, name: str, writable: bool, dtype: str | None) -> tuple[np.ndarray, str, int]:
+def typed_view(buf: Any, name: str, writable: bool, dtype: str | None) -> tuple[np.ndarray[Any, Any], DTypeName, int]:
     """``buf`` as an array sharing its memory, its shoal dtype name and its element count."""
     arr = as_array(buf, name, writable)
     dt = dtype_name(arr, dtype)

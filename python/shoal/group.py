@@ -4,13 +4,22 @@ C-contiguous buffer, without copying."""
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
 from shoal._buffers import as_array, dtype_name, itemsize, typed_view
+from shoal._types import Buffer, CollectiveName, DTypeAlias, DTypeName, ReduceOpName
 
-Buffer = Any  # a numpy array or any object supporting the buffer protocol
+if TYPE_CHECKING:
+    from shoal._shoal import Communicator
+    from shoal._shoal import Work as CoreWork
+
+BufferT = TypeVar("BufferT", bound=Buffer)
+"""An in-place call's buffer: it returns the object it was given."""
+
+R = TypeVar("R")
+"""What a ``Work`` gives back once done."""
 
 # Point-to-point tags share a 32-bit word with a flag bit.
 TAG_LIMIT = 1 << 31
@@ -33,24 +42,25 @@ def rank_argument(what: str, name: str, value: Any, size: int) -> int:
 
 
 def tag_argument(what: str, value: Any) -> int:
+    """A point-to-point tag (0..2**31-1); a ValueError naming it otherwise."""
     tag = integer_argument(what, "tag", value)
     if not 0 <= tag < TAG_LIMIT:
         raise ValueError(f"{what}: tag={tag} must be in 0..{TAG_LIMIT - 1}")
     return tag
 
 
-class Work:
+class Work(Generic[R]):
     """An asynchronous collective in flight. ``wait()`` returns its result.
 
     The call owns its buffers until it completes (the core holds their
     exports): dropping this handle, the arrays, or a ``wait(timeout)`` that
     expires leaves the call running on memory that stays valid."""
 
-    def __init__(self, inner: Any, result: Any) -> None:
+    def __init__(self, inner: CoreWork, result: R) -> None:
         self._inner = inner
         self._result = result
 
-    def wait(self, timeout: float | None = None) -> Any:
+    def wait(self, timeout: float | None = None) -> R:
         """Blocks until done (``timeout``: at most that many seconds, then
         ``ShoalTimeoutError`` while the call goes on); raises the collective's
         error if it failed."""
@@ -58,60 +68,69 @@ class Work:
         return self._result
 
     def is_completed(self) -> bool:
+        """Whether the collective has finished (successfully or not); never blocks."""
         return self._inner.is_completed()
 
 
 class Group:
     """A communicator: the world (from ``shoal.init``) or a ``new_group``."""
 
-    def __init__(self, comm: Any) -> None:
-        self._comm = comm
+    def __init__(self, comm: Communicator) -> None:
+        self._comm: Communicator | None = comm
 
     def __repr__(self) -> str:
         return f"Group(rank={self.rank}, size={self.size}, members={self.members})"
 
     @property
     def rank(self) -> int:
-        return self._comm.rank
+        """This process's rank in the group (0..size-1)."""
+        return self._live().rank
 
     @property
     def size(self) -> int:
-        return self._comm.size
+        """The number of ranks in the group."""
+        return self._live().size
 
     @property
     def members(self) -> list[int]:
         """World ranks of the members, in group order."""
-        return self._comm.members
+        return self._live().members
 
     @property
     def local_ranks(self) -> list[int]:
         """World ranks on this host (reached through shared memory)."""
-        return self._comm.local_ranks
+        return self._live().local_ranks
 
     @property
     def plans_cached(self) -> int:
         """Compiled plans this process keeps (all groups); at most ``plan_cache_capacity``."""
-        return self._comm.plans_cached
+        return self._live().plans_cached
 
     @property
     def plan_cache_capacity(self) -> int:
         """The most plans kept (``SHOAL_PLAN_CACHE``); the least recently used go first."""
-        return self._comm.plan_cache_capacity
+        return self._live().plan_cache_capacity
 
     @property
     def cost_model(self) -> dict[str, float]:
         """The selector's cost model: latency ``alpha`` (s), ``beta`` (s/byte moved), ``gamma`` (s/byte reduced)."""
-        return self._comm.cost_model
+        return self._live().cost_model
 
     def new_group(self, ranks: list[int]) -> Group | None:
+        """A sub-group of ``ranks`` (ranks of this group, in the new group's order).
+
+        Every member of this group must call it with the same ranks; returns
+        None on ranks that are not members."""
         ranks = [rank_argument("new_group", "rank", r, self.size) for r in ranks]
-        comm = self._comm.new_group(ranks)
+        comm = self._live().new_group(ranks)
         return None if comm is None else Group(comm)
 
-    def choose_algorithm(self, collective: str, count: int, dtype: str = "float32", root: int = 0) -> str:
+    def choose_algorithm(
+        self, collective: CollectiveName, count: int, dtype: DTypeName = "float32", root: int = 0
+    ) -> str:
         """The algorithm the selector would use for such a call."""
         root = rank_argument("choose_algorithm", "root", root, self.size)
-        return self._comm.choose_algorithm(collective, count, dtype, root)
+        return self._live().choose_algorithm(collective, count, dtype, root)
 
     def close(self) -> None:
         """Finishes outstanding work and synchronises the members."""
@@ -121,23 +140,29 @@ class Group:
         self.barrier()
         self._comm = None
 
+    def _live(self) -> Communicator:
+        """The communicator; a RuntimeError once the group is closed."""
+        if self._comm is None:
+            raise RuntimeError("this group was closed")
+        return self._comm
+
     def _run(
         self,
-        collective: str,
+        collective: CollectiveName,
         count: int,
-        dtype: str,
-        op: str,
+        dtype: DTypeName,
+        op: ReduceOpName,
         root: int,
         algorithm: str | None,
-        inp: np.ndarray | None,
-        out: np.ndarray | None,
+        inp: np.ndarray[Any, Any] | None,
+        out: np.ndarray[Any, Any] | None,
         async_op: bool,
-        result: Any,
-    ) -> Any:
+        result: R,
+    ) -> R | Work[R]:
         if self._comm is None:
             raise RuntimeError("this group was closed")
         work = self._comm.collective(collective, count, dtype, op, root, algorithm, inp, out, async_op)
-        if async_op:
+        if work is not None:
             return Work(work, result)
         return result
 
@@ -146,25 +171,31 @@ class Group:
 
     def allreduce(
         self,
-        x: Buffer,
-        op: str = "sum",
+        x: BufferT,
+        op: ReduceOpName = "sum",
         *,
         algorithm: str | None = None,
         async_op: bool = False,
-        dtype: str | None = None,
-    ) -> Any:
+        dtype: DTypeName | DTypeAlias | None = None,
+    ) -> BufferT | Work[BufferT]:
+        """Reduces ``x`` across the group with ``op``, in place; returns ``x``
+        (or a ``Work`` whose ``wait()`` returns it, if ``async_op``).
+
+        ``algorithm`` forces one of ``shoal.algorithms("allreduce")``;
+        ``dtype`` names the element type where the buffer's own cannot (bfloat16)."""
         a, dt, n = typed_view(x, "x", True, dtype)
         return self._run("allreduce", n, dt, op, 0, algorithm, a, a, async_op, x)
 
     def broadcast(
         self,
-        x: Buffer,
+        x: BufferT,
         root: int = 0,
         *,
         algorithm: str | None = None,
         async_op: bool = False,
-        dtype: str | None = None,
-    ) -> Any:
+        dtype: DTypeName | DTypeAlias | None = None,
+    ) -> BufferT | Work[BufferT]:
+        """Copies the root's ``x`` into ``x`` on every rank, in place; returns ``x`` (or a ``Work``)."""
         root = self._root_check(root, "broadcast")
         a, dt, n = typed_view(x, "x", True, dtype)
         inp = a if self.rank == root else None
@@ -172,14 +203,16 @@ class Group:
 
     def reduce(
         self,
-        x: Buffer,
+        x: BufferT,
         root: int = 0,
-        op: str = "sum",
+        op: ReduceOpName = "sum",
         *,
         algorithm: str | None = None,
         async_op: bool = False,
-        dtype: str | None = None,
-    ) -> Any:
+        dtype: DTypeName | DTypeAlias | None = None,
+    ) -> BufferT | Work[BufferT]:
+        """Reduces ``x`` with ``op`` into the root's ``x``, in place; other ranks' ``x`` is unchanged.
+        Returns ``x`` (or a ``Work``)."""
         root = self._root_check(root, "reduce")
         a, dt, n = typed_view(x, "x", self.rank == root, dtype)
         out = a if self.rank == root else None
@@ -192,8 +225,10 @@ class Group:
         *,
         algorithm: str | None = None,
         async_op: bool = False,
-        dtype: str | None = None,
-    ) -> Any:
+        dtype: DTypeName | DTypeAlias | None = None,
+    ) -> Buffer | Work[Buffer]:
+        """Every rank's ``x`` concatenated in rank order, into ``out`` (by default a
+        new array of shape ``(size, *x.shape)``); returns ``out`` (or a ``Work``)."""
         a, dt, n = typed_view(x, "x", False, dtype)
         if out is None:
             out = np.empty((self.size, *a.shape), dtype=a.dtype)
@@ -204,12 +239,14 @@ class Group:
         self,
         x: Buffer,
         out: Buffer | None = None,
-        op: str = "sum",
+        op: ReduceOpName = "sum",
         *,
         algorithm: str | None = None,
         async_op: bool = False,
-        dtype: str | None = None,
-    ) -> Any:
+        dtype: DTypeName | DTypeAlias | None = None,
+    ) -> Buffer | Work[Buffer]:
+        """Reduces ``x`` (``size`` blocks of equal length) with ``op`` and gives rank r
+        block r, in ``out`` (by default a new array); returns ``out`` (or a ``Work``)."""
         a, dt, total = typed_view(x, "x", False, dtype)
         if total % self.size:
             raise ValueError(f"reduce_scatter: x has {total} elements, not a multiple of the group size {self.size}")
@@ -226,8 +263,10 @@ class Group:
         *,
         algorithm: str | None = None,
         async_op: bool = False,
-        dtype: str | None = None,
-    ) -> Any:
+        dtype: DTypeName | DTypeAlias | None = None,
+    ) -> Buffer | Work[Buffer]:
+        """Block q of ``x`` goes to rank q; block q of ``out`` (by default a new array
+        like ``x``) came from rank q. Returns ``out`` (or a ``Work``)."""
         a, dt, total = typed_view(x, "x", False, dtype)
         if total % self.size:
             raise ValueError(f"alltoall: x has {total} elements, not a multiple of the group size {self.size}")
@@ -244,8 +283,11 @@ class Group:
         *,
         algorithm: str | None = None,
         async_op: bool = False,
-        dtype: str | None = None,
-    ) -> Any:
+        dtype: DTypeName | DTypeAlias | None = None,
+    ) -> Buffer | None | Work[Buffer | None]:
+        """Every rank's ``x`` concatenated in rank order at the root, into ``out`` (by
+        default a new array of shape ``(size, *x.shape)``); returns it at the root,
+        None elsewhere (or a ``Work``)."""
         root = self._root_check(root, "gather")
         a, dt, n = typed_view(x, "x", False, dtype)
         o = None
@@ -260,13 +302,15 @@ class Group:
     def scatter(
         self,
         x: Buffer | None,
-        out: Buffer,
+        out: BufferT,
         root: int = 0,
         *,
         algorithm: str | None = None,
         async_op: bool = False,
-        dtype: str | None = None,
-    ) -> Any:
+        dtype: DTypeName | DTypeAlias | None = None,
+    ) -> BufferT | Work[BufferT]:
+        """Block r of the root's ``x`` (``size`` blocks like ``out``) into ``out`` on
+        rank r; ``x`` is ignored off the root. Returns ``out`` (or a ``Work``)."""
         root = self._root_check(root, "scatter")
         o, dt, n = typed_view(out, "out", True, dtype)
         inp = None
@@ -280,22 +324,25 @@ class Group:
                 )
         return self._run("scatter", n, dt, "sum", root, algorithm, inp, o, async_op, out)
 
-    def barrier(self, *, async_op: bool = False) -> Any:
+    def barrier(self, *, async_op: bool = False) -> Work[None] | None:
+        """Returns once every rank of the group has entered the barrier (or a ``Work`` at once)."""
         return self._run("barrier", 0, "uint8", "sum", 0, None, None, None, async_op, None)
 
-    def send(self, x: Buffer, dst: int, tag: int = 0, *, dtype: str | None = None) -> None:
+    def send(self, x: Buffer, dst: int, tag: int = 0, *, dtype: DTypeName | DTypeAlias | None = None) -> None:
+        """Sends ``x`` to rank ``dst`` with ``tag``; blocks until it is handed to the transport."""
         dst = self._peer_check(dst, "send", "dst")
         tag = tag_argument("send", tag)
         a = as_array(x, "x", writable=False)
         dt = dtype_name(a, dtype)
-        self._comm.send(dst, tag, dt, a)
+        self._live().send(dst, tag, dt, a)
 
-    def recv(self, x: Buffer, src: int, tag: int = 0, *, dtype: str | None = None) -> Any:
+    def recv(self, x: BufferT, src: int, tag: int = 0, *, dtype: DTypeName | DTypeAlias | None = None) -> BufferT:
+        """Receives into ``x`` what rank ``src`` sent with ``tag``; returns ``x``."""
         src = self._peer_check(src, "recv", "src")
         tag = tag_argument("recv", tag)
         a = as_array(x, "x", writable=True)
         dt = dtype_name(a, dtype)
-        self._comm.recv(src, tag, dt, a)
+        self._live().recv(src, tag, dt, a)
         return x
 
     def _peer_check(self, peer: int, what: str, name: str) -> int:
@@ -304,7 +351,7 @@ class Group:
             raise ValueError(f"{what}: {name}={peer} is this rank; it must be another rank of this group")
         return peer
 
-    def _out_array(self, out: Buffer, dt: str, count: int) -> np.ndarray:
+    def _out_array(self, out: Buffer, dt: DTypeName, count: int) -> np.ndarray[Any, Any]:
         o = as_array(out, "out", writable=True)
         same_type = o.dtype.name == dt or (dt == "bfloat16" and o.itemsize in (1, 2))
         if not same_type or o.nbytes != count * itemsize(dt):

@@ -51,6 +51,15 @@ impl DType {
         }
     }
 
+    /// numpy's name for the type; None for bfloat16, which numpy lacks (a
+    /// bfloat16 buffer is any 2-byte buffer passed with `dtype="bfloat16"`).
+    pub fn numpy_name(self) -> Option<&'static str> {
+        match self {
+            DType::BF16 => None,
+            d => Some(d.name()),
+        }
+    }
+
     pub fn from_name(name: &str) -> Result<DType, String> {
         DType::ALL
             .into_iter()

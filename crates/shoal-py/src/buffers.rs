@@ -19,8 +19,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use pyo3::ffi;
 use pyo3::prelude::*;
+
+// The buffer protocol as the 3.9 stable ABI lacks it (see `ffi`).
+mod ffi;
 
 /// One export (`PyObject_GetBuffer`), boxed so its address stays put.
 struct Export(Box<ffi::Py_buffer>);

@@ -334,6 +334,16 @@ fn algorithms(collective: &str) -> PyResult<Vec<&'static str>> {
         .collect())
 }
 
+/// The element types, in the core's order: (name, bytes per element, numpy
+/// dtype name or None). The Python tables are derived from it (`_buffers`).
+#[pyfunction]
+fn dtypes() -> Vec<(&'static str, usize, Option<&'static str>)> {
+    DType::ALL
+        .iter()
+        .map(|d| (d.name(), d.size(), d.numpy_name()))
+        .collect()
+}
+
 #[pymodule]
 fn _shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -341,6 +351,7 @@ fn _shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyWork>()?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(algorithms, m)?)?;
+    m.add_function(wrap_pyfunction!(dtypes, m)?)?;
     m.add_function(wrap_pyfunction!(switch::switch_main, m)?)?;
     m.add_function(wrap_pyfunction!(config::config_variables, m)?)?;
     m.add_function(wrap_pyfunction!(config::detect_launcher, m)?)?;

@@ -16,6 +16,11 @@ Layout:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from shoal._types import CollectiveName
+
 COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall")
 #: in-network allreduce (needs SHOAL_SWITCH): an algorithm of its own, not a plan in shoal.algorithms()
 INA = "ina"
@@ -25,4 +30,7 @@ def shoal_algorithms(collective: str, switch: bool = True) -> list[str]:
     """shoal's algorithms for `collective`: the plans, and 'ina' for allreduce when a switch is there."""
     import shoal
 
-    return [*shoal.algorithms(collective), *([INA] if collective == "allreduce" and switch else [])]
+    return [
+        *shoal.algorithms(cast("CollectiveName", collective)),
+        *([INA] if collective == "allreduce" and switch else []),
+    ]

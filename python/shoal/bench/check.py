@@ -13,6 +13,7 @@ and compares bit for bit with a numpy reference.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +24,7 @@ REDUCING = ("allreduce", "reduce", "reduce_scatter")
 BLOCKED = ("allgather", "reduce_scatter", "alltoall")
 
 #: nccl-tests' bus bandwidth factors: busbw = algbw * factor(n).
-BUS_FACTOR = {
+BUS_FACTOR: dict[str, Callable[[int], float]] = {
     "allreduce": lambda n: 2 * (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
     "allgather": lambda n: (n - 1) / n,
@@ -94,7 +95,7 @@ def values(rank: int, start: int, count: int, op: str) -> np.ndarray:
     """Rank ``rank``'s contribution to elements [start, start+count) as float64."""
     idx = np.arange(start, start + count, dtype=np.int64)
     if op == "prod":
-        return 1.0 + ((idx + rank) % 3 == 0)
+        return np.asarray(1.0 + ((idx + rank) % 3 == 0), dtype=np.float64)
     return (((idx * 7 + rank * 3) % 11) + 1).astype(np.float64)
 
 

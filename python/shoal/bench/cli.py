@@ -303,7 +303,7 @@ def run(ns: argparse.Namespace, command: str, prog: str = "shoal bench", testbed
     if not ns.no_plot:
         pngs = report.plot(doc, out_dir)
         if not pngs:
-            print(f"{prog}: no plots: matplotlib is missing (pip install 'shoal[bench]')", file=sys.stderr)
+            print(f"{prog}: no plots: matplotlib is missing (pip install matplotlib)", file=sys.stderr)
         doc["files"].update(pngs)
     text = report.text_report(doc)
     try:
@@ -357,7 +357,7 @@ def _run_one(
     suffix = f"-round{rnd + 1}" if ns.rounds > 1 else ""
     log = out_dir / "logs" / f"{name.replace(':', '-')}{suffix}.log"
     progress.set_label(f"{name} starting")
-    job = runner.run(spec, ns.nprocs, log, on_record, ns.timeout)
+    job: JobResult = runner.run(spec, ns.nprocs, log, on_record, ns.timeout)
     if done < nsizes:
         progress.advance(nsizes - done)
     status = "ok" if job.returncode == 0 else f"FAILED (exit {job.returncode}, log {log})"

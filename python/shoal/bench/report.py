@@ -39,7 +39,8 @@ def where(doc: dict[str, Any]) -> str:
 def series_label(s: dict[str, Any]) -> str:
     if s["library"] == "shoal":
         return f"shoal {s['algo']}" if s["algo"] else "shoal (auto)"
-    return {"mpi": "OpenMPI", "gloo": "Gloo"}.get(s["library"], s["library"])
+    library: str = s["library"]
+    return {"mpi": "OpenMPI", "gloo": "Gloo"}.get(library, library)
 
 
 def merge_series(
@@ -104,7 +105,7 @@ def reference(series: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The shoal series others are compared with: automatic selection if run, else the first algorithm."""
     shoals = [s for s in series if s["library"] == "shoal" and s["results"]]
     auto = [s for s in shoals if s["algo"] is None]
-    return (auto or shoals or [None])[0]
+    return (auto or shoals)[0] if auto or shoals else None
 
 
 def ratios(series: list[dict[str, Any]]) -> dict[str, Any]:
@@ -161,7 +162,7 @@ def algorithm_table(series: list[dict[str, Any]]) -> dict[str, Any] | None:
     for size in sizes:
         times = {s["name"]: next((r["time_us"] for r in s["results"] if r["size"] == size), None) for s in shoals}
         known = {k: v for k, v in times.items() if v is not None}
-        rows.append({"size": size, "times_us": times, "fastest": min(known, key=known.get) if known else None})
+        rows.append({"size": size, "times_us": times, "fastest": min(known, key=lambda k: known[k]) if known else None})
     return {"series": [s["name"] for s in shoals], "rows": rows}
 
 

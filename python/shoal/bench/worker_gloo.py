@@ -59,6 +59,7 @@ class GlooBackend(Backend):
             return lambda: dist.all_to_all_single(t_out, t_in)
         if coll == "allgather":
             whole = lambda: dist.all_gather_into_tensor(t_out, t_in)  # noqa: E731
+            assert t_out is not None, "allgather has an output"
             chunks = list(t_out.chunk(n))
             listed = lambda: dist.all_gather(chunks, t_in)  # noqa: E731
             return self._first_supported(coll, [whole, listed])

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 import shoal
+from shoal._types import CollectiveName, DTypeName, ReduceOpName
 from shoal.bench import check, shoal_algorithms
 from shoal.bench.worker import Backend, Unsupported, parse_spec, run
 
@@ -31,18 +32,20 @@ class ShoalBackend(Backend):
         coll = lay.collective
         if algo is not None and algo not in shoal_algorithms(coll):
             raise Unsupported(f"shoal has no {coll} algorithm {algo!r}")
-        dt = "bfloat16" if lay.dtype == "bfloat16" else None
+        # the spec's names were checked when it was parsed
+        dt: DTypeName | None = "bfloat16" if lay.dtype == "bfloat16" else None
+        op_name = cast(ReduceOpName, op)
         g = self.group
         if coll == "allreduce":
-            return lambda: g.allreduce(inp, op, algorithm=algo, dtype=dt)
+            return lambda: g.allreduce(inp, op_name, algorithm=algo, dtype=dt)
         if coll == "broadcast":
             return lambda: g.broadcast(inp, root, algorithm=algo, dtype=dt)
         if coll == "reduce":
-            return lambda: g.reduce(inp, root, op, algorithm=algo, dtype=dt)
+            return lambda: g.reduce(inp, root, op_name, algorithm=algo, dtype=dt)
         if coll == "allgather":
             return lambda: g.allgather(inp, out, algorithm=algo, dtype=dt)
         if coll == "reduce_scatter":
-            return lambda: g.reduce_scatter(inp, out, op, algorithm=algo, dtype=dt)
+            return lambda: g.reduce_scatter(inp, out, op_name, algorithm=algo, dtype=dt)
         if coll == "alltoall":
             return lambda: g.alltoall(inp, out, algorithm=algo, dtype=dt)
         raise Unsupported(f"unknown collective {coll!r}")
@@ -52,13 +55,15 @@ class ShoalBackend(Backend):
             return algo
         # the selector's count is per rank's block for the blocked collectives
         count = lay.block if lay.collective in check.BLOCKED else lay.count
-        return self.group.choose_algorithm(lay.collective, count, lay.dtype, root)
+        return self.group.choose_algorithm(
+            cast(CollectiveName, lay.collective), count, cast(DTypeName, lay.dtype), root
+        )
 
     def barrier(self) -> None:
         self.group.barrier()
 
     def allreduce_f64(self, arr: np.ndarray, op: str) -> None:
-        self.group.allreduce(arr, op)
+        self.group.allreduce(arr, cast(ReduceOpName, op))
 
     def close(self) -> None:
         shoal.finalize()

@@ -446,7 +446,7 @@ def check(name: str, src: int, dst: int, nbytes: int | None, as_json: bool) -> i
         print(json.dumps(r))
     else:
         exp = f"{expected / 1e6:.1f}" if expected else "-"
-        mark = {True: "ok", False: "OFF"}
+        mark: dict[bool | None, str] = {True: "ok", False: "OFF"}
         _say(f"{r['src']} -> {r['dst']} ({link.describe()})")
         _say(
             f"  throughput {goodput / 1e6:8.1f} Mbit/s   expected <= {exp} Mbit/s "

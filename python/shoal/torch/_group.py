@@ -10,6 +10,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch import Tensor
 from torch.futures import Future
 
 import shoal
@@ -31,8 +32,6 @@ from ._host import (
 from ._work import ShoalWork, _Calls, _complete, _completer
 
 BACKEND = "shoal"
-
-Tensor = torch.Tensor
 
 
 def create_process_group(opts: Any, backend_options: Any = None) -> ShoalProcessGroup:
@@ -419,7 +418,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
         with self._recv_lock:
             while not target.future.done():
                 op = self._recvs.popleft()
-                _complete(op.future, [op.buf.user], lambda op=op: self._receive(op))
+                _complete(op.future, [op.buf.user], lambda op=op: self._receive(op))  # type: ignore[misc]
 
     def _receive(self, op: _PendingRecv) -> None:
         self._group.recv(op.buf.array, op.src, op.tag, dtype=op.buf.dtype)

@@ -10,14 +10,17 @@ from typing import Any, Callable
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch import Tensor
 
-Tensor = torch.Tensor
+from shoal._buffers import SUPPORTED_DTYPES, itemsize
+from shoal._types import DTypeName, ReduceOpName
+
 ReduceOp = dist.ReduceOp
 
 # ---------------------------------------------------------------------------
 # Reduction operators and dtypes
 
-_OPS = {
+_OPS: dict[Any, ReduceOpName] = {
     ReduceOp.SUM: "sum",
     ReduceOp.PRODUCT: "prod",
     ReduceOp.MIN: "min",
@@ -29,9 +32,17 @@ _OPS = {
 }
 
 # bool tensors reduce as uint8 0/1 values: SUM saturates to "any", PRODUCT to "all"
-_BOOL_OPS = {"sum": "max", "prod": "min", "min": "min", "max": "max", "band": "band", "bor": "bor", "bxor": "bxor"}
+_BOOL_OPS: dict[str, ReduceOpName] = {
+    "sum": "max",
+    "prod": "min",
+    "min": "min",
+    "max": "max",
+    "band": "band",
+    "bor": "bor",
+    "bxor": "bxor",
+}
 
-_SHOAL_DTYPES = {
+_SHOAL_DTYPES: dict[torch.dtype, DTypeName] = {
     torch.float32: "float32",
     torch.float64: "float64",
     torch.float16: "float16",
@@ -42,13 +53,27 @@ _SHOAL_DTYPES = {
     torch.int64: "int64",
 }
 
+
+def _check_dtypes_against_core() -> None:
+    """Every element type of the Rust core (``_shoal.dtypes()``) has exactly one
+    torch type here, of its size: a type added to the core must be added here."""
+    mapped = sorted(_SHOAL_DTYPES.values())
+    wrong_size = [n for t, n in _SHOAL_DTYPES.items() if t.itemsize != itemsize(n)]
+    if mapped != sorted(SUPPORTED_DTYPES) or wrong_size:
+        raise ImportError(
+            f"shoal.torch's dtype table {mapped} (wrong sizes: {wrong_size}) is not the core's {SUPPORTED_DTYPES}"
+        )
+
+
+_check_dtypes_against_core()
+
 # integer types shoal cannot reduce natively: reduced in a wider type, wrapped back on the copy
 _WIDENED = {torch.int16: torch.int32, torch.uint16: torch.int32, torch.uint32: torch.int64}
 
 _COMPLEX = (torch.complex64, torch.complex128)
 
 
-def _op_name(op: Any) -> str:
+def _op_name(op: Any) -> ReduceOpName:
     """The shoal name of a torch ReduceOp (or RedOpType)."""
     kind = op if isinstance(op, ReduceOp.RedOpType) else op.op
     name = _OPS.get(kind)
@@ -60,7 +85,7 @@ def _op_name(op: Any) -> str:
     return name
 
 
-def _reduction_for(dtype: torch.dtype, op: str) -> str:
+def _reduction_for(dtype: torch.dtype, op: ReduceOpName) -> ReduceOpName:
     """The shoal op that reduces tensors of ``dtype`` like torch's ``op``; raises if there is none."""
     if dtype == torch.bool:
         if op not in _BOOL_OPS:
@@ -92,8 +117,8 @@ class _Host:
 
     user: Tensor
     host: Tensor
-    array: np.ndarray
-    dtype: str
+    array: np.ndarray[Any, Any]
+    dtype: DTypeName
     staged: bool
 
     def copy_back(self) -> None:
@@ -125,7 +150,7 @@ def _host(t: Tensor, *, reduce: bool = False, fill: bool = True) -> _Host:
     return _Host(t, host, array, dtype, staged)
 
 
-def _numpy_view(host: Tensor) -> tuple[np.ndarray, str]:
+def _numpy_view(host: Tensor) -> tuple[np.ndarray[Any, Any], DTypeName]:
     """A numpy array sharing ``host``'s memory and the shoal dtype to call it."""
     dt = host.dtype
     if dt == torch.bfloat16:

@@ -57,9 +57,9 @@ class _Completer:
             try:
                 _wait_and_finish(works, finish)
             except BaseException as e:  # noqa: BLE001 - every failure belongs to the future
-                _helpers.run(lambda future=future, e=e: self._completed(future.set_exception, e))
+                _helpers.run(lambda future=future, e=e: self._completed(future.set_exception, e))  # type: ignore[misc]
             else:
-                _helpers.run(lambda future=future, result=result: self._completed(future.set_result, result))
+                _helpers.run(lambda future=future, result=result: self._completed(future.set_result, result))  # type: ignore[misc]
 
     def _completed(self, complete: Callable[[Any], None], value: Any) -> None:
         try:
@@ -216,7 +216,8 @@ class ShoalWork(dist.Work):
     def is_completed(self) -> bool:
         if self._direct is not None and all(w.is_completed() for w in self._direct):
             return True
-        return self._future.done()
+        done: bool = self._future.done()
+        return done
 
     def is_success(self) -> bool:
         if not self._future.done():

@@ -57,7 +57,8 @@ def _store_address(store: dist.Store, rank: int, size: int) -> str:
             s.bind(("", 0))
             port = s.getsockname()[1]
         store.set(key, f"{host}:{port}")
-    return store.get(key).decode()
+    addr: str = store.get(key).decode()
+    return addr
 
 
 def _make_root(store: dist.Store, rank: int, size: int) -> shoal.Group:

@@ -91,7 +91,8 @@ def shoal_run_argv(nprocs: int, command: list[str], testbed: Any = None) -> list
     """`command` on N ranks with torchrun's environment: ``shoal run``, or ``shoal testbed run`` when
     `testbed` (a :class:`shoal.testbed.bench.Placement`) places the ranks on the emulated hosts."""
     if testbed is not None:
-        return testbed.run_argv(command)
+        argv: list[str] = testbed.run_argv(command)
+        return argv
     return [python(), "-m", "shoal.cli", "run", "-n", str(nprocs), "--no-prefix", "--", *command]
 
 

@@ -1,0 +1,99 @@
+"""The ``shoal._shoal`` extension module (crates/shoal-py): communicators,
+work handles, errors and plan inspection. ``shoal`` and ``shoal.Group`` wrap
+it with argument checks; use those. Buffers are buffer-protocol objects, held
+(not copied) until the call using them is done."""
+
+from typing import final
+
+from shoal._types import Buffer, CollectiveName, DTypeName, ReduceOpName
+
+class ShoalError(RuntimeError):
+    """A collective or the runtime failed."""
+
+class PeerDiedError(ShoalError):
+    """A peer rank died."""
+
+class MismatchError(ShoalError):
+    """Ranks called mismatched collectives."""
+
+class AbortedError(ShoalError):
+    """A peer rank aborted the job."""
+
+class ShoalTimeoutError(TimeoutError):
+    """Nothing moved for SHOAL_TIMEOUT seconds."""
+
+@final
+class Work:
+    """A started asynchronous collective."""
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Blocks until the collective is done (or ``timeout`` seconds pass:
+        the call then goes on, owning its buffers); raises its error if it failed."""
+    def is_completed(self) -> bool: ...
+
+@final
+class Communicator:
+    """A group of ranks that run collectives together."""
+
+    @property
+    def rank(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def members(self) -> list[int]:
+        """Global ranks of the members in group order."""
+    @property
+    def local_ranks(self) -> list[int]:
+        """Global ranks that share this process's host (shared memory peers)."""
+    @property
+    def cost_model(self) -> dict[str, float]:
+        """The cost model in use: alpha, beta, gamma, alpha_local, beta_local."""
+    @property
+    def plans_cached(self) -> int:
+        """How many compiled plans this process caches (all communicators)."""
+    @property
+    def plan_cache_capacity(self) -> int:
+        """The most plans the cache keeps (``SHOAL_PLAN_CACHE``)."""
+    def collective(
+        self,
+        collective: CollectiveName,
+        count: int,
+        dtype: DTypeName,
+        op: ReduceOpName,
+        root: int,
+        algorithm: str | None,
+        input: Buffer | None,
+        output: Buffer | None,
+        async_op: bool,
+    ) -> Work | None:
+        """Runs one collective over C-contiguous buffers (the output writable);
+        returns a Work if ``async_op``, else None once it is done."""
+    def send(self, peer: int, tag: int, dtype: DTypeName, data: Buffer) -> None:
+        """Sends the buffer (of ``dtype`` elements) to group rank ``peer``."""
+    def recv(self, peer: int, tag: int, dtype: DTypeName, data: Buffer) -> None:
+        """Receives from group rank ``peer`` into the buffer (of ``dtype`` elements)."""
+    def new_group(self, ranks: list[int]) -> Communicator | None:
+        """A sub-communicator; every member of this one must call it alike. None for non-members."""
+    def synchronize(self) -> None:
+        """Waits for every asynchronous collective issued so far."""
+    def choose_algorithm(
+        self,
+        collective: CollectiveName,
+        count: int,
+        dtype: DTypeName,
+        root: int = 0,
+        algorithm: str | None = None,
+    ) -> str:
+        """Which algorithm the selector would run for a call (for inspection)."""
+
+def init(rank: int | None = None, world_size: int | None = None, addr: str | None = None) -> Communicator:
+    """Joins the job described by the arguments or the environment and returns the world communicator."""
+
+def dtypes() -> list[tuple[str, int, str | None]]:
+    """The element types, in the core's order: (name, bytes per element, numpy dtype name or None)."""
+
+def algorithms(collective: CollectiveName) -> list[str]:
+    """Names of the built-in algorithms of a collective."""
+
+def switch_main(argv: list[str]) -> int:
+    """Runs the aggregation switch with command-line ``argv`` until SIGINT or SIGTERM; returns the exit code."""
