@@ -3,7 +3,7 @@ work handles, errors and plan inspection. ``shoal`` and ``shoal.Group`` wrap
 it with argument checks; use those. Buffers are buffer-protocol objects, held
 (not copied) until the call using them is done."""
 
-from typing import final
+from typing import Any, final
 
 from shoal._types import Buffer, CollectiveName, DTypeName, ReduceOpName
 
@@ -97,3 +97,12 @@ def algorithms(collective: CollectiveName) -> list[str]:
 
 def switch_main(argv: list[str]) -> int:
     """Runs the aggregation switch with command-line ``argv`` until SIGINT or SIGTERM; returns the exit code."""
+
+def config_variables() -> list[dict[str, str]]:
+    """Every SHOAL_* variable: dicts with name, default, meaning and read_in."""
+
+def detect_launcher() -> dict[str, Any]:
+    """What the environment says about this process (launcher, rank, world, store); ValueError if inconsistent."""
+
+def config_error() -> str | None:
+    """Why init would refuse the current SHOAL_* values, or None."""
