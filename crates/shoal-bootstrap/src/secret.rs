@@ -13,7 +13,7 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use shoal_transport::auth::{random_bytes, to_hex, Key};
+use crate::auth::{random_bytes, to_hex, Key};
 
 /// The shortest secret accepted: shorter ones could be guessed offline from
 /// one recorded handshake.
