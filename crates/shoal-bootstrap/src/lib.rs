@@ -16,9 +16,13 @@
 use std::io;
 
 pub mod auth;
+mod error;
 pub mod rendezvous;
 pub mod secret;
 pub mod store;
+
+pub use error::{Error, Result};
+pub use secret::SecretError;
 
 /// A blocking key-value store shared by all ranks of a job, used to
 /// exchange addresses, segment names and host ids while the job sets up.

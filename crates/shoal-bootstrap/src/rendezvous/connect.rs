@@ -8,6 +8,7 @@ use super::launcher::ProcessInfo;
 use super::{nonempty, Env};
 use crate::secret::JobSecret;
 use crate::store::{FileStore, Store, StoreLimits, TcpStore, TcpStoreServer, DEFAULT_MAX_VALUE};
+use crate::{Error, Result};
 
 /// Rank 0's store accepts one connection per rank and this many more (a
 /// rank reconnecting after an error before the server has noticed the old
@@ -16,16 +17,13 @@ const CONNECTION_MARGIN: usize = 64;
 
 /// What the store allows its clients: `SHOAL_STORE_MAX_VALUE` (default
 /// [`DEFAULT_MAX_VALUE`]) and 64 connections beyond one per rank.
-pub fn store_limits(env: Env, world: usize) -> Result<StoreLimits, String> {
-    let max_value = match nonempty(env, "SHOAL_STORE_MAX_VALUE") {
+pub fn store_limits(env: Env, world: usize) -> Result<StoreLimits> {
+    let var = "SHOAL_STORE_MAX_VALUE";
+    let max_value = match nonempty(env, var) {
         None => DEFAULT_MAX_VALUE,
         Some(v) => match v.parse::<usize>() {
             Ok(n) if n > 0 => n,
-            _ => {
-                return Err(format!(
-                    "SHOAL_STORE_MAX_VALUE={v:?} is not a positive number of bytes"
-                ))
-            }
+            _ => return Err(Error::bad(var, v, "is not a positive number of bytes")),
         },
     };
     Ok(StoreLimits {
@@ -36,12 +34,13 @@ pub fn store_limits(env: Env, world: usize) -> Result<StoreLimits, String> {
 
 /// The job secret ([`JobSecret::load`]); a process that is the whole job
 /// and meets no external store draws a fresh one that nothing else needs.
-pub fn job_secret(info: &ProcessInfo, env: Env) -> Result<JobSecret, String> {
-    if info.world_size == 1 && info.store_addr.is_none() {
+pub fn job_secret(info: &ProcessInfo, env: Env) -> Result<JobSecret> {
+    let secret = if info.world_size == 1 && info.store_addr.is_none() {
         JobSecret::ephemeral()
     } else {
         JobSecret::load(env)
-    }
+    };
+    Ok(secret?)
 }
 
 /// Opens the store for `info`. With an external store (`SHOAL_STORE_PATH`,
@@ -56,14 +55,14 @@ pub fn connect_store(
     secret: &JobSecret,
     limits: &StoreLimits,
     timeout: Duration,
-) -> Result<(Store, Option<TcpStoreServer>), String> {
+) -> Result<(Store, Option<TcpStoreServer>)> {
     if let Some(dir) = &info.store_path {
-        let s = FileStore::new(dir, timeout).map_err(|e| format!("SHOAL_STORE_PATH: {e}"))?;
+        let s = FileStore::new(dir, timeout).map_err(Error::StorePath)?;
         return Ok((Store::File(s), None));
     }
-    let client = |addr: &str, what: &str| {
+    let client = |addr: &str, of: &'static str| {
         TcpStore::connect(addr, secret, limits, timeout)
-            .map_err(|e| format!("store of {what}: {e}"))
+            .map_err(|source| Error::StoreConnect { of, source })
     };
     if let Some(addr) = &info.store_addr {
         let store = client(addr, "SHOAL_STORE_ADDR")?.served_by("the store server");
@@ -77,7 +76,11 @@ pub fn connect_store(
                     let addr = server.local_connect_addr().to_string();
                     Ok((Store::Tcp(client(&addr, "this process")?), Some(server)))
                 });
-                served.map_err(|e| format!("{e} (MASTER_ADDR={host:?}, MASTER_PORT={port})"))
+                served.map_err(|e| Error::AtMaster {
+                    host: host.clone(),
+                    port,
+                    source: Box::new(e),
+                })
             } else {
                 let store = client(&join_host_port(host, port), "the master (rank 0)")?;
                 Ok((Store::Tcp(store), None))
@@ -97,23 +100,16 @@ fn start_server(
     binds: &[String],
     secret: &JobSecret,
     limits: &StoreLimits,
-) -> Result<TcpStoreServer, String> {
-    let failed = |e: std::io::Error| {
-        let hint = match e.kind() {
-            std::io::ErrorKind::AddrInUse => "; is another job using this port?",
-            _ => "",
-        };
-        format!("rank 0 could not start the store server: {e}{hint}")
-    };
+) -> Result<TcpStoreServer> {
     let mut last = None;
     for bind in binds {
         match TcpStoreServer::start(bind, secret, *limits) {
             Ok(server) => return Ok(server),
             Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => last = Some(e),
-            Err(e) => return Err(failed(e)),
+            Err(e) => return Err(Error::StoreServer(e)),
         }
     }
-    Err(failed(last.unwrap_or_else(|| {
+    Err(Error::StoreServer(last.unwrap_or_else(|| {
         std::io::Error::new(std::io::ErrorKind::NotFound, "no address to bind")
     })))
 }
@@ -126,19 +122,19 @@ fn start_server(
 /// loopback (the `127.0.1.1` entry some systems give the machine's own
 /// name) while other hosts resolve it to a real address. On any interface
 /// the handshake refuses whoever lacks the job secret.
-pub fn store_bind_addrs(host: &str, port: u16) -> Result<Vec<String>, String> {
+pub fn store_bind_addrs(host: &str, port: u16) -> Result<Vec<String>> {
     let literal = host.parse::<IpAddr>().ok();
     let resolved: Vec<IpAddr> = match literal {
         Some(ip) => vec![ip],
         None => (host, port)
             .to_socket_addrs()
-            .map_err(|e| format!("MASTER_ADDR={host:?} does not resolve: {e}"))?
+            .map_err(|e| Error::bad("MASTER_ADDR", host, format!("does not resolve: {e}")))?
             .map(|a| a.ip())
             .collect(),
     };
     let first = *resolved
         .first()
-        .ok_or_else(|| format!("MASTER_ADDR={host:?} resolves to no address"))?;
+        .ok_or_else(|| Error::bad("MASTER_ADDR", host, "resolves to no address"))?;
     let at = |ip: IpAddr| SocketAddr::new(ip, port).to_string();
     let any = |ip: IpAddr| match ip {
         IpAddr::V4(_) => at(Ipv4Addr::UNSPECIFIED.into()),
@@ -181,7 +177,8 @@ mod tests {
         let limits = StoreLimits::default();
         let e = connect_store(&info, &secret, &limits, Duration::from_secs(1))
             .err()
-            .unwrap();
+            .unwrap()
+            .to_string();
         assert!(
             e.contains("could not start the store server")
                 && e.contains("another job using this port")
@@ -210,7 +207,9 @@ mod tests {
         let binds = store_bind_addrs("203.0.113.9", 0).unwrap();
         let server = start_server(&binds, &secret, &StoreLimits::default()).unwrap();
         assert!(server.addr().ip().is_unspecified());
-        let e = store_bind_addrs("no-such-host.invalid", p).unwrap_err();
+        let e = store_bind_addrs("no-such-host.invalid", p)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("MASTER_ADDR=\"no-such-host.invalid\" does not resolve"),
             "{e}"
@@ -227,7 +226,9 @@ mod tests {
         let l = store_limits(&env_of(&[("SHOAL_STORE_MAX_VALUE", "4096")]), 1).unwrap();
         assert_eq!(l.max_value, 4096);
         for bad in ["0", "-1", "64MiB", "1e6"] {
-            let e = store_limits(&env_of(&[("SHOAL_STORE_MAX_VALUE", bad)]), 1).unwrap_err();
+            let e = store_limits(&env_of(&[("SHOAL_STORE_MAX_VALUE", bad)]), 1)
+                .unwrap_err()
+                .to_string();
             assert!(
                 e.contains("SHOAL_STORE_MAX_VALUE") && e.contains(bad),
                 "{e}"

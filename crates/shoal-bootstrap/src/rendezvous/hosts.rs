@@ -2,6 +2,7 @@
 //! from every rank's.
 
 use super::{nonempty, Env};
+use crate::{Error, Result};
 
 /// Which ranks share a host (and can use shared memory).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,26 +62,24 @@ pub fn hostname() -> String {
 }
 
 /// The host map from the host list of the rendezvous (one id per rank and line).
-pub(super) fn host_map(rank: usize, world: usize, joined: &[u8]) -> Result<HostMap, String> {
+pub(super) fn host_map(rank: usize, world: usize, joined: &[u8]) -> Result<HostMap> {
     let ids: Vec<String> = String::from_utf8_lossy(joined)
         .split('\n')
         .map(str::to_string)
         .collect();
     if ids.len() != world {
-        return Err(format!(
-            "rendezvous of rank {rank}: the store lists {} hosts for a world of {world}; \
-             did ranks start with different world sizes?",
-            ids.len()
-        ));
+        return Err(Error::HostList {
+            rank,
+            listed: ids.len(),
+            world,
+        });
     }
     Ok(HostMap::from_ids(rank, &ids))
 }
 
-pub(super) fn check_host_id(host_id: &str) -> Result<(), String> {
+pub(super) fn check_host_id(host_id: &str) -> Result<()> {
     if host_id.is_empty() || host_id.contains('\n') {
-        return Err(format!(
-            "host id {host_id:?} must be non-empty and on one line"
-        ));
+        return Err(Error::BadHostId(host_id.to_string()));
     }
     Ok(())
 }

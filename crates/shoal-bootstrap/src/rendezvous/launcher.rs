@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use super::slurm::{slurm_first_host, slurm_local_world, slurm_port};
 use super::{nonempty, Env};
+use crate::{Error, Result};
 
 /// `MASTER_PORT` when none is given (torch's default).
 pub const DEFAULT_MASTER_PORT: u16 = 29500;
@@ -54,7 +55,7 @@ struct Found {
 /// Resolves this process's identity: explicit values win, then the
 /// launchers' environment conventions in the order of the module docs.
 /// Invalid or inconsistent values are errors naming the variable and value.
-pub fn detect(explicit: &Explicit, env: Env) -> Result<ProcessInfo, String> {
+pub fn detect(explicit: &Explicit, env: Env) -> Result<ProcessInfo> {
     let found = match from_explicit(explicit)? {
         Some(f) => f,
         None => match from_torchrun(env)? {
@@ -82,36 +83,45 @@ pub fn detect(explicit: &Explicit, env: Env) -> Result<ProcessInfo, String> {
 }
 
 /// [`detect`] on the process's real environment.
-pub fn detect_from_process_env(explicit: &Explicit) -> Result<ProcessInfo, String> {
+pub fn detect_from_process_env(explicit: &Explicit) -> Result<ProcessInfo> {
     detect(explicit, &|k| std::env::var(k).ok())
 }
 
 /// Parses an optional non-negative integer variable.
-pub(super) fn num(env: Env, var: &str) -> Result<Option<usize>, String> {
+pub(super) fn num(env: Env, var: &str) -> Result<Option<usize>> {
     nonempty(env, var)
         .map(|v| {
             v.parse()
-                .map_err(|_| format!("{var}={v:?} is not a non-negative integer"))
+                .map_err(|_| Error::bad(var, &v, "is not a non-negative integer"))
         })
         .transpose()
 }
 
 /// Parses a variable that must be present once its convention is in use.
-fn required(env: Env, var: &str, because: &str) -> Result<usize, String> {
-    num(env, var)?.ok_or_else(|| format!("{because} is set but {var} is not"))
+fn required(env: Env, var: &'static str, because: &'static str) -> Result<usize> {
+    num(env, var)?.ok_or_else(|| missing(because, var))
+}
+
+/// `set` is set, but `name` is not.
+fn missing(set: &'static str, name: &'static str) -> Error {
+    Error::MissingVariable {
+        set,
+        missing: vec![name],
+    }
 }
 
 /// Checks `rank < world` and `world >= 1`, naming the variables on failure.
-fn check_rank(rank_var: &str, rank: usize, world_var: &str, world: usize) -> Result<(), String> {
+fn check_rank(rank_var: &str, rank: usize, world_var: &str, world: usize) -> Result<()> {
     if world == 0 {
-        return Err(format!(
-            "{world_var}=\"0\": the world size must be at least 1"
+        return Err(Error::bad(
+            world_var,
+            0,
+            "is not a world size: it must be at least 1",
         ));
     }
     if rank >= world {
-        return Err(format!(
-            "{rank_var}=\"{rank}\" is not below {world_var}=\"{world}\""
-        ));
+        let why = format!("is not below {world_var}=\"{world}\"");
+        return Err(Error::bad(rank_var, rank, why));
     }
     Ok(())
 }
@@ -130,14 +140,12 @@ fn found(
     vars: &Vars,
     (rank, world): (usize, usize),
     (local_rank, local_world): (Option<usize>, Option<usize>),
-) -> Result<Found, String> {
+) -> Result<Found> {
     check_rank(vars.rank, rank, vars.world, world)?;
     if let Some(lw) = local_world {
         if lw > world {
-            return Err(format!(
-                "{}=\"{lw}\" exceeds {}=\"{world}\"",
-                vars.local_world, vars.world
-            ));
+            let why = format!("exceeds {}=\"{world}\"", vars.world);
+            return Err(Error::bad(vars.local_world, lw, why));
         }
         if let Some(lr) = local_rank {
             check_rank(vars.local_rank, lr, vars.local_world, lw)?;
@@ -154,15 +162,11 @@ fn found(
     })
 }
 
-fn from_explicit(e: &Explicit) -> Result<Option<Found>, String> {
+fn from_explicit(e: &Explicit) -> Result<Option<Found>> {
     let (rank, world) = match (e.rank, e.world_size) {
         (None, None) => return Ok(None),
         (Some(r), Some(w)) => (r, w),
-        (r, w) => {
-            return Err(format!(
-                "explicit rank and world_size must be given together (got rank={r:?}, world_size={w:?})"
-            ))
-        }
+        (rank, world_size) => return Err(Error::HalfExplicit { rank, world_size }),
     };
     let vars = Vars {
         rank: "rank",
@@ -173,12 +177,12 @@ fn from_explicit(e: &Explicit) -> Result<Option<Found>, String> {
     found("explicit", &vars, (rank, world), (None, None)).map(Some)
 }
 
-fn from_torchrun(env: Env) -> Result<Option<Found>, String> {
+fn from_torchrun(env: Env) -> Result<Option<Found>> {
     let (rank, world) = match (num(env, "RANK")?, num(env, "WORLD_SIZE")?) {
         (None, None) => return Ok(None),
         (Some(r), Some(w)) => (r, w),
-        (Some(_), None) => return Err("RANK is set but WORLD_SIZE is not".into()),
-        (None, Some(_)) => return Err("WORLD_SIZE is set but RANK is not".into()),
+        (Some(_), None) => return Err(missing("RANK", "WORLD_SIZE")),
+        (None, Some(_)) => return Err(missing("WORLD_SIZE", "RANK")),
     };
     let source = if env("SHOAL_JOB_ID").is_some() && env("TORCHELASTIC_RUN_ID").is_none() {
         "shoal"
@@ -195,7 +199,7 @@ fn from_torchrun(env: Env) -> Result<Option<Found>, String> {
     found(source, &vars, (rank, world), local).map(Some)
 }
 
-fn from_slurm(env: Env) -> Result<Option<Found>, String> {
+fn from_slurm(env: Env) -> Result<Option<Found>> {
     // SLURM_PROCID is set by srun only; inside a bare salloc shell it is
     // absent, and that shell is a single process, not a task of a job step.
     let Some(rank) = num(env, "SLURM_PROCID")? else {
@@ -203,8 +207,10 @@ fn from_slurm(env: Env) -> Result<Option<Found>, String> {
     };
     let world = match num(env, "SLURM_NTASKS")? {
         Some(w) => w,
-        None => num(env, "SLURM_NPROCS")?
-            .ok_or("SLURM_PROCID is set but neither SLURM_NTASKS nor SLURM_NPROCS is")?,
+        None => num(env, "SLURM_NPROCS")?.ok_or_else(|| Error::MissingVariable {
+            set: "SLURM_PROCID",
+            missing: vec!["SLURM_NTASKS", "SLURM_NPROCS"],
+        })?,
     };
     let vars = Vars {
         rank: "SLURM_PROCID",
@@ -222,7 +228,7 @@ fn from_slurm(env: Env) -> Result<Option<Found>, String> {
     Ok(Some(f))
 }
 
-fn from_openmpi(env: Env) -> Result<Option<Found>, String> {
+fn from_openmpi(env: Env) -> Result<Option<Found>> {
     let Some(rank) = num(env, "OMPI_COMM_WORLD_RANK")? else {
         return Ok(None);
     };
@@ -258,20 +264,25 @@ fn resolve_master(
     explicit: &Explicit,
     found: &Found,
     env: Env,
-) -> Result<(Option<String>, Option<u16>), String> {
+) -> Result<(Option<String>, Option<u16>)> {
     if let Some(addr) = &explicit.addr {
-        let (host, port) = split_host_port(addr).map_err(|why| format!("addr={addr:?} {why}"))?;
+        let (host, port) = split_host_port(addr).map_err(|why| Error::bad("addr", addr, why))?;
         return Ok((Some(host), Some(port)));
     }
     let host = nonempty(env, "MASTER_ADDR").or_else(|| found.default_master.clone());
     let port = match nonempty(env, "MASTER_PORT") {
-        Some(p) => parse_port(&p).map_err(|why| format!("MASTER_PORT={p:?} {why}"))?,
+        Some(p) => parse_port(&p).map_err(|why| Error::bad("MASTER_PORT", &p, why))?,
         None => found.default_port,
     };
     let port = if truthy(env, "TORCHELASTIC_USE_AGENT_STORE") {
         // torchrun's agent already serves torch's store on MASTER_PORT.
-        port.checked_add(1)
-            .ok_or("MASTER_PORT=65535 leaves no port for shoal's store")?
+        port.checked_add(1).ok_or_else(|| {
+            Error::bad(
+                "MASTER_PORT",
+                port,
+                "leaves no port for shoal's store (MASTER_PORT + 1 under a torchrun agent)",
+            )
+        })?
     } else {
         port
     };
@@ -288,43 +299,45 @@ fn truthy(env: Env, var: &str) -> bool {
     )
 }
 
-fn parse_port(p: &str) -> Result<u16, String> {
+/// A port number, or why `p` is none.
+fn parse_port(p: &str) -> std::result::Result<u16, &'static str> {
     match p.parse::<u16>() {
         Ok(n) if n > 0 => Ok(n),
-        _ => Err("is not a port number (1-65535)".into()),
+        _ => Err("is not a port number (1-65535)"),
     }
 }
 
-/// Splits `host:port` (also `[v6addr]:port`) into its parts.
-pub fn split_host_port(addr: &str) -> Result<(String, u16), String> {
+/// Splits `host:port` (also `[v6addr]:port`) into its parts, or says why
+/// `addr` is not one (to follow the variable that holds it).
+pub fn split_host_port(addr: &str) -> std::result::Result<(String, u16), &'static str> {
     let (host, port) = addr
         .rsplit_once(':')
         .ok_or("is not of the form host:port")?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     if host.is_empty() {
-        return Err("has an empty host".into());
+        return Err("has an empty host");
     }
     Ok((host.to_string(), parse_port(port)?))
 }
 
-fn store_addr(env: Env) -> Result<Option<String>, String> {
+fn store_addr(env: Env) -> Result<Option<String>> {
     let Some(addr) = nonempty(env, "SHOAL_STORE_ADDR") else {
         return Ok(None);
     };
-    split_host_port(&addr).map_err(|why| format!("SHOAL_STORE_ADDR={addr:?} {why}"))?;
+    split_host_port(&addr).map_err(|why| Error::bad("SHOAL_STORE_ADDR", &addr, why))?;
     Ok(Some(addr))
 }
 
 /// Several processes need somewhere to meet.
-fn require_store(info: &ProcessInfo) -> Result<(), String> {
+fn require_store(info: &ProcessInfo) -> Result<()> {
     let has_store =
         info.master_addr.is_some() || info.store_addr.is_some() || info.store_path.is_some();
     if info.world_size > 1 && !has_store {
-        return Err(format!(
-            "rank {} of {} ({}) has no store to meet the other ranks at: set MASTER_ADDR and \
-             MASTER_PORT (rank 0 serves the store), SHOAL_STORE_ADDR, or SHOAL_STORE_PATH",
-            info.rank, info.world_size, info.source
-        ));
+        return Err(Error::NoStore {
+            rank: info.rank,
+            world: info.world_size,
+            launcher: info.source,
+        });
     }
     Ok(())
 }
@@ -334,12 +347,38 @@ mod tests {
     use super::*;
     use crate::rendezvous::tests::env_of;
 
-    fn det(pairs: &[(&str, &str)]) -> Result<ProcessInfo, String> {
+    fn det(pairs: &[(&str, &str)]) -> Result<ProcessInfo> {
         detect(&Explicit::default(), &env_of(pairs))
     }
 
     fn err(pairs: &[(&str, &str)]) -> String {
-        det(pairs).unwrap_err()
+        det(pairs).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn errors_say_what_went_wrong_by_variant() {
+        let e = det(&[("RANK", "x"), ("WORLD_SIZE", "2")]).unwrap_err();
+        assert!(
+            matches!(&e, Error::BadVariable { name, value, .. } if name == "RANK" && value == "x"),
+            "{e:?}"
+        );
+        let e = det(&[("RANK", "1")]).unwrap_err();
+        assert!(
+            matches!(&e, Error::MissingVariable { set: "RANK", missing } if missing == &["WORLD_SIZE"]),
+            "{e:?}"
+        );
+        let e = det(&[("RANK", "1"), ("WORLD_SIZE", "2")]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::NoStore {
+                    rank: 1,
+                    world: 2,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
     }
 
     #[test]
@@ -381,7 +420,7 @@ mod tests {
 
     #[test]
     fn explicit_errors() {
-        let e = |ex: Explicit| detect(&ex, &env_of(&[])).unwrap_err();
+        let e = |ex: Explicit| detect(&ex, &env_of(&[])).unwrap_err().to_string();
         let msg = e(Explicit {
             rank: Some(1),
             ..Default::default()

@@ -51,7 +51,7 @@ use std::time::{Duration, Instant};
 
 use crate::secret::JobSecret;
 use crate::store::{is_disconnect, ScopedStore, Store, TcpStoreServer};
-use crate::KvStore;
+use crate::{Error, KvStore, Result};
 
 use hosts::{check_host_id, host_map};
 
@@ -60,7 +60,7 @@ pub use hosts::{host_id, hostname, HostMap};
 pub use launcher::{
     detect, detect_from_process_env, split_host_port, Explicit, ProcessInfo, DEFAULT_MASTER_PORT,
 };
-pub use slurm::{expand_nodelist, parse_tasks_per_node};
+pub use slurm::{expand_nodelist, parse_tasks_per_node, ListSyntax};
 
 /// Reads an environment variable; injected so tests need not touch the process env.
 pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -329,7 +329,7 @@ pub fn establish(
     env: Env,
     timeout: Duration,
     host: Option<&str>,
-) -> Result<Rendezvous, String> {
+) -> Result<Rendezvous> {
     let info = detect(explicit, env)?;
     let secret = job_secret(&info, env)?;
     let limits = store_limits(env, info.world_size)?;
@@ -338,12 +338,12 @@ pub fn establish(
     let (store, server) = connect_store(&info, &secret, &limits, timeout)?;
     let store = Arc::new(store);
     let job = job_id(env);
-    let (generation, joined) = meet(&store, &job, &info, &id, timeout).map_err(|e| {
-        format!(
-            "rendezvous of rank {} of {}: {e}",
-            info.rank, info.world_size
-        )
-    })?;
+    let (generation, joined) =
+        meet(&store, &job, &info, &id, timeout).map_err(|source| Error::Meeting {
+            rank: info.rank,
+            world: info.world_size,
+            source,
+        })?;
     let hosts = host_map(info.rank, info.world_size, &joined)?;
     Ok(Rendezvous {
         info,
@@ -505,10 +505,12 @@ pub(crate) mod tests {
         let e = establish(&Explicit::default(), &env, t, Some("a\nb"))
             .err()
             .unwrap();
-        assert!(e.contains("one line"), "{e}");
+        assert!(matches!(&e, Error::BadHostId(id) if id == "a\nb"), "{e:?}");
+        assert!(e.to_string().contains("one line"), "{e}");
         let e = establish(&Explicit::default(), &env, t, Some("h"))
             .err()
-            .unwrap();
+            .unwrap()
+            .to_string();
         assert!(
             e.contains("rank 1 of 2")
                 && e.contains("waiting for rank 0 to open the rendezvous")
@@ -586,7 +588,9 @@ pub(crate) mod tests {
                 let pairs: Vec<(&str, &str)> =
                     vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
                 let t = Duration::from_millis(timeout_ms);
-                establish(&Explicit::default(), &env_of(&pairs), t, None).map(|a| a.generation)
+                establish(&Explicit::default(), &env_of(&pairs), t, None)
+                    .map(|a| a.generation)
+                    .map_err(|e| e.to_string())
             })
         };
         let (first, second) = (join("1", 3000), join("1", 3000));
