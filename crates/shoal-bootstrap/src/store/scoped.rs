@@ -65,7 +65,7 @@ impl KvStore for ScopedStore {
 mod tests {
     use super::*;
     use crate::store::tests::{client, server};
-    use crate::store::Store;
+    use crate::store::{MemStore, Store};
 
     #[test]
     fn scoped_stores_do_not_collide() {
@@ -83,5 +83,17 @@ mod tests {
         assert_eq!(j1.add("n", 1).unwrap(), 1);
         assert!(j1.check(&["k", "n"]).unwrap() && !j2.check(&["n"]).unwrap());
         assert!(j2.get("n").unwrap_err().to_string().contains("'job2/n'"));
+    }
+
+    #[test]
+    fn every_operation_carries_the_prefix_over_any_store() {
+        let mem = Arc::new(MemStore::default());
+        let scoped = ScopedStore::new(mem.clone(), "job").scope("7");
+        scoped.set("k", b"v").unwrap();
+        assert_eq!(mem.get("job/7/k").unwrap(), b"v");
+        assert_eq!(scoped.add("n", 2).unwrap(), 2);
+        assert_eq!(mem.get("job/7/n").unwrap(), b"2");
+        assert!(scoped.check(&["k", "n"]).unwrap() && !mem.check(&["k"]).unwrap());
+        assert!(scoped.delete("k").unwrap() && !mem.check(&["job/7/k"]).unwrap());
     }
 }
