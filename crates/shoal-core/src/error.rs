@@ -75,6 +75,14 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// A failure to meet the other ranks (bad launcher variables, no secret, no
+/// store) is a runtime error, with the bootstrap's message.
+impl From<shoal_bootstrap::Error> for Error {
+    fn from(e: shoal_bootstrap::Error) -> Error {
+        Error::runtime(e.to_string())
+    }
+}
+
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// Two ranks' different calls number `seq` in words, naming both calls.
@@ -130,4 +138,21 @@ pub fn describe_sig(sig: &CallSig) -> String {
     };
     args.push(format!("algorithm={algo}"));
     format!("{coll}({})", args.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_bootstrap::rendezvous::{detect, Explicit};
+
+    #[test]
+    fn a_failed_rendezvous_is_a_runtime_error_with_its_message() {
+        let env = |k: &str| (k == "RANK").then(|| "1".to_string());
+        let e = detect(&Explicit::default(), &env).unwrap_err();
+        let text = e.to_string();
+        let e = Error::from(e);
+        assert_eq!(e.kind, ErrorKind::Runtime);
+        assert_eq!(e.message, text);
+        assert_eq!(e.message, "RANK is set but WORLD_SIZE is not");
+    }
 }

@@ -167,7 +167,7 @@ fn read_shared_secret(path: &Path, what: &str) -> std::result::Result<Key, Strin
         ));
     }
     let text = fs::read_to_string(path).map_err(|e| format!("{what}: cannot read {shown}: {e}"))?;
-    key_of(text.trim(), "switch", &format!("{what} ({shown})"))
+    Ok(key_of(text.trim(), "switch", &format!("{what} ({shown})"))?)
 }
 
 /// The switch's element type and op for a call, if it can aggregate them.

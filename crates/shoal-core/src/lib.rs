@@ -1,5 +1,6 @@
-//! shoal's runtime: configuration, rendezvous, reduction kernels, algorithm
-//! selection, the plan executor and communicators.
+//! shoal's runtime: configuration, reduction kernels, algorithm selection,
+//! the plan executor and communicators, on top of the rendezvous of
+//! `shoal-bootstrap` and the transports of `shoal-transport`.
 
 pub mod alias;
 pub mod calibrate;
@@ -12,12 +13,14 @@ pub mod ina;
 pub mod init;
 pub mod lru;
 pub mod reduce;
-pub mod rendezvous;
-pub mod secret;
 pub mod select;
 pub mod stall;
-pub mod store;
 pub mod work;
+
+/// How a job's processes meet (the job secret, the stores, launcher
+/// detection and host discovery) lives in `shoal-bootstrap`; these paths
+/// are kept for the runtime's own modules and the binding.
+pub use shoal_bootstrap::{rendezvous, secret, store};
 
 pub use dtype::{DType, ReduceOp};
 pub use error::{Error, ErrorKind, Result};

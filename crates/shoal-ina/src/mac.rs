@@ -8,7 +8,7 @@
 //! bytes before the tag. The payload is not covered (docs/ina-protocol.md,
 //! "Authentication" says why and what that costs).
 
-use shoal_transport::auth::Key;
+use shoal_bootstrap::auth::Key;
 
 /// Bytes of a packet key (HalfSipHash takes 64 bits).
 pub const PACKET_KEY_BYTES: usize = 8;

@@ -116,7 +116,7 @@ fn switch_core_survives_mutated_packets() {
     let metrics = Arc::new(Metrics::default());
     let cfg = SwitchConfig {
         memory: 1 << 20,
-        ..SwitchConfig::loopback(shoal_transport::auth::Key::from_material(b"fuzz"))
+        ..SwitchConfig::loopback(shoal_bootstrap::auth::Key::from_material(b"fuzz"))
     };
     let mut core = SwitchCore::new(&cfg, 9800, metrics.clone());
     let req = AdmitReq {

@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use half::{bf16, f16};
+use shoal_bootstrap::auth::Key;
 use shoal_ina::control::handshake::{self, Session};
 use shoal_ina::control::{read_msg, write_msg, AdmitReq, CtrlMsg, ErrCode};
 use shoal_ina::mac::PacketKey;
 use shoal_ina::proto::{slot_of, Header, Kind, WireOp, WireType, HEADER_LEN};
 use shoal_ina::switch::{ControlLimits, DropReason, Refused};
 use shoal_ina::{InaClient, InaDType, InaError, InaOp, LeafSpec, Partial, TreeSpec};
-use shoal_transport::auth::Key;
 
 #[test]
 fn flat_f32_sum_2_4_8_workers() {

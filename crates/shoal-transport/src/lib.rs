@@ -13,7 +13,6 @@
 use std::fmt;
 use std::time::Duration;
 
-pub mod auth;
 mod cma;
 pub mod doorbell;
 mod frame;
@@ -26,6 +25,9 @@ pub mod tcp;
 pub use doorbell::Doorbell;
 pub use routed::{Routed, RoutedConfig};
 pub use shm::{ShmConfig, ShmTransport};
+/// Keys and proofs, and the store ranks exchange addresses through, come from
+/// the bootstrap crate; re-exported so transport users need one import.
+pub use shoal_bootstrap::{auth, KvStore};
 pub use tcp::{Congestion, TcpConfig, TcpTransport};
 
 /// Identifies a message between one sender and one receiver.
@@ -194,14 +196,6 @@ impl fmt::Display for TransportError {
 impl std::error::Error for TransportError {}
 
 pub type Result<T> = std::result::Result<T, TransportError>;
-
-/// A blocking key-value store shared by all ranks, used to exchange addresses
-/// and segment names while a transport is being set up.
-pub trait KvStore: Send + Sync {
-    fn set(&self, key: &str, value: &[u8]) -> std::io::Result<()>;
-    /// Waits until `key` exists (or the store's timeout passes).
-    fn get(&self, key: &str) -> std::io::Result<Vec<u8>>;
-}
 
 /// A point-to-point transport among the ranks `0..world` of one job.
 ///

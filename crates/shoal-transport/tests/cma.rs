@@ -380,7 +380,7 @@ fn cma_child_entry() {
     let Ok(dir) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let store = FileStore(dir.into());
+    let store = file_store(dir);
     let job = std::env::var("SHOAL_CMA_TEST_JOB").unwrap();
     let mode = std::env::var("SHOAL_CMA_TEST_MODE").unwrap();
     let c = ShmConfig::new(1, 2, vec![0, 1], &job);
@@ -428,7 +428,7 @@ fn spawn_child(mode: &str) -> (std::process::Child, ShmTransport, std::path::Pat
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let store = FileStore(dir.clone());
+    let store = file_store(&dir);
     let c = ShmConfig::new(0, 2, vec![0, 1], &job);
     let t = ShmTransport::connect(&c, &store).unwrap();
     (child, t, dir)

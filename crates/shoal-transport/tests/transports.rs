@@ -415,7 +415,7 @@ fn child_process_entry() {
     let Ok(dir) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let store = FileStore(dir.into());
+    let store = file_store(dir);
     let job = std::env::var("SHOAL_TRANSPORT_TEST_JOB").unwrap();
     let c = ShmConfig::new(1, 2, vec![0, 1], &job);
     let t = ShmTransport::connect(&c, &store).unwrap();
@@ -442,7 +442,7 @@ fn shm_peer_death_process() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let store = FileStore(dir.clone());
+    let store = file_store(&dir);
     let c = ShmConfig::new(0, 2, vec![0, 1], &job);
     let t = ShmTransport::connect(&c, &store).unwrap();
     let data = pattern(1000, 3);

@@ -10,8 +10,8 @@ pub mod window;
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::time::Duration;
 
-use shoal_transport::auth::Key;
-use shoal_transport::KvStore;
+use shoal_bootstrap::auth::Key;
+use shoal_bootstrap::KvStore;
 
 pub use allreduce::PeerCheck;
 pub use faults::Faults;

@@ -10,8 +10,8 @@ use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use shoal_transport::auth::{random_bytes, to_hex};
-use shoal_transport::KvStore;
+use shoal_bootstrap::auth::{random_bytes, to_hex};
+use shoal_bootstrap::KvStore;
 
 use crate::control::{handshake, read_msg, write_msg, AdmitOk, AdmitReq, CtrlMsg, ErrCode, Uplink};
 use crate::mac::PacketKey;

@@ -14,7 +14,7 @@ use std::io;
 use std::net::TcpStream;
 use std::time::Instant;
 
-use shoal_transport::auth::{random_bytes, Key};
+use shoal_bootstrap::auth::{random_bytes, Key};
 
 use super::{read_msg_before, write_msg, AdmitReq, CtrlMsg, ErrCode, CONTROL_VERSION, NONCE_BYTES};
 use crate::mac::{PacketKey, PACKET_KEY_BYTES};

@@ -172,7 +172,7 @@ pub fn parse_size(v: &str) -> Option<usize> {
 mod tests {
     use super::*;
 
-    use shoal_transport::auth::Key;
+    use shoal_bootstrap::auth::Key;
     use std::path::Path;
 
     fn parse(line: &str) -> Result<SwitchConfig, String> {

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use shoal_transport::auth::Key;
+use shoal_bootstrap::auth::Key;
 
 use crate::control::handshake::{self, Refusal};
 use crate::control::{read_msg, read_msg_before, write_msg, CtrlMsg, ErrCode};

@@ -279,7 +279,7 @@ mod tests {
 
     #[test]
     fn window_cap_fits_every_members_window_in_the_socket_buffer() {
-        let cfg = SwitchConfig::loopback(shoal_transport::auth::Key::from_material(b"secret"));
+        let cfg = SwitchConfig::loopback(shoal_bootstrap::auth::Key::from_material(b"secret"));
         let mut jobs = Jobs::new(&cfg, 9800, Arc::new(Metrics::default()));
         jobs.rx_packets = 1000;
         let a = jobs.admit(&req(4), 1).unwrap();
@@ -293,7 +293,7 @@ mod tests {
 
     #[test]
     fn a_connection_leases_one_job_and_releases_only_its_own() {
-        let cfg = SwitchConfig::loopback(shoal_transport::auth::Key::from_material(b"secret"));
+        let cfg = SwitchConfig::loopback(shoal_bootstrap::auth::Key::from_material(b"secret"));
         let mut jobs = Jobs::new(&cfg, 9800, Arc::new(Metrics::default()));
         let a = jobs.admit(&req(2), 1).unwrap();
         assert_eq!(jobs.admit(&req(2), 1).unwrap_err().0, ErrCode::Refused);

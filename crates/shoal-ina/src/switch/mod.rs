@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use shoal_transport::auth::Key;
+use shoal_bootstrap::auth::Key;
 
 pub use args::{parse_args, USAGE};
 pub use control::ControlLimits;

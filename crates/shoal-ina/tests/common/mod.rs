@@ -1,44 +1,13 @@
 //! Test helpers: an in-memory store, switches on loopback, thread workers.
 #![allow(dead_code)]
 
-use std::collections::HashMap;
-use std::io;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
 
+use shoal_bootstrap::auth::Key;
+pub use shoal_bootstrap::store::MemStore;
 use shoal_ina::switch::{self, SwitchConfig, SwitchHandle};
 use shoal_ina::{InaClient, InaConfig, InaKeys, TreeSpec};
-use shoal_transport::auth::Key;
-use shoal_transport::KvStore;
-
-#[derive(Default)]
-pub struct MemStore {
-    map: Mutex<HashMap<String, Vec<u8>>>,
-    cv: Condvar,
-}
-
-impl KvStore for MemStore {
-    fn set(&self, key: &str, value: &[u8]) -> io::Result<()> {
-        self.map.lock().unwrap().insert(key.into(), value.to_vec());
-        self.cv.notify_all();
-        Ok(())
-    }
-
-    fn get(&self, key: &str) -> io::Result<Vec<u8>> {
-        let mut m = self.map.lock().unwrap();
-        loop {
-            if let Some(v) = m.get(key) {
-                return Ok(v.clone());
-            }
-            let (g, t) = self.cv.wait_timeout(m, Duration::from_secs(30)).unwrap();
-            if t.timed_out() {
-                return Err(io::Error::new(io::ErrorKind::TimedOut, key.to_string()));
-            }
-            m = g;
-        }
-    }
-}
 
 /// The secret the test switches run with.
 pub fn switch_secret() -> Key {

@@ -2,83 +2,17 @@
 //! and blocking send/receive wrappers with timeouts.
 #![allow(dead_code)]
 
-use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub use shoal_bootstrap::store::{FileStore, MemStore};
 use shoal_transport::*;
 
-/// A store shared by threads of one process.
-#[derive(Default)]
-pub struct MemStore {
-    map: Mutex<HashMap<String, Vec<u8>>>,
-    cv: Condvar,
-    /// How long `get` waits for a key (default 30 s).
-    timeout: Option<Duration>,
-}
-
-impl MemStore {
-    pub fn with_timeout(timeout: Duration) -> MemStore {
-        MemStore {
-            timeout: Some(timeout),
-            ..MemStore::default()
-        }
-    }
-}
-
-impl KvStore for MemStore {
-    fn set(&self, key: &str, value: &[u8]) -> std::io::Result<()> {
-        self.map
-            .lock()
-            .unwrap()
-            .insert(key.to_string(), value.to_vec());
-        self.cv.notify_all();
-        Ok(())
-    }
-
-    fn get(&self, key: &str) -> std::io::Result<Vec<u8>> {
-        let deadline = Instant::now() + self.timeout.unwrap_or(Duration::from_secs(30));
-        let mut m = self.map.lock().unwrap();
-        loop {
-            if let Some(v) = m.get(key) {
-                return Ok(v.clone());
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    key.to_string(),
-                ));
-            }
-            m = self.cv.wait_timeout(m, left).unwrap().0;
-        }
-    }
-}
-
-/// A store in a directory, shared by processes.
-pub struct FileStore(pub PathBuf);
-
-impl KvStore for FileStore {
-    fn set(&self, key: &str, value: &[u8]) -> std::io::Result<()> {
-        let name = key.replace('/', "_");
-        let tmp = self.0.join(format!(".{name}.tmp"));
-        std::fs::write(&tmp, value)?;
-        std::fs::rename(tmp, self.0.join(name))
-    }
-
-    fn get(&self, key: &str) -> std::io::Result<Vec<u8>> {
-        let path = self.0.join(key.replace('/', "_"));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match std::fs::read(&path) {
-                Ok(v) => return Ok(v),
-                Err(e) if Instant::now() >= deadline => return Err(e),
-                Err(_) => std::thread::sleep(Duration::from_millis(2)),
-            }
-        }
-    }
+/// A store in a directory, shared by processes: shoal's own file store.
+pub fn file_store(dir: impl AsRef<Path>) -> FileStore {
+    FileStore::new(dir, Duration::from_secs(30)).unwrap()
 }
 
 /// The transport key every rank of the test jobs holds.

@@ -45,7 +45,7 @@ impl Key {
         &self.0
     }
 
-    /// The key for one use, named by `label` ("store", "transport", "ina/<scope>").
+    /// The key for one use, named by `label` (`"store"`, `"transport"`, `"ina/<scope>"`).
     pub fn derive(&self, label: &str) -> Key {
         Key(mac(&self.0, &[b"shoal derive\0", label.as_bytes()]))
     }

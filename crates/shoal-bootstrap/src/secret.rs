@@ -8,12 +8,13 @@
 //! mpirun authenticate without configuration on one host or with a shared
 //! home directory; other users' processes cannot read it.
 
+use std::fmt;
 use std::fs;
-use std::io::Write;
+use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use shoal_transport::auth::{random_bytes, to_hex, Key};
+use crate::auth::{random_bytes, to_hex, Key};
 
 /// The shortest secret accepted: shorter ones could be guessed offline from
 /// one recorded handshake.
@@ -47,7 +48,7 @@ pub struct JobSecret {
 
 impl JobSecret {
     /// Loads the secret as described in the module documentation.
-    pub fn load(env: &dyn Fn(&str) -> Option<String>) -> Result<JobSecret, String> {
+    pub fn load(env: &dyn Fn(&str) -> Option<String>) -> Result<JobSecret, SecretError> {
         if let Some(s) = env("SHOAL_SECRET").filter(|s| !s.is_empty()) {
             return Ok(JobSecret {
                 key: key_of(&s, "job", "SHOAL_SECRET")?,
@@ -67,35 +68,128 @@ impl JobSecret {
 
     /// A fresh secret that is never written down, for a process that is the
     /// whole job and meets nobody: nothing else needs to hold it.
-    pub fn ephemeral() -> Result<JobSecret, String> {
+    pub fn ephemeral() -> Result<JobSecret, SecretError> {
         Ok(JobSecret {
-            key: Key::random().map_err(|e| format!("cannot draw a random job secret: {e}"))?,
+            key: Key::random().map_err(SecretError::NoRandom)?,
             source: SecretSource::Ephemeral,
         })
     }
 }
 
+/// Why no usable job (or switch) secret was found.
+#[derive(Debug)]
+pub enum SecretError {
+    /// A secret too short to resist an offline guess; `which` is "job" or
+    /// "switch", `what` where it came from.
+    TooShort {
+        which: String,
+        what: String,
+        chars: usize,
+    },
+    /// No secret was given and there is no home directory for the per-user file.
+    NoHome,
+    /// The kernel's random generator failed.
+    NoRandom(io::Error),
+    Unreadable {
+        path: PathBuf,
+        source: io::Error,
+    },
+    Uncreatable {
+        path: PathBuf,
+        source: io::Error,
+    },
+    /// The secret file belongs to another user.
+    NotOurs {
+        path: PathBuf,
+        owner: u32,
+        uid: u32,
+    },
+    /// Other users may read or write the secret file.
+    OpenToOthers {
+        path: PathBuf,
+        mode: u32,
+    },
+}
+
+impl fmt::Display for SecretError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SecretError::TooShort { which, what, chars } => write!(
+                f,
+                "the {which} secret in {what} is {chars} characters; at least {MIN_SECRET_CHARS} \
+                 are needed (`shoal secret` prints a good one)"
+            ),
+            SecretError::NoHome => f.write_str(
+                "no job secret: set SHOAL_SECRET (the same on every rank) or SHOAL_SECRET_FILE; \
+                 HOME is not set, so the per-user secret file cannot be used",
+            ),
+            SecretError::NoRandom(e) => write!(f, "cannot draw a random job secret: {e}"),
+            SecretError::Unreadable { path, source } => write!(
+                f,
+                "cannot read the job secret file {}: {source}",
+                path.display()
+            ),
+            SecretError::Uncreatable { path, source } => write!(
+                f,
+                "cannot create the job secret file {}: {source}; set SHOAL_SECRET instead",
+                path.display()
+            ),
+            SecretError::NotOurs { path, owner, uid } => write!(
+                f,
+                "the job secret file {} belongs to uid {owner}, not to this user ({uid}); \
+                 refusing it",
+                path.display()
+            ),
+            SecretError::OpenToOthers { path, mode } => write!(
+                f,
+                "the job secret file {0} is readable or writable by other users (mode {mode:o}); \
+                 run `chmod 600 {0}`",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SecretError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SecretError::NoRandom(e)
+            | SecretError::Unreadable { source: e, .. }
+            | SecretError::Uncreatable { source: e, .. } => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// For callers that report the error as text (the switch's secret loader).
+impl From<SecretError> for String {
+    fn from(e: SecretError) -> String {
+        e.to_string()
+    }
+}
+
 /// A new random secret, as `shoal run` hands to its ranks.
-pub fn generate() -> Result<String, String> {
+pub fn generate() -> Result<String, SecretError> {
     random_bytes::<32>()
         .map(|b| to_hex(&b))
-        .map_err(|e| format!("cannot draw a random job secret: {e}"))
+        .map_err(SecretError::NoRandom)
 }
 
 /// The key of a secret string (`which`: "job" or "switch"), refusing
 /// secrets too short to resist an offline guess; `what` says where it came from.
-pub fn key_of(secret: &str, which: &str, what: &str) -> Result<Key, String> {
-    if secret.chars().count() < MIN_SECRET_CHARS {
-        return Err(format!(
-            "the {which} secret in {what} is {} characters; at least {MIN_SECRET_CHARS} are needed \
-             (`shoal secret` prints a good one)",
-            secret.chars().count()
-        ));
+pub fn key_of(secret: &str, which: &str, what: &str) -> Result<Key, SecretError> {
+    let chars = secret.chars().count();
+    if chars < MIN_SECRET_CHARS {
+        return Err(SecretError::TooShort {
+            which: which.to_string(),
+            what: what.to_string(),
+            chars,
+        });
     }
     Ok(Key::from_material(secret.as_bytes()))
 }
 
-fn default_secret_file(env: &dyn Fn(&str) -> Option<String>) -> Result<PathBuf, String> {
+fn default_secret_file(env: &dyn Fn(&str) -> Option<String>) -> Result<PathBuf, SecretError> {
     let config = env("XDG_CONFIG_HOME")
         .filter(|s| !s.is_empty())
         .map(PathBuf::from)
@@ -104,61 +198,52 @@ fn default_secret_file(env: &dyn Fn(&str) -> Option<String>) -> Result<PathBuf, 
                 .filter(|s| !s.is_empty())
                 .map(|h| Path::new(&h).join(".config"))
         })
-        .ok_or_else(|| {
-            "no job secret: set SHOAL_SECRET (the same on every rank) or SHOAL_SECRET_FILE; \
-             HOME is not set, so the per-user secret file cannot be used"
-                .to_string()
-        })?;
+        .ok_or(SecretError::NoHome)?;
     Ok(config.join("shoal").join("secret"))
 }
 
 /// Reads the secret file, or creates it (mode 0600, atomically) if it does
 /// not exist. A file that other users could read or write is refused.
-fn read_or_create(path: &Path) -> Result<String, String> {
+fn read_or_create(path: &Path) -> Result<String, SecretError> {
+    let unreadable = |source| SecretError::Unreadable {
+        path: path.to_path_buf(),
+        source,
+    };
     match fs::metadata(path) {
         Ok(meta) => {
             check_private(path, &meta)?;
-            fs::read_to_string(path)
-                .map_err(|e| format!("cannot read the job secret file {}: {e}", path.display()))
+            fs::read_to_string(path).map_err(unreadable)
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => create(path),
-        Err(e) => Err(format!(
-            "cannot read the job secret file {}: {e}",
-            path.display()
-        )),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => create(path),
+        Err(e) => Err(unreadable(e)),
     }
 }
 
-fn check_private(path: &Path, meta: &fs::Metadata) -> Result<(), String> {
+fn check_private(path: &Path, meta: &fs::Metadata) -> Result<(), SecretError> {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     if meta.uid() != uid {
-        return Err(format!(
-            "the job secret file {} belongs to uid {}, not to this user ({uid}); refusing it",
-            path.display(),
-            meta.uid()
-        ));
+        return Err(SecretError::NotOurs {
+            path: path.to_path_buf(),
+            owner: meta.uid(),
+            uid,
+        });
     }
     if meta.permissions().mode() & 0o077 != 0 {
-        return Err(format!(
-            "the job secret file {} is readable or writable by other users (mode {:o}); \
-             run `chmod 600 {}`",
-            path.display(),
-            meta.permissions().mode() & 0o777,
-            path.display()
-        ));
+        return Err(SecretError::OpenToOthers {
+            path: path.to_path_buf(),
+            mode: meta.permissions().mode() & 0o777,
+        });
     }
     Ok(())
 }
 
 /// Writes a fresh secret to a private temporary file and links it into
 /// place, so concurrent first uses agree on one secret.
-fn create(path: &Path) -> Result<String, String> {
-    let failed = |e: std::io::Error| {
-        format!(
-            "cannot create the job secret file {}: {e}; set SHOAL_SECRET instead",
-            path.display()
-        )
+fn create(path: &Path) -> Result<String, SecretError> {
+    let failed = |source| SecretError::Uncreatable {
+        path: path.to_path_buf(),
+        source,
     };
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::DirBuilder::new()
@@ -182,7 +267,7 @@ fn create(path: &Path) -> Result<String, String> {
     let _ = fs::remove_file(&tmp);
     match linked {
         Ok(()) => Ok(secret),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_or_create(path),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => read_or_create(path),
         Err(e) => Err(failed(e)),
     }
 }
@@ -213,7 +298,9 @@ mod tests {
         let s = JobSecret::load(&env).unwrap();
         assert_eq!(s.source, SecretSource::Env);
         assert_eq!(s.key, Key::from_material(b"0123456789abcdef"));
-        let err = JobSecret::load(&env_of(&[("SHOAL_SECRET", "short".into())])).unwrap_err();
+        let err = JobSecret::load(&env_of(&[("SHOAL_SECRET", "short".into())]))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("SHOAL_SECRET") && err.contains("16"), "{err}");
     }
 
@@ -239,7 +326,7 @@ mod tests {
         fs::write(&path, "a-long-enough-secret-value").unwrap();
         fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
         let env = env_of(&[("SHOAL_SECRET_FILE", path.display().to_string())]);
-        let err = JobSecret::load(&env).unwrap_err();
+        let err = JobSecret::load(&env).unwrap_err().to_string();
         assert!(err.contains("chmod 600"), "{err}");
         fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
         assert!(JobSecret::load(&env).is_ok());
@@ -248,7 +335,7 @@ mod tests {
 
     #[test]
     fn no_home_and_no_secret_names_the_variables() {
-        let err = JobSecret::load(&env_of(&[])).unwrap_err();
+        let err = JobSecret::load(&env_of(&[])).unwrap_err().to_string();
         assert!(err.contains("SHOAL_SECRET"), "{err}");
     }
 }

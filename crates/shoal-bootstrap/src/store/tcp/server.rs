@@ -14,14 +14,14 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use shoal_transport::auth::{Key, KEY_BYTES};
+use crate::auth::{Key, KEY_BYTES};
 
 use super::handshake::{
     Refusal, Reply, ServerHandshake, ACCEPTED, FULL, GREETING_LEN, HANDSHAKE_TIMEOUT, REFUSED,
 };
 use super::wire::{put_bytes, Request, ST_ERROR, ST_OK, ST_TIMEOUT};
-use super::{deadline_after, lock, parse_counter, with_context, StoreLimits};
 use crate::secret::JobSecret;
+use crate::store::{deadline_after, lock, parse_counter, with_context, StoreLimits};
 
 /// Handshakes in progress at most. A new connection beyond it drops the
 /// oldest one: a rank finishes its handshake within milliseconds of

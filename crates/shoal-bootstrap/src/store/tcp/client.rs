@@ -7,16 +7,16 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use shoal_transport::auth::Key;
-use shoal_transport::KvStore;
+use crate::auth::Key;
+use crate::KvStore;
 
 use super::handshake::{self, ClientFailure};
 use super::wire::{
     invalid, put_bytes, read_bytes, read_u64, read_u8, MAX_ERROR_MESSAGE, OP_ADD, OP_CHECK,
     OP_DELETE, OP_GET, OP_SET, ST_ERROR, ST_OK, ST_TIMEOUT,
 };
-use super::{deadline_after, fmt_secs, key_timeout, lock, with_context, StoreLimits};
 use crate::secret::{JobSecret, SecretSource};
+use crate::store::{deadline_after, fmt_secs, key_timeout, lock, with_context, StoreLimits};
 
 /// Extra time a client waits for a GET reply beyond the GET's own timeout,
 /// covering network delay before it declares the server unresponsive.
@@ -87,40 +87,6 @@ impl TcpStore {
     /// The server address this client talks to.
     pub fn addr(&self) -> &str {
         &self.addr
-    }
-
-    /// Atomically adds `delta` to the counter at `key` (missing = 0) and
-    /// returns the new value.
-    pub fn add(&self, key: &str, delta: i64) -> io::Result<i64> {
-        let mut req = vec![OP_ADD];
-        put_bytes(&mut req, key.as_bytes());
-        req.extend_from_slice(&delta.to_le_bytes());
-        let v = self.request("add", key, &req, |r| Ok(read_u64(r)? as i64))?;
-        v.ok_or_else(|| {
-            invalid(format!(
-                "store {}: add '{key}': unexpected TIMEOUT",
-                self.addr
-            ))
-        })
-    }
-
-    /// Whether all `keys` exist, without waiting.
-    pub fn check(&self, keys: &[&str]) -> io::Result<bool> {
-        let mut req = vec![OP_CHECK];
-        req.extend_from_slice(&(keys.len() as u32).to_le_bytes());
-        keys.iter().for_each(|k| put_bytes(&mut req, k.as_bytes()));
-        let what = keys.join("', '");
-        let v = self.request("check", &what, &req, |r| Ok(read_u8(r)? != 0))?;
-        Ok(v.unwrap_or(false))
-    }
-
-    /// Removes `key`; returns whether it existed.
-    pub fn delete(&self, key: &str) -> io::Result<bool> {
-        let mut req = vec![OP_DELETE];
-        put_bytes(&mut req, key.as_bytes());
-        Ok(self
-            .request("delete", key, &req, |r| Ok(read_u8(r)? != 0))?
-            .unwrap_or(false))
     }
 
     /// Sends one request and parses its reply; `Ok(None)` means TIMEOUT.
@@ -326,5 +292,35 @@ impl KvStore for TcpStore {
             read_bytes(r, "value", whole, &|| whole.to_string())
         })?;
         v.ok_or_else(|| key_timeout(&format!("store {}", self.addr), key, self.timeout))
+    }
+
+    fn add(&self, key: &str, delta: i64) -> io::Result<i64> {
+        let mut req = vec![OP_ADD];
+        put_bytes(&mut req, key.as_bytes());
+        req.extend_from_slice(&delta.to_le_bytes());
+        let v = self.request("add", key, &req, |r| Ok(read_u64(r)? as i64))?;
+        v.ok_or_else(|| {
+            invalid(format!(
+                "store {}: add '{key}': unexpected TIMEOUT",
+                self.addr
+            ))
+        })
+    }
+
+    fn check(&self, keys: &[&str]) -> io::Result<bool> {
+        let mut req = vec![OP_CHECK];
+        req.extend_from_slice(&(keys.len() as u32).to_le_bytes());
+        keys.iter().for_each(|k| put_bytes(&mut req, k.as_bytes()));
+        let what = keys.join("', '");
+        let v = self.request("check", &what, &req, |r| Ok(read_u8(r)? != 0))?;
+        Ok(v.unwrap_or(false))
+    }
+
+    fn delete(&self, key: &str) -> io::Result<bool> {
+        let mut req = vec![OP_DELETE];
+        put_bytes(&mut req, key.as_bytes());
+        Ok(self
+            .request("delete", key, &req, |r| Ok(read_u8(r)? != 0))?
+            .unwrap_or(false))
     }
 }

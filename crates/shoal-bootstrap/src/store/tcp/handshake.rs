@@ -21,7 +21,7 @@
 use std::io::{self, Read, Write};
 use std::time::Duration;
 
-use shoal_transport::auth::{random_bytes, Key, KEY_BYTES};
+use crate::auth::{random_bytes, Key, KEY_BYTES};
 
 /// Opens the hello and the challenge; names the protocol and its version.
 pub const MAGIC: &[u8; 8] = b"shoalkv1";

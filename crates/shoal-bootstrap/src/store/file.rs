@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use shoal_transport::KvStore;
+use crate::KvStore;
 
 use super::{deadline_after, key_timeout, parse_counter, with_context};
 
@@ -53,32 +53,6 @@ impl FileStore {
     /// The store's directory.
     pub fn dir(&self) -> &Path {
         &self.dir
-    }
-
-    /// Atomically adds `delta` to the counter at `key` (missing = 0) and
-    /// returns the new value.
-    pub fn add(&self, key: &str, delta: i64) -> io::Result<i64> {
-        let _guard = self.lock_exclusive()?;
-        let current = self.read(key)?;
-        let new = parse_counter(key, current.as_deref())
-            .map_err(|e| self.context(e, "add", key))?
-            .wrapping_add(delta);
-        self.set(key, new.to_string().as_bytes())?;
-        Ok(new)
-    }
-
-    /// Whether all `keys` exist, without waiting.
-    pub fn check(&self, keys: &[&str]) -> io::Result<bool> {
-        Ok(keys.iter().all(|k| self.path(k).exists()))
-    }
-
-    /// Removes `key`; returns whether it existed.
-    pub fn delete(&self, key: &str) -> io::Result<bool> {
-        match fs::remove_file(self.path(key)) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(self.context(e, "delete", key)),
-        }
     }
 
     fn path(&self, key: &str) -> PathBuf {
@@ -186,6 +160,28 @@ impl KvStore for FileStore {
             }
             thread::sleep(backoff.min(left));
             backoff = (backoff * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    fn add(&self, key: &str, delta: i64) -> io::Result<i64> {
+        let _guard = self.lock_exclusive()?;
+        let current = self.read(key)?;
+        let new = parse_counter(key, current.as_deref())
+            .map_err(|e| self.context(e, "add", key))?
+            .wrapping_add(delta);
+        self.set(key, new.to_string().as_bytes())?;
+        Ok(new)
+    }
+
+    fn check(&self, keys: &[&str]) -> io::Result<bool> {
+        Ok(keys.iter().all(|k| self.path(k).exists()))
+    }
+
+    fn delete(&self, key: &str) -> io::Result<bool> {
+        match fs::remove_file(self.path(key)) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(self.context(e, "delete", key)),
         }
     }
 }

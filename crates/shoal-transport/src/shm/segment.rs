@@ -1,0 +1,249 @@
+//! The shared segment every local rank creates: a control block (doorbell,
+//! pid, bye and abort flags, abort reason, rendezvous permissions) followed
+//! by one ring per local sender; its name in `/dev/shm`, and the checks
+//! that keep other users from reading or planting one.
+
+use std::ffi::CString;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use super::ring::{Ring, RingHdr};
+use super::{io_err, os_err};
+use crate::cma;
+use crate::doorbell::{BellWords, Doorbell};
+use crate::Result;
+
+/// Local ranks beyond this many never use the rendezvous path (the control
+/// block has one flag per local rank).
+pub(super) const CMA_SLOTS: usize = 1024;
+
+/// Bytes at the start of a segment reserved for its control block.
+pub(super) const CONTROL_SIZE: usize = 4096;
+/// Bytes before each ring's data: its two positions, a cache line each.
+pub(super) const RING_HDR_SIZE: usize = 128;
+/// The longest abort reason a peer can read.
+pub(super) const REASON_MAX: usize = 1024;
+
+/// The control block at the start of every segment. Written by its owner,
+/// read by everyone.
+#[repr(C)]
+pub(super) struct Control {
+    pub(super) bell: BellWords,
+    pub(super) pid: AtomicU32,
+    pub(super) abort: AtomicU32,
+    pub(super) bye: AtomicU32,
+    pub(super) reason_len: AtomicU32,
+    pub(super) reason: std::cell::UnsafeCell<[u8; REASON_MAX]>,
+    /// Where this segment is mapped in its owner, so peers can probe whether
+    /// they may read the owner's memory (they read `pid` through it).
+    pub(super) addr: AtomicU64,
+    /// `cma_from[s]` is 1 when this rank reads rendezvous messages from the
+    /// rank in local slot `s` (it probed that it may; written before the
+    /// setup barrier).
+    pub(super) cma_from: [AtomicU8; CMA_SLOTS],
+}
+
+const _: () = assert!(std::mem::size_of::<Control>() <= CONTROL_SIZE);
+
+/// One mapped segment; unmapped when the last user drops it.
+pub(super) struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is shared memory accessed through atomics and the SPSC
+// ring protocol.
+unsafe impl Send for Mapping {}
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: we own this mapping.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+impl Mapping {
+    /// Records this process as the segment's owner: its pid, and where the
+    /// segment is mapped here (peers read `pid` through that address to
+    /// probe whether they may read this process's memory).
+    pub(super) fn publish_owner(&self, pid: u32) {
+        self.control().pid.store(pid, Ordering::Release);
+        self.control()
+            .addr
+            .store(self.ptr as u64, Ordering::Release);
+    }
+
+    pub(super) fn control(&self) -> &Control {
+        // SAFETY: every segment starts with a control block.
+        unsafe { &*(self.ptr as *const Control) }
+    }
+
+    pub(super) fn ring(self: &Arc<Self>, slot: usize, size: usize) -> Ring {
+        let off = CONTROL_SIZE + slot * (RING_HDR_SIZE + size);
+        assert!(off + RING_HDR_SIZE + size <= self.len);
+        // SAFETY: in bounds (asserted).
+        let hdr = unsafe { self.ptr.add(off) } as *const RingHdr;
+        let data = unsafe { self.ptr.add(off + RING_HDR_SIZE) };
+        Ring {
+            hdr,
+            data,
+            size,
+            _map: self.clone(),
+        }
+    }
+
+    pub(super) fn bell(self: &Arc<Self>) -> Doorbell {
+        let words = &self.control().bell as *const BellWords;
+        // SAFETY: the bell lives in this mapping, which the clone keeps alive.
+        unsafe { Doorbell::at(words, self.clone()) }
+    }
+}
+
+/// Whether this process may read the memory of `pid`, the owner of `map`:
+/// reads the owner's `pid` field through the owner's own address of it.
+pub(super) fn may_read(map: &Mapping, pid: i32) -> bool {
+    let ctl = map.control();
+    let addr = ctl.addr.load(Ordering::Acquire) + std::mem::offset_of!(Control, pid) as u64;
+    let expect = ctl.pid.load(Ordering::Acquire).to_ne_bytes();
+    ctl.addr.load(Ordering::Acquire) != 0 && cma::probe(pid, addr, &expect)
+}
+
+pub(super) fn read_reason(ctl: &Control) -> String {
+    let n = (ctl.reason_len.load(Ordering::Acquire) as usize).min(REASON_MAX);
+    // SAFETY: written before the abort flag was released; we acquired it.
+    let bytes = unsafe { &(&*ctl.reason.get())[..n] };
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+pub(super) fn seg_path(job: &str, rank: usize) -> String {
+    let job: String = job
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("/dev/shm/shoal-{job}-{rank}")
+}
+
+/// Creates a segment only this user may open. An existing file of that
+/// name is refused, not reused or removed: segment names carry a random
+/// nonce per job, so another process made it, maybe to read our rings.
+pub(super) fn create_segment(path: &str, len: usize) -> Result<Mapping> {
+    let c = CString::new(path).map_err(|_| io_err("bad path"))?;
+    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: plain libc calls on a valid C string.
+    let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600) };
+    if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
+        return Err(io_err(&format!(
+            "{path} already exists: another process took this job's segment name; refusing it"
+        )));
+    }
+    if fd < 0 {
+        return Err(os_err(&format!("create {path}")));
+    }
+    // Reserve the pages now: a full /dev/shm fails here instead of SIGBUS later.
+    let rc = unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) };
+    if rc != 0 {
+        unsafe { libc::close(fd) };
+        unlink(path);
+        return Err(io_err(&format!(
+            "allocate {len} bytes for {path}: errno {rc}"
+        )));
+    }
+    map_fd(fd, len, path)
+}
+
+/// Maps a peer's segment, if it is what its owner made: a regular file of
+/// this user that no other user may open, of the expected size.
+pub(super) fn open_segment(path: &str, len: usize) -> Result<Mapping> {
+    let c = CString::new(path).map_err(|_| io_err("bad path"))?;
+    // SAFETY: plain libc calls.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(os_err(&format!("open {path}")));
+    }
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let problem = if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        Some(format!("fstat {path}: {}", std::io::Error::last_os_error()))
+    } else {
+        segment_problem(path, &st, len)
+    };
+    if let Some(problem) = problem {
+        unsafe { libc::close(fd) };
+        return Err(io_err(&problem));
+    }
+    map_fd(fd, len, path)
+}
+
+/// Why the file `st` describes is not a segment this rank may map, if it is not.
+fn segment_problem(path: &str, st: &libc::stat, len: usize) -> Option<String> {
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        Some(format!("{path} is not a regular file; refusing it"))
+    } else if st.st_uid != me {
+        Some(format!(
+            "{path} belongs to uid {}, not to this user (uid {me}); refusing a segment \
+             another user could have planted",
+            st.st_uid
+        ))
+    } else if st.st_mode & 0o077 != 0 {
+        Some(format!(
+            "{path} has mode {:o}: other users may open it; refusing it",
+            st.st_mode & 0o777
+        ))
+    } else if st.st_size as usize != len {
+        Some(format!(
+            "{path} has {} bytes, expected {len} (ring sizes differ between ranks?)",
+            st.st_size
+        ))
+    } else {
+        None
+    }
+}
+
+fn map_fd(fd: i32, len: usize, path: &str) -> Result<Mapping> {
+    // SAFETY: mapping a file we just opened; the fd is closed right after.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    let err = os_err(&format!("mmap {path}"));
+    unsafe { libc::close(fd) };
+    if p == libc::MAP_FAILED {
+        return Err(err);
+    }
+    Ok(Mapping { ptr: p.cast(), len })
+}
+
+fn unlink(path: &str) {
+    if let Ok(c) = CString::new(path) {
+        // SAFETY: plain libc call.
+        unsafe { libc::unlink(c.as_ptr()) };
+    }
+}
+
+/// Unlinks its path when dropped.
+pub(super) struct Unlink(pub(super) String);
+
+impl Drop for Unlink {
+    fn drop(&mut self) {
+        unlink(&self.0);
+    }
+}
