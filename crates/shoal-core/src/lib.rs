@@ -10,6 +10,7 @@ pub mod error;
 pub mod exec;
 pub mod ina;
 pub mod init;
+pub mod log;
 pub mod lru;
 pub mod reduce;
 pub mod rendezvous;
