@@ -106,21 +106,28 @@ pub fn calibrate(
             "calibrated against {} on this host and {} on other hosts: {}",
             against(partners.local),
             against(partners.remote),
-            describe(&cost)
+            describe(&cost, partners.remote.is_some())
         );
     }
     Ok(cost)
 }
 
-/// The cost figures in the units people think in.
-pub fn describe(cost: &CostParams) -> String {
+/// The cost figures in the units people think in; those between hosts
+/// only when there are other hosts.
+pub fn describe(cost: &CostParams, multi_host: bool) -> String {
     let us = |s: f64| s * 1e6;
     let gbs = |s_per_byte: f64| 1e-9 / s_per_byte;
+    let between = if multi_host {
+        format!(
+            "between hosts {:.1} us + {:.2} GB/s, ",
+            us(cost.alpha),
+            gbs(cost.beta)
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "between hosts {:.1} us + {:.2} GB/s, on this host {:.1} us + {:.2} GB/s, \
-         float32 sum {:.2} GB/s",
-        us(cost.alpha),
-        gbs(cost.beta),
+        "{between}on this host {:.1} us + {:.2} GB/s, float32 sum {:.2} GB/s",
         us(cost.alpha_local),
         gbs(cost.beta_local),
         gbs(cost.gamma)

@@ -91,7 +91,10 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
             .selector
             .set_cost(calibrate(&world, &partners, cost)?);
     } else if world.rank() == 0 {
-        info!("cost model ({cost_source}): {}", describe(&cost));
+        info!(
+            "cost model ({cost_source}): {}",
+            describe(&cost, multi_host)
+        );
     }
     Ok(world)
 }

@@ -3,6 +3,7 @@
 //! holds their exports (see `buffers`) until it is done. Nothing is copied.
 
 mod buffers;
+mod log;
 mod switch;
 
 use std::sync::Arc;
@@ -341,6 +342,7 @@ fn _shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(algorithms, m)?)?;
     m.add_function(wrap_pyfunction!(switch::switch_main, m)?)?;
+    log::register(m)?;
     m.add("ShoalError", py.get_type::<ShoalError>())?;
     m.add("PeerDiedError", py.get_type::<PeerDiedError>())?;
     m.add("MismatchError", py.get_type::<MismatchError>())?;

@@ -32,6 +32,7 @@ use tracing_subscriber::{EnvFilter, Layer};
 
 use crate::error::{Error, Result};
 pub use line::Record;
+pub use tracing::Level;
 
 /// What `SHOAL_LOG` is without a value in a rank: warnings and errors only.
 pub const RANK_DEFAULT: &str = "warn";
