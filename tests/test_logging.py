@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import free_port, launch
+from test_ina import switch
 
 import shoal
 
@@ -95,3 +96,17 @@ def test_a_warning_shows_once_per_process() -> None:
         warnings = [line for line in rank_lines(proc.stderr, rank) if " WARN " in line]
         assert len(warnings) == 1, proc.stderr
         assert "allreduce falls back to host algorithms: in-network aggregation unavailable" in warnings[0]
+
+
+def test_switch_and_ina_admission_are_logged() -> None:
+    with switch() as (addr, _):
+        proc = launch(2, "log_events.py", "ina", env={"SHOAL_SWITCH": addr, "SHOAL_LOG": "info"})
+        daemon = switch.last  # type: ignore[attr-defined]
+    zero = "\n".join(rank_lines(proc.stderr, 0))
+    assert re.search(rf"shoal_core::ina: in-network aggregation: 1 tree\(s\): switch {addr} job \d+ \(", zero), zero
+    assert " WARN " not in proc.stderr, proc.stderr
+    # The daemon logs at info without SHOAL_LOG: its addresses and its jobs.
+    out = daemon.stdout.read()
+    assert "INFO shoal[switch] shoal_ina::switch: listening: data udp" in out, out
+    assert re.search(r"shoal_ina::switch::jobs: admitted job \d+ of tree 0: 2 members", out), out
+    assert re.search(r"shoal_ina::switch::jobs: released job \d+", out), out

@@ -3,6 +3,7 @@
 - ``calls``: one allreduce with algorithm="ring" (SHOAL_LOG decides what shows);
 - ``python``: Python logging configured first; prints each record of the
   ``shoal`` loggers it receives as ``PYLOG <logger> <level> <rank> <message>``;
+- ``ina``: one allreduce through the switch (SHOAL_SWITCH);
 - ``twice``: init, two allreduces through the switch, finalize, then all of it
   again in the same process (a switch that cannot be used warns once)."""
 
@@ -57,6 +58,8 @@ def main() -> None:
         run_job("ring", 1)
     elif mode == "python":
         python_logging()
+    elif mode == "ina":
+        run_job("ina", 1)
     elif mode == "twice":
         run_job("ina", 2)
         run_job("ina", 2)
