@@ -508,6 +508,22 @@ pub fn congestion_in_effect(cc: Option<&Congestion>) -> std::io::Result<String> 
 mod tests {
     use super::*;
 
+    #[test]
+    fn congestion_in_effect_is_what_the_kernel_says() {
+        let system = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap();
+        assert_eq!(congestion_in_effect(None).unwrap(), system.trim());
+        let missing = |required| Congestion {
+            name: "nosuchcc".into(),
+            required,
+        };
+        // An unavailable default keeps the system's; one the user named is an error.
+        assert_eq!(
+            congestion_in_effect(Some(&missing(false))).unwrap(),
+            system.trim()
+        );
+        assert!(congestion_in_effect(Some(&missing(true))).is_err());
+    }
+
     fn hello(dialer: u32, acceptor: u32, job: &str) -> Hello {
         Hello {
             dialer,
