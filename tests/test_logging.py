@@ -110,3 +110,11 @@ def test_switch_and_ina_admission_are_logged() -> None:
     assert "INFO shoal[switch] shoal_ina::switch: listening: data udp" in out, out
     assert re.search(r"shoal_ina::switch::jobs: admitted job \d+ of tree 0: 2 members", out), out
     assert re.search(r"shoal_ina::switch::jobs: released job \d+", out), out
+
+
+def test_the_switch_refuses_a_bad_filter() -> None:
+    cmd = [sys.executable, "-m", "shoal.cli", "switch", "--listen", f"127.0.0.1:{free_port()}"]
+    env = {**os.environ, "SHOAL_LOG": "shoal_ina=chatty"}
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert 'shoal switch: SHOAL_LOG="shoal_ina=chatty" is not a log filter' in out.stderr, out.stderr
