@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from shoal import _log  # noqa: F401  (starts handing Rust's log records to logging)
 from shoal._shoal import (
     AbortedError,
     MismatchError,

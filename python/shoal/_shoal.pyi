@@ -106,3 +106,14 @@ def detect_launcher() -> dict[str, Any]:
 
 def config_error() -> str | None:
     """Why init would refuse the current SHOAL_* values, or None."""
+
+_LogRecord = tuple[int, str, str, str, float, bool, int | None]
+
+def _log_attach() -> None:
+    """Starts queueing Rust's log records for Python (shoal._log's thread)."""
+
+def _log_take(timeout: float) -> list[_LogRecord] | None:
+    """Queued records (level, target, message, line, unix time, written to file, rank); None once detached."""
+
+def _log_detach() -> list[_LogRecord]:
+    """Stops queueing; returns the records still queued."""

@@ -6,6 +6,7 @@
 use std::time::Instant;
 
 use shoal_plan::{Collective, CostParams};
+use tracing::info;
 
 use crate::comm::{CollArgs, Communicator};
 use crate::dtype::{DType, ReduceOp};
@@ -92,13 +93,45 @@ pub fn calibrate(
         f[2] = reduction_seconds_per_byte();
     }
     broadcast_f64(world, &mut f)?;
-    Ok(CostParams {
+    let cost = CostParams {
         alpha: f[0],
         beta: f[1],
         gamma: f[2],
         alpha_local: f[3],
         beta_local: f[4],
-    })
+    };
+    if r == 0 {
+        let against = |p: Option<usize>| p.map_or_else(|| "nobody".into(), |p| format!("rank {p}"));
+        info!(
+            "calibrated against {} on this host and {} on other hosts: {}",
+            against(partners.local),
+            against(partners.remote),
+            describe(&cost, partners.remote.is_some())
+        );
+    }
+    Ok(cost)
+}
+
+/// The cost figures in the units people think in; those between hosts
+/// only when there are other hosts.
+pub fn describe(cost: &CostParams, multi_host: bool) -> String {
+    let us = |s: f64| s * 1e6;
+    let gbs = |s_per_byte: f64| 1e-9 / s_per_byte;
+    let between = if multi_host {
+        format!(
+            "between hosts {:.1} us + {:.2} GB/s, ",
+            us(cost.alpha),
+            gbs(cost.beta)
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "{between}on this host {:.1} us + {:.2} GB/s, float32 sum {:.2} GB/s",
+        us(cost.alpha_local),
+        gbs(cost.beta_local),
+        gbs(cost.gamma)
+    )
 }
 
 /// Round trips of a tiny message give the latency; one-way bulk transfers

@@ -526,6 +526,7 @@ impl Communicator {
         } else {
             (first, None)
         };
+        tracing::debug!(comm = self.id, seq, count = args.count, dtype = %args.dtype, "{} runs {}", args.collective, if via_switch { INA } else { alg.name });
         Ok(Prepared {
             cp,
             seq,

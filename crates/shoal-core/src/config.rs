@@ -185,6 +185,18 @@ pub const VARIABLES: &[Variable] = &[
         "shoal-core config.rs",
     ),
     var(
+        "SHOAL_LOG",
+        "warn",
+        "which log records the Rust code makes (tracing filter); the switch daemon defaults to info",
+        "shoal-core log/",
+    ),
+    var(
+        "SHOAL_LOG_FILE",
+        "",
+        "file the log lines are appended to instead of stderr; %r becomes the rank",
+        "shoal-core log/",
+    ),
+    var(
         "SHOAL_TESTBED_NAME",
         "shoal",
         "testbed name of shoal testbed commands without --name",

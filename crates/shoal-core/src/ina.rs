@@ -25,6 +25,7 @@ use shoal_transport::auth::Key;
 use crate::config::InaSettings;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
+use crate::log;
 use crate::secret::{key_of, JobSecret};
 use crate::store::ScopedStore;
 
@@ -77,15 +78,24 @@ impl Ina {
             Err(e) => Err(e),
         };
         Ok(match joined {
-            Ok(client) => Ok(Ina {
-                client: Mutex::new(client),
-                disabled: Mutex::new(None),
-            }),
+            Ok(client) => {
+                if rank == 0 {
+                    tracing::info!("in-network aggregation: {}", client.admission());
+                }
+                Ok(Ina {
+                    client: Mutex::new(client),
+                    disabled: Mutex::new(None),
+                })
+            }
             Err(e) => {
+                let reason = format!("in-network aggregation unavailable: {e}");
+                // Worded as the communicator words a call's fallback
+                // (`comm.rs`), so a call asking for the switch later does
+                // not repeat it: one warning per process.
                 warn(&format!(
-                    "in-network aggregation unavailable: {e}; allreduce uses host algorithms"
+                    "allreduce falls back to host algorithms: {reason}"
                 ));
-                Err(e.to_string())
+                Err(reason)
             }
         })
     }
@@ -201,10 +211,12 @@ pub fn cost(bytes: usize, per_link: usize, params: &CostParams) -> f64 {
     2.0 * params.alpha + (bytes * per_link.max(1)) as f64 * params.beta
 }
 
-/// Runtime warnings go to stderr, prefixed so they stand out among the
-/// rank-prefixed output of `shoal run`.
+/// A runtime warning (a switch that cannot be used, a fallback), once per
+/// process however many communicators and calls meet it.
 pub fn warn(message: &str) {
-    eprintln!("shoal: warning: {message}");
+    if log::first_time(message) {
+        tracing::warn!("{message}");
+    }
 }
 
 #[cfg(test)]

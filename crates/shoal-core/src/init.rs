@@ -6,13 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shoal_transport::auth::{random_bytes, to_hex};
-use shoal_transport::{KvStore, Routed, RoutedConfig, Transport};
+use shoal_transport::tcp::congestion_in_effect;
+use shoal_transport::{KvStore, Routed, RoutedConfig};
+use tracing::info;
 
-use crate::calibrate::{calibrate, parse_cost, Partners};
+use crate::calibrate::{calibrate, describe, parse_cost, Partners};
 use crate::comm::{Communicator, Engine};
 use crate::config::{Config, TransportChoice};
 use crate::error::{Error, Result};
 use crate::ina::Ina;
+use crate::log::{self, Who};
 use crate::rendezvous::{establish, Explicit, Rendezvous};
 use crate::select::{Selector, SHM_COST, TCP_COST};
 
@@ -28,6 +31,7 @@ pub struct InitArgs {
 /// Rendezvous with the other ranks and connect to them.
 pub fn init_world(args: &InitArgs) -> Result<Communicator> {
     let config = Config::from_process_env()?;
+    let log_settings = log::Settings::from_process_env(log::RANK_DEFAULT)?;
     let env = |k: &str| std::env::var(k).ok();
     let explicit = Explicit {
         rank: args.rank,
@@ -36,6 +40,7 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
     };
     let rdzv = establish(&explicit, &env, config.timeout, config.host_id.as_deref())
         .map_err(Error::runtime)?;
+    log::install(log_settings, Who::Rank(rdzv.info.rank))?;
     let multi_host = rdzv.hosts.num_hosts() > 1;
     if config.transport == TransportChoice::Shm && multi_host {
         return Err(Error::invalid(format!(
@@ -45,6 +50,9 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
         )));
     }
     let transport = build_transport(&config, &rdzv)?;
+    if rdzv.info.rank == 0 {
+        report_setup(&config, &rdzv, &transport);
+    }
     // Every rank must price algorithms alike so they all pick the same one.
     let cost = if multi_host || config.transport == TransportChoice::Tcp {
         TCP_COST
@@ -54,6 +62,7 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
     let cost = parse_cost(&config.cost, cost)?;
     let measure = config.calibrate && config.cost.trim().is_empty() && rdzv.info.world_size > 1;
     let partners = calibration_partners(&rdzv);
+    let cost_source = unmeasured_cost_source(&config, rdzv.info.world_size);
     let selector = Selector::new(&config.algo, cost)?;
     let local_ranks = rdzv.hosts.local_ranks.clone();
     let host_of = rdzv.hosts.host_of.clone();
@@ -69,7 +78,7 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
         keepalive.push(Box::new(server));
     }
     let engine = Arc::new(Engine::new(
-        transport,
+        Box::new(transport),
         config,
         selector,
         local_ranks,
@@ -82,8 +91,26 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
         engine
             .selector
             .set_cost(calibrate(&world, &partners, cost)?);
+    } else if world.rank() == 0 {
+        info!(
+            "cost model ({cost_source}): {}",
+            describe(&cost, multi_host)
+        );
     }
     Ok(world)
+}
+
+/// Where the cost figures come from when they are not measured.
+fn unmeasured_cost_source(config: &Config, world: usize) -> &'static str {
+    if !config.cost.trim().is_empty() {
+        "SHOAL_COST"
+    } else if !config.calibrate {
+        "built in: SHOAL_CALIBRATE=0"
+    } else if world == 1 {
+        "built in: one rank"
+    } else {
+        "measured"
+    }
 }
 
 /// Rank 0 measures the network against the first rank on another host and
@@ -98,7 +125,7 @@ fn calibration_partners(rdzv: &Rendezvous) -> Partners {
 
 /// Shared memory to the ranks of this host (unless TCP is forced), TCP to
 /// the rest, whose connections prove the job's transport key on both ends.
-fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Box<dyn Transport>> {
+fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Routed> {
     let (rank, world) = (rdzv.info.rank, rdzv.info.world_size);
     let job = segment_name(rdzv)?;
     let key = rdzv.secret.key.derive("transport");
@@ -112,7 +139,7 @@ fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Box<dyn Transpo
     if rdzv.hosts.num_hosts() > 1 || config.transport == TransportChoice::Tcp {
         cfg.bind_ip = tcp_address(config, rdzv)?;
     }
-    let transport = Routed::connect(&cfg, &rdzv.store).map_err(|e| {
+    Routed::connect(&cfg, &rdzv.store).map_err(|e| {
         if rdzv.server.is_some() {
             // The store lives in this process: serve it a moment longer, so
             // the ranks still checking the setup learn the cause from it
@@ -120,8 +147,75 @@ fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Box<dyn Transpo
             std::thread::sleep(STORE_GRACE.min(config.timeout));
         }
         Error::runtime(format!("transport setup on rank {rank}: {e}"))
-    })?;
-    Ok(Box::new(transport))
+    })
+}
+
+/// Rank 0's account of the job at init (`SHOAL_LOG=info`): the version,
+/// the placement, and how it reaches each class of peer.
+fn report_setup(config: &Config, rdzv: &Rendezvous, transport: &Routed) {
+    let hosts = &rdzv.hosts;
+    info!(
+        "shoal {}: {} ranks on {} host(s)",
+        env!("CARGO_PKG_VERSION"),
+        rdzv.info.world_size,
+        hosts.num_hosts()
+    );
+    let local_peers: Vec<usize> = hosts
+        .local_ranks
+        .iter()
+        .copied()
+        .filter(|&r| r != 0)
+        .collect();
+    let remote_peers = rdzv.info.world_size - 1 - local_peers.len();
+    let tcp = || {
+        let cc = congestion_in_effect(config.tcp_congestion.as_ref())
+            .unwrap_or_else(|e| format!("unknown ({e})"));
+        format!("tcp, congestion control {cc}")
+    };
+    let same_host = if local_peers.is_empty() {
+        "none".to_string()
+    } else if config.transport == TransportChoice::Tcp {
+        format!("{} (SHOAL_TRANSPORT=tcp)", tcp())
+    } else {
+        format!(
+            "shm, {} KiB rings, {}",
+            config.shm_ring_bytes >> 10,
+            cma_summary(config, transport, &local_peers)
+        )
+    };
+    info!(
+        "transport to the {} other rank(s) on this host: {same_host}",
+        local_peers.len()
+    );
+    let other_hosts = if remote_peers == 0 {
+        "none".to_string()
+    } else {
+        tcp()
+    };
+    info!("transport to the {remote_peers} rank(s) on other hosts: {other_hosts}");
+}
+
+/// Whether large shared-memory messages are read once from the sender
+/// (cross-memory attach, which the kernel may refuse: Yama's ptrace_scope).
+fn cma_summary(config: &Config, transport: &Routed, local_peers: &[usize]) -> String {
+    if config.shm_cma_bytes == 0 {
+        return "cross-memory attach off (SHOAL_SHM_CMA_BYTES=0): every message through the rings"
+            .into();
+    }
+    let allowed = local_peers
+        .iter()
+        .filter(|&&p| transport.uses_cma(p))
+        .count();
+    format!(
+        "messages from {} KiB read once by cross-memory attach (allowed with {allowed} of {} peers{})",
+        config.shm_cma_bytes >> 10,
+        local_peers.len(),
+        if allowed < local_peers.len() {
+            "; the others go through the rings: see /proc/sys/kernel/yama/ptrace_scope"
+        } else {
+            ""
+        }
+    )
 }
 
 /// How long a rank that serves the store keeps it after its transport

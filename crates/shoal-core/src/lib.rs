@@ -11,6 +11,7 @@ pub mod error;
 pub mod exec;
 pub mod ina;
 pub mod init;
+pub mod log;
 pub mod lru;
 pub mod reduce;
 pub mod select;

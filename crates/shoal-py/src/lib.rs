@@ -4,6 +4,7 @@
 
 mod buffers;
 mod config;
+mod log;
 mod switch;
 
 use std::sync::Arc;
@@ -356,6 +357,7 @@ fn _shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(config::config_variables, m)?)?;
     m.add_function(wrap_pyfunction!(config::detect_launcher, m)?)?;
     m.add_function(wrap_pyfunction!(config::config_error, m)?)?;
+    log::register(m)?;
     m.add("ShoalError", py.get_type::<ShoalError>())?;
     m.add("PeerDiedError", py.get_type::<PeerDiedError>())?;
     m.add("MismatchError", py.get_type::<MismatchError>())?;

@@ -204,6 +204,12 @@ impl Routed {
         t.ok_or_else(|| TransportError::Io(format!("unknown request {req}")))
     }
 
+    /// Whether large messages to `peer` are read once by cross-memory
+    /// attach (a shm peer the kernel lets read this process's memory).
+    pub fn uses_cma(&self, peer: usize) -> bool {
+        self.shm.as_ref().is_some_and(|s| s.uses_cma(peer))
+    }
+
     /// Closes both sides, saying bye to every peer.
     pub fn close(&self) {
         if let Some(s) = &self.shm {

@@ -12,8 +12,9 @@ use crate::{InaDType, InaError, InaOp};
 
 use super::InaClient;
 
-/// The shape of one call: how the buffer is cut into packets.
-struct Plan {
+/// How one call's buffer is cut into packets and spread over the trees
+/// (not a shoal-plan `Plan`: the switch call has no steps).
+struct PacketLayout {
     dtype: InaDType,
     wire: WireType,
     op: WireOp,
@@ -24,7 +25,7 @@ struct Plan {
     headroom: i32,
 }
 
-impl Plan {
+impl PacketLayout {
     /// Chunk `k` of tree `t`: global chunk `t + k * trees`; (first element, count).
     fn chunk(&self, t: usize, k: usize) -> (usize, usize) {
         let start = (t + k * self.trees) * self.per_pkt;
@@ -90,18 +91,18 @@ impl InaClient {
         op: InaOp,
         peers: PeerCheck<'_>,
     ) -> Result<(), InaError> {
-        let plan = self.plan(buf.len(), dtype, op)?;
-        if plan.elems == 0 {
+        let layout = self.layout(buf.len(), dtype, op)?;
+        if layout.elems == 0 {
             return Ok(());
         }
-        let mut wins: Vec<SendWindow> = (0..plan.trees)
-            .map(|t| SendWindow::new(self.trees[t].next_seq, plan.chunks_of_tree(t)))
+        let mut wins: Vec<SendWindow> = (0..layout.trees)
+            .map(|t| SendWindow::new(self.trees[t].next_seq, layout.chunks_of_tree(t)))
             .collect();
         let mut s = Scratch {
             expired: Vec::new(),
             overflow: false,
         };
-        let res = self.run(&plan, buf, &mut wins, &mut s, peers);
+        let res = self.run(&layout, buf, &mut wins, &mut s, peers);
         for (tree, w) in self.trees.iter_mut().zip(&wins) {
             tree.next_seq = tree.next_seq.wrapping_add(w.count() as u32);
         }
@@ -114,7 +115,7 @@ impl InaClient {
         Ok(())
     }
 
-    fn plan(&self, len: usize, dtype: InaDType, op: InaOp) -> Result<Plan, InaError> {
+    fn layout(&self, len: usize, dtype: InaDType, op: InaOp) -> Result<PacketLayout, InaError> {
         if !len.is_multiple_of(dtype.size()) {
             return Err(InaError::Protocol(format!(
                 "{len} bytes is not a whole number of {dtype:?}"
@@ -140,7 +141,7 @@ impl InaClient {
             )));
         }
         let workers = self.trees.iter().map(|t| t.p.workers).max().unwrap_or(1);
-        Ok(Plan {
+        Ok(PacketLayout {
             dtype,
             wire,
             op: match op {
@@ -158,7 +159,7 @@ impl InaClient {
 
     fn run(
         &mut self,
-        plan: &Plan,
+        layout: &PacketLayout,
         buf: &mut [u8],
         wins: &mut [SendWindow],
         s: &mut Scratch,
@@ -169,11 +170,11 @@ impl InaClient {
         let mut next_scan = now;
         let mut next_peer_check = now;
         loop {
-            self.send_new(plan, buf, wins, now);
+            self.send_new(layout, buf, wins, now);
             if wins.iter().all(|w| w.is_done()) {
                 return Ok(());
             }
-            let progress = self.drain_results(plan, buf, wins, s, Drain::UntilProgress)?;
+            let progress = self.drain_results(layout, buf, wins, s, Drain::UntilProgress)?;
             now = Instant::now();
             if progress {
                 last_progress = now;
@@ -181,10 +182,10 @@ impl InaClient {
             if now >= next_scan {
                 // Results may be queued behind a scheduling delay of this
                 // thread: apply them all before judging anything overdue.
-                if self.drain_results(plan, buf, wins, s, Drain::All)? {
+                if self.drain_results(layout, buf, wins, s, Drain::All)? {
                     last_progress = now;
                 }
-                self.retransmit(plan, buf, wins, s, now);
+                self.retransmit(layout, buf, wins, s, now);
                 next_scan = now + self.cfg.rto_min / 2;
             }
             let stalled = now.duration_since(last_progress);
@@ -206,7 +207,7 @@ impl InaClient {
     /// returning. Returns whether any result was new.
     fn drain_results(
         &mut self,
-        plan: &Plan,
+        layout: &PacketLayout,
         buf: &mut [u8],
         wins: &mut [SendWindow],
         s: &mut Scratch,
@@ -228,7 +229,7 @@ impl InaClient {
             let now = Instant::now();
             let mut err = None;
             for i in 0..rx.len() {
-                match self.on_result(plan, buf, wins, rx.get(i).0, s, now) {
+                match self.on_result(layout, buf, wins, rx.get(i).0, s, now) {
                     Ok(p) => progress |= p,
                     Err(e) => {
                         err = Some(e);
@@ -254,10 +255,16 @@ impl InaClient {
         self.tx.send(&self.sock);
     }
 
-    fn send_new(&mut self, plan: &Plan, buf: &[u8], wins: &mut [SendWindow], now: Instant) {
+    fn send_new(
+        &mut self,
+        layout: &PacketLayout,
+        buf: &[u8],
+        wins: &mut [SendWindow],
+        now: Instant,
+    ) {
         for (t, w) in wins.iter_mut().enumerate() {
             while let Some(k) = w.next_to_send(self.trees[t].cc.allowed()) {
-                self.send_chunk(plan, buf, t, w, k, false);
+                self.send_chunk(layout, buf, t, w, k, false);
                 w.on_sent(k, now);
             }
         }
@@ -266,7 +273,7 @@ impl InaClient {
 
     fn retransmit(
         &mut self,
-        plan: &Plan,
+        layout: &PacketLayout,
         buf: &[u8],
         wins: &mut [SendWindow],
         s: &mut Scratch,
@@ -278,7 +285,7 @@ impl InaClient {
                 self.trees[t].cc.on_timeout();
             }
             for &k in &s.expired {
-                self.send_chunk(plan, buf, t, w, k, true);
+                self.send_chunk(layout, buf, t, w, k, true);
             }
         }
         self.flush();
@@ -287,24 +294,24 @@ impl InaClient {
     /// Queues chunk `k` of tree `t`, encoded straight into the send batch.
     fn send_chunk(
         &mut self,
-        plan: &Plan,
+        layout: &PacketLayout,
         buf: &[u8],
         t: usize,
         w: &SendWindow,
         k: usize,
         retx: bool,
     ) {
-        let (start, count) = plan.chunk(t, k);
+        let (start, count) = layout.chunk(t, k);
         let p = &self.trees[t].p;
         let seq = w.base.wrapping_add(k as u32);
         let (slot, shadow) = slot_of(seq, p.slots);
-        let plen = count * plan.wire.size();
+        let plen = count * layout.wire.size();
         let last = if k + 1 == w.count() { flags::LAST } else { 0 };
         let mut h = Header {
             kind: Kind::Data,
             flags: last | if retx { flags::RETX } else { 0 },
-            wire: plan.wire,
-            op: plan.op,
+            wire: layout.wire,
+            op: layout.op,
             exponent: 0,
             job: p.job,
             tree: p.tree,
@@ -320,14 +327,14 @@ impl InaClient {
         if self.tx.room() < faults::MAX_FANOUT {
             self.tx.send(&self.sock);
         }
-        let src = &buf[plan.bytes(start, count)];
+        let src = &buf[layout.bytes(start, count)];
         let key = p.key;
         self.tx.push_with(HEADER_LEN + plen, to, |pkt| {
             h.exponent = codec::encode(
                 src,
-                plan.dtype,
-                plan.wire,
-                plan.headroom,
+                layout.dtype,
+                layout.wire,
+                layout.headroom,
                 &mut pkt[HEADER_LEN..],
             );
             h.encode(pkt, &key);
@@ -338,7 +345,7 @@ impl InaClient {
     /// Applies a result; returns whether it was new (progress).
     fn on_result(
         &mut self,
-        plan: &Plan,
+        layout: &PacketLayout,
         buf: &mut [u8],
         wins: &mut [SendWindow],
         pkt: &[u8],
@@ -359,16 +366,16 @@ impl InaClient {
         let Some(k) = wins[t].accept(h.seq) else {
             return Ok(false);
         };
-        let (start, count) = plan.chunk(t, k);
-        if h.count as usize != count || h.wire != plan.wire {
+        let (start, count) = layout.chunk(t, k);
+        if h.count as usize != count || h.wire != layout.wire {
             return Err(InaError::Protocol(format!(
                 "result for sequence {} has {} {:?} elements, expected {count} {:?}",
-                h.seq, h.count, h.wire, plan.wire
+                h.seq, h.count, h.wire, layout.wire
             )));
         }
-        let divisor = plan.avg.then_some(h.contributors.max(1) as u32);
-        let dst = &mut buf[plan.bytes(start, count)];
-        codec::decode(payload, h.wire, h.exponent, plan.dtype, divisor, dst);
+        let divisor = layout.avg.then_some(h.contributors.max(1) as u32);
+        let dst = &mut buf[layout.bytes(start, count)];
+        codec::decode(payload, h.wire, h.exponent, layout.dtype, divisor, dst);
         s.overflow |= h.has(flags::OVERFLOW);
         let sent = wins[t].sent_at(k);
         if let Some(rtt) = wins[t].on_result(k, now) {
@@ -379,7 +386,7 @@ impl InaClient {
             let mut lost = std::mem::take(&mut s.expired);
             wins[t].take_overtaken(k, sent, now, &mut lost);
             for &j in &lost {
-                self.send_chunk(plan, buf, t, &wins[t], j, true);
+                self.send_chunk(layout, buf, t, &wins[t], j, true);
             }
             s.expired = lost;
         }

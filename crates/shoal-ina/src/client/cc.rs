@@ -45,6 +45,12 @@ impl Window {
         self.cwnd.max(1.0) as usize
     }
 
+    /// The most packets the window ever allows (the tree's smallest slot
+    /// pool, or this host's receive buffer).
+    pub fn limit(&self) -> usize {
+        self.limit as usize
+    }
+
     /// A result arrived: slow start or additive increase, or a DCTCP cut
     /// once per window of results that saw marks.
     pub fn on_result(&mut self, ecn: bool, cwnd_cap: u16) {

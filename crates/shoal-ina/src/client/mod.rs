@@ -273,6 +273,32 @@ impl InaClient {
         self.trees.len()
     }
 
+    /// What the switches admitted, in words (for the log): each tree's
+    /// switch, job id, slots and window, and how float32 travels.
+    pub fn admission(&self) -> String {
+        let trees: Vec<String> =
+            self.trees
+                .iter()
+                .map(|t| {
+                    let p = &t.p;
+                    format!(
+                    "switch {} job {} ({} slots, window up to {}, {}-byte payloads, {} workers)",
+                    p.data, p.job, p.slots, t.cc.limit(), p.budget, p.workers
+                )
+                })
+                .collect();
+        let f32_wire = if self.cfg.f32_as_int32 {
+            "int32 with a shared exponent (SHOAL_INA_INT32=1)"
+        } else {
+            "float32"
+        };
+        format!(
+            "{} tree(s): {}; float32 travels as {f32_wire}",
+            trees.len(),
+            trees.join("; ")
+        )
+    }
+
     /// Leaves the job: every rank reports through the store, then rank 0
     /// releases the job on every switch. Dropping a client without `close`
     /// also releases (rank 0's control connections close), but may cut off

@@ -231,6 +231,7 @@ impl Closing {
 fn serve_conn(mut stream: TcpStream, id: u64, ctx: &Ctx) {
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     if let Err(c) = converse(&mut stream, id, ctx) {
+        tracing::debug!("control connection {id} closed: {}", c.reason);
         if ctx.is_registered(id) {
             // (An evicted connection was counted when it was evicted.)
             ctx.metrics.count_refusal(c.why);

@@ -15,6 +15,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tracing::info;
+
 use crate::control::{AdmitOk, AdmitReq, ErrCode, Uplink};
 use crate::mac::PacketKey;
 use crate::proto::{WireType, MAX_SLOTS};
@@ -119,6 +121,17 @@ impl Jobs {
     }
 
     pub fn admit(&mut self, req: &AdmitReq, conn: u64) -> Result<AdmitOk, Refusal> {
+        let admitted = self.try_admit(req, conn);
+        if let Err((code, reason)) = &admitted {
+            info!(
+                "refused a job of {} members ({code:?}): {reason}",
+                req.members
+            );
+        }
+        admitted
+    }
+
+    fn try_admit(&mut self, req: &AdmitReq, conn: u64) -> Result<AdmitOk, Refusal> {
         self.check_request(req)?;
         // A connection leases at most one job, so the per-client bound on
         // connections bounds the jobs a client holds.
@@ -158,6 +171,19 @@ impl Jobs {
         if let Some(u) = job.uplink {
             self.uplinks.insert(u.job, job.id);
         }
+        info!(
+            "admitted job {} of tree {}: {} members, {} slots, window cap {}{}",
+            job.id,
+            job.tree,
+            job.members,
+            slots,
+            ok.cwnd_cap,
+            if job.uplink.is_some() {
+                ", with an uplink"
+            } else {
+                ""
+            }
+        );
         self.metrics.add_job(job.id, job.stats.clone());
         self.metrics.jobs_admitted.fetch_add(1, Relaxed);
         self.map.insert(job.id, job);
@@ -244,6 +270,7 @@ impl Jobs {
 
     fn remove(&mut self, id: u32) {
         if let Some(job) = self.map.remove(&id) {
+            info!("released job {id}");
             self.copies_in_use -= job.in_use;
             if let Some(u) = job.uplink {
                 self.uplinks.remove(&u.job);

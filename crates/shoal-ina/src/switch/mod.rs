@@ -20,6 +20,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use shoal_bootstrap::auth::Key;
+use tracing::{error, info};
 
 pub use args::{parse_args, USAGE};
 pub use control::ControlLimits;
@@ -191,7 +192,9 @@ extern "C" fn on_signal(_: libc::c_int) {
 pub type SecretLoader<'a> = &'a dyn Fn(Option<&Path>) -> Result<Key, String>;
 
 /// `shoal switch ARGS...`: runs the daemon until SIGINT or SIGTERM; returns
-/// the process exit code. The previous signal handlers are restored.
+/// the process exit code. The previous signal handlers are restored. A bad
+/// command line is printed with the usage; the daemon's life (its
+/// addresses, jobs admitted and released, failure to start) is logged.
 pub fn daemon_main(argv: &[String], load_secret: SecretLoader<'_>) -> i32 {
     if argv.iter().any(|a| a == "-h" || a == "--help") {
         println!("{USAGE}");
@@ -215,8 +218,8 @@ pub fn daemon_main(argv: &[String], load_secret: SecretLoader<'_>) -> i32 {
     };
     let code = match spawn(cfg) {
         Ok(h) => {
-            eprintln!(
-                "shoal switch: data udp {} control tcp {}{} (receive buffer {} KiB: {} packets)",
+            info!(
+                "listening: data udp {} control tcp {}{} (receive buffer {} KiB: {} packets)",
                 h.data_addr,
                 h.control_addr,
                 h.metrics_addr
@@ -228,11 +231,12 @@ pub fn daemon_main(argv: &[String], load_secret: SecretLoader<'_>) -> i32 {
             while !SIGNALLED.load(Relaxed) {
                 thread::sleep(Duration::from_millis(50));
             }
+            info!("stopping");
             h.stop();
             0
         }
         Err(e) => {
-            eprintln!("shoal switch: {e}");
+            error!("cannot start: {e}");
             1
         }
     };

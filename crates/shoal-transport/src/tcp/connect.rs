@@ -15,12 +15,14 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
+use tracing::warn;
 
-use super::{io, io_err, set_tcp_option, TcpConfig};
+use super::{io, io_err, set_tcp_option, Congestion, TcpConfig};
 use crate::auth::{random_bytes, Key, KEY_BYTES};
 use crate::setup::wait_for_rank;
 use crate::{KvStore, Result};
@@ -309,13 +311,12 @@ impl<'a> Gate<'a> {
         io_err(&msg)
     }
 
-    /// One line on stderr for all connections dropped during setup.
+    /// One warning for all connections dropped during setup.
     fn warn_about_refusals(&self) {
         if let Some(first) = self.refused.first() {
-            eprintln!(
-                "shoal: warning: rank {} dropped {} connection(s) to its TCP port that failed \
-                 the handshake (first from {first})",
-                self.cfg.rank,
+            warn!(
+                "dropped {} connection(s) to this rank's TCP port that failed the handshake \
+                 (first from {first})",
                 self.refused.len()
             );
         }
@@ -466,9 +467,62 @@ fn tune(s: &TcpStream, cfg: &TcpConfig) -> Result<()> {
     Ok(())
 }
 
+/// The congestion control that connections set up with `cc` get, as the
+/// kernel reports it on a socket tuned alike (an unavailable default falls
+/// back to the system's, see [`tune`]).
+pub fn congestion_in_effect(cc: Option<&Congestion>) -> std::io::Result<String> {
+    // SAFETY: creating a socket has no preconditions; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh socket that nothing else owns.
+    let s = TcpStream::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    if let Some(cc) = cc {
+        match set_tcp_option(&s, libc::TCP_CONGESTION, cc.name.as_bytes()) {
+            Err(e) if cc.required => return Err(e),
+            _ => {}
+        }
+    }
+    let mut name = [0u8; 16]; // TCP_CA_NAME_MAX
+    let mut len = name.len() as libc::socklen_t;
+    // SAFETY: a valid socket; `name` has room for `len` bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let name = &name[..len as usize];
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    Ok(String::from_utf8_lossy(&name[..end]).into_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn congestion_in_effect_is_what_the_kernel_says() {
+        let system = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").unwrap();
+        assert_eq!(congestion_in_effect(None).unwrap(), system.trim());
+        let missing = |required| Congestion {
+            name: "nosuchcc".into(),
+            required,
+        };
+        // An unavailable default keeps the system's; one the user named is an error.
+        assert_eq!(
+            congestion_in_effect(Some(&missing(false))).unwrap(),
+            system.trim()
+        );
+        assert!(congestion_in_effect(Some(&missing(true))).is_err());
+    }
 
     fn hello(dialer: u32, acceptor: u32, job: &str) -> Hello {
         Hello {

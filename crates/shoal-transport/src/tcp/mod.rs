@@ -15,6 +15,8 @@
 mod connect;
 mod reader;
 
+pub use connect::congestion_in_effect;
+
 use std::io::{ErrorKind, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
