@@ -536,7 +536,8 @@ impl RefusalLog {
         if (total == 0 && self.accept_error.is_none()) || !due {
             return;
         }
-        eprintln!("shoal: warning: {}", self.report());
+        // A log record (SHOAL_LOG), so it reaches Python logging and the log file.
+        tracing::warn!("{}", self.report());
         self.counts = [0; Why::ALL.len()];
         self.accept_error = None;
         self.last_report = Some(Instant::now());
