@@ -31,7 +31,7 @@ def test_package_is_marked_typed_and_stubbed() -> None:
 def test_stub_names_what_the_extension_defines() -> None:
     stub = ast.parse((PACKAGE / "_shoal.pyi").read_text())
     in_stub = {n.name for n in stub.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
-    assert in_stub == {n for n in dir(_shoal) if not n.startswith("_")}
+    assert in_stub == {n for n in dir(_shoal) if not n.startswith("__")}
     for cls in stub.body:
         if isinstance(cls, ast.ClassDef) and cls.name in ("Communicator", "Work"):
             methods = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}

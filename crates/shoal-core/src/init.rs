@@ -16,7 +16,7 @@ use crate::config::{Config, TransportChoice};
 use crate::error::{Error, Result};
 use crate::ina::Ina;
 use crate::log::{self, Who};
-use crate::rendezvous::{establish, Explicit, Rendezvous};
+use crate::rendezvous::{detect, establish, Explicit, Rendezvous};
 use crate::select::{Selector, SHM_COST, TCP_COST};
 
 /// What `shoal.init()` was given explicitly; the environment fills the rest.
@@ -38,9 +38,12 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
         world_size: args.world_size,
         addr: args.addr.clone(),
     };
-    let rdzv = establish(&explicit, &env, config.timeout, config.host_id.as_deref())
-        .map_err(Error::runtime)?;
-    log::install(log_settings, Who::Rank(rdzv.info.rank))?;
+    // The launcher's variables give the rank before rendezvous: the logger
+    // goes in first so what rank 0's store server warns of while the job
+    // meets (strangers refused) is logged too.
+    let rank = detect(&explicit, &env)?.rank;
+    log::install(log_settings, Who::Rank(rank))?;
+    let rdzv = establish(&explicit, &env, config.timeout, config.host_id.as_deref())?;
     let multi_host = rdzv.hosts.num_hosts() > 1;
     if config.transport == TransportChoice::Shm && multi_host {
         return Err(Error::invalid(format!(
