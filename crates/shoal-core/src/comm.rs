@@ -13,7 +13,7 @@ use crate::config::Config;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{execute, CallBuffers, CallContext, CompiledPlan};
-use crate::ina::{self, Ina, INA, INA_SIG_INDEX};
+use crate::ina::{self, Ina, INA, INA_ALGO_ID};
 use crate::lru::Lru;
 use crate::reduce::divide;
 use crate::select::Selector;
@@ -147,8 +147,8 @@ struct CommState {
 }
 
 /// A plan is the same for every communicator with the same call shape,
-/// algorithm (registry index) and group rank.
-type PlanKey = (CallShape, u8, usize);
+/// algorithm (its id) and group rank.
+type PlanKey = (CallShape, u32, usize);
 
 pub struct Communicator {
     engine: Arc<Engine>,
@@ -389,13 +389,13 @@ impl Communicator {
             algorithm: Some(algorithm.into()),
         };
         let shape = self.shape(&args)?;
-        let (index, alg) = self.engine.selector.choose(&shape, 1, Some(algorithm))?;
-        let cp = self.plan(shape, index, alg);
+        let (id, alg) = self.engine.selector.choose(&shape, 1, Some(algorithm))?;
+        let cp = self.plan(shape, id, alg);
         let sig = CallSig {
             kind: 0,
             dtype: DType::U8.index(),
             op: ReduceOp::Min.index(),
-            algo: index,
+            algo: id,
             root: 0,
             count: 1,
             history,
@@ -432,10 +432,10 @@ impl Communicator {
     fn plan(
         &self,
         shape: CallShape,
-        index: u8,
+        id: u32,
         alg: &'static shoal_plan::Algorithm,
     ) -> Arc<CompiledPlan> {
-        let key = (shape, index, self.rank);
+        let key = (shape, id, self.rank);
         if let Some(cp) = self.engine.plans.lock().unwrap().get(&key) {
             return cp;
         }
@@ -482,7 +482,7 @@ impl Communicator {
         let explicit = args.algorithm.as_deref();
         let via_switch = self.wants_switch(args, &shape)?;
         let host_choice = explicit.filter(|&a| a != INA);
-        let (algo_index, alg) = self.engine.selector.choose(&shape, esize, host_choice)?;
+        let (algo_id, alg) = self.engine.selector.choose(&shape, esize, host_choice)?;
         let op = if args.collective.reduces() {
             args.op
         } else {
@@ -496,9 +496,9 @@ impl Communicator {
             dtype: args.dtype.index(),
             op: op.index(),
             algo: if via_switch {
-                INA_SIG_INDEX
+                INA_ALGO_ID
             } else {
-                algo_index
+                algo_id
             },
             root: args.root as u32,
             count: args.count as u64,
@@ -506,7 +506,7 @@ impl Communicator {
         };
         let has_output = shape.buffer_len(self.rank, Buf::Output) > 0;
         let divide_by = (op == ReduceOp::Avg && has_output).then_some(self.size());
-        let cp = self.plan(shape, algo_index, alg);
+        let cp = self.plan(shape, algo_id, alg);
         let mut st = self.state.lock().unwrap();
         // Every member folds the same calls in the same order.
         sig.history = st.history;

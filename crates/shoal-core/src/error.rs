@@ -123,9 +123,9 @@ pub fn describe_sig(sig: &CallSig) -> String {
         let op = ReduceOp::ALL.get(sig.op as usize).map_or("?", |o| o.name());
         args.push(format!("op={op}"));
     }
-    let algo = match shoal_plan::registry().get(sig.algo as usize) {
+    let algo = match shoal_plan::algorithms::by_id(*coll, sig.algo) {
         Some(a) => a.name,
-        None if sig.algo == crate::ina::INA_SIG_INDEX => crate::ina::INA,
+        None if sig.algo == crate::ina::INA_ALGO_ID => crate::ina::INA,
         None => "?",
     };
     args.push(format!("algorithm={algo}"));

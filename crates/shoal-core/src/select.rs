@@ -70,14 +70,14 @@ impl Selector {
         })
     }
 
-    /// The algorithm for one call, and its index in the registry (carried in
-    /// message signatures so ranks that chose differently are caught).
+    /// The algorithm for one call, and its id (carried in message signatures
+    /// so ranks that chose differently are caught; see `Algorithm::id`).
     pub fn choose(
         &self,
         shape: &CallShape,
         elem_size: usize,
         explicit: Option<&str>,
-    ) -> Result<(u8, &'static Algorithm)> {
+    ) -> Result<(u32, &'static Algorithm)> {
         let alg = match explicit {
             Some(name) => algorithms::find(shape.collective, name).map_err(Error::invalid)?,
             None => match self.overrides.get(&shape.collective) {
@@ -85,7 +85,7 @@ impl Selector {
                 None => self.cheapest(shape, elem_size)?,
             },
         };
-        Ok((registry_index(alg), alg))
+        Ok((alg.id(), alg))
     }
 
     /// Whether `SHOAL_ALGO` sends allreduce through the switch.
@@ -126,13 +126,6 @@ impl Selector {
         self.cheapest.lock().unwrap().insert(key, alg);
         Ok(alg)
     }
-}
-
-fn registry_index(alg: &Algorithm) -> u8 {
-    algorithms::registry()
-        .iter()
-        .position(|a| a.collective == alg.collective && a.name == alg.name)
-        .unwrap_or(255) as u8
 }
 
 pub fn parse_collective(name: &str) -> Result<Collective> {

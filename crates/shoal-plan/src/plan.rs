@@ -34,7 +34,7 @@ impl Collective {
         Collective::Barrier,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             Collective::Allreduce => "allreduce",
             Collective::Broadcast => "broadcast",

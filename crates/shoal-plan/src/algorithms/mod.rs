@@ -52,6 +52,39 @@ pub struct Algorithm {
     pub cost: fn(&CallShape, usize, &CostParams) -> f64,
 }
 
+impl Algorithm {
+    /// The algorithm's id in message signatures: [`algorithm_id`] of its name.
+    pub const fn id(&self) -> u32 {
+        algorithm_id(self.collective, self.name)
+    }
+}
+
+/// The id that names an algorithm in message signatures, so ranks that chose
+/// differently are caught: FNV-1a (32-bit) over the UTF-8 bytes of
+/// `"<collective>/<name>"`, e.g. `"allreduce/ring"`. A hash of the name, not
+/// a position in the registry, so builds or registrations that list
+/// algorithms in another order still agree (docs/architecture.md, frame header).
+pub const fn algorithm_id(collective: Collective, name: &str) -> u32 {
+    const OFFSET: u32 = 0x811c_9dc5;
+    const PRIME: u32 = 0x0100_0193;
+    const fn mix(mut h: u32, bytes: &[u8]) -> u32 {
+        let mut i = 0;
+        while i < bytes.len() {
+            h = (h ^ bytes[i] as u32).wrapping_mul(PRIME);
+            i += 1;
+        }
+        h
+    }
+    let h = mix(OFFSET, collective.name().as_bytes());
+    let h = mix(h, b"/");
+    mix(h, name.as_bytes())
+}
+
+/// The algorithm of `collective` whose [`Algorithm::id`] is `id`.
+pub fn by_id(collective: Collective, id: u32) -> Option<&'static Algorithm> {
+    for_collective(collective).find(|a| a.id() == id)
+}
+
 /// Every built-in algorithm.
 pub fn registry() -> &'static [Algorithm] {
     REGISTRY
@@ -101,4 +134,46 @@ pub fn find(collective: Collective, name: &str) -> Result<&'static Algorithm, St
                 valid.join(", ")
             )
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn algorithm_ids_are_hashes_of_names_not_positions() {
+        // Pinned: FNV-1a 32 of "allreduce/ring" (the wire format depends on it).
+        assert_eq!(algorithm_id(Collective::Allreduce, "ring"), 0x4385_fe69);
+        let ring = find(Collective::Allreduce, "ring").unwrap();
+        assert_eq!(ring.id(), 0x4385_fe69);
+        // An algorithm registered elsewhere (another build, a plug-in) under
+        // the same name has the same id, wherever it sits in its registry.
+        let elsewhere = Algorithm {
+            name: "ring",
+            collective: Collective::Allreduce,
+            generate: allreduce::direct::ALGORITHM.generate,
+            cost: allreduce::direct::ALGORITHM.cost,
+        };
+        assert_eq!(elsewhere.id(), ring.id());
+        assert_ne!(
+            algorithm_id(Collective::Allgather, "ring"),
+            ring.id(),
+            "the collective is part of the id"
+        );
+        for a in registry() {
+            assert_eq!(a.id(), algorithm_id(a.collective, a.name));
+            assert_eq!(by_id(a.collective, a.id()).map(|b| b.name), Some(a.name));
+        }
+    }
+
+    #[test]
+    fn algorithm_ids_are_distinct_within_a_collective() {
+        for c in Collective::ALL {
+            let mut ids: Vec<u32> = for_collective(c).map(|a| a.id()).collect();
+            let n = ids.len();
+            ids.sort_unstable();
+            ids.dedup();
+            assert_eq!(ids.len(), n, "two {c} algorithms share an id");
+        }
+    }
 }
