@@ -58,3 +58,25 @@ def test_algorithm_lists() -> None:
 def test_uninitialized_use_is_an_error() -> None:
     with pytest.raises(RuntimeError, match="not initialized"):
         shoal.allreduce(np.zeros(3))
+
+
+def test_call_description_is_typed_and_names_bad_fields() -> None:
+    from shoal._shoal import Call
+
+    c = Call("reduce", count=5, dtype="float16", op="max", root=2, algorithm="binomial")
+    assert (c.collective, c.count, c.dtype, c.op, c.root, c.algorithm) == ("reduce", 5, "float16", "max", 2, "binomial")
+    assert repr(c) == "Call('reduce', count=5, dtype='float16', op='max', root=2, algorithm='binomial')"
+    with pytest.raises(AttributeError):
+        c.count = 6  # type: ignore[misc]
+    for kwargs, fragment in [
+        ({"collective": "allsum"}, "Call(collective='allsum'): unknown collective 'allsum'"),
+        ({"collective": "allreduce", "dtype": "float128"}, "allreduce(dtype='float128'): unsupported dtype"),
+        ({"collective": "allreduce", "op": "mean"}, "allreduce(op='mean'): unknown reduction op"),
+        ({"collective": "allreduce", "dtype": "int32", "op": "avg"}, "allreduce(op='avg'): op 'avg' needs"),
+        ({"collective": "allgather", "count": -1}, "allgather: count=-1 must be >= 0"),
+        ({"collective": "broadcast", "root": -2}, "broadcast: root=-2 must be >= 0"),
+        ({"collective": "broadcast", "algorithm": "fastest"}, "broadcast(algorithm='fastest'): unknown broadcast"),
+    ]:
+        with pytest.raises(ValueError) as e:
+            Call(**kwargs)
+        assert fragment in str(e.value), (kwargs, str(e.value))

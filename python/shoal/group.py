@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from shoal._buffers import as_array, dtype_name, itemsize, typed_view
+from shoal._shoal import Call
 
 Buffer = Any  # a numpy array or any object supporting the buffer protocol
 
@@ -121,22 +122,10 @@ class Group:
         self.barrier()
         self._comm = None
 
-    def _run(
-        self,
-        collective: str,
-        count: int,
-        dtype: str,
-        op: str,
-        root: int,
-        algorithm: str | None,
-        inp: np.ndarray | None,
-        out: np.ndarray | None,
-        async_op: bool,
-        result: Any,
-    ) -> Any:
+    def _run(self, call: Call, inp: np.ndarray | None, out: np.ndarray | None, async_op: bool, result: Any) -> Any:
         if self._comm is None:
             raise RuntimeError("this group was closed")
-        work = self._comm.collective(collective, count, dtype, op, root, algorithm, inp, out, async_op)
+        work = self._comm.collective(call, inp, out, async_op)
         if async_op:
             return Work(work, result)
         return result
@@ -154,7 +143,8 @@ class Group:
         dtype: str | None = None,
     ) -> Any:
         a, dt, n = typed_view(x, "x", True, dtype)
-        return self._run("allreduce", n, dt, op, 0, algorithm, a, a, async_op, x)
+        call = Call("allreduce", count=n, dtype=dt, op=op, algorithm=algorithm)
+        return self._run(call, a, a, async_op, x)
 
     def broadcast(
         self,
@@ -168,7 +158,8 @@ class Group:
         root = self._root_check(root, "broadcast")
         a, dt, n = typed_view(x, "x", True, dtype)
         inp = a if self.rank == root else None
-        return self._run("broadcast", n, dt, "sum", root, algorithm, inp, a, async_op, x)
+        call = Call("broadcast", count=n, dtype=dt, root=root, algorithm=algorithm)
+        return self._run(call, inp, a, async_op, x)
 
     def reduce(
         self,
@@ -183,7 +174,8 @@ class Group:
         root = self._root_check(root, "reduce")
         a, dt, n = typed_view(x, "x", self.rank == root, dtype)
         out = a if self.rank == root else None
-        return self._run("reduce", n, dt, op, root, algorithm, a, out, async_op, x)
+        call = Call("reduce", count=n, dtype=dt, op=op, root=root, algorithm=algorithm)
+        return self._run(call, a, out, async_op, x)
 
     def allgather(
         self,
@@ -198,7 +190,8 @@ class Group:
         if out is None:
             out = np.empty((self.size, *a.shape), dtype=a.dtype)
         o = self._out_array(out, dt, self.size * n)
-        return self._run("allgather", n, dt, "sum", 0, algorithm, a, o, async_op, out)
+        call = Call("allgather", count=n, dtype=dt, algorithm=algorithm)
+        return self._run(call, a, o, async_op, out)
 
     def reduce_scatter(
         self,
@@ -217,7 +210,8 @@ class Group:
         if out is None:
             out = np.empty(a.size // self.size, dtype=a.dtype)
         o = self._out_array(out, dt, n)
-        return self._run("reduce_scatter", n, dt, op, 0, algorithm, a, o, async_op, out)
+        call = Call("reduce_scatter", count=n, dtype=dt, op=op, algorithm=algorithm)
+        return self._run(call, a, o, async_op, out)
 
     def alltoall(
         self,
@@ -234,7 +228,8 @@ class Group:
         if out is None:
             out = np.empty_like(a)
         o = self._out_array(out, dt, total)
-        return self._run("alltoall", total // self.size, dt, "sum", 0, algorithm, a, o, async_op, out)
+        call = Call("alltoall", count=total // self.size, dtype=dt, algorithm=algorithm)
+        return self._run(call, a, o, async_op, out)
 
     def gather(
         self,
@@ -255,7 +250,8 @@ class Group:
             o = self._out_array(out, dt, self.size * n)
         else:
             out = None
-        return self._run("gather", n, dt, "sum", root, algorithm, a, o, async_op, out)
+        call = Call("gather", count=n, dtype=dt, root=root, algorithm=algorithm)
+        return self._run(call, a, o, async_op, out)
 
     def scatter(
         self,
@@ -278,10 +274,11 @@ class Group:
                 raise ValueError(
                     f"scatter: x must hold {self.size} blocks of {n} {dt} (like out), got {inp.size} {inp.dtype}"
                 )
-        return self._run("scatter", n, dt, "sum", root, algorithm, inp, o, async_op, out)
+        call = Call("scatter", count=n, dtype=dt, root=root, algorithm=algorithm)
+        return self._run(call, inp, o, async_op, out)
 
     def barrier(self, *, async_op: bool = False) -> Any:
-        return self._run("barrier", 0, "uint8", "sum", 0, None, None, None, async_op, None)
+        return self._run(Call("barrier"), None, None, async_op, None)
 
     def send(self, x: Buffer, dst: int, tag: int = 0, *, dtype: str | None = None) -> None:
         dst = self._peer_check(dst, "send", "dst")

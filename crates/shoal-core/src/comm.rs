@@ -495,11 +495,7 @@ impl Communicator {
                 .unwrap() as u8,
             dtype: args.dtype.index(),
             op: op.index(),
-            algo: if via_switch {
-                INA_ALGO_ID
-            } else {
-                algo_id
-            },
+            algo: if via_switch { INA_ALGO_ID } else { algo_id },
             root: args.root as u32,
             count: args.count as u64,
             history: 0,

@@ -1,0 +1,117 @@
+//! `Call`: the typed description of one collective call that Python hands to
+//! `Communicator.collective`, like gloo's per-collective options objects.
+//!
+//! Its fields are parsed once, when it is made, into the core's enums
+//! (`Collective`, `DType`, `ReduceOp`): a bad value is a `ValueError` naming
+//! the field, and the call itself no longer passes strings by position.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use shoal_core::comm::CollArgs;
+use shoal_core::select::parse_collective;
+use shoal_core::{DType, ReduceOp};
+
+/// One collective call: which collective, on how many elements of which
+/// dtype, with which op, root and algorithm. Immutable once made.
+#[pyclass(module = "shoal._shoal", name = "Call", frozen)]
+pub struct PyCall {
+    pub args: CollArgs,
+}
+
+/// `field` as a count or rank (>= 0), or an error naming it.
+fn non_negative(collective: &str, field: &str, value: i64) -> PyResult<usize> {
+    usize::try_from(value)
+        .map_err(|_| PyValueError::new_err(format!("{collective}: {field}={value} must be >= 0")))
+}
+
+/// An error about `field`: `allreduce(op='mean'): unknown reduction op ...`.
+fn bad_field(collective: &str, field: &str, value: &str, why: String) -> PyErr {
+    PyValueError::new_err(format!("{collective}({field}='{value}'): {why}"))
+}
+
+#[pymethods]
+impl PyCall {
+    #[new]
+    #[pyo3(signature = (collective, *, count=0, dtype="uint8", op="sum", root=0, algorithm=None))]
+    fn new(
+        collective: &str,
+        count: i64,
+        dtype: &str,
+        op: &str,
+        root: i64,
+        algorithm: Option<String>,
+    ) -> PyResult<PyCall> {
+        let kind = parse_collective(collective)
+            .map_err(|e| bad_field("Call", "collective", collective, e.message))?;
+        let name = kind.name();
+        let dtype_parsed =
+            DType::from_name(dtype).map_err(|e| bad_field(name, "dtype", dtype, e))?;
+        let op_parsed = ReduceOp::from_name(op).map_err(|e| bad_field(name, "op", op, e))?;
+        if kind.reduces() {
+            op_parsed
+                .check(dtype_parsed)
+                .map_err(|e| bad_field(name, "op", op, e))?;
+        }
+        if let Some(alg) = algorithm.as_deref().filter(|&a| a != shoal_core::ina::INA) {
+            shoal_plan::algorithms::find(kind, alg)
+                .map_err(|e| bad_field(name, "algorithm", alg, e))?;
+        }
+        Ok(PyCall {
+            args: CollArgs {
+                collective: kind,
+                count: non_negative(name, "count", count)?,
+                dtype: dtype_parsed,
+                op: op_parsed,
+                root: non_negative(name, "root", root)?,
+                algorithm,
+            },
+        })
+    }
+
+    #[getter]
+    fn collective(&self) -> &'static str {
+        self.args.collective.name()
+    }
+
+    #[getter]
+    fn count(&self) -> usize {
+        self.args.count
+    }
+
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.args.dtype.name()
+    }
+
+    #[getter]
+    fn op(&self) -> &'static str {
+        self.args.op.name()
+    }
+
+    #[getter]
+    fn root(&self) -> usize {
+        self.args.root
+    }
+
+    #[getter]
+    fn algorithm(&self) -> Option<&str> {
+        self.args.algorithm.as_deref()
+    }
+
+    fn __repr__(&self) -> String {
+        let a = &self.args;
+        let algorithm = match &a.algorithm {
+            Some(name) => format!("'{name}'"),
+            None => "None".into(),
+        };
+        format!(
+            "Call('{}', count={}, dtype='{}', op='{}', root={}, algorithm={algorithm})",
+            a.collective.name(),
+            a.count,
+            a.dtype.name(),
+            a.op.name(),
+            a.root,
+        )
+    }
+}
