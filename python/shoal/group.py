@@ -104,9 +104,17 @@ class Group:
         """The selector's cost model: latency ``alpha`` (s), ``beta`` (s/byte moved), ``gamma`` (s/byte reduced)."""
         return self._comm.cost_model
 
-    def new_group(self, ranks: list[int]) -> Group | None:
+    def new_group(self, ranks: list[int], key: str | None = None) -> Group | None:
+        """A group of ``ranks`` (ranks of this group, in the new group's order).
+
+        Without ``key`` every rank of this group calls it with the same list;
+        non-members get None. With ``key`` only the members call it, with the
+        same key (e.g. a name the caller gives the group); making a group of
+        the same members with the same key again gives a new group."""
         ranks = [rank_argument("new_group", "rank", r, self.size) for r in ranks]
-        comm = self._comm.new_group(ranks)
+        if key is not None and not isinstance(key, str):
+            raise TypeError(f"new_group: key must be a str or None, got {type(key).__name__}")
+        comm = self._comm.new_group(ranks, key)
         return None if comm is None else Group(comm)
 
     def choose_algorithm(self, collective: str, count: int, dtype: str = "float32", root: int = 0) -> str:

@@ -178,7 +178,7 @@ mod tests {
             count,
             root: 0,
             chunk: 1024,
-            local: 1,
+            ranks_per_host: 1,
         }
     }
 

@@ -141,6 +141,8 @@ struct CommState {
     /// The `history` of the next call's signature (see `CallSig::history`).
     history: u32,
     groups_made: u32,
+    /// Groups made with a key, per (key, members): see `new_group`.
+    keyed_made: HashMap<(String, Vec<usize>), u32>,
     /// Next message index per (peer, user tag), for sends and receives apart.
     sends: HashMap<(usize, u32), u32>,
     recvs: HashMap<(usize, u32), u32>,
@@ -156,8 +158,8 @@ pub struct Communicator {
     members: Vec<usize>,
     rank: usize,
     id: u32,
-    /// Ranks per host of the members' block layout (see `CallShape::local`).
-    local: usize,
+    /// Ranks per host of the members' block layout (see `CallShape::ranks_per_host`).
+    ranks_per_host: usize,
     /// The most members on one host: they share its link to a switch.
     busiest_host: usize,
     state: Mutex<CommState>,
@@ -219,14 +221,14 @@ impl Communicator {
         rank: usize,
         id: u32,
     ) -> Communicator {
-        let local = block_layout(&engine.host_of, &members);
+        let ranks_per_host = block_layout(&engine.host_of, &members);
         let busiest_host = busiest_host(&engine.host_of, &members);
         Communicator {
             engine,
             members,
             rank,
             id,
-            local,
+            ranks_per_host,
             busiest_host,
             state: Mutex::new(CommState::default()),
         }
@@ -598,7 +600,7 @@ impl Communicator {
             count: args.count,
             root,
             chunk,
-            local: self.local,
+            ranks_per_host: self.ranks_per_host,
         })
     }
 
@@ -744,10 +746,48 @@ impl Communicator {
         self.engine.run(&cp, &ctx, bufs)
     }
 
-    /// Makes a sub-communicator of the given group ranks. Every rank of this
-    /// communicator must call it with the same list (like torch's
-    /// `new_group`); non-members get `None`.
-    pub fn new_group(&self, ranks: &[usize]) -> Result<Option<Communicator>> {
+    /// Makes a sub-communicator of the given group ranks (in group order).
+    ///
+    /// Without a `key`, every rank of this communicator calls it with the
+    /// same list (like torch's `new_group`); non-members get `None`. With a
+    /// `key`, only the members call it, with the same key: the group's id
+    /// comes from the key, the members and how many groups this rank made
+    /// before with that key and those members, all of which the members
+    /// agree on without the other ranks (torch's members-only group creation).
+    pub fn new_group(&self, ranks: &[usize], key: Option<&str>) -> Result<Option<Communicator>> {
+        self.check_group_ranks(ranks)?;
+        let Some(rank) = ranks.iter().position(|&r| r == self.rank) else {
+            if key.is_none() {
+                // Non-members count the group too: every rank numbers alike.
+                self.state.lock().unwrap().groups_made += 1;
+            }
+            return Ok(None);
+        };
+        let id = {
+            let mut st = self.state.lock().unwrap();
+            match key {
+                None => {
+                    st.groups_made += 1;
+                    group_id(self.id, GroupName::Numbered(st.groups_made), ranks)
+                }
+                Some(key) => {
+                    let made = st.keyed_made.entry((key.to_string(), ranks.to_vec()));
+                    let k = made.or_insert(0);
+                    *k += 1;
+                    group_id(self.id, GroupName::Keyed(key, *k), ranks)
+                }
+            }
+        };
+        let members = ranks.iter().map(|&r| self.members[r]).collect();
+        Ok(Some(Communicator::with_members(
+            self.engine.clone(),
+            members,
+            rank,
+            id,
+        )))
+    }
+
+    fn check_group_ranks(&self, ranks: &[usize]) -> Result<()> {
         let mut sorted = ranks.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
@@ -762,22 +802,7 @@ impl Communicator {
                 self.size()
             )));
         }
-        let k = {
-            let mut st = self.state.lock().unwrap();
-            st.groups_made += 1;
-            st.groups_made
-        };
-        let id = group_id(self.id, k, ranks);
-        let Some(rank) = ranks.iter().position(|&r| r == self.rank) else {
-            return Ok(None);
-        };
-        let members = ranks.iter().map(|&r| self.members[r]).collect();
-        Ok(Some(Communicator::with_members(
-            self.engine.clone(),
-            members,
-            rank,
-            id,
-        )))
+        Ok(())
     }
 }
 
@@ -814,17 +839,56 @@ fn block_layout(host_of: &[usize], members: &[usize]) -> usize {
     }
 }
 
+/// How a group is told apart from its parent's other groups with the same members.
+#[derive(Clone, Copy, Debug)]
+enum GroupName<'a> {
+    /// The parent's `k`-th group made by all of its ranks.
+    Numbered(u32),
+    /// The `k`-th group made with this key and these members.
+    Keyed(&'a str, u32),
+}
+
 /// A communicator id every member derives alike, without messages: a hash of
-/// the parent's id, how many groups the parent made before, and the members.
-fn group_id(parent: u32, k: u32, ranks: &[usize]) -> u32 {
+/// the parent's id, the group's name and the members.
+fn group_id(parent: u32, name: GroupName<'_>, ranks: &[usize]) -> u32 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut mix = |v: u64| {
         h ^= v;
         h = h.wrapping_mul(0x0100_0000_01b3);
     };
     mix(parent as u64);
-    mix(k as u64);
+    match name {
+        GroupName::Numbered(k) => mix(k as u64),
+        GroupName::Keyed(key, k) => {
+            // A marker no count reaches keeps the two kinds of name apart.
+            mix(u64::MAX);
+            mix(key.len() as u64);
+            key.bytes().for_each(|b| mix(b as u64));
+            mix(k as u64);
+        }
+    }
     ranks.iter().for_each(|&r| mix(r as u64));
     // Id 0 is the world's.
     ((h ^ (h >> 32)) as u32).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keyed_group_ids_differ_by_key_count_and_members_and_from_numbered_ones() {
+        let ids = [
+            group_id(0, GroupName::Numbered(1), &[0, 1]),
+            group_id(0, GroupName::Keyed("a", 1), &[0, 1]),
+            group_id(0, GroupName::Keyed("a", 2), &[0, 1]),
+            group_id(0, GroupName::Keyed("b", 1), &[0, 1]),
+            group_id(0, GroupName::Keyed("a", 1), &[1, 0]),
+            group_id(7, GroupName::Keyed("a", 1), &[0, 1]),
+        ];
+        for (i, a) in ids.iter().enumerate() {
+            assert!(ids[i + 1..].iter().all(|b| a != b), "{ids:?}");
+        }
+        assert_eq!(ids[1], group_id(0, GroupName::Keyed("a", 1), &[0, 1]));
+    }
 }

@@ -12,7 +12,7 @@
 //! ```
 //! use shoal_plan::{verify_plans, CallShape, Collective, PlanBuilder, Region};
 //!
-//! let shape = CallShape { collective: Collective::Allreduce, world: 2, count: 8, root: 0, chunk: 4, local: 1 };
+//! let shape = CallShape { collective: Collective::Allreduce, world: 2, count: 8, root: 0, chunk: 4, ranks_per_host: 1 };
 //! let plans: Vec<_> = (0..2)
 //!     .map(|rank| {
 //!         let mut b = PlanBuilder::new(&shape, rank);

@@ -110,17 +110,17 @@ pub struct CallShape {
     /// of at most this many elements so the executor can overlap them.
     pub chunk: usize,
     /// Ranks per host when the group is laid out in equal contiguous blocks
-    /// (rank `r` on host `r / local`), as launchers place ranks; 1 when every
+    /// (rank `r` on host `r / ranks_per_host`), as launchers place ranks; 1 when every
     /// rank is its own host or the layout is irregular. Topology-aware
     /// algorithms use it; the others ignore it.
-    pub local: usize,
+    pub ranks_per_host: usize,
 }
 
 impl CallShape {
     /// `(hosts, ranks per host)` of the block layout; `(world, 1)` when
-    /// `local` does not describe one.
+    /// `ranks_per_host` does not describe one.
     pub fn layout(&self) -> (usize, usize) {
-        let l = self.local;
+        let l = self.ranks_per_host;
         if l == 0 || self.world == 0 || !self.world.is_multiple_of(l) {
             (self.world, 1)
         } else {

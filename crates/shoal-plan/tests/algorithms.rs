@@ -41,7 +41,7 @@ fn verify_collective(collective: Collective) {
                                 count,
                                 root,
                                 chunk,
-                                local,
+                                ranks_per_host: local,
                             };
                             if let Err(e) = verify(alg, &shape) {
                                 panic!("{collective}:{} {shape:?}: {e}", alg.name);
@@ -147,7 +147,7 @@ fn cost_model_orders_the_classics() {
         count,
         root: 0,
         chunk: 1 << 16,
-        local: 1,
+        ranks_per_host: 1,
     };
     let cost = |c, name, count| (find(c, name).unwrap().cost)(&shape(c, count), 4, &params);
     let ar = Collective::Allreduce;
@@ -183,7 +183,7 @@ fn ring_pieces_wait_only_for_their_own_piece() {
         count: 4 * 30,
         root: 0,
         chunk: 10,
-        local: 1,
+        ranks_per_host: 1,
     };
     let plan = (find(Collective::Allreduce, "ring").unwrap().generate)(&shape, 1);
     let sends: Vec<_> = plan

@@ -10,7 +10,7 @@ fn allreduce(world: usize, count: usize) -> CallShape {
         count,
         root: 0,
         chunk: 1 << 20,
-        local: 1,
+        ranks_per_host: 1,
     }
 }
 
@@ -266,7 +266,7 @@ fn catches_a_barrier_that_lets_ranks_leave_early() {
         count: 0,
         root: 0,
         chunk: 1,
-        local: 1,
+        ranks_per_host: 1,
     };
     let empty = Region::output(0, 0);
     let plans: Vec<Plan> = (0..3)

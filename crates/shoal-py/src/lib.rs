@@ -244,9 +244,11 @@ impl PyCommunicator {
         })
     }
 
-    /// A sub-communicator; every member of this one must call it alike.
-    fn new_group(&self, ranks: Vec<usize>) -> PyResult<Option<PyCommunicator>> {
-        let group = self.inner.new_group(&ranks).map_err(to_py)?;
+    /// A sub-communicator: without `key` every member of this one calls it
+    /// alike; with `key` only the new group's members do, with the same key.
+    #[pyo3(signature = (ranks, key=None))]
+    fn new_group(&self, ranks: Vec<usize>, key: Option<&str>) -> PyResult<Option<PyCommunicator>> {
+        let group = self.inner.new_group(&ranks, key).map_err(to_py)?;
         Ok(group.map(|c| PyCommunicator { inner: Arc::new(c) }))
     }
 

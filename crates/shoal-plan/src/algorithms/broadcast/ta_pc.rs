@@ -74,7 +74,7 @@ mod tests {
             count: 10,
             root,
             chunk: 4,
-            local,
+            ranks_per_host: local,
         }
     }
 
