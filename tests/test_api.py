@@ -38,6 +38,21 @@ def test_unknown_algorithm_in_environment_is_a_clear_error() -> None:
     assert "unknown allreduce algorithm 'fastest'" in out.stderr and "ring" in out.stderr
 
 
+def test_old_broadcast_names_are_aliases() -> None:
+    code = (
+        "import numpy as np, shoal; g = shoal.init(); x = np.arange(5.0); "
+        "shoal.broadcast(x, algorithm='pc'); shoal.broadcast(x, algorithm='topology_aware_pipelined_chain'); "
+        "print(g.choose_algorithm('broadcast', 10), sorted(shoal.algorithms('broadcast'))); shoal.finalize()"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR")}
+    env["SHOAL_ALGO"] = "broadcast:ta_pc"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    chosen, names = out.stdout.split(" ", 1)
+    assert chosen == "topology_aware_pipelined_chain"
+    assert "'pipelined_chain'" in names and "'pc'" not in names and "'ta_pc'" not in names
+
+
 def test_algorithm_lists() -> None:
     for coll in (
         "allreduce",

@@ -106,7 +106,7 @@ fn describe_mismatch(
 
 /// A call signature in words, e.g. `allreduce(count=1000, dtype=float32,
 /// op=sum, algorithm=ring)` or `broadcast(root=1, count=10, dtype=int32,
-/// algorithm=pc)`: the op only where the collective reduces, the root only
+/// algorithm=pipelined_chain)`: the op only where the collective reduces, the root only
 /// where it has one.
 pub fn describe_sig(sig: &CallSig) -> String {
     let dtype = DType::ALL.get(sig.dtype as usize).map_or("?", |d| d.name());

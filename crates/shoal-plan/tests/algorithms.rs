@@ -128,7 +128,10 @@ fn unknown_name_lists_valid_ones() {
         assert!(err.contains(name), "{err}");
     }
     assert!(err.contains("nope"));
-    assert_eq!(find(Collective::Broadcast, "pc").unwrap().name, "pc");
+    assert_eq!(
+        find(Collective::Broadcast, "pipelined_chain").unwrap().name,
+        "pipelined_chain"
+    );
 }
 
 /// The selector relies on the relative order of the estimates.
@@ -159,8 +162,8 @@ fn cost_model_orders_the_classics() {
     assert!(cost(ar, "rabenseifner", big) < cost(ar, "recursive_doubling", big));
     assert!(cost(ar, "ring", big) < cost(ar, "direct", big));
     let bc = Collective::Broadcast;
-    assert!(cost(bc, "pc", big) < cost(bc, "binomial", big));
-    assert!(cost(bc, "binomial", small) < cost(bc, "pc", small));
+    assert!(cost(bc, "pipelined_chain", big) < cost(bc, "binomial", big));
+    assert!(cost(bc, "binomial", small) < cost(bc, "pipelined_chain", small));
     for alg in registry() {
         let c = (alg.cost)(&shape(alg.collective, 1000), 4, &params);
         assert!(

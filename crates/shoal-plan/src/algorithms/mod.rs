@@ -99,8 +99,8 @@ static REGISTRY: &[Algorithm] = &[
     allreduce::hierarchical::ALGORITHM,
     broadcast::binomial::ALGORITHM,
     broadcast::scatter_allgather::ALGORITHM,
-    broadcast::pc::ALGORITHM,
-    broadcast::ta_pc::ALGORITHM,
+    broadcast::pipelined_chain::ALGORITHM,
+    broadcast::topology_aware_pipelined_chain::ALGORITHM,
     reduce::binomial::ALGORITHM,
     reduce::direct::ALGORITHM,
     allgather::ring::ALGORITHM,
@@ -123,10 +123,30 @@ pub fn for_collective(collective: Collective) -> impl Iterator<Item = &'static A
         .filter(move |a| a.collective == collective)
 }
 
-/// Looks an algorithm up by name; the error lists the valid names.
+/// Earlier names that are still accepted wherever users name an algorithm
+/// (`algorithm=`, `SHOAL_ALGO`): `(collective, old name, name)`.
+pub const ALIASES: &[(Collective, &str, &str)] = &[
+    (Collective::Broadcast, "pc", "pipelined_chain"),
+    (
+        Collective::Broadcast,
+        "ta_pc",
+        "topology_aware_pipelined_chain",
+    ),
+];
+
+/// The name `name` stands for: itself, or the algorithm it is an alias of.
+pub fn canonical_name(collective: Collective, name: &str) -> &str {
+    ALIASES
+        .iter()
+        .find(|&&(c, alias, _)| c == collective && alias == name)
+        .map_or(name, |&(_, _, canonical)| canonical)
+}
+
+/// Looks an algorithm up by name or alias; the error lists the valid names.
 pub fn find(collective: Collective, name: &str) -> Result<&'static Algorithm, String> {
+    let canonical = canonical_name(collective, name);
     for_collective(collective)
-        .find(|a| a.name == name)
+        .find(|a| a.name == canonical)
         .ok_or_else(|| {
             let valid: Vec<&str> = for_collective(collective).map(|a| a.name).collect();
             format!(
@@ -164,6 +184,22 @@ mod tests {
             assert_eq!(a.id(), algorithm_id(a.collective, a.name));
             assert_eq!(by_id(a.collective, a.id()).map(|b| b.name), Some(a.name));
         }
+    }
+
+    #[test]
+    fn old_names_are_aliases_with_the_same_id() {
+        for &(collective, alias, name) in ALIASES {
+            let alg = find(collective, alias).unwrap();
+            assert_eq!(alg.name, name);
+            assert_eq!(alg.id(), find(collective, name).unwrap().id());
+            assert!(for_collective(collective).all(|a| a.name != alias));
+        }
+        assert_eq!(
+            find(Collective::Broadcast, "ta_pc").unwrap().name,
+            "topology_aware_pipelined_chain"
+        );
+        // An alias belongs to its collective only.
+        assert!(find(Collective::Allreduce, "pc").is_err());
     }
 
     #[test]
