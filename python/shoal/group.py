@@ -193,8 +193,16 @@ class Group:
         algorithm: str | None = None,
         async_op: bool = False,
         dtype: str | None = None,
+        counts: list[int] | None = None,
     ) -> Any:
         a, dt, n = typed_view(x, "x", False, dtype)
+        if counts is not None:
+            counts = self._counts_argument("allgather", counts, "x", n)
+            if out is None:
+                out = np.empty(sum(counts), dtype=a.dtype)
+            o = self._out_array(out, dt, sum(counts))
+            call = Call("allgather", counts=counts, dtype=dt, algorithm=algorithm)
+            return self._run(call, a, o, async_op, out)
         if out is None:
             out = np.empty((self.size, *a.shape), dtype=a.dtype)
         o = self._out_array(out, dt, self.size * n)
@@ -210,8 +218,18 @@ class Group:
         algorithm: str | None = None,
         async_op: bool = False,
         dtype: str | None = None,
+        counts: list[int] | None = None,
     ) -> Any:
         a, dt, total = typed_view(x, "x", False, dtype)
+        if counts is not None:
+            counts = self._counts_argument("reduce_scatter", counts)
+            if total != sum(counts):
+                raise ValueError(f"reduce_scatter: x has {total} elements, but counts add up to {sum(counts)}")
+            if out is None:
+                out = np.empty(counts[self.rank], dtype=a.dtype)
+            o = self._out_array(out, dt, counts[self.rank])
+            call = Call("reduce_scatter", counts=counts, dtype=dt, op=op, algorithm=algorithm)
+            return self._run(call, a, o, async_op, out)
         if total % self.size:
             raise ValueError(f"reduce_scatter: x has {total} elements, not a multiple of the group size {self.size}")
         n = total // self.size
@@ -229,8 +247,12 @@ class Group:
         algorithm: str | None = None,
         async_op: bool = False,
         dtype: str | None = None,
+        send_counts: list[int] | None = None,
+        recv_counts: list[int] | None = None,
     ) -> Any:
         a, dt, total = typed_view(x, "x", False, dtype)
+        if send_counts is not None or recv_counts is not None:
+            return self._alltoallv(a, dt, total, out, send_counts, recv_counts, algorithm, async_op)
         if total % self.size:
             raise ValueError(f"alltoall: x has {total} elements, not a multiple of the group size {self.size}")
         if out is None:
@@ -238,6 +260,58 @@ class Group:
         o = self._out_array(out, dt, total)
         call = Call("alltoall", count=total // self.size, dtype=dt, algorithm=algorithm)
         return self._run(call, a, o, async_op, out)
+
+    def _alltoallv(
+        self,
+        a: np.ndarray,
+        dt: str,
+        total: int,
+        out: Buffer | None,
+        send_counts: list[int] | None,
+        recv_counts: list[int] | None,
+        algorithm: str | None,
+        async_op: bool,
+    ) -> Any:
+        """alltoall with per-rank counts: the ranks first exchange their counts
+        (one small allgather), so that every rank knows the whole matrix, and
+        all of them report counts that do not match up alike."""
+        if send_counts is None:
+            raise ValueError("alltoall: recv_counts needs send_counts too")
+        sends = self._counts_argument("alltoall", send_counts, "x", total, "send_counts")
+        recvs = (
+            [-1] * self.size
+            if recv_counts is None
+            else self._counts_argument("alltoall", recv_counts, name="recv_counts")
+        )
+        table = self.allgather(np.array([*sends, *recvs], dtype=np.int64)).reshape(self.size, 2, self.size)
+        matrix = table[:, 0, :]  # matrix[s, d]: what rank s sends to rank d
+        for d in range(self.size):
+            for s in range(self.size):
+                expects = table[d, 1, s]
+                if expects >= 0 and expects != matrix[s, d]:
+                    raise ValueError(
+                        f"alltoall: rank {s} sends {matrix[s, d]} elements to rank {d}, "
+                        f"but rank {d} expects {expects} (send_counts and recv_counts must match up)"
+                    )
+        received = int(matrix[:, self.rank].sum())
+        if out is None:
+            out = np.empty(received, dtype=a.dtype)
+        o = self._out_array(out, dt, received)
+        call = Call("alltoall", counts=matrix.ravel().tolist(), dtype=dt, algorithm=algorithm)
+        return self._run(call, a, o, async_op, out)
+
+    def _counts_argument(
+        self, what: str, counts: Any, buffer: str | None = None, size: int = 0, name: str = "counts"
+    ) -> list[int]:
+        """Per-rank counts: one non-negative int per rank (``buffer``, if named, must hold this rank's)."""
+        values = [integer_argument(what, name, c) for c in counts]
+        if len(values) != self.size or any(c < 0 for c in values):
+            raise ValueError(f"{what}: {name} must be {self.size} counts >= 0 (one per rank), got {values}")
+        if buffer is not None:
+            mine = sum(values) if name == "send_counts" else values[self.rank]
+            if size != mine:
+                raise ValueError(f"{what}: {buffer} has {size} elements, but {name} says {mine}")
+        return values
 
     def gather(
         self,

@@ -122,12 +122,15 @@ impl Engine {
     }
 }
 
-/// Arguments of one collective call. `count` is the per-rank block size
-/// (see the buffer contract in `shoal_plan::CallShape`).
+/// Arguments of one collective call. `count` is the per-rank block size,
+/// or `counts` the per-rank ones (allgather, reduce_scatter: one per rank;
+/// alltoall: the `world x world` matrix); see the buffer contract in
+/// `shoal_plan::CallShape`.
 #[derive(Clone, Debug)]
 pub struct CollArgs {
     pub collective: Collective,
     pub count: usize,
+    pub counts: Option<Arc<[usize]>>,
     pub dtype: DType,
     pub op: ReduceOp,
     pub root: usize,
@@ -179,6 +182,7 @@ struct Prepared {
     collective: Collective,
     algorithm: &'static str,
     count: usize,
+    counts: Option<Arc<[usize]>>,
     root: usize,
     global_rank: usize,
     op: ReduceOp,
@@ -194,15 +198,13 @@ struct Prepared {
 impl Prepared {
     /// Names the call in errors; built only when one happens.
     fn describe(&self) -> String {
+        let count = match &self.counts {
+            Some(c) => format!("counts={c:?}"),
+            None => format!("count={}", self.count),
+        };
         format!(
-            "{}(algorithm={}, count={}, dtype={}, op={}, root={}) on rank {}",
-            self.collective,
-            self.algorithm,
-            self.count,
-            self.dtype,
-            self.op,
-            self.root,
-            self.global_rank
+            "{}(algorithm={}, {count}, dtype={}, op={}, root={}) on rank {}",
+            self.collective, self.algorithm, self.dtype, self.op, self.root, self.global_rank
         )
     }
 }
@@ -294,6 +296,7 @@ impl Communicator {
         let args = CollArgs {
             collective,
             count,
+            counts: None,
             dtype,
             op: ReduceOp::Sum,
             root,
@@ -385,6 +388,7 @@ impl Communicator {
         let args = CollArgs {
             collective: Collective::Allreduce,
             count: 1,
+            counts: None,
             dtype: DType::U8,
             op: ReduceOp::Min,
             root: 0,
@@ -441,7 +445,7 @@ impl Communicator {
         if let Some(cp) = self.engine.plans.lock().unwrap().get(&key) {
             return cp;
         }
-        let cp = Arc::new(CompiledPlan::new((alg.generate)(&shape, self.rank)));
+        let cp = Arc::new(CompiledPlan::new((alg.generate)(&key.0, self.rank)));
         self.engine.plans.lock().unwrap().insert(key, cp.clone());
         cp
     }
@@ -480,7 +484,7 @@ impl Communicator {
         }
         self.check_buffers(&shape, args.dtype, bufs)?;
         let esize = args.dtype.size();
-        let in_place = alias::classify(&shape, self.rank, args.count * esize, bufs)?;
+        let in_place = alias::classify(&shape, self.rank, esize, bufs)?;
         let explicit = args.algorithm.as_deref();
         let via_switch = self.wants_switch(args, &shape)?;
         let host_choice = explicit.filter(|&a| a != INA);
@@ -499,12 +503,12 @@ impl Communicator {
             op: op.index(),
             algo: if via_switch { INA_ALGO_ID } else { algo_id },
             root: args.root as u32,
-            count: args.count as u64,
+            count: sig_count(&shape),
             history: 0,
         };
         let has_output = shape.buffer_len(self.rank, Buf::Output) > 0;
         let divide_by = (op == ReduceOp::Avg && has_output).then_some(self.size());
-        let cp = self.plan(shape, algo_id, alg);
+        let cp = self.plan(shape.clone(), algo_id, alg);
         let mut st = self.state.lock().unwrap();
         // Every member folds the same calls in the same order.
         sig.history = st.history;
@@ -531,6 +535,7 @@ impl Communicator {
             collective: args.collective,
             algorithm: if via_switch { INA } else { alg.name },
             count: args.count,
+            counts: shape.counts.clone(),
             root: args.root,
             global_rank: self.members[self.rank],
             op,
@@ -575,7 +580,10 @@ impl Communicator {
         let per_link = self.busiest_host;
         // Every switch allreduce ends with the ranks agreeing on its outcome:
         // a one-byte host allreduce, which decides for small messages.
-        let agreement = CallShape { count: 1, ..*shape };
+        let agreement = CallShape {
+            count: 1,
+            ..shape.clone()
+        };
         let agree = self.engine.selector.best_cost(&agreement, 1)?;
         Ok(ina::cost(bytes, per_link, &self.engine.selector.cost()) + agree < host)
     }
@@ -597,11 +605,39 @@ impl Communicator {
         Ok(CallShape {
             collective: args.collective,
             world,
-            count: args.count,
+            // With per-rank counts the single count means nothing.
+            count: if args.counts.is_some() { 0 } else { args.count },
             root,
             chunk,
             ranks_per_host: self.ranks_per_host,
+            counts: self.check_counts(args)?,
         })
+    }
+
+    /// The call's per-rank counts, if it has any, checked against the
+    /// collective and the group size.
+    fn check_counts(&self, args: &CollArgs) -> Result<Option<Arc<[usize]>>> {
+        let Some(counts) = &args.counts else {
+            return Ok(None);
+        };
+        let world = self.size();
+        let (expected, what) = match args.collective {
+            Collective::Allgather | Collective::ReduceScatter => (world, "one per rank"),
+            Collective::Alltoall => (world * world, "world x world, row s for rank s's sends"),
+            c => {
+                return Err(Error::invalid(format!(
+                    "{c} takes no per-rank counts (allgather, reduce_scatter and alltoall do)"
+                )))
+            }
+        };
+        if counts.len() != expected {
+            return Err(Error::invalid(format!(
+                "{}: counts has {} entries, expected {expected} ({what}) in this group of {world}",
+                args.collective,
+                counts.len()
+            )));
+        }
+        Ok(Some(counts.clone()))
     }
 
     fn check_buffers(&self, shape: &CallShape, dtype: DType, bufs: &CallBuffers) -> Result<()> {
@@ -613,12 +649,15 @@ impl Communicator {
             let need = shape.buffer_len(self.rank, buf) * esize;
             if have != need {
                 return Err(Error::invalid(format!(
-                    "{}: {name} buffer has {} elements of {dtype}, expected {} on rank {} (count={}, world={})",
+                    "{}: {name} buffer has {} elements of {dtype}, expected {} on rank {} ({}, world={})",
                     shape.collective,
                     have / esize,
                     need / esize,
                     self.rank,
-                    shape.count,
+                    match &shape.counts {
+                        Some(c) => format!("counts={c:?}"),
+                        None => format!("count={}", shape.count),
+                    },
                     shape.world
                 )));
             }
@@ -804,6 +843,22 @@ impl Communicator {
         }
         Ok(())
     }
+}
+
+/// The `count` of a call's signature: its count, or with per-rank counts a
+/// hash of them (FNV-1a 64 over each as a little-endian u64), so ranks that
+/// pass different counts are caught like those that pass different counts.
+fn sig_count(shape: &CallShape) -> u64 {
+    let Some(counts) = &shape.counts else {
+        return shape.count as u64;
+    };
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &c in counts.iter() {
+        for b in (c as u64).to_le_bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
 }
 
 /// The most members any one host has.

@@ -79,10 +79,22 @@ impl Selector {
         explicit: Option<&str>,
     ) -> Result<(u32, &'static Algorithm)> {
         let alg = match explicit {
-            Some(name) => algorithms::find(shape.collective, name).map_err(Error::invalid)?,
+            Some(name) => {
+                let alg = algorithms::find(shape.collective, name).map_err(Error::invalid)?;
+                if !alg.handles(shape) {
+                    return Err(Error::invalid(format!(
+                        "{} algorithm '{}' takes no per-rank counts; {}",
+                        shape.collective,
+                        alg.name,
+                        counts_takers(shape.collective)
+                    )));
+                }
+                alg
+            }
+            // A SHOAL_ALGO choice that cannot run the call leaves it to the cost model.
             None => match self.overrides.get(&shape.collective) {
-                Some(alg) => alg,
-                None => self.cheapest(shape, elem_size)?,
+                Some(alg) if alg.handles(shape) => alg,
+                _ => self.cheapest(shape, elem_size)?,
             },
         };
         Ok((alg.id(), alg))
@@ -111,12 +123,13 @@ impl Selector {
     }
 
     fn cheapest(&self, shape: &CallShape, elem_size: usize) -> Result<&'static Algorithm> {
-        let key = (*shape, elem_size);
+        let key = (shape.clone(), elem_size);
         if let Some(alg) = self.cheapest.lock().unwrap().get(&key) {
             return Ok(alg);
         }
         let cost = self.cost();
         let alg = algorithms::for_collective(shape.collective)
+            .filter(|a| a.handles(shape))
             .map(|a| ((a.cost)(shape, elem_size, &cost), a))
             .min_by(|x, y| x.0.total_cmp(&y.0))
             .map(|(_, a)| a)
@@ -126,6 +139,19 @@ impl Selector {
         self.cheapest.lock().unwrap().insert(key, alg);
         Ok(alg)
     }
+}
+
+/// Names the algorithms of `collective` that take per-rank counts.
+fn counts_takers(collective: Collective) -> String {
+    let names: Vec<&str> = algorithms::for_collective(collective)
+        .filter(|a| {
+            algorithms::TAKE_COUNTS
+                .iter()
+                .any(|&(c, n)| c == collective && n == a.name)
+        })
+        .map(|a| a.name)
+        .collect();
+    format!("those that do: {}", names.join(", "))
 }
 
 pub fn parse_collective(name: &str) -> Result<Collective> {

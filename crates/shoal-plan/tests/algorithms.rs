@@ -42,6 +42,7 @@ fn verify_collective(collective: Collective) {
                                 root,
                                 chunk,
                                 ranks_per_host: local,
+                                counts: None,
                             };
                             if let Err(e) = verify(alg, &shape) {
                                 panic!("{collective}:{} {shape:?}: {e}", alg.name);
@@ -151,6 +152,7 @@ fn cost_model_orders_the_classics() {
         root: 0,
         chunk: 1 << 16,
         ranks_per_host: 1,
+        counts: None,
     };
     let cost = |c, name, count| (find(c, name).unwrap().cost)(&shape(c, count), 4, &params);
     let ar = Collective::Allreduce;
@@ -187,6 +189,7 @@ fn ring_pieces_wait_only_for_their_own_piece() {
         root: 0,
         chunk: 10,
         ranks_per_host: 1,
+        counts: None,
     };
     let plan = (find(Collective::Allreduce, "ring").unwrap().generate)(&shape, 1);
     let sends: Vec<_> = plan
@@ -207,4 +210,58 @@ fn ring_pieces_wait_only_for_their_own_piece() {
         };
         assert_eq!(written, src, "a send waits for exactly the piece it sends");
     }
+}
+
+/// Per-rank counts for `len` blocks: a deterministic mix of zeros, ones and
+/// awkward sizes, different for each seed.
+fn varied_counts(len: usize, seed: usize) -> Vec<usize> {
+    const SIZES: [usize; 7] = [0, 1, 5, 0, 13, 2, 31];
+    (0..len)
+        .map(|i| SIZES[(i * 3 + seed) % SIZES.len()])
+        .collect()
+}
+
+/// Every algorithm that takes per-rank counts, verified over world sizes
+/// 1..=9 with uneven and zero blocks; the others are not offered such calls.
+#[test]
+fn variable_counts() {
+    let mut checked = 0;
+    for &(collective, name) in shoal_plan::algorithms::TAKE_COUNTS {
+        let alg = find(collective, name).unwrap();
+        for world in 1..=9 {
+            for seed in 0..4 {
+                for chunk in [1, 4, 1 << 20] {
+                    let mut shape = CallShape {
+                        collective,
+                        world,
+                        count: 0,
+                        root: 0,
+                        chunk,
+                        ranks_per_host: 1,
+                        counts: None,
+                    };
+                    let len = shape.counts_len().unwrap();
+                    shape.counts = Some(varied_counts(len, seed).into());
+                    if let Err(e) = verify(alg, &shape) {
+                        panic!("{collective}:{name} {shape:?}: {e}");
+                    }
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 3 * 9 * 4 * 3);
+    let shape = CallShape {
+        collective: Collective::Allgather,
+        world: 3,
+        count: 0,
+        root: 0,
+        chunk: 4,
+        ranks_per_host: 1,
+        counts: Some(vec![1, 2, 3].into()),
+    };
+    assert!(find(Collective::Allgather, "ring").unwrap().handles(&shape));
+    assert!(!find(Collective::Allgather, "bruck")
+        .unwrap()
+        .handles(&shape));
 }

@@ -11,6 +11,7 @@ fn allreduce(world: usize, count: usize) -> CallShape {
         root: 0,
         chunk: 1 << 20,
         ranks_per_host: 1,
+        counts: None,
     }
 }
 
@@ -267,6 +268,7 @@ fn catches_a_barrier_that_lets_ranks_leave_early() {
         root: 0,
         chunk: 1,
         ranks_per_host: 1,
+        counts: None,
     };
     let empty = Region::output(0, 0);
     let plans: Vec<Plan> = (0..3)

@@ -11,9 +11,14 @@ use pyo3::prelude::*;
 use shoal_core::comm::CollArgs;
 use shoal_core::select::parse_collective;
 use shoal_core::{DType, ReduceOp};
+use shoal_plan::Collective;
 
 /// One collective call: which collective, on how many elements of which
 /// dtype, with which op, root and algorithm. Immutable once made.
+///
+/// `count` is the per-rank block size; `counts` replaces it with per-rank
+/// sizes (allgather, reduce_scatter: one per rank; alltoall: the
+/// `world x world` matrix, row `s` what rank `s` sends to each rank).
 #[pyclass(module = "shoal._shoal", name = "Call", frozen)]
 pub struct PyCall {
     pub args: CollArgs,
@@ -33,7 +38,7 @@ fn bad_field(collective: &str, field: &str, value: &str, why: String) -> PyErr {
 #[pymethods]
 impl PyCall {
     #[new]
-    #[pyo3(signature = (collective, *, count=0, dtype="uint8", op="sum", root=0, algorithm=None))]
+    #[pyo3(signature = (collective, *, count=0, dtype="uint8", op="sum", root=0, algorithm=None, counts=None))]
     fn new(
         collective: &str,
         count: i64,
@@ -41,6 +46,7 @@ impl PyCall {
         op: &str,
         root: i64,
         algorithm: Option<String>,
+        counts: Option<Vec<i64>>,
     ) -> PyResult<PyCall> {
         let kind = parse_collective(collective)
             .map_err(|e| bad_field("Call", "collective", collective, e.message))?;
@@ -57,10 +63,34 @@ impl PyCall {
             shoal_plan::algorithms::find(kind, alg)
                 .map_err(|e| bad_field(name, "algorithm", alg, e))?;
         }
+        let takes_counts = matches!(
+            kind,
+            Collective::Allgather | Collective::ReduceScatter | Collective::Alltoall
+        );
+        let counts = match counts {
+            Some(_) if !takes_counts => {
+                return Err(PyValueError::new_err(format!(
+                    "{name}: takes no per-rank counts (allgather, reduce_scatter and alltoall do)"
+                )))
+            }
+            Some(_) if count != 0 => {
+                return Err(PyValueError::new_err(format!(
+                    "{name}: pass count or counts, not both"
+                )))
+            }
+            Some(c) => Some(
+                c.into_iter()
+                    .map(|v| non_negative(name, "counts", v))
+                    .collect::<PyResult<Vec<usize>>>()?
+                    .into(),
+            ),
+            None => None,
+        };
         Ok(PyCall {
             args: CollArgs {
                 collective: kind,
                 count: non_negative(name, "count", count)?,
+                counts,
                 dtype: dtype_parsed,
                 op: op_parsed,
                 root: non_negative(name, "root", root)?,
@@ -77,6 +107,11 @@ impl PyCall {
     #[getter]
     fn count(&self) -> usize {
         self.args.count
+    }
+
+    #[getter]
+    fn counts(&self) -> Option<Vec<usize>> {
+        self.args.counts.as_ref().map(|c| c.to_vec())
     }
 
     #[getter]
@@ -105,10 +140,13 @@ impl PyCall {
             Some(name) => format!("'{name}'"),
             None => "None".into(),
         };
+        let count = match &a.counts {
+            Some(c) => format!("counts={c:?}"),
+            None => format!("count={}", a.count),
+        };
         format!(
-            "Call('{}', count={}, dtype='{}', op='{}', root={}, algorithm={algorithm})",
+            "Call('{}', {count}, dtype='{}', op='{}', root={}, algorithm={algorithm})",
             a.collective.name(),
-            a.count,
             a.dtype.name(),
             a.op.name(),
             a.root,

@@ -57,7 +57,24 @@ impl Algorithm {
     pub const fn id(&self) -> u32 {
         algorithm_id(self.collective, self.name)
     }
+
+    /// Whether the generator handles calls of this shape: every algorithm
+    /// takes a single count, those in [`TAKE_COUNTS`] per-rank counts too.
+    pub fn handles(&self, shape: &CallShape) -> bool {
+        shape.counts.is_none()
+            || TAKE_COUNTS
+                .iter()
+                .any(|&(c, name)| c == self.collective && name == self.name)
+    }
 }
+
+/// The algorithms whose generators take per-rank counts
+/// ([`CallShape::counts`]): allgatherv, reduce_scatter with counts, alltoallv.
+pub const TAKE_COUNTS: &[(Collective, &str)] = &[
+    (Collective::Allgather, "ring"),
+    (Collective::ReduceScatter, "ring"),
+    (Collective::Alltoall, "pairwise"),
+];
 
 /// The id that names an algorithm in message signatures, so ranks that chose
 /// differently are caught: FNV-1a (32-bit) over the UTF-8 bytes of

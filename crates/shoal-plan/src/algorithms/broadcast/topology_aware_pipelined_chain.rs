@@ -76,6 +76,7 @@ mod tests {
             root,
             chunk: 4,
             ranks_per_host: local,
+            counts: None,
         }
     }
 
