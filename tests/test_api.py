@@ -81,6 +81,9 @@ def test_call_description_is_typed_and_names_bad_fields() -> None:
     c = Call("reduce", count=5, dtype="float16", op="max", root=2, algorithm="binomial")
     assert (c.collective, c.count, c.dtype, c.op, c.root, c.algorithm) == ("reduce", 5, "float16", "max", 2, "binomial")
     assert repr(c) == "Call('reduce', count=5, dtype='float16', op='max', root=2, algorithm='binomial')"
+    v = Call("allgather", counts=[3, 0, 1], dtype="int8")
+    assert v.counts == [3, 0, 1] and c.counts is None
+    assert repr(v) == "Call('allgather', counts=[3, 0, 1], dtype='int8', op='sum', root=0, algorithm=None)"
     with pytest.raises(AttributeError):
         c.count = 6  # type: ignore[misc]
     for kwargs, fragment in [
@@ -91,6 +94,9 @@ def test_call_description_is_typed_and_names_bad_fields() -> None:
         ({"collective": "allgather", "count": -1}, "allgather: count=-1 must be >= 0"),
         ({"collective": "broadcast", "root": -2}, "broadcast: root=-2 must be >= 0"),
         ({"collective": "broadcast", "algorithm": "fastest"}, "broadcast(algorithm='fastest'): unknown broadcast"),
+        ({"collective": "broadcast", "counts": [1, 2]}, "broadcast: takes no per-rank counts"),
+        ({"collective": "allgather", "count": 2, "counts": [1, 2]}, "allgather: pass count or counts, not both"),
+        ({"collective": "alltoall", "counts": [1, -2]}, "alltoall: counts=-2 must be >= 0"),
     ]:
         with pytest.raises(ValueError) as e:
             Call(**kwargs)

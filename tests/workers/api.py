@@ -131,6 +131,21 @@ def check_arguments(r: int, p: int) -> None:
     expect_error(ValueError, "valid: ", shoal.allreduce, np.zeros(3, np.float32), algorithm="nope")
     expect_error(ValueError, "root", shoal.broadcast, np.zeros(3, np.float32), root=p)
     expect_error(ValueError, "not a multiple", shoal.reduce_scatter, np.zeros(p * 2 + 1, np.float32)) if p > 1 else None
+    # per-rank counts the core refuses: one per rank, on the collectives that take them
+    from shoal._shoal import Call
+
+    comm = shoal.world()._comm
+    x, out = np.zeros(1, np.float32), np.zeros(p + 1, np.float32)
+    wrong = Call("allgather", counts=[1] * (p + 1), dtype="float32")
+    expect_error(
+        ValueError,
+        f"allgather: counts has {p + 1} entries, expected {p} (one per rank)",
+        comm.collective,
+        wrong,
+        x,
+        out,
+    )
+    expect_error(ValueError, "ring", shoal.allgather, x, counts=[1] * p, algorithm="bruck") if p > 1 else None
     # any buffer-protocol object works, in place
     buf = bytearray([r + 1] * 5)
     shoal.allreduce(buf, op="max")
