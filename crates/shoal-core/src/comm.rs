@@ -795,28 +795,26 @@ impl Communicator {
     /// agree on without the other ranks (torch's members-only group creation).
     pub fn new_group(&self, ranks: &[usize], key: Option<&str>) -> Result<Option<Communicator>> {
         self.check_group_ranks(ranks)?;
-        let Some(rank) = ranks.iter().position(|&r| r == self.rank) else {
-            if key.is_none() {
-                // Non-members count the group too: every rank numbers alike.
-                self.state.lock().unwrap().groups_made += 1;
-            }
-            return Ok(None);
-        };
-        let id = {
+        // Every caller counts the group, members or not, so that all number alike.
+        let name = {
             let mut st = self.state.lock().unwrap();
             match key {
                 None => {
                     st.groups_made += 1;
-                    group_id(self.id, GroupName::Numbered(st.groups_made), ranks)
+                    GroupName::Numbered(st.groups_made)
                 }
                 Some(key) => {
                     let made = st.keyed_made.entry((key.to_string(), ranks.to_vec()));
                     let k = made.or_insert(0);
                     *k += 1;
-                    group_id(self.id, GroupName::Keyed(key, *k), ranks)
+                    GroupName::Keyed(key, *k)
                 }
             }
         };
+        let Some(rank) = ranks.iter().position(|&r| r == self.rank) else {
+            return Ok(None);
+        };
+        let id = group_id(self.id, name, ranks);
         let members = ranks.iter().map(|&r| self.members[r]).collect();
         Ok(Some(Communicator::with_members(
             self.engine.clone(),

@@ -86,7 +86,7 @@ impl Selector {
                         "{} algorithm '{}' takes no per-rank counts; {}",
                         shape.collective,
                         alg.name,
-                        counts_takers(shape.collective)
+                        counts_takers(shape)
                     )));
                 }
                 alg
@@ -141,14 +141,10 @@ impl Selector {
     }
 }
 
-/// Names the algorithms of `collective` that take per-rank counts.
-fn counts_takers(collective: Collective) -> String {
-    let names: Vec<&str> = algorithms::for_collective(collective)
-        .filter(|a| {
-            algorithms::TAKE_COUNTS
-                .iter()
-                .any(|&(c, n)| c == collective && n == a.name)
-        })
+/// Names the algorithms that can run a call of `shape` (with per-rank counts).
+fn counts_takers(shape: &CallShape) -> String {
+    let names: Vec<&str> = algorithms::for_collective(shape.collective)
+        .filter(|a| a.handles(shape))
         .map(|a| a.name)
         .collect();
     format!("those that do: {}", names.join(", "))
