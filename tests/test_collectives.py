@@ -41,3 +41,11 @@ def test_emulated_hosts(hosts: list[str]) -> None:
     )
     for r, res in enumerate(results):
         assert res.returncode == 0 and "OK " in res.stdout, f"rank {r}:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_per_rank_counts(transport: str, world: int) -> None:
+    """allgather and reduce_scatter with counts, alltoall with send/recv counts: uneven blocks, zeros."""
+    proc = launch(world, "varied_counts.py", env={"SHOAL_TRANSPORT": transport}, timeout=300)
+    assert proc.stdout.count("OK varied counts") == world, proc.stdout[-2000:]

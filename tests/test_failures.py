@@ -28,7 +28,7 @@ def test_killed_rank_makes_the_others_raise_quickly(transport: str) -> None:
         assert f"rank {victim}" in msg, (r, msg)
 
 
-@pytest.mark.parametrize("what", ["kind", "count", "dtype", "op", "root"])
+@pytest.mark.parametrize("what", ["kind", "count", "dtype", "op", "root", "counts"])
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 def test_mismatched_collectives_raise_on_every_rank(what: str, transport: str) -> None:
     results = spawn_ranks(3, "mismatch.py", what, env={"SHOAL_TRANSPORT": transport, "SHOAL_TIMEOUT": "60"})

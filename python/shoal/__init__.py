@@ -135,9 +135,11 @@ def world_size(group: Group | None = None) -> int:
 size = world_size
 
 
-def new_group(ranks: list[int], group: Group | None = None) -> Group | None:
-    """A sub-group of ``ranks`` (ranks of ``group``); every rank must call it alike. None for non-members."""
-    return _group(group).new_group(ranks)
+def new_group(ranks: list[int], group: Group | None = None, key: str | None = None) -> Group | None:
+    """A sub-group of ``ranks`` (ranks of ``group``); every rank must call it alike. None for non-members.
+
+    With ``key`` only the members call it, with the same key (see ``Group.new_group``)."""
+    return _group(group).new_group(ranks, key)
 
 
 def allreduce(
@@ -188,9 +190,13 @@ def allgather(
     algorithm: str | None = None,
     async_op: bool = False,
     dtype: DTypeName | DTypeAlias | None = None,
+    counts: list[int] | None = None,
 ) -> Buffer | Work[Buffer]:
-    """Every rank's ``x`` concatenated in rank order; ``out`` defaults to shape (size, *x.shape)."""
-    return _group(group).allgather(x, out, algorithm=algorithm, async_op=async_op, dtype=dtype)
+    """Every rank's ``x`` concatenated in rank order; ``out`` defaults to shape (size, *x.shape).
+
+    ``counts`` (one per rank, allgatherv): rank q's ``x`` has ``counts[q]`` elements; ``out`` is flat,
+    ``sum(counts)`` long."""
+    return _group(group).allgather(x, out, algorithm=algorithm, async_op=async_op, dtype=dtype, counts=counts)
 
 
 def reduce_scatter(
@@ -202,9 +208,10 @@ def reduce_scatter(
     algorithm: str | None = None,
     async_op: bool = False,
     dtype: DTypeName | DTypeAlias | None = None,
+    counts: list[int] | None = None,
 ) -> Buffer | Work[Buffer]:
-    """Reduces ``x`` (size blocks of equal length) and gives rank r block r."""
-    return _group(group).reduce_scatter(x, out, op, algorithm=algorithm, async_op=async_op, dtype=dtype)
+    """Reduces ``x`` (size blocks of equal length, or of ``counts[q]`` elements each) and gives rank r block r."""
+    return _group(group).reduce_scatter(x, out, op, algorithm=algorithm, async_op=async_op, dtype=dtype, counts=counts)
 
 
 def alltoall(
@@ -215,9 +222,22 @@ def alltoall(
     algorithm: str | None = None,
     async_op: bool = False,
     dtype: DTypeName | DTypeAlias | None = None,
+    send_counts: list[int] | None = None,
+    recv_counts: list[int] | None = None,
 ) -> Buffer | Work[Buffer]:
-    """Block q of ``x`` goes to rank q; block q of the result came from rank q."""
-    return _group(group).alltoall(x, out, algorithm=algorithm, async_op=async_op, dtype=dtype)
+    """Block q of ``x`` goes to rank q; block q of the result came from rank q.
+
+    ``send_counts[q]`` (alltoallv): the elements of ``x`` for rank q, blocks back to back; ``recv_counts[q]``
+    (optional, checked): those rank q sends here. The ranks exchange their counts first (one small allgather)."""
+    return _group(group).alltoall(
+        x,
+        out,
+        algorithm=algorithm,
+        async_op=async_op,
+        dtype=dtype,
+        send_counts=send_counts,
+        recv_counts=recv_counts,
+    )
 
 
 def gather(

@@ -32,6 +32,38 @@ class Work:
     def is_completed(self) -> bool: ...
 
 @final
+class Call:
+    """One collective call, parsed and checked once: what ``Communicator.collective`` runs."""
+
+    def __init__(
+        self,
+        collective: CollectiveName,
+        *,
+        count: int = 0,
+        dtype: DTypeName = "uint8",
+        op: ReduceOpName = "sum",
+        root: int = 0,
+        algorithm: str | None = None,
+        counts: list[int] | None = None,
+    ) -> None: ...
+    @property
+    def collective(self) -> CollectiveName: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def counts(self) -> list[int] | None:
+        """Per-rank element counts (allgatherv, reduce_scatter with counts), or the
+        world x world matrix of an alltoallv, row by sender."""
+    @property
+    def dtype(self) -> DTypeName: ...
+    @property
+    def op(self) -> ReduceOpName: ...
+    @property
+    def root(self) -> int: ...
+    @property
+    def algorithm(self) -> str | None: ...
+
+@final
 class Communicator:
     """A group of ranks that run collectives together."""
 
@@ -54,26 +86,16 @@ class Communicator:
     @property
     def plan_cache_capacity(self) -> int:
         """The most plans the cache keeps (``SHOAL_PLAN_CACHE``)."""
-    def collective(
-        self,
-        collective: CollectiveName,
-        count: int,
-        dtype: DTypeName,
-        op: ReduceOpName,
-        root: int,
-        algorithm: str | None,
-        input: Buffer | None,
-        output: Buffer | None,
-        async_op: bool,
-    ) -> Work | None:
-        """Runs one collective over C-contiguous buffers (the output writable);
-        returns a Work if ``async_op``, else None once it is done."""
+    def collective(self, call: Call, input: Buffer | None, output: Buffer | None, async_op: bool = False) -> Work | None:
+        """Runs the collective ``call`` describes over C-contiguous buffers (the output
+        writable); returns a Work if ``async_op``, else None once it is done."""
     def send(self, peer: int, tag: int, dtype: DTypeName, data: Buffer) -> None:
         """Sends the buffer (of ``dtype`` elements) to group rank ``peer``."""
     def recv(self, peer: int, tag: int, dtype: DTypeName, data: Buffer) -> None:
         """Receives from group rank ``peer`` into the buffer (of ``dtype`` elements)."""
-    def new_group(self, ranks: list[int]) -> Communicator | None:
-        """A sub-communicator; every member of this one must call it alike. None for non-members."""
+    def new_group(self, ranks: list[int], key: str | None = None) -> Communicator | None:
+        """A sub-communicator. Without ``key`` every member of this one calls it alike
+        (None for non-members); with ``key`` only the members call it, with the same key."""
     def synchronize(self) -> None:
         """Waits for every asynchronous collective issued so far."""
     def choose_algorithm(

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import numpy as np
 
 from shoal._buffers import as_array, dtype_name, itemsize, typed_view
+from shoal._shoal import Call
 from shoal._types import Buffer, CollectiveName, DTypeAlias, DTypeName, ReduceOpName
 
 if TYPE_CHECKING:
@@ -116,13 +117,17 @@ class Group:
         """The selector's cost model: latency ``alpha`` (s), ``beta`` (s/byte moved), ``gamma`` (s/byte reduced)."""
         return self._live().cost_model
 
-    def new_group(self, ranks: list[int]) -> Group | None:
-        """A sub-group of ``ranks`` (ranks of this group, in the new group's order).
+    def new_group(self, ranks: list[int], key: str | None = None) -> Group | None:
+        """A group of ``ranks`` (ranks of this group, in the new group's order).
 
-        Every member of this group must call it with the same ranks; returns
-        None on ranks that are not members."""
+        Without ``key`` every rank of this group calls it with the same list;
+        non-members get None. With ``key`` only the members call it, with the
+        same key (e.g. a name the caller gives the group); making a group of
+        the same members with the same key again gives a new group."""
         ranks = [rank_argument("new_group", "rank", r, self.size) for r in ranks]
-        comm = self._live().new_group(ranks)
+        if key is not None and not isinstance(key, str):
+            raise TypeError(f"new_group: key must be a str or None, got {type(key).__name__}")
+        comm = self._live().new_group(ranks, key)
         return None if comm is None else Group(comm)
 
     def choose_algorithm(
@@ -148,20 +153,13 @@ class Group:
 
     def _run(
         self,
-        collective: CollectiveName,
-        count: int,
-        dtype: DTypeName,
-        op: ReduceOpName,
-        root: int,
-        algorithm: str | None,
+        call: Call,
         inp: np.ndarray[Any, Any] | None,
         out: np.ndarray[Any, Any] | None,
         async_op: bool,
         result: R,
     ) -> R | Work[R]:
-        if self._comm is None:
-            raise RuntimeError("this group was closed")
-        work = self._comm.collective(collective, count, dtype, op, root, algorithm, inp, out, async_op)
+        work = self._live().collective(call, inp, out, async_op)
         if work is not None:
             return Work(work, result)
         return result
@@ -184,7 +182,8 @@ class Group:
         ``algorithm`` forces one of ``shoal.algorithms("allreduce")``;
         ``dtype`` names the element type where the buffer's own cannot (bfloat16)."""
         a, dt, n = typed_view(x, "x", True, dtype)
-        return self._run("allreduce", n, dt, op, 0, algorithm, a, a, async_op, x)
+        call = Call("allreduce", count=n, dtype=dt, op=op, algorithm=algorithm)
+        return self._run(call, a, a, async_op, x)
 
     def broadcast(
         self,
@@ -199,7 +198,8 @@ class Group:
         root = self._root_check(root, "broadcast")
         a, dt, n = typed_view(x, "x", True, dtype)
         inp = a if self.rank == root else None
-        return self._run("broadcast", n, dt, "sum", root, algorithm, inp, a, async_op, x)
+        call = Call("broadcast", count=n, dtype=dt, root=root, algorithm=algorithm)
+        return self._run(call, inp, a, async_op, x)
 
     def reduce(
         self,
@@ -216,7 +216,8 @@ class Group:
         root = self._root_check(root, "reduce")
         a, dt, n = typed_view(x, "x", self.rank == root, dtype)
         out = a if self.rank == root else None
-        return self._run("reduce", n, dt, op, root, algorithm, a, out, async_op, x)
+        call = Call("reduce", count=n, dtype=dt, op=op, root=root, algorithm=algorithm)
+        return self._run(call, a, out, async_op, x)
 
     def allgather(
         self,
@@ -226,14 +227,26 @@ class Group:
         algorithm: str | None = None,
         async_op: bool = False,
         dtype: DTypeName | DTypeAlias | None = None,
+        counts: list[int] | None = None,
     ) -> Buffer | Work[Buffer]:
         """Every rank's ``x`` concatenated in rank order, into ``out`` (by default a
-        new array of shape ``(size, *x.shape)``); returns ``out`` (or a ``Work``)."""
+        new array of shape ``(size, *x.shape)``); returns ``out`` (or a ``Work``).
+
+        ``counts`` (one per rank, allgatherv): rank q's ``x`` has ``counts[q]``
+        elements; ``out`` is flat, ``sum(counts)`` long."""
         a, dt, n = typed_view(x, "x", False, dtype)
+        if counts is not None:
+            counts = self._counts_argument("allgather", counts, "x", n)
+            if out is None:
+                out = np.empty(sum(counts), dtype=a.dtype)
+            o = self._out_array(out, dt, sum(counts))
+            call = Call("allgather", counts=counts, dtype=dt, algorithm=algorithm)
+            return self._run(call, a, o, async_op, out)
         if out is None:
             out = np.empty((self.size, *a.shape), dtype=a.dtype)
         o = self._out_array(out, dt, self.size * n)
-        return self._run("allgather", n, dt, "sum", 0, algorithm, a, o, async_op, out)
+        call = Call("allgather", count=n, dtype=dt, algorithm=algorithm)
+        return self._run(call, a, o, async_op, out)
 
     def reduce_scatter(
         self,
@@ -244,17 +257,29 @@ class Group:
         algorithm: str | None = None,
         async_op: bool = False,
         dtype: DTypeName | DTypeAlias | None = None,
+        counts: list[int] | None = None,
     ) -> Buffer | Work[Buffer]:
-        """Reduces ``x`` (``size`` blocks of equal length) with ``op`` and gives rank r
-        block r, in ``out`` (by default a new array); returns ``out`` (or a ``Work``)."""
+        """Reduces ``x`` (``size`` blocks of equal length, or of ``counts[q]`` elements
+        each) with ``op`` and gives rank r block r, in ``out`` (by default a new
+        array); returns ``out`` (or a ``Work``)."""
         a, dt, total = typed_view(x, "x", False, dtype)
+        if counts is not None:
+            counts = self._counts_argument("reduce_scatter", counts)
+            if total != sum(counts):
+                raise ValueError(f"reduce_scatter: x has {total} elements, but counts add up to {sum(counts)}")
+            if out is None:
+                out = np.empty(counts[self.rank], dtype=a.dtype)
+            o = self._out_array(out, dt, counts[self.rank])
+            call = Call("reduce_scatter", counts=counts, dtype=dt, op=op, algorithm=algorithm)
+            return self._run(call, a, o, async_op, out)
         if total % self.size:
             raise ValueError(f"reduce_scatter: x has {total} elements, not a multiple of the group size {self.size}")
         n = total // self.size
         if out is None:
             out = np.empty(a.size // self.size, dtype=a.dtype)
         o = self._out_array(out, dt, n)
-        return self._run("reduce_scatter", n, dt, op, 0, algorithm, a, o, async_op, out)
+        call = Call("reduce_scatter", count=n, dtype=dt, op=op, algorithm=algorithm)
+        return self._run(call, a, o, async_op, out)
 
     def alltoall(
         self,
@@ -264,16 +289,77 @@ class Group:
         algorithm: str | None = None,
         async_op: bool = False,
         dtype: DTypeName | DTypeAlias | None = None,
+        send_counts: list[int] | None = None,
+        recv_counts: list[int] | None = None,
     ) -> Buffer | Work[Buffer]:
         """Block q of ``x`` goes to rank q; block q of ``out`` (by default a new array
-        like ``x``) came from rank q. Returns ``out`` (or a ``Work``)."""
+        like ``x``) came from rank q. Returns ``out`` (or a ``Work``).
+
+        ``send_counts[q]`` (alltoallv): the elements of ``x`` for rank q, blocks back
+        to back; ``recv_counts[q]`` (optional, checked): those rank q sends here. The
+        ranks exchange their counts first (one small allgather)."""
         a, dt, total = typed_view(x, "x", False, dtype)
+        if send_counts is not None or recv_counts is not None:
+            return self._alltoallv(a, dt, total, out, send_counts, recv_counts, algorithm, async_op)
         if total % self.size:
             raise ValueError(f"alltoall: x has {total} elements, not a multiple of the group size {self.size}")
         if out is None:
             out = np.empty_like(a)
         o = self._out_array(out, dt, total)
-        return self._run("alltoall", total // self.size, dt, "sum", 0, algorithm, a, o, async_op, out)
+        call = Call("alltoall", count=total // self.size, dtype=dt, algorithm=algorithm)
+        return self._run(call, a, o, async_op, out)
+
+    def _alltoallv(
+        self,
+        a: np.ndarray[Any, Any],
+        dt: DTypeName,
+        total: int,
+        out: Buffer | None,
+        send_counts: list[int] | None,
+        recv_counts: list[int] | None,
+        algorithm: str | None,
+        async_op: bool,
+    ) -> Buffer | Work[Buffer]:
+        """alltoall with per-rank counts: the ranks first exchange their counts
+        (one small allgather), so that every rank knows the whole matrix, and
+        all of them report counts that do not match up alike."""
+        if send_counts is None:
+            raise ValueError("alltoall: recv_counts needs send_counts too")
+        sends = self._counts_argument("alltoall", send_counts, "x", total, "send_counts")
+        recvs = (
+            [-1] * self.size
+            if recv_counts is None
+            else self._counts_argument("alltoall", recv_counts, name="recv_counts")
+        )
+        table = self.allgather(np.array([*sends, *recvs], dtype=np.int64)).reshape(self.size, 2, self.size)
+        matrix = table[:, 0, :]  # matrix[s, d]: what rank s sends to rank d
+        for d in range(self.size):
+            for s in range(self.size):
+                expects = table[d, 1, s]
+                if expects >= 0 and expects != matrix[s, d]:
+                    raise ValueError(
+                        f"alltoall: rank {s} sends {matrix[s, d]} elements to rank {d}, "
+                        f"but rank {d} expects {expects} (send_counts and recv_counts must match up)"
+                    )
+        received = int(matrix[:, self.rank].sum())
+        if out is None:
+            out = np.empty(received, dtype=a.dtype)
+        o = self._out_array(out, dt, received)
+        call = Call("alltoall", counts=matrix.ravel().tolist(), dtype=dt, algorithm=algorithm)
+        return self._run(call, a, o, async_op, out)
+
+    def _counts_argument(
+        self, what: str, counts: list[int], buffer: str | None = None, size: int = 0, name: str = "counts"
+    ) -> list[int]:
+        """Per-rank counts: one non-negative int per rank (``buffer``, if named, must hold this rank's)."""
+        values = [integer_argument(what, name, c) for c in counts]
+        if len(values) != self.size or any(c < 0 for c in values):
+            raise ValueError(f"{what}: {name} must be {self.size} counts >= 0 (one per rank), got {values}")
+        if buffer is not None:
+            mine = sum(values) if name == "send_counts" else values[self.rank]
+            if size != mine:
+                raise ValueError(f"{what}: {buffer} has {size} elements, but {name} says {mine}")
+        return values
 
     def gather(
         self,
@@ -297,7 +383,8 @@ class Group:
             o = self._out_array(out, dt, self.size * n)
         else:
             out = None
-        return self._run("gather", n, dt, "sum", root, algorithm, a, o, async_op, out)
+        call = Call("gather", count=n, dtype=dt, root=root, algorithm=algorithm)
+        return self._run(call, a, o, async_op, out)
 
     def scatter(
         self,
@@ -322,11 +409,12 @@ class Group:
                 raise ValueError(
                     f"scatter: x must hold {self.size} blocks of {n} {dt} (like out), got {inp.size} {inp.dtype}"
                 )
-        return self._run("scatter", n, dt, "sum", root, algorithm, inp, o, async_op, out)
+        call = Call("scatter", count=n, dtype=dt, root=root, algorithm=algorithm)
+        return self._run(call, inp, o, async_op, out)
 
     def barrier(self, *, async_op: bool = False) -> Work[None] | None:
         """Returns once every rank of the group has entered the barrier (or a ``Work`` at once)."""
-        return self._run("barrier", 0, "uint8", "sum", 0, None, None, None, async_op, None)
+        return self._run(Call("barrier"), None, None, async_op, None)
 
     def send(self, x: Buffer, dst: int, tag: int = 0, *, dtype: DTypeName | DTypeAlias | None = None) -> None:
         """Sends ``x`` to rank ``dst`` with ``tag``; blocks until it is handed to the transport."""

@@ -54,6 +54,34 @@ def check_groups(r: int, p: int) -> None:
     assert b[0] == p - 1
 
 
+def check_keyed_groups(r: int, p: int) -> None:
+    """Groups made by their members only (``new_group(ranks, key=)``): the other ranks do not call."""
+    world = shoal.world()
+    # the ranks make different numbers of groups first, so no count of groups made agrees
+    for _ in range(r):
+        solo = world.new_group([r], key="solo")
+        assert solo is not None and solo.size == 1
+    pair = [q for q in (r - r % 2, r - r % 2 + 1) if q < p]
+    twice = [world.new_group(pair, key="pair"), world.new_group(pair, key="pair")]
+    for i, g in enumerate(twice):
+        assert g is not None and g.members == pair and g.rank == pair.index(r)
+        x = np.array([r + 10 * i], dtype=np.int64)
+        g.allreduce(x)
+        assert x[0] == sum(q + 10 * i for q in pair), (i, x, pair)
+    # the same key with other members is another group: a ring of neighbours, in reverse order
+    if p >= 3 and r < 3:
+        trio = world.new_group([2, 1, 0], key="pair")
+        y = np.array([r], dtype=np.int32)
+        trio.broadcast(y, root=0)
+        assert y[0] == 2
+    # groups every rank makes still line up afterwards
+    g = world.new_group(list(range(p)))
+    z = np.array([1.0])
+    g.allreduce(z)
+    assert z[0] == p
+    expect_error(TypeError, "key must be a str", world.new_group, [r], key=3)
+
+
 def check_send_recv(r: int, p: int) -> None:
     if p < 2:
         return
@@ -103,6 +131,21 @@ def check_arguments(r: int, p: int) -> None:
     expect_error(ValueError, "valid: ", shoal.allreduce, np.zeros(3, np.float32), algorithm="nope")
     expect_error(ValueError, "root", shoal.broadcast, np.zeros(3, np.float32), root=p)
     expect_error(ValueError, "not a multiple", shoal.reduce_scatter, np.zeros(p * 2 + 1, np.float32)) if p > 1 else None
+    # per-rank counts the core refuses: one per rank, on the collectives that take them
+    from shoal._shoal import Call
+
+    comm = shoal.world()._comm
+    x, out = np.zeros(1, np.float32), np.zeros(p + 1, np.float32)
+    wrong = Call("allgather", counts=[1] * (p + 1), dtype="float32")
+    expect_error(
+        ValueError,
+        f"allgather: counts has {p + 1} entries, expected {p} (one per rank)",
+        comm.collective,
+        wrong,
+        x,
+        out,
+    )
+    expect_error(ValueError, "ring", shoal.allgather, x, counts=[1] * p, algorithm="bruck") if p > 1 else None
     # any buffer-protocol object works, in place
     buf = bytearray([r + 1] * 5)
     shoal.allreduce(buf, op="max")
@@ -118,6 +161,7 @@ def main() -> None:
     r, p = shoal.rank(), shoal.size()
     check_async(r, p)
     check_groups(r, p)
+    check_keyed_groups(r, p)
     check_send_recv(r, p)
     check_arguments(r, p)
     shoal.finalize()

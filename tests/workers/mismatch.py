@@ -84,6 +84,11 @@ def one_difference(what: str) -> None:
         shoal.allreduce(x, op="max" if odd else "sum")
     elif what == "root":
         shoal.broadcast(x, root=1 if odd else 0)
+    elif what == "counts":
+        counts = [q + 1 for q in range(p)]
+        if odd:
+            counts.reverse()
+        shoal.allgather(np.ones(counts[r], dtype=np.float32), counts=counts)
 
 
 def main() -> None:

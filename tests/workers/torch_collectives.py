@@ -368,6 +368,24 @@ def check_functional_collectives(r: int, n: int) -> None:
     check(gathered * 1, torch.cat([torch.full((2,), float(q)) for q in range(n)]), "functional all_gather")
 
 
+def check_uneven_gather_and_scatter(r: int, n: int) -> None:
+    """all_gather and reduce_scatter with a tensor size per rank (run with per-rank counts)."""
+
+    def size(q: int) -> int:
+        return (q * 2 + 1) % 4  # 1, 3, 0, 2, ...: zeros too
+
+    for dtype in (torch.float32, torch.int16, torch.complex64, torch.bool):
+        outs = [torch.empty(size(q), dtype=dtype) for q in range(n)]
+        dist.all_gather(outs, data(r, (size(r),), dtype, salt="ug"))
+        for q in range(n):
+            check(outs[q], data(q, (size(q),), dtype, salt="ug"), f"uneven all_gather {dtype} from {q}")
+    for dtype in (torch.float32, torch.int16, torch.complex64):
+        ins = [torch.full((size(q),), r + 1, dtype=dtype) for q in range(n)]
+        out = torch.empty(size(r), dtype=dtype)
+        dist.reduce_scatter(out, ins)
+        check(out, torch.full((size(r),), sum(q + 1 for q in range(n)), dtype=dtype), f"uneven reduce_scatter {dtype}")
+
+
 def check_errors(r: int, n: int) -> None:
     x = torch.ones(4)
     # ReduceOp.PREMUL_SUM is not callable on torch 2.4; _make_nccl_premul_sum builds the op on every release
@@ -411,6 +429,7 @@ def main() -> None:
     check_reductions(r, n)
     check_data_movement(r, n)
     check_alltoall(r, n)
+    check_uneven_gather_and_scatter(r, n)
     check_point_to_point(r, n)
     check_groups(r, n)
     check_coalescing(r, n)

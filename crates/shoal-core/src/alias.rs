@@ -59,11 +59,11 @@ impl Span {
 }
 
 /// Checks the overlap of `bufs` for a call of `shape` on group rank `rank`
-/// (`block_bytes`: one rank's block) and says how to run it.
+/// (elements of `elem_size` bytes) and says how to run it.
 pub fn classify(
     shape: &CallShape,
     rank: usize,
-    block_bytes: usize,
+    elem_size: usize,
     bufs: &CallBuffers,
 ) -> Result<InPlace> {
     let x = Span {
@@ -77,7 +77,9 @@ pub fn classify(
     if x.len == 0 || out.len == 0 || x.end() <= out.start || out.end() <= x.start {
         return Ok(InPlace::Direct);
     }
-    let own_block = rank * block_bytes;
+    // This rank's block of the vector of all blocks (per-rank counts too).
+    let own_block = shape.block_offset(rank) * elem_size;
+    let block_bytes = shape.block(rank) * elem_size;
     use Collective::*;
     let mode = match shape.collective {
         Allreduce | Broadcast | Reduce if x.is_at(out, 0, out.len) => InPlace::Direct,
@@ -178,7 +180,8 @@ mod tests {
             count,
             root: 0,
             chunk: 1024,
-            local: 1,
+            ranks_per_host: 1,
+            counts: None,
         }
     }
 
@@ -199,7 +202,7 @@ mod tests {
             bufs(1040, 40, 1000, 40),
             bufs(1000, 0, 1000, 40),
         ] {
-            assert_eq!(classify(&s, 1, 10, &b).unwrap(), InPlace::Direct);
+            assert_eq!(classify(&s, 1, 1, &b).unwrap(), InPlace::Direct);
         }
     }
 
@@ -209,7 +212,7 @@ mod tests {
         let w = 4;
         let n = 10; // bytes per block here
         let at =
-            |c: Collective, rank: usize, b: CallBuffers| classify(&shape(c, w, n), rank, n, &b);
+            |c: Collective, rank: usize, b: CallBuffers| classify(&shape(c, w, n), rank, 1, &b);
         assert_eq!(
             at(Allreduce, 2, bufs(1000, n, 1000, n)).unwrap(),
             InPlace::Direct
@@ -250,7 +253,7 @@ mod tests {
         use Collective::*;
         let (w, n) = (4, 10);
         let at = |c: Collective, rank: usize, b: CallBuffers| {
-            classify(&shape(c, w, n), rank, n, &b).unwrap_err().message
+            classify(&shape(c, w, n), rank, 1, &b).unwrap_err().message
         };
         let e = at(Alltoall, 1, bufs(1000, 40, 1008, 40));
         assert_eq!(

@@ -181,6 +181,7 @@ fn broadcast_f64(world: &Communicator, values: &mut [f64]) -> Result<()> {
     let args = CollArgs {
         collective: Collective::Broadcast,
         count: values.len(),
+        counts: None,
         dtype: DType::F64,
         op: ReduceOp::Sum,
         root: 0,

@@ -13,7 +13,7 @@ use crate::config::Config;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{execute, CallBuffers, CallContext, CompiledPlan};
-use crate::ina::{self, Ina, INA, INA_SIG_INDEX};
+use crate::ina::{self, Ina, INA, INA_ALGO_ID};
 use crate::lru::Lru;
 use crate::reduce::divide;
 use crate::select::Selector;
@@ -122,12 +122,15 @@ impl Engine {
     }
 }
 
-/// Arguments of one collective call. `count` is the per-rank block size
-/// (see the buffer contract in `shoal_plan::CallShape`).
+/// Arguments of one collective call. `count` is the per-rank block size,
+/// or `counts` the per-rank ones (allgather, reduce_scatter: one per rank;
+/// alltoall: the `world x world` matrix); see the buffer contract in
+/// `shoal_plan::CallShape`.
 #[derive(Clone, Debug)]
 pub struct CollArgs {
     pub collective: Collective,
     pub count: usize,
+    pub counts: Option<Arc<[usize]>>,
     pub dtype: DType,
     pub op: ReduceOp,
     pub root: usize,
@@ -141,14 +144,16 @@ struct CommState {
     /// The `history` of the next call's signature (see `CallSig::history`).
     history: u32,
     groups_made: u32,
+    /// Groups made with a key, per (key, members): see `new_group`.
+    keyed_made: HashMap<(String, Vec<usize>), u32>,
     /// Next message index per (peer, user tag), for sends and receives apart.
     sends: HashMap<(usize, u32), u32>,
     recvs: HashMap<(usize, u32), u32>,
 }
 
 /// A plan is the same for every communicator with the same call shape,
-/// algorithm (registry index) and group rank.
-type PlanKey = (CallShape, u8, usize);
+/// algorithm (its id) and group rank.
+type PlanKey = (CallShape, u32, usize);
 
 pub struct Communicator {
     engine: Arc<Engine>,
@@ -156,8 +161,8 @@ pub struct Communicator {
     members: Vec<usize>,
     rank: usize,
     id: u32,
-    /// Ranks per host of the members' block layout (see `CallShape::local`).
-    local: usize,
+    /// Ranks per host of the members' block layout (see `CallShape::ranks_per_host`).
+    ranks_per_host: usize,
     /// The most members on one host: they share its link to a switch.
     busiest_host: usize,
     state: Mutex<CommState>,
@@ -177,6 +182,7 @@ struct Prepared {
     collective: Collective,
     algorithm: &'static str,
     count: usize,
+    counts: Option<Arc<[usize]>>,
     root: usize,
     global_rank: usize,
     op: ReduceOp,
@@ -192,15 +198,13 @@ struct Prepared {
 impl Prepared {
     /// Names the call in errors; built only when one happens.
     fn describe(&self) -> String {
+        let count = match &self.counts {
+            Some(c) => format!("counts={c:?}"),
+            None => format!("count={}", self.count),
+        };
         format!(
-            "{}(algorithm={}, count={}, dtype={}, op={}, root={}) on rank {}",
-            self.collective,
-            self.algorithm,
-            self.count,
-            self.dtype,
-            self.op,
-            self.root,
-            self.global_rank
+            "{}(algorithm={}, {count}, dtype={}, op={}, root={}) on rank {}",
+            self.collective, self.algorithm, self.dtype, self.op, self.root, self.global_rank
         )
     }
 }
@@ -219,14 +223,14 @@ impl Communicator {
         rank: usize,
         id: u32,
     ) -> Communicator {
-        let local = block_layout(&engine.host_of, &members);
+        let ranks_per_host = block_layout(&engine.host_of, &members);
         let busiest_host = busiest_host(&engine.host_of, &members);
         Communicator {
             engine,
             members,
             rank,
             id,
-            local,
+            ranks_per_host,
             busiest_host,
             state: Mutex::new(CommState::default()),
         }
@@ -292,6 +296,7 @@ impl Communicator {
         let args = CollArgs {
             collective,
             count,
+            counts: None,
             dtype,
             op: ReduceOp::Sum,
             root,
@@ -383,19 +388,20 @@ impl Communicator {
         let args = CollArgs {
             collective: Collective::Allreduce,
             count: 1,
+            counts: None,
             dtype: DType::U8,
             op: ReduceOp::Min,
             root: 0,
             algorithm: Some(algorithm.into()),
         };
         let shape = self.shape(&args)?;
-        let (index, alg) = self.engine.selector.choose(&shape, 1, Some(algorithm))?;
-        let cp = self.plan(shape, index, alg);
+        let (id, alg) = self.engine.selector.choose(&shape, 1, Some(algorithm))?;
+        let cp = self.plan(shape, id, alg);
         let sig = CallSig {
             kind: 0,
             dtype: DType::U8.index(),
             op: ReduceOp::Min.index(),
-            algo: index,
+            algo: id,
             root: 0,
             count: 1,
             history,
@@ -432,14 +438,14 @@ impl Communicator {
     fn plan(
         &self,
         shape: CallShape,
-        index: u8,
+        id: u32,
         alg: &'static shoal_plan::Algorithm,
     ) -> Arc<CompiledPlan> {
-        let key = (shape, index, self.rank);
+        let key = (shape, id, self.rank);
         if let Some(cp) = self.engine.plans.lock().unwrap().get(&key) {
             return cp;
         }
-        let cp = Arc::new(CompiledPlan::new((alg.generate)(&shape, self.rank)));
+        let cp = Arc::new(CompiledPlan::new((alg.generate)(&key.0, self.rank)));
         self.engine.plans.lock().unwrap().insert(key, cp.clone());
         cp
     }
@@ -478,11 +484,11 @@ impl Communicator {
         }
         self.check_buffers(&shape, args.dtype, bufs)?;
         let esize = args.dtype.size();
-        let in_place = alias::classify(&shape, self.rank, args.count * esize, bufs)?;
+        let in_place = alias::classify(&shape, self.rank, esize, bufs)?;
         let explicit = args.algorithm.as_deref();
         let via_switch = self.wants_switch(args, &shape)?;
         let host_choice = explicit.filter(|&a| a != INA);
-        let (algo_index, alg) = self.engine.selector.choose(&shape, esize, host_choice)?;
+        let (algo_id, alg) = self.engine.selector.choose(&shape, esize, host_choice)?;
         let op = if args.collective.reduces() {
             args.op
         } else {
@@ -495,18 +501,14 @@ impl Communicator {
                 .unwrap() as u8,
             dtype: args.dtype.index(),
             op: op.index(),
-            algo: if via_switch {
-                INA_SIG_INDEX
-            } else {
-                algo_index
-            },
+            algo: if via_switch { INA_ALGO_ID } else { algo_id },
             root: args.root as u32,
-            count: args.count as u64,
+            count: sig_count(&shape),
             history: 0,
         };
         let has_output = shape.buffer_len(self.rank, Buf::Output) > 0;
         let divide_by = (op == ReduceOp::Avg && has_output).then_some(self.size());
-        let cp = self.plan(shape, algo_index, alg);
+        let cp = self.plan(shape.clone(), algo_id, alg);
         let mut st = self.state.lock().unwrap();
         // Every member folds the same calls in the same order.
         sig.history = st.history;
@@ -534,6 +536,7 @@ impl Communicator {
             collective: args.collective,
             algorithm: if via_switch { INA } else { alg.name },
             count: args.count,
+            counts: shape.counts.clone(),
             root: args.root,
             global_rank: self.members[self.rank],
             op,
@@ -578,7 +581,10 @@ impl Communicator {
         let per_link = self.busiest_host;
         // Every switch allreduce ends with the ranks agreeing on its outcome:
         // a one-byte host allreduce, which decides for small messages.
-        let agreement = CallShape { count: 1, ..*shape };
+        let agreement = CallShape {
+            count: 1,
+            ..shape.clone()
+        };
         let agree = self.engine.selector.best_cost(&agreement, 1)?;
         Ok(ina::cost(bytes, per_link, &self.engine.selector.cost()) + agree < host)
     }
@@ -600,11 +606,39 @@ impl Communicator {
         Ok(CallShape {
             collective: args.collective,
             world,
-            count: args.count,
+            // With per-rank counts the single count means nothing.
+            count: if args.counts.is_some() { 0 } else { args.count },
             root,
             chunk,
-            local: self.local,
+            ranks_per_host: self.ranks_per_host,
+            counts: self.check_counts(args)?,
         })
+    }
+
+    /// The call's per-rank counts, if it has any, checked against the
+    /// collective and the group size.
+    fn check_counts(&self, args: &CollArgs) -> Result<Option<Arc<[usize]>>> {
+        let Some(counts) = &args.counts else {
+            return Ok(None);
+        };
+        let world = self.size();
+        let (expected, what) = match args.collective {
+            Collective::Allgather | Collective::ReduceScatter => (world, "one per rank"),
+            Collective::Alltoall => (world * world, "world x world, row s for rank s's sends"),
+            c => {
+                return Err(Error::invalid(format!(
+                    "{c} takes no per-rank counts (allgather, reduce_scatter and alltoall do)"
+                )))
+            }
+        };
+        if counts.len() != expected {
+            return Err(Error::invalid(format!(
+                "{}: counts has {} entries, expected {expected} ({what}) in this group of {world}",
+                args.collective,
+                counts.len()
+            )));
+        }
+        Ok(Some(counts.clone()))
     }
 
     fn check_buffers(&self, shape: &CallShape, dtype: DType, bufs: &CallBuffers) -> Result<()> {
@@ -616,12 +650,15 @@ impl Communicator {
             let need = shape.buffer_len(self.rank, buf) * esize;
             if have != need {
                 return Err(Error::invalid(format!(
-                    "{}: {name} buffer has {} elements of {dtype}, expected {} on rank {} (count={}, world={})",
+                    "{}: {name} buffer has {} elements of {dtype}, expected {} on rank {} ({}, world={})",
                     shape.collective,
                     have / esize,
                     need / esize,
                     self.rank,
-                    shape.count,
+                    match &shape.counts {
+                        Some(c) => format!("counts={c:?}"),
+                        None => format!("count={}", shape.count),
+                    },
                     shape.world
                 )));
             }
@@ -749,10 +786,46 @@ impl Communicator {
         self.engine.run(&cp, &ctx, bufs)
     }
 
-    /// Makes a sub-communicator of the given group ranks. Every rank of this
-    /// communicator must call it with the same list (like torch's
-    /// `new_group`); non-members get `None`.
-    pub fn new_group(&self, ranks: &[usize]) -> Result<Option<Communicator>> {
+    /// Makes a sub-communicator of the given group ranks (in group order).
+    ///
+    /// Without a `key`, every rank of this communicator calls it with the
+    /// same list (like torch's `new_group`); non-members get `None`. With a
+    /// `key`, only the members call it, with the same key: the group's id
+    /// comes from the key, the members and how many groups this rank made
+    /// before with that key and those members, all of which the members
+    /// agree on without the other ranks (torch's members-only group creation).
+    pub fn new_group(&self, ranks: &[usize], key: Option<&str>) -> Result<Option<Communicator>> {
+        self.check_group_ranks(ranks)?;
+        // Every caller counts the group, members or not, so that all number alike.
+        let name = {
+            let mut st = self.state.lock().unwrap();
+            match key {
+                None => {
+                    st.groups_made += 1;
+                    GroupName::Numbered(st.groups_made)
+                }
+                Some(key) => {
+                    let made = st.keyed_made.entry((key.to_string(), ranks.to_vec()));
+                    let k = made.or_insert(0);
+                    *k += 1;
+                    GroupName::Keyed(key, *k)
+                }
+            }
+        };
+        let Some(rank) = ranks.iter().position(|&r| r == self.rank) else {
+            return Ok(None);
+        };
+        let id = group_id(self.id, name, ranks);
+        let members = ranks.iter().map(|&r| self.members[r]).collect();
+        Ok(Some(Communicator::with_members(
+            self.engine.clone(),
+            members,
+            rank,
+            id,
+        )))
+    }
+
+    fn check_group_ranks(&self, ranks: &[usize]) -> Result<()> {
         let mut sorted = ranks.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
@@ -767,23 +840,24 @@ impl Communicator {
                 self.size()
             )));
         }
-        let k = {
-            let mut st = self.state.lock().unwrap();
-            st.groups_made += 1;
-            st.groups_made
-        };
-        let id = group_id(self.id, k, ranks);
-        let Some(rank) = ranks.iter().position(|&r| r == self.rank) else {
-            return Ok(None);
-        };
-        let members = ranks.iter().map(|&r| self.members[r]).collect();
-        Ok(Some(Communicator::with_members(
-            self.engine.clone(),
-            members,
-            rank,
-            id,
-        )))
+        Ok(())
     }
+}
+
+/// The `count` of a call's signature: its count, or with per-rank counts a
+/// hash of them (FNV-1a 64 over each as a little-endian u64), so ranks that
+/// pass different counts are caught like those that pass different counts.
+fn sig_count(shape: &CallShape) -> u64 {
+    let Some(counts) = &shape.counts else {
+        return shape.count as u64;
+    };
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &c in counts.iter() {
+        for b in (c as u64).to_le_bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
 }
 
 /// The most members any one host has.
@@ -819,17 +893,56 @@ fn block_layout(host_of: &[usize], members: &[usize]) -> usize {
     }
 }
 
+/// How a group is told apart from its parent's other groups with the same members.
+#[derive(Clone, Copy, Debug)]
+enum GroupName<'a> {
+    /// The parent's `k`-th group made by all of its ranks.
+    Numbered(u32),
+    /// The `k`-th group made with this key and these members.
+    Keyed(&'a str, u32),
+}
+
 /// A communicator id every member derives alike, without messages: a hash of
-/// the parent's id, how many groups the parent made before, and the members.
-fn group_id(parent: u32, k: u32, ranks: &[usize]) -> u32 {
+/// the parent's id, the group's name and the members.
+fn group_id(parent: u32, name: GroupName<'_>, ranks: &[usize]) -> u32 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut mix = |v: u64| {
         h ^= v;
         h = h.wrapping_mul(0x0100_0000_01b3);
     };
     mix(parent as u64);
-    mix(k as u64);
+    match name {
+        GroupName::Numbered(k) => mix(k as u64),
+        GroupName::Keyed(key, k) => {
+            // A marker no count reaches keeps the two kinds of name apart.
+            mix(u64::MAX);
+            mix(key.len() as u64);
+            key.bytes().for_each(|b| mix(b as u64));
+            mix(k as u64);
+        }
+    }
     ranks.iter().for_each(|&r| mix(r as u64));
     // Id 0 is the world's.
     ((h ^ (h >> 32)) as u32).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keyed_group_ids_differ_by_key_count_and_members_and_from_numbered_ones() {
+        let ids = [
+            group_id(0, GroupName::Numbered(1), &[0, 1]),
+            group_id(0, GroupName::Keyed("a", 1), &[0, 1]),
+            group_id(0, GroupName::Keyed("a", 2), &[0, 1]),
+            group_id(0, GroupName::Keyed("b", 1), &[0, 1]),
+            group_id(0, GroupName::Keyed("a", 1), &[1, 0]),
+            group_id(7, GroupName::Keyed("a", 1), &[0, 1]),
+        ];
+        for (i, a) in ids.iter().enumerate() {
+            assert!(ids[i + 1..].iter().all(|b| a != b), "{ids:?}");
+        }
+        assert_eq!(ids[1], group_id(0, GroupName::Keyed("a", 1), &[0, 1]));
+    }
 }

@@ -114,7 +114,7 @@ fn describe_mismatch(
 
 /// A call signature in words, e.g. `allreduce(count=1000, dtype=float32,
 /// op=sum, algorithm=ring)` or `broadcast(root=1, count=10, dtype=int32,
-/// algorithm=pc)`: the op only where the collective reduces, the root only
+/// algorithm=pipelined_chain)`: the op only where the collective reduces, the root only
 /// where it has one.
 pub fn describe_sig(sig: &CallSig) -> String {
     let dtype = DType::ALL.get(sig.dtype as usize).map_or("?", |d| d.name());
@@ -131,9 +131,9 @@ pub fn describe_sig(sig: &CallSig) -> String {
         let op = ReduceOp::ALL.get(sig.op as usize).map_or("?", |o| o.name());
         args.push(format!("op={op}"));
     }
-    let algo = match shoal_plan::registry().get(sig.algo as usize) {
+    let algo = match shoal_plan::algorithms::by_id(*coll, sig.algo) {
         Some(a) => a.name,
-        None if sig.algo == crate::ina::INA_SIG_INDEX => crate::ina::INA,
+        None if sig.algo == crate::ina::INA_ALGO_ID => crate::ina::INA,
         None => "?",
     };
     args.push(format!("algorithm={algo}"));

@@ -31,8 +31,9 @@ use crate::store::ScopedStore;
 
 /// The name users give to force it: `algorithm="ina"`, `SHOAL_ALGO=allreduce:ina`.
 pub const INA: &str = "ina";
-/// Its "algorithm index" in message signatures (plan algorithms use their registry index).
-pub const INA_SIG_INDEX: u8 = 254;
+/// Its algorithm id in message signatures, made like the plan algorithms'.
+pub const INA_ALGO_ID: u32 =
+    shoal_plan::algorithms::algorithm_id(shoal_plan::Collective::Allreduce, INA);
 
 /// This rank's membership in the switch job.
 pub struct Ina {

@@ -70,22 +70,34 @@ impl Selector {
         })
     }
 
-    /// The algorithm for one call, and its index in the registry (carried in
-    /// message signatures so ranks that chose differently are caught).
+    /// The algorithm for one call, and its id (carried in message signatures
+    /// so ranks that chose differently are caught; see `Algorithm::id`).
     pub fn choose(
         &self,
         shape: &CallShape,
         elem_size: usize,
         explicit: Option<&str>,
-    ) -> Result<(u8, &'static Algorithm)> {
+    ) -> Result<(u32, &'static Algorithm)> {
         let alg = match explicit {
-            Some(name) => algorithms::find(shape.collective, name).map_err(Error::invalid)?,
+            Some(name) => {
+                let alg = algorithms::find(shape.collective, name).map_err(Error::invalid)?;
+                if !alg.handles(shape) {
+                    return Err(Error::invalid(format!(
+                        "{} algorithm '{}' takes no per-rank counts; {}",
+                        shape.collective,
+                        alg.name,
+                        counts_takers(shape)
+                    )));
+                }
+                alg
+            }
+            // A SHOAL_ALGO choice that cannot run the call leaves it to the cost model.
             None => match self.overrides.get(&shape.collective) {
-                Some(alg) => alg,
-                None => self.cheapest(shape, elem_size)?,
+                Some(alg) if alg.handles(shape) => alg,
+                _ => self.cheapest(shape, elem_size)?,
             },
         };
-        Ok((registry_index(alg), alg))
+        Ok((alg.id(), alg))
     }
 
     /// Whether `SHOAL_ALGO` sends allreduce through the switch.
@@ -111,12 +123,13 @@ impl Selector {
     }
 
     fn cheapest(&self, shape: &CallShape, elem_size: usize) -> Result<&'static Algorithm> {
-        let key = (*shape, elem_size);
+        let key = (shape.clone(), elem_size);
         if let Some(alg) = self.cheapest.lock().unwrap().get(&key) {
             return Ok(alg);
         }
         let cost = self.cost();
         let alg = algorithms::for_collective(shape.collective)
+            .filter(|a| a.handles(shape))
             .map(|a| ((a.cost)(shape, elem_size, &cost), a))
             .min_by(|x, y| x.0.total_cmp(&y.0))
             .map(|(_, a)| a)
@@ -128,11 +141,13 @@ impl Selector {
     }
 }
 
-fn registry_index(alg: &Algorithm) -> u8 {
-    algorithms::registry()
-        .iter()
-        .position(|a| a.collective == alg.collective && a.name == alg.name)
-        .unwrap_or(255) as u8
+/// Names the algorithms that can run a call of `shape` (with per-rank counts).
+fn counts_takers(shape: &CallShape) -> String {
+    let names: Vec<&str> = algorithms::for_collective(shape.collective)
+        .filter(|a| a.handles(shape))
+        .map(|a| a.name)
+        .collect();
+    format!("those that do: {}", names.join(", "))
 }
 
 pub fn parse_collective(name: &str) -> Result<Collective> {

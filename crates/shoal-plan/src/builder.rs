@@ -12,7 +12,7 @@
 //! ```
 //! use shoal_plan::{verify_plans, CallShape, Collective, PlanBuilder, Region};
 //!
-//! let shape = CallShape { collective: Collective::Allreduce, world: 2, count: 8, root: 0, chunk: 4, local: 1 };
+//! let shape = CallShape { collective: Collective::Allreduce, world: 2, count: 8, root: 0, chunk: 4, ranks_per_host: 1, counts: None };
 //! let plans: Vec<_> = (0..2)
 //!     .map(|rank| {
 //!         let mut b = PlanBuilder::new(&shape, rank);
@@ -46,7 +46,18 @@ pub struct PlanBuilder {
 
 impl PlanBuilder {
     pub fn new(shape: &CallShape, rank: usize) -> PlanBuilder {
-        let largest = (shape.world * shape.count).max(1);
+        // No message is longer than the largest buffer.
+        let largest = (0..shape.world)
+            .flat_map(|r| {
+                [
+                    shape.buffer_len(r, Buf::Input),
+                    shape.buffer_len(r, Buf::Output),
+                ]
+            })
+            .chain([shape.world * shape.count])
+            .max()
+            .unwrap_or(0)
+            .max(1);
         PlanBuilder {
             plan: Plan::new(rank),
             world: shape.world,

@@ -6,6 +6,7 @@
 //! executor multiplies by the element size of the call's dtype.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// Which collective a plan implements. Determines the buffer contract below.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -34,7 +35,7 @@ impl Collective {
         Collective::Barrier,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             Collective::Allreduce => "allreduce",
             Collective::Broadcast => "broadcast",
@@ -92,12 +93,21 @@ impl fmt::Display for Collective {
 /// | scatter        | world*n at root; 0 elsewhere | n, block r of root's Input                  |
 /// | barrier        | 0                          | 0                                             |
 ///
+/// With per-rank counts (`counts`, the `v` forms of MPI: allgatherv,
+/// reduce_scatter with counts, alltoallv) block `q` has `counts[q]` elements
+/// instead of `n` and blocks lie back to back: allgather's Output and
+/// reduce_scatter's Input hold `sum(counts)`, rank `r`'s allgather Input and
+/// reduce_scatter Output `counts[r]`. For alltoall `counts` is the
+/// `world x world` matrix, `counts[s * world + d]` the elements rank `s`
+/// sends to rank `d`: rank `r`'s Input is its row, block `d` going to `d`, its
+/// Output its column, block `s` from `s`. Other collectives take no counts.
+///
 /// Input and Output may be the same memory (in-place calls: allreduce with
 /// Input == Output, broadcast at root). Plans must therefore copy Input into
 /// Output/Scratch before writing Output, and never read Input after writing
 /// Output; the executor turns a Copy whose source and destination are the same
 /// memory into a no-op.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CallShape {
     pub collective: Collective,
     /// Group size.
@@ -110,22 +120,65 @@ pub struct CallShape {
     /// of at most this many elements so the executor can overlap them.
     pub chunk: usize,
     /// Ranks per host when the group is laid out in equal contiguous blocks
-    /// (rank `r` on host `r / local`), as launchers place ranks; 1 when every
+    /// (rank `r` on host `r / ranks_per_host`), as launchers place ranks; 1 when every
     /// rank is its own host or the layout is irregular. Topology-aware
     /// algorithms use it; the others ignore it.
-    pub local: usize,
+    pub ranks_per_host: usize,
+    /// Per-rank block sizes replacing `count` (see the table above), or
+    /// `None` when every block has `count` elements.
+    pub counts: Option<Arc<[usize]>>,
 }
 
 impl CallShape {
     /// `(hosts, ranks per host)` of the block layout; `(world, 1)` when
-    /// `local` does not describe one.
+    /// `ranks_per_host` does not describe one.
     pub fn layout(&self) -> (usize, usize) {
-        let l = self.local;
+        let l = self.ranks_per_host;
         if l == 0 || self.world == 0 || !self.world.is_multiple_of(l) {
             (self.world, 1)
         } else {
             (self.world / l, l)
         }
+    }
+
+    /// How many entries `counts` must have for this collective, or `None`
+    /// when it takes no per-rank counts.
+    pub fn counts_len(&self) -> Option<usize> {
+        match self.collective {
+            Collective::Allgather | Collective::ReduceScatter => Some(self.world),
+            Collective::Alltoall => Some(self.world * self.world),
+            _ => None,
+        }
+    }
+
+    /// Elements of block `q` (allgather, reduce_scatter).
+    pub fn block(&self, q: usize) -> usize {
+        self.counts.as_ref().map_or(self.count, |c| c[q])
+    }
+
+    /// Offset of block `q` in the vector of all blocks (allgather's Output,
+    /// reduce_scatter's Input); `block_offset(world)` is its length.
+    pub fn block_offset(&self, q: usize) -> usize {
+        self.counts
+            .as_ref()
+            .map_or(q * self.count, |c| c[..q].iter().sum())
+    }
+
+    /// Alltoall: elements rank `src` sends to rank `dst`.
+    pub fn sends(&self, src: usize, dst: usize) -> usize {
+        self.counts
+            .as_ref()
+            .map_or(self.count, |c| c[src * self.world + dst])
+    }
+
+    /// Alltoall: offset in `src`'s Input of its block for `dst`.
+    pub fn send_offset(&self, src: usize, dst: usize) -> usize {
+        (0..dst).map(|d| self.sends(src, d)).sum()
+    }
+
+    /// Alltoall: offset in `dst`'s Output of the block from `src`.
+    pub fn recv_offset(&self, dst: usize, src: usize) -> usize {
+        (0..src).map(|s| self.sends(s, dst)).sum()
     }
 
     /// Length in elements of each buffer for `rank`.
@@ -153,11 +206,12 @@ impl CallShape {
                 }
             }
             (Broadcast, Buf::Output) => n,
-            (Allgather, Buf::Input) => n,
-            (Allgather, Buf::Output) => w * n,
-            (ReduceScatter, Buf::Input) => w * n,
-            (ReduceScatter, Buf::Output) => n,
-            (Alltoall, _) => w * n,
+            (Allgather, Buf::Input) => self.block(rank),
+            (Allgather, Buf::Output) => self.block_offset(w),
+            (ReduceScatter, Buf::Input) => self.block_offset(w),
+            (ReduceScatter, Buf::Output) => self.block(rank),
+            (Alltoall, Buf::Input) => self.send_offset(rank, w),
+            (Alltoall, Buf::Output) => self.recv_offset(rank, w),
             (Gather, Buf::Input) => n,
             (Gather, Buf::Output) => {
                 if is_root {

@@ -41,7 +41,8 @@ fn verify_collective(collective: Collective) {
                                 count,
                                 root,
                                 chunk,
-                                local,
+                                ranks_per_host: local,
+                                counts: None,
                             };
                             if let Err(e) = verify(alg, &shape) {
                                 panic!("{collective}:{} {shape:?}: {e}", alg.name);
@@ -128,7 +129,10 @@ fn unknown_name_lists_valid_ones() {
         assert!(err.contains(name), "{err}");
     }
     assert!(err.contains("nope"));
-    assert_eq!(find(Collective::Broadcast, "pc").unwrap().name, "pc");
+    assert_eq!(
+        find(Collective::Broadcast, "pipelined_chain").unwrap().name,
+        "pipelined_chain"
+    );
 }
 
 /// The selector relies on the relative order of the estimates.
@@ -147,7 +151,8 @@ fn cost_model_orders_the_classics() {
         count,
         root: 0,
         chunk: 1 << 16,
-        local: 1,
+        ranks_per_host: 1,
+        counts: None,
     };
     let cost = |c, name, count| (find(c, name).unwrap().cost)(&shape(c, count), 4, &params);
     let ar = Collective::Allreduce;
@@ -159,8 +164,8 @@ fn cost_model_orders_the_classics() {
     assert!(cost(ar, "rabenseifner", big) < cost(ar, "recursive_doubling", big));
     assert!(cost(ar, "ring", big) < cost(ar, "direct", big));
     let bc = Collective::Broadcast;
-    assert!(cost(bc, "pc", big) < cost(bc, "binomial", big));
-    assert!(cost(bc, "binomial", small) < cost(bc, "pc", small));
+    assert!(cost(bc, "pipelined_chain", big) < cost(bc, "binomial", big));
+    assert!(cost(bc, "binomial", small) < cost(bc, "pipelined_chain", small));
     for alg in registry() {
         let c = (alg.cost)(&shape(alg.collective, 1000), 4, &params);
         assert!(
@@ -183,7 +188,8 @@ fn ring_pieces_wait_only_for_their_own_piece() {
         count: 4 * 30,
         root: 0,
         chunk: 10,
-        local: 1,
+        ranks_per_host: 1,
+        counts: None,
     };
     let plan = (find(Collective::Allreduce, "ring").unwrap().generate)(&shape, 1);
     let sends: Vec<_> = plan
@@ -204,4 +210,58 @@ fn ring_pieces_wait_only_for_their_own_piece() {
         };
         assert_eq!(written, src, "a send waits for exactly the piece it sends");
     }
+}
+
+/// Per-rank counts for `len` blocks: a deterministic mix of zeros, ones and
+/// awkward sizes, different for each seed.
+fn varied_counts(len: usize, seed: usize) -> Vec<usize> {
+    const SIZES: [usize; 7] = [0, 1, 5, 0, 13, 2, 31];
+    (0..len)
+        .map(|i| SIZES[(i * 3 + seed) % SIZES.len()])
+        .collect()
+}
+
+/// Every algorithm that takes per-rank counts, verified over world sizes
+/// 1..=9 with uneven and zero blocks; the others are not offered such calls.
+#[test]
+fn variable_counts() {
+    let mut checked = 0;
+    for &(collective, name) in shoal_plan::algorithms::TAKE_COUNTS {
+        let alg = find(collective, name).unwrap();
+        for world in 1..=9 {
+            for seed in 0..4 {
+                for chunk in [1, 4, 1 << 20] {
+                    let mut shape = CallShape {
+                        collective,
+                        world,
+                        count: 0,
+                        root: 0,
+                        chunk,
+                        ranks_per_host: 1,
+                        counts: None,
+                    };
+                    let len = shape.counts_len().unwrap();
+                    shape.counts = Some(varied_counts(len, seed).into());
+                    if let Err(e) = verify(alg, &shape) {
+                        panic!("{collective}:{name} {shape:?}: {e}");
+                    }
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 3 * 9 * 4 * 3);
+    let shape = CallShape {
+        collective: Collective::Allgather,
+        world: 3,
+        count: 0,
+        root: 0,
+        chunk: 4,
+        ranks_per_host: 1,
+        counts: Some(vec![1, 2, 3].into()),
+    };
+    assert!(find(Collective::Allgather, "ring").unwrap().handles(&shape));
+    assert!(!find(Collective::Allgather, "bruck")
+        .unwrap()
+        .handles(&shape));
 }

@@ -10,7 +10,8 @@ fn allreduce(world: usize, count: usize) -> CallShape {
         count,
         root: 0,
         chunk: 1 << 20,
-        local: 1,
+        ranks_per_host: 1,
+        counts: None,
     }
 }
 
@@ -266,7 +267,8 @@ fn catches_a_barrier_that_lets_ranks_leave_early() {
         count: 0,
         root: 0,
         chunk: 1,
-        local: 1,
+        ranks_per_host: 1,
+        counts: None,
     };
     let empty = Region::output(0, 0);
     let plans: Vec<Plan> = (0..3)

@@ -3,6 +3,7 @@
 //! holds their exports (see `buffers`) until it is done. Nothing is copied.
 
 mod buffers;
+mod call;
 mod config;
 mod log;
 mod switch;
@@ -14,14 +15,15 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 
-use shoal_core::comm::{CollArgs, Communicator};
+use shoal_core::comm::Communicator;
 use shoal_core::exec::CallBuffers;
 use shoal_core::init::{init_world, InitArgs};
 use shoal_core::select::parse_collective;
 use shoal_core::work::Work;
-use shoal_core::{DType, Error, ErrorKind, ReduceOp};
+use shoal_core::{DType, Error, ErrorKind};
 
 use buffers::{release_deferred, Held};
+use call::PyCall;
 
 create_exception!(
     _shoal,
@@ -166,32 +168,20 @@ impl PyCommunicator {
         self.inner.plan_cache_usage().1
     }
 
-    /// Runs one collective over buffer-protocol objects (C-contiguous; the
-    /// output writable). An asynchronous call keeps their exports until it
-    /// completes, so dropping the handle or the arrays cannot free its memory.
-    #[pyo3(signature = (collective, count, dtype, op, root, algorithm, input, output, async_op))]
-    #[allow(clippy::too_many_arguments)]
+    /// Runs the collective `call` describes over buffer-protocol objects
+    /// (C-contiguous; the output writable). An asynchronous call keeps their
+    /// exports until it completes, so dropping the handle or the arrays
+    /// cannot free its memory.
+    #[pyo3(signature = (call, input, output, async_op=false))]
     fn collective(
         &self,
         py: Python<'_>,
-        collective: &str,
-        count: usize,
-        dtype: &str,
-        op: &str,
-        root: usize,
-        algorithm: Option<String>,
+        call: &PyCall,
         input: Option<Bound<'_, PyAny>>,
         output: Option<Bound<'_, PyAny>>,
         async_op: bool,
     ) -> PyResult<Option<PyWork>> {
-        let args = CollArgs {
-            collective: parse_collective(collective).map_err(to_py)?,
-            count,
-            dtype: DType::from_name(dtype).map_err(invalid)?,
-            op: ReduceOp::from_name(op).map_err(invalid)?,
-            root,
-            algorithm,
-        };
+        let args = call.args.clone();
         release_deferred(py);
         let input = Held::export_opt(input.as_ref(), false)?;
         let output = Held::export_opt(output.as_ref(), true)?;
@@ -256,9 +246,11 @@ impl PyCommunicator {
         })
     }
 
-    /// A sub-communicator; every member of this one must call it alike.
-    fn new_group(&self, ranks: Vec<usize>) -> PyResult<Option<PyCommunicator>> {
-        let group = self.inner.new_group(&ranks).map_err(to_py)?;
+    /// A sub-communicator: without `key` every member of this one calls it
+    /// alike; with `key` only the new group's members do, with the same key.
+    #[pyo3(signature = (ranks, key=None))]
+    fn new_group(&self, ranks: Vec<usize>, key: Option<&str>) -> PyResult<Option<PyCommunicator>> {
+        let group = self.inner.new_group(&ranks, key).map_err(to_py)?;
         Ok(group.map(|c| PyCommunicator { inner: Arc::new(c) }))
     }
 
@@ -350,6 +342,7 @@ fn _shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyCommunicator>()?;
     m.add_class::<PyWork>()?;
+    m.add_class::<PyCall>()?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(algorithms, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;

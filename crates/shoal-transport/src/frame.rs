@@ -157,14 +157,14 @@ impl Header {
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
-        b[4..8].copy_from_slice(&(self.kind as u32).to_le_bytes());
+        b[4] = self.kind as u8;
+        b[5] = self.sig.kind;
+        b[6] = self.sig.dtype;
+        b[7] = self.sig.op;
         b[8..12].copy_from_slice(&self.tag.comm.to_le_bytes());
         b[12..16].copy_from_slice(&self.tag.seq.to_le_bytes());
         b[16..20].copy_from_slice(&self.tag.step.to_le_bytes());
-        b[20] = self.sig.kind;
-        b[21] = self.sig.dtype;
-        b[22] = self.sig.op;
-        b[23] = self.sig.algo;
+        b[20..24].copy_from_slice(&self.sig.algo.to_le_bytes());
         b[24..28].copy_from_slice(&self.sig.root.to_le_bytes());
         b[28..32].copy_from_slice(&self.sig.history.to_le_bytes());
         b[32..40].copy_from_slice(&self.sig.count.to_le_bytes());
@@ -178,7 +178,7 @@ impl Header {
         if b.len() < HEADER_LEN || u32_at(0) != MAGIC {
             return Err(TransportError::Io("corrupt frame header".into()));
         }
-        let kind = match u32_at(4) {
+        let kind = match b[4] {
             1 => Kind::Data,
             2 => Kind::Abort,
             3 => Kind::Bye,
@@ -196,10 +196,10 @@ impl Header {
                 step: u32_at(16),
             },
             sig: CallSig {
-                kind: b[20],
-                dtype: b[21],
-                op: b[22],
-                algo: b[23],
+                kind: b[5],
+                dtype: b[6],
+                op: b[7],
+                algo: u32_at(20),
                 root: u32_at(24),
                 count: u64_at(32),
                 history: u32_at(28),
@@ -225,7 +225,7 @@ mod tests {
                 kind: 4,
                 dtype: 5,
                 op: 6,
-                algo: 7,
+                algo: 0x0708_090a,
                 root: 8,
                 count: 9,
                 history: 11,

@@ -49,8 +49,11 @@ pub struct CallSig {
     pub kind: u8,
     pub dtype: u8,
     pub op: u8,
-    /// Algorithm index, so ranks that picked different algorithms are caught too.
-    pub algo: u8,
+    /// Algorithm id, so ranks that picked different algorithms are caught
+    /// too: a stable hash of the algorithm's name (`shoal_plan::algorithms::
+    /// algorithm_id`), never a position in a list two builds could order
+    /// differently.
+    pub algo: u32,
     pub root: u32,
     pub count: u64,
     /// A hash of the signatures of the communicator's earlier calls (0 for
@@ -78,7 +81,8 @@ impl CallSig {
                 h = (h ^ b as u32).wrapping_mul(0x0100_0193);
             }
         };
-        mix(&[self.kind, self.dtype, self.op, self.algo]);
+        mix(&[self.kind, self.dtype, self.op]);
+        mix(&self.algo.to_le_bytes());
         mix(&self.root.to_le_bytes());
         mix(&self.count.to_le_bytes());
         h

@@ -7,7 +7,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -25,6 +24,7 @@ from ._host import (
     _host,
     _op_name,
     _pack,
+    _per_element,
     _reduction_for,
     _staging,
     _unpack,
@@ -234,15 +234,16 @@ class ShoalProcessGroup(dist.ProcessGroup):
         """For each input, every rank's copy into the matching output list."""
         if len(output_lists) != len(input_tensors):
             raise ValueError(f"allgather: {len(output_lists)} output lists for {len(input_tensors)} inputs")
-        for outs, t in zip(output_lists, input_tensors):
-            self._check_list(outs, t, "allgather output")
+        # Output q may have its own size (rank q's input): per-rank counts then.
+        counts = [self._varied_list(outs, t, "allgather output") for outs, t in zip(output_lists, input_tensors)]
         ins = [_host(t) for t in input_tensors]
-        flats = [_staging(t, self._size * t.numel()) for t in input_tensors]
+        flats = [_staging(t, sum(c) if c else self._size * t.numel()) for t, c in zip(input_tensors, counts)]
 
         def issue(calls: _Calls) -> None:
-            for b, flat in zip(ins, flats):
+            for b, flat, c in zip(ins, flats, counts):
                 out = _flat_host(flat).array
-                calls.add(self._group.allgather(b.array, out, dtype=b.dtype, async_op=calls.async_op))
+                c = None if c is None else [k * _per_element(b.host) for k in c]
+                calls.add(self._group.allgather(b.array, out, dtype=b.dtype, async_op=calls.async_op, counts=c))
 
         def finish() -> None:
             for flat, outs in zip(flats, output_lists):
@@ -274,13 +275,20 @@ class ShoalProcessGroup(dist.ProcessGroup):
     ) -> ShoalWork:
         _single(output_tensors, "reduce_scatter")
         out_t = output_tensors[0]
-        self._check_list(input_tensors[0], out_t, "reduce_scatter input")
+        # Input q may have its own size (rank q's output): per-rank counts then.
+        counts = self._varied_list(input_tensors[0], out_t, "reduce_scatter input")
         op = _reduction_for(out_t.dtype, _op_name(_compat.reduce_op(opts)))
         flat = _host(_pack(input_tensors[0]), reduce=True)
         out = _host(out_t, reduce=True, fill=False)
+        if counts is not None:
+            counts = [k * _per_element(out.host) for k in counts]
 
         def issue(calls: _Calls) -> None:
-            calls.add(self._group.reduce_scatter(flat.array, out.array, op, dtype=out.dtype, async_op=calls.async_op))
+            calls.add(
+                self._group.reduce_scatter(
+                    flat.array, out.array, op, dtype=out.dtype, async_op=calls.async_op, counts=counts
+                )
+            )
 
         return self._launch(opts, output_tensors, issue, _copy_back([out]))
 
@@ -315,7 +323,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
         if len(input_tensors) != n or len(output_tensors) != n:
             raise ValueError(f"alltoall needs {n} input and {n} output tensors")
         sends = [t.reshape(-1) for t in input_tensors]
-        issue, finish = self._padded_alltoall(
+        issue, finish = self._varied_alltoall(
             sends, [t.numel() for t in output_tensors], lambda parts: _copy_parts(parts, output_tensors)
         )
         return self._launch(opts, output_tensors, issue, finish)
@@ -345,7 +353,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
         flat_in = input.reshape(-1) if input.is_contiguous() else input.contiguous().reshape(-1)
         sends = list(flat_in.split([r * row_in for r in in_rows]))
         out_counts = [r * row_out for r in out_rows]
-        issue, finish = self._padded_alltoall(sends, out_counts, lambda parts: _copy_into_rows(parts, output))
+        issue, finish = self._varied_alltoall(sends, out_counts, lambda parts: _copy_into_rows(parts, output))
         return self._launch(opts, [output], issue, finish)
 
     def _even_alltoall(self, output: Tensor, input: Tensor, opts: Any) -> ShoalWork:  # noqa: A002
@@ -356,31 +364,30 @@ class ShoalProcessGroup(dist.ProcessGroup):
 
         return self._launch(opts, [output], issue, _copy_back([o]))
 
-    def _padded_alltoall(
+    def _varied_alltoall(
         self, sends: list[Tensor], recv_counts: list[int], deliver: Callable[[list[Tensor]], None]
     ) -> tuple[Callable[[_Calls], None], Callable[[], None]]:
-        """An alltoall of blocks of different sizes: every block is padded to the
-        largest one of any pair of ranks (agreed by a small allreduce first)."""
-        n = self._size
-        largest = np.array([max([s.numel() for s in sends] + recv_counts + [0])], dtype=np.int64)
-        dtype = sends[0].dtype if sends else torch.uint8
-        state: dict[str, Tensor] = {}
+        """An alltoall of blocks of different sizes: shoal's alltoall with per-rank
+        counts, the blocks back to back, nothing padded."""
+        flat_in = _pack(sends)
+        flat_out = _staging(flat_in, sum(recv_counts))
+        scale = _per_element(flat_in)
 
         def issue(calls: _Calls) -> None:
-            self._group.allreduce(largest, "max")  # synchronous: the block size must be known now
-            block = int(largest[0])
-            padded_in = torch.zeros(n, block, dtype=dtype)
-            for q, s in enumerate(sends):
-                padded_in[q, : s.numel()].copy_(s)
-            padded_out = torch.empty(n, block, dtype=dtype)
-            state["in"], state["out"] = padded_in, padded_out
-            if block:
-                i, o = _flat_host(padded_in), _flat_host(padded_out)
-                calls.add(self._group.alltoall(i.array, o.array, dtype=i.dtype, async_op=calls.async_op))
+            i, o = _flat_host(flat_in), _flat_host(flat_out)
+            calls.add(
+                self._group.alltoall(
+                    i.array,
+                    o.array,
+                    dtype=i.dtype,
+                    async_op=calls.async_op,
+                    send_counts=[s.numel() * scale for s in sends],
+                    recv_counts=[k * scale for k in recv_counts],
+                )
+            )
 
         def finish() -> None:
-            out = state["out"]
-            deliver([out[q, :c] for q, c in enumerate(recv_counts)])
+            deliver(list(flat_out.split(recv_counts)))
 
         return issue, finish
 
@@ -471,6 +478,21 @@ class ShoalProcessGroup(dist.ProcessGroup):
     _end_coalescing = end_coalescing
 
     # -- checks --------------------------------------------------------------
+
+    def _varied_list(self, tensors: list[Tensor], mine: Tensor, what: str) -> list[int] | None:
+        """One tensor per rank of ``mine``'s dtype, this rank's the size of ``mine``:
+        their sizes as per-rank counts when they differ, None when all are alike."""
+        if len(tensors) != self._size:
+            raise ValueError(f"{what} must hold {self._size} tensors (one per rank), got {len(tensors)}")
+        for t in tensors:
+            if t.dtype != mine.dtype:
+                raise ValueError(f"{what}: every tensor must be of {mine.dtype}, got {t.dtype}")
+        if tensors[self._rank].numel() != mine.numel():
+            raise ValueError(
+                f"{what}: this rank's tensor must have {mine.numel()} elements, got {tensors[self._rank].numel()}"
+            )
+        counts = [t.numel() for t in tensors]
+        return None if len(set(counts)) == 1 else counts
 
     def _check_list(self, tensors: list[Tensor], like: Tensor, what: str) -> None:
         if len(tensors) != self._size:

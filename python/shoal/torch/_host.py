@@ -166,6 +166,12 @@ def _numpy_view(host: Tensor) -> tuple[np.ndarray[Any, Any], DTypeName]:
     return host.reshape(-1).view(torch.uint8).numpy(), "uint8"
 
 
+def _per_element(host: Tensor) -> int:
+    """How many elements of its shoal dtype one element of ``host`` moves as
+    (complex: 2, types moved as raw bytes: their size, others 1), to scale per-rank counts."""
+    return _numpy_view(torch.empty(1, dtype=host.dtype))[0].size
+
+
 def _staging(like: Tensor, numel: int) -> Tensor:
     """A flat CPU tensor of ``numel`` elements of ``like``'s type."""
     return torch.empty(numel, dtype=like.dtype)

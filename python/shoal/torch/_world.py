@@ -18,12 +18,9 @@ class _Runtime:
     """The backend's own child of this process's shoal world.
 
     ``root`` spans the world in torch's rank order; torch sub-groups are made
-    from it. ``groups_made`` counts ``root.new_group`` calls: shoal derives a
-    group's id from that count, so members of a new group first agree on it
-    (see ``_make_subgroup``)."""
+    from it by their members only (see ``_make_subgroup``)."""
 
     root: shoal.Group | None = None
-    groups_made: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -71,25 +68,15 @@ def _make_root(store: dist.Store, rank: int, size: int) -> shoal.Group:
     return root
 
 
-def _make_subgroup(store: dist.Store, group_rank: int, global_ranks: list[int]) -> shoal.Group:
+def _make_subgroup(group_name: str, group_rank: int, global_ranks: list[int]) -> shoal.Group:
     """The shoal communicator of a torch sub-group; called by its members only.
 
-    shoal's ``new_group`` derives the group id from how many groups the parent
-    made before, which differs between ranks when only members call it. So
-    the members agree on the largest count among them (through the group's
-    store), each advances its own count to it with throwaway groups, and then
-    all make the group with the same count: the same id on every member, and
-    an id no earlier group of any of them used."""
+    torch calls the backend on the group's members only, so the group is made
+    with a key (torch's name of the group), which the members agree on
+    without the other ranks."""
     rt = _runtime
     assert rt.root is not None
-    size = len(global_ranks)
-    store.set(f"shoal/groups_made/{group_rank}", str(rt.groups_made))
-    target = max(int(store.get(f"shoal/groups_made/{r}")) for r in range(size))
-    while rt.groups_made < target:
-        rt.root.new_group([0])
-        rt.groups_made += 1
-    group = rt.root.new_group(list(global_ranks))
-    rt.groups_made += 1
+    group = rt.root.new_group(list(global_ranks), key=f"torch:{group_name}")
     assert group is not None and group.rank == group_rank, (group, group_rank)
     return group
 
@@ -106,6 +93,5 @@ def communicator(opts: Any) -> shoal.Group:
         if not ranks:
             # the default group (torch passes no ranks): every rank of the job is here
             rt.root = _make_root(store, rank, size)
-            rt.groups_made = 0
             return rt.root
-        return _make_subgroup(store, rank, ranks)
+        return _make_subgroup(str(getattr(opts, "group_id", "")), rank, ranks)

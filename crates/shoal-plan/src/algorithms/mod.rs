@@ -52,6 +52,56 @@ pub struct Algorithm {
     pub cost: fn(&CallShape, usize, &CostParams) -> f64,
 }
 
+impl Algorithm {
+    /// The algorithm's id in message signatures: [`algorithm_id`] of its name.
+    pub const fn id(&self) -> u32 {
+        algorithm_id(self.collective, self.name)
+    }
+
+    /// Whether the generator handles calls of this shape: every algorithm
+    /// takes a single count, those in [`TAKE_COUNTS`] per-rank counts too.
+    pub fn handles(&self, shape: &CallShape) -> bool {
+        shape.counts.is_none()
+            || TAKE_COUNTS
+                .iter()
+                .any(|&(c, name)| c == self.collective && name == self.name)
+    }
+}
+
+/// The algorithms whose generators take per-rank counts
+/// ([`CallShape::counts`]): allgatherv, reduce_scatter with counts, alltoallv.
+pub const TAKE_COUNTS: &[(Collective, &str)] = &[
+    (Collective::Allgather, "ring"),
+    (Collective::ReduceScatter, "ring"),
+    (Collective::Alltoall, "pairwise"),
+];
+
+/// The id that names an algorithm in message signatures, so ranks that chose
+/// differently are caught: FNV-1a (32-bit) over the UTF-8 bytes of
+/// `"<collective>/<name>"`, e.g. `"allreduce/ring"`. A hash of the name, not
+/// a position in the registry, so builds or registrations that list
+/// algorithms in another order still agree (docs/architecture.md, frame header).
+pub const fn algorithm_id(collective: Collective, name: &str) -> u32 {
+    const OFFSET: u32 = 0x811c_9dc5;
+    const PRIME: u32 = 0x0100_0193;
+    const fn mix(mut h: u32, bytes: &[u8]) -> u32 {
+        let mut i = 0;
+        while i < bytes.len() {
+            h = (h ^ bytes[i] as u32).wrapping_mul(PRIME);
+            i += 1;
+        }
+        h
+    }
+    let h = mix(OFFSET, collective.name().as_bytes());
+    let h = mix(h, b"/");
+    mix(h, name.as_bytes())
+}
+
+/// The algorithm of `collective` whose [`Algorithm::id`] is `id`.
+pub fn by_id(collective: Collective, id: u32) -> Option<&'static Algorithm> {
+    for_collective(collective).find(|a| a.id() == id)
+}
+
 /// Every built-in algorithm.
 pub fn registry() -> &'static [Algorithm] {
     REGISTRY
@@ -66,8 +116,8 @@ static REGISTRY: &[Algorithm] = &[
     allreduce::hierarchical::ALGORITHM,
     broadcast::binomial::ALGORITHM,
     broadcast::scatter_allgather::ALGORITHM,
-    broadcast::pc::ALGORITHM,
-    broadcast::ta_pc::ALGORITHM,
+    broadcast::pipelined_chain::ALGORITHM,
+    broadcast::topology_aware_pipelined_chain::ALGORITHM,
     reduce::binomial::ALGORITHM,
     reduce::direct::ALGORITHM,
     allgather::ring::ALGORITHM,
@@ -90,10 +140,30 @@ pub fn for_collective(collective: Collective) -> impl Iterator<Item = &'static A
         .filter(move |a| a.collective == collective)
 }
 
-/// Looks an algorithm up by name; the error lists the valid names.
+/// Earlier names that are still accepted wherever users name an algorithm
+/// (`algorithm=`, `SHOAL_ALGO`): `(collective, old name, name)`.
+pub const ALIASES: &[(Collective, &str, &str)] = &[
+    (Collective::Broadcast, "pc", "pipelined_chain"),
+    (
+        Collective::Broadcast,
+        "ta_pc",
+        "topology_aware_pipelined_chain",
+    ),
+];
+
+/// The name `name` stands for: itself, or the algorithm it is an alias of.
+pub fn canonical_name(collective: Collective, name: &str) -> &str {
+    ALIASES
+        .iter()
+        .find(|&&(c, alias, _)| c == collective && alias == name)
+        .map_or(name, |&(_, _, canonical)| canonical)
+}
+
+/// Looks an algorithm up by name or alias; the error lists the valid names.
 pub fn find(collective: Collective, name: &str) -> Result<&'static Algorithm, String> {
+    let canonical = canonical_name(collective, name);
     for_collective(collective)
-        .find(|a| a.name == name)
+        .find(|a| a.name == canonical)
         .ok_or_else(|| {
             let valid: Vec<&str> = for_collective(collective).map(|a| a.name).collect();
             format!(
@@ -101,4 +171,62 @@ pub fn find(collective: Collective, name: &str) -> Result<&'static Algorithm, St
                 valid.join(", ")
             )
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn algorithm_ids_are_hashes_of_names_not_positions() {
+        // Pinned: FNV-1a 32 of "allreduce/ring" (the wire format depends on it).
+        assert_eq!(algorithm_id(Collective::Allreduce, "ring"), 0x4385_fe69);
+        let ring = find(Collective::Allreduce, "ring").unwrap();
+        assert_eq!(ring.id(), 0x4385_fe69);
+        // An algorithm registered elsewhere (another build, a plug-in) under
+        // the same name has the same id, wherever it sits in its registry.
+        let elsewhere = Algorithm {
+            name: "ring",
+            collective: Collective::Allreduce,
+            generate: allreduce::direct::ALGORITHM.generate,
+            cost: allreduce::direct::ALGORITHM.cost,
+        };
+        assert_eq!(elsewhere.id(), ring.id());
+        assert_ne!(
+            algorithm_id(Collective::Allgather, "ring"),
+            ring.id(),
+            "the collective is part of the id"
+        );
+        for a in registry() {
+            assert_eq!(a.id(), algorithm_id(a.collective, a.name));
+            assert_eq!(by_id(a.collective, a.id()).map(|b| b.name), Some(a.name));
+        }
+    }
+
+    #[test]
+    fn old_names_are_aliases_with_the_same_id() {
+        for &(collective, alias, name) in ALIASES {
+            let alg = find(collective, alias).unwrap();
+            assert_eq!(alg.name, name);
+            assert_eq!(alg.id(), find(collective, name).unwrap().id());
+            assert!(for_collective(collective).all(|a| a.name != alias));
+        }
+        assert_eq!(
+            find(Collective::Broadcast, "ta_pc").unwrap().name,
+            "topology_aware_pipelined_chain"
+        );
+        // An alias belongs to its collective only.
+        assert!(find(Collective::Allreduce, "pc").is_err());
+    }
+
+    #[test]
+    fn algorithm_ids_are_distinct_within_a_collective() {
+        for c in Collective::ALL {
+            let mut ids: Vec<u32> = for_collective(c).map(|a| a.id()).collect();
+            let n = ids.len();
+            ids.sort_unstable();
+            ids.dedup();
+            assert_eq!(ids.len(), n, "two {c} algorithms share an id");
+        }
+    }
 }

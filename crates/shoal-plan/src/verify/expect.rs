@@ -39,14 +39,31 @@ fn expected(shape: &CallShape, rank: usize, i: usize) -> Expected {
     match shape.collective {
         Allreduce | Reduce => Expected::Reduction { index: i },
         ReduceScatter => Expected::Reduction {
-            index: rank * n + i,
+            index: shape.block_offset(rank) + i,
         },
         Broadcast => Expected::Copy(shape.root, i),
-        Allgather | Gather => Expected::Copy(i / n, i % n),
-        Alltoall => Expected::Copy(i / n, rank * n + i % n),
+        Gather => Expected::Copy(i / n, i % n),
+        Allgather => {
+            let q = containing(shape.world, i, |q| shape.block_offset(q));
+            Expected::Copy(q, i - shape.block_offset(q))
+        }
+        Alltoall => {
+            let q = containing(shape.world, i, |q| shape.recv_offset(rank, q));
+            let from = shape.send_offset(q, rank) + i - shape.recv_offset(rank, q);
+            Expected::Copy(q, from)
+        }
         Scatter => Expected::Copy(shape.root, rank * n + i),
         Barrier => unreachable!("barriers have no output"),
     }
+}
+
+/// The block `q < world` holding element `i`, given each block's start
+/// (non-decreasing; empty blocks are skipped).
+fn containing(world: usize, i: usize, start: impl Fn(usize) -> usize) -> usize {
+    (0..world)
+        .rev()
+        .find(|&q| start(q) <= i)
+        .expect("block 0 starts at 0")
 }
 
 fn compare(world: usize, value: &Value, expected: &Expected) -> Option<Problem> {

@@ -1,6 +1,6 @@
 //! Broadcast algorithms.
 
 pub mod binomial;
-pub mod pc;
+pub mod pipelined_chain;
 pub mod scatter_allgather;
-pub mod ta_pc;
+pub mod topology_aware_pipelined_chain;

@@ -1,4 +1,5 @@
-//! Topology-aware pipelined-chain (TA-PC) broadcast (paper 002): like `pc`,
+//! Topology-aware pipelined-chain (TA-PC) broadcast (paper 002; short name
+//! `ta_pc`): like `pipelined_chain`,
 //! but the chain follows the machine: it covers the root's host first
 //! (through shared memory), then enters every other host exactly once over
 //! the network and continues through that host's ranks. Every network link
@@ -10,7 +11,7 @@ use crate::builder::PlanBuilder;
 use crate::plan::{CallShape, Collective, Plan, Region};
 
 pub const ALGORITHM: Algorithm = Algorithm {
-    name: "ta_pc",
+    name: "topology_aware_pipelined_chain",
     collective: Collective::Broadcast,
     generate,
     cost,
@@ -74,7 +75,8 @@ mod tests {
             count: 10,
             root,
             chunk: 4,
-            local,
+            ranks_per_host: local,
+            counts: None,
         }
     }
 

@@ -3,6 +3,7 @@
 //! starting at the root; the data moves in chunks and every rank forwards
 //! chunk `i` while receiving chunk `i + 1`. Time approaches `n beta` for large
 //! messages regardless of the world size: the choice for big broadcasts.
+//! Also accepted under its short name `pc`.
 
 use crate::algorithms::cost::Model;
 use crate::algorithms::{Algorithm, CostParams};
@@ -11,7 +12,7 @@ use crate::partition::{from_vrank, vrank};
 use crate::plan::{CallShape, Collective, Plan, Region};
 
 pub const ALGORITHM: Algorithm = Algorithm {
-    name: "pc",
+    name: "pipelined_chain",
     collective: Collective::Broadcast,
     generate,
     cost,
