@@ -86,7 +86,9 @@ class Communicator:
     @property
     def plan_cache_capacity(self) -> int:
         """The most plans the cache keeps (``SHOAL_PLAN_CACHE``)."""
-    def collective(self, call: Call, input: Buffer | None, output: Buffer | None, async_op: bool = False) -> Work | None:
+    def collective(
+        self, call: Call, input: Buffer | None, output: Buffer | None, async_op: bool = False
+    ) -> Work | None:
         """Runs the collective ``call`` describes over C-contiguous buffers (the output
         writable); returns a Work if ``async_op``, else None once it is done."""
     def send(self, peer: int, tag: int, dtype: DTypeName, data: Buffer) -> None:

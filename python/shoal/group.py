@@ -331,7 +331,8 @@ class Group:
             if recv_counts is None
             else self._counts_argument("alltoall", recv_counts, name="recv_counts")
         )
-        table = self.allgather(np.array([*sends, *recvs], dtype=np.int64)).reshape(self.size, 2, self.size)
+        table = np.empty((self.size, 2, self.size), dtype=np.int64)
+        self.allgather(np.array([*sends, *recvs], dtype=np.int64), table)
         matrix = table[:, 0, :]  # matrix[s, d]: what rank s sends to rank d
         for d in range(self.size):
             for s in range(self.size):

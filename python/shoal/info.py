@@ -10,20 +10,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
+
+from shoal._types import CollectiveName
 
 #: Collectives whose algorithms are listed (in the order of the docs).
-COLLECTIVES = (
-    "allreduce",
-    "broadcast",
-    "reduce",
-    "allgather",
-    "reduce_scatter",
-    "alltoall",
-    "gather",
-    "scatter",
-    "barrier",
-)
+COLLECTIVES: tuple[CollectiveName, ...] = get_args(CollectiveName)
 
 PTRACE_SCOPE = Path("/proc/sys/kernel/yama/ptrace_scope")
 AVAILABLE_CC = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")

@@ -31,7 +31,8 @@ pub fn config_variables(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
 /// environment is inconsistent, with the reason `init` would give.
 #[pyfunction]
 pub fn detect_launcher(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    let info = detect_from_process_env(&Explicit::default()).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let info = detect_from_process_env(&Explicit::default())
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
     let d = PyDict::new(py);
     d.set_item("source", info.source)?;
     d.set_item("rank", info.rank)?;

@@ -7,7 +7,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import torch
 import torch.distributed as dist
 from torch import Tensor
 from torch.futures import Future
