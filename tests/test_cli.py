@@ -187,3 +187,27 @@ def test_info_shows_ina_switches() -> None:
     doc = info_json(SHOAL_SWITCH="10.0.0.9:9000, 10.0.0.10:9000", SHOAL_INA_INT32="1")
     assert doc["ina"] == {**doc["ina"], "configured": True, "switches": ["10.0.0.9:9000", "10.0.0.10:9000"]}
     assert doc["ina"]["int32"] == "1"
+
+
+def test_info_into_a_closed_pipe_is_not_an_error() -> None:
+    # `shoal info | head -1`: the reader leaves early; no BrokenPipeError traceback.
+    res = subprocess.run(
+        f"{sys.executable} -m shoal.cli info | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.stdout.startswith("shoal "), res.stdout
+    assert "Traceback" not in res.stderr and "BrokenPipe" not in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize(
+    "command, why",
+    [(["/nonexistent/train.py"], "no such file"), (["no-such-program-shoal"], "not found on PATH")],
+)
+def test_run_refuses_a_missing_program_before_starting_ranks(command: list[str], why: str) -> None:
+    res = shoal_cmd("run", "-n", "2", *command)
+    assert res.returncode == 2, res
+    assert why in res.stderr and command[0] in res.stderr, res.stderr
+    assert "[0]" not in res.stderr + res.stdout, "a rank was started"

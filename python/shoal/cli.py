@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import os
 import sys
 from collections.abc import Iterable
 
@@ -135,7 +136,13 @@ def main(argv: list[str] | None = None) -> int:
         hint = did_you_mean(command, COMMANDS)
         print(f"shoal: unknown command {command!r}{hint}\n\n{USAGE}", file=sys.stderr)
         return 2
-    return handler(rest)
+    try:
+        return handler(rest)
+    except BrokenPipeError:
+        # The reader went away (`shoal info | head`): not an error. Point stdout at
+        # /dev/null so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

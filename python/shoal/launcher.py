@@ -40,6 +40,7 @@ import contextlib
 import math
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -144,6 +145,9 @@ def parse_args(argv: list[str]) -> Options:
     command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
     if not command:
         parser.error("no command given (usage: shoal run -n N [options] -- cmd args...)")
+    missing = missing_program(command[0])
+    if missing:
+        parser.error(missing)
     return Options(
         nprocs=ns.nprocs,
         master_port=ns.master_port or free_port(),
@@ -153,6 +157,16 @@ def parse_args(argv: list[str]) -> Options:
         command=resolve_command(command),
         log_dir=ns.log_dir,
     )
+
+
+def missing_program(first: str) -> str | None:
+    """Why the ranks could not start ``first``, found before any rank is started
+    (otherwise every rank fails alike, N times); None if it looks runnable."""
+    if first.endswith(".py"):
+        return None if os.path.isfile(first) else f"{first}: no such file"
+    if first in PYTHON_NAMES or os.sep in first or shutil.which(first):
+        return None
+    return f"{first}: command not found on PATH"
 
 
 def resolve_command(command: list[str]) -> list[str]:
