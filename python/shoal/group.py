@@ -3,6 +3,7 @@ C-contiguous buffer, without copying."""
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -21,6 +22,32 @@ BufferT = TypeVar("BufferT", bound=Buffer)
 
 R = TypeVar("R")
 """What a ``Work`` gives back once done."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_call(
+    collective: CollectiveName, count: int, dtype: DTypeName, op: ReduceOpName, root: int, algorithm: str | None
+) -> Call:
+    return Call(collective, count=count, dtype=dtype, op=op, root=root, algorithm=algorithm)
+
+
+def call_of(
+    collective: CollectiveName,
+    *,
+    count: int = 0,
+    dtype: DTypeName = "uint8",
+    op: ReduceOpName = "sum",
+    root: int = 0,
+    algorithm: str | None = None,
+) -> Call:
+    """The ``Call`` for a description. Calls are immutable, so repeated calls
+    (a training loop) reuse one instead of parsing the same names again on
+    the hot path (about half a microsecond a call)."""
+    try:
+        return _cached_call(collective, count, dtype, op, root, algorithm)
+    except TypeError:  # an unhashable argument: let Call name what is wrong with it
+        return Call(collective, count=count, dtype=dtype, op=op, root=root, algorithm=algorithm)
+
 
 # Point-to-point tags share a 32-bit word with a flag bit.
 TAG_LIMIT = 1 << 31
@@ -182,7 +209,7 @@ class Group:
         ``algorithm`` forces one of ``shoal.algorithms("allreduce")``;
         ``dtype`` names the element type where the buffer's own cannot (bfloat16)."""
         a, dt, n = typed_view(x, "x", True, dtype)
-        call = Call("allreduce", count=n, dtype=dt, op=op, algorithm=algorithm)
+        call = call_of("allreduce", count=n, dtype=dt, op=op, algorithm=algorithm)
         return self._run(call, a, a, async_op, x)
 
     def broadcast(
@@ -198,7 +225,7 @@ class Group:
         root = self._root_check(root, "broadcast")
         a, dt, n = typed_view(x, "x", True, dtype)
         inp = a if self.rank == root else None
-        call = Call("broadcast", count=n, dtype=dt, root=root, algorithm=algorithm)
+        call = call_of("broadcast", count=n, dtype=dt, root=root, algorithm=algorithm)
         return self._run(call, inp, a, async_op, x)
 
     def reduce(
@@ -216,7 +243,7 @@ class Group:
         root = self._root_check(root, "reduce")
         a, dt, n = typed_view(x, "x", self.rank == root, dtype)
         out = a if self.rank == root else None
-        call = Call("reduce", count=n, dtype=dt, op=op, root=root, algorithm=algorithm)
+        call = call_of("reduce", count=n, dtype=dt, op=op, root=root, algorithm=algorithm)
         return self._run(call, a, out, async_op, x)
 
     def allgather(
@@ -245,7 +272,7 @@ class Group:
         if out is None:
             out = np.empty((self.size, *a.shape), dtype=a.dtype)
         o = self._out_array(out, dt, self.size * n)
-        call = Call("allgather", count=n, dtype=dt, algorithm=algorithm)
+        call = call_of("allgather", count=n, dtype=dt, algorithm=algorithm)
         return self._run(call, a, o, async_op, out)
 
     def reduce_scatter(
@@ -278,7 +305,7 @@ class Group:
         if out is None:
             out = np.empty(a.size // self.size, dtype=a.dtype)
         o = self._out_array(out, dt, n)
-        call = Call("reduce_scatter", count=n, dtype=dt, op=op, algorithm=algorithm)
+        call = call_of("reduce_scatter", count=n, dtype=dt, op=op, algorithm=algorithm)
         return self._run(call, a, o, async_op, out)
 
     def alltoall(
@@ -306,7 +333,7 @@ class Group:
         if out is None:
             out = np.empty_like(a)
         o = self._out_array(out, dt, total)
-        call = Call("alltoall", count=total // self.size, dtype=dt, algorithm=algorithm)
+        call = call_of("alltoall", count=total // self.size, dtype=dt, algorithm=algorithm)
         return self._run(call, a, o, async_op, out)
 
     def _alltoallv(
@@ -384,7 +411,7 @@ class Group:
             o = self._out_array(out, dt, self.size * n)
         else:
             out = None
-        call = Call("gather", count=n, dtype=dt, root=root, algorithm=algorithm)
+        call = call_of("gather", count=n, dtype=dt, root=root, algorithm=algorithm)
         return self._run(call, a, o, async_op, out)
 
     def scatter(
@@ -410,12 +437,12 @@ class Group:
                 raise ValueError(
                     f"scatter: x must hold {self.size} blocks of {n} {dt} (like out), got {inp.size} {inp.dtype}"
                 )
-        call = Call("scatter", count=n, dtype=dt, root=root, algorithm=algorithm)
+        call = call_of("scatter", count=n, dtype=dt, root=root, algorithm=algorithm)
         return self._run(call, inp, o, async_op, out)
 
     def barrier(self, *, async_op: bool = False) -> Work[None] | None:
         """Returns once every rank of the group has entered the barrier (or a ``Work`` at once)."""
-        return self._run(Call("barrier"), None, None, async_op, None)
+        return self._run(call_of("barrier"), None, None, async_op, None)
 
     def send(self, x: Buffer, dst: int, tag: int = 0, *, dtype: DTypeName | DTypeAlias | None = None) -> None:
         """Sends ``x`` to rank ``dst`` with ``tag``; blocks until it is handed to the transport."""
