@@ -18,6 +18,7 @@ use crate::ina::Ina;
 use crate::log::{self, Who};
 use crate::rendezvous::{detect, establish, Explicit, Rendezvous};
 use crate::select::{Selector, SHM_COST, TCP_COST};
+use crate::trace::measure_offset;
 
 /// What `shoal.init()` was given explicitly; the environment fills the rest.
 #[derive(Clone, Debug, Default)]
@@ -100,7 +101,24 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
             describe(&cost, multi_host)
         );
     }
+    start_trace(&world)?;
     Ok(world)
+}
+
+/// With `SHOAL_TRACE`, measures this rank's clock offset to rank 0 (every
+/// rank takes part) and starts the trace, so init itself is not traced.
+fn start_trace(world: &Communicator) -> Result<()> {
+    let engine = world.engine();
+    let Some(dir) = &engine.config.trace_dir else {
+        return Ok(());
+    };
+    let clock = measure_offset(world, &engine.tracing)?;
+    engine.tracing.start(
+        dir,
+        engine.transport.rank(),
+        engine.transport.world(),
+        clock,
+    )
 }
 
 /// Where the cost figures come from when they are not measured.

@@ -1,0 +1,87 @@
+//! What a rank did, kept for people: the trace of every executed step
+//! (`SHOAL_TRACE=DIR`, Chrome/Perfetto JSON, see docs/tracing.md) and the
+//! flight recorder of the last calls, dumped with an error.
+//!
+//! Both are per process and shared by its communicators ([`Tracing`] lives
+//! in the engine). With tracing off the executor pays one branch per step;
+//! the flight recorder costs two uncontended lock operations per call.
+
+mod clock;
+mod flight;
+mod json;
+mod recorder;
+
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+pub use clock::{measure_offset, ClockOffset};
+pub use flight::{Flight, FlightId};
+pub use recorder::{Recorder, StepKind, StepTimer};
+
+/// A process's tracing state.
+pub struct Tracing {
+    /// When trace timestamps are zero (nanoseconds since then); the clock
+    /// offset to rank 0 is measured against it.
+    pub origin: Instant,
+    /// Installed at the end of init (so the clock measurement itself is not
+    /// traced) when `SHOAL_TRACE` names a directory.
+    recorder: OnceLock<Recorder>,
+    pub flight: Flight,
+}
+
+impl Tracing {
+    /// `flight_calls`: how many calls the flight recorder keeps (0: none).
+    pub fn new(flight_calls: usize) -> Tracing {
+        Tracing {
+            origin: Instant::now(),
+            recorder: OnceLock::new(),
+            flight: Flight::new(flight_calls),
+        }
+    }
+
+    /// Starts writing this rank's trace under `dir` (`rank-<rank>.json`).
+    pub fn start(
+        &self,
+        dir: &Path,
+        rank: usize,
+        world: usize,
+        clock: ClockOffset,
+    ) -> crate::Result<()> {
+        let r = Recorder::create(dir, rank, world, self.origin, clock)?;
+        // A second engine in one process (init after finalize) has its own Tracing.
+        let _ = self.recorder.set(r);
+        Ok(())
+    }
+
+    /// The recorder, when this process traces.
+    pub fn recorder(&self) -> Option<&Recorder> {
+        self.recorder.get()
+    }
+
+    /// Nanoseconds since [`Tracing::origin`].
+    pub fn now_ns(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
+    }
+
+    /// Writes what is buffered (at finalize; a crash loses at most the last second).
+    pub fn flush(&self) {
+        if let Some(r) = self.recorder() {
+            r.flush();
+        }
+    }
+}
+
+/// A call failed with `e`: its last calls go into the message's tail and,
+/// all of them, into the log, and the trace is written out.
+pub fn dump_flight(tracing: &Tracing, rank: usize, e: &mut crate::Error) {
+    if tracing.flight.capacity() > 0 {
+        tracing::error!(
+            "rank {rank} failed ({:?}); its last calls (flight recorder, oldest first):{}",
+            e.kind,
+            tracing.flight.dump(usize::MAX)
+        );
+        e.message.push_str(&tracing.flight.error_tail(rank));
+    }
+    tracing.flush();
+}

@@ -1,0 +1,432 @@
+//! The trace of one rank: every executed plan step and every call, as
+//! Chrome/Perfetto "X" (complete) events with `pid` = rank and `tid` = a
+//! lane, buffered in memory and written to `DIR/rank-<rank>.json`.
+//!
+//! Steps of one call overlap (sends and receives are in flight together),
+//! and events on one Chrome thread must nest, so each step takes the lowest
+//! lane free when it is posted and frees it when it completes. Lane 0 holds
+//! the calls. The file is a JSON array kept valid at every write: each
+//! flush overwrites the closing bracket, so a crash leaves everything up to
+//! the last flush readable.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use shoal_transport::CallSig;
+
+use super::clock::ClockOffset;
+use super::json::Obj;
+use crate::error::{sig_dtype, sig_names, Error, Result};
+
+/// Write once this many events are buffered...
+const FLUSH_EVENTS: usize = 1 << 14;
+/// ...or this long after the last write, at the end of a call.
+const FLUSH_EVERY: Duration = Duration::from_secs(1);
+const FOOTER: &[u8] = b"\n]\n";
+
+/// What a plan step does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepKind {
+    Send,
+    Recv,
+    RecvReduce,
+    Copy,
+    Reduce,
+}
+
+impl StepKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            StepKind::Send => "send",
+            StepKind::Recv => "recv",
+            StepKind::RecvReduce => "recv_reduce",
+            StepKind::Copy => "copy",
+            StepKind::Reduce => "reduce",
+        }
+    }
+}
+
+/// Times in nanoseconds since the tracing origin.
+enum Event {
+    Call {
+        sig: CallSig,
+        comm: u32,
+        seq: u32,
+        start: u64,
+        dur: u64,
+        steps: u32,
+        blocked: u64,
+        failed: bool,
+    },
+    Step {
+        sig: CallSig,
+        seq: u32,
+        step: u32,
+        kind: StepKind,
+        /// Global rank.
+        peer: Option<usize>,
+        bytes: usize,
+        start: u64,
+        dur: u64,
+        blocked: u64,
+        lane: u32,
+    },
+    Ina {
+        start: u64,
+        dur: u64,
+        bytes: usize,
+        ok: bool,
+    },
+}
+
+pub struct Recorder {
+    rank: usize,
+    origin: Instant,
+    path: PathBuf,
+    out: Mutex<Buffered>,
+}
+
+struct Buffered {
+    events: Vec<Event>,
+    file: File,
+    last_write: Instant,
+    /// Lanes named so far (a `thread_name` metadata event each).
+    lanes_named: u32,
+    /// A failed write is reported once, then tracing stops.
+    broken: bool,
+}
+
+impl Recorder {
+    /// Creates `dir/rank-<rank>.json` with its metadata: the rank and the
+    /// clock offset to rank 0 that `shoal trace merge` applies.
+    pub fn create(
+        dir: &Path,
+        rank: usize,
+        world: usize,
+        origin: Instant,
+        clock: ClockOffset,
+    ) -> Result<Recorder> {
+        let failed = |what: &str, e: std::io::Error| {
+            Error::runtime(format!("SHOAL_TRACE={}: cannot {what}: {e}", dir.display()))
+        };
+        std::fs::create_dir_all(dir).map_err(|e| failed("create the directory", e))?;
+        let path = dir.join(format!("rank-{rank}.json"));
+        let mut file = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| failed(&format!("create {}", path.display()), e))?;
+        let unix_origin = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .saturating_sub(origin.elapsed());
+        let pid = rank as u64;
+        let meta = |name: &str, args: Obj| {
+            Obj::new()
+                .str("name", name)
+                .str("ph", "M")
+                .int("pid", pid)
+                .int("tid", 0)
+                .obj("args", args)
+                .end()
+        };
+        let header = format!(
+            "[{},\n{},\n{},\n{}{}",
+            meta(
+                "process_name",
+                Obj::new().str("name", &format!("rank {rank}"))
+            ),
+            meta("process_sort_index", Obj::new().int("sort_index", pid)),
+            meta("thread_name", Obj::new().str("name", "calls")),
+            meta(
+                "shoal_clock",
+                Obj::new()
+                    .int("rank", pid)
+                    .int("world", world as u64)
+                    .signed("offset_ns", clock.offset_ns)
+                    .int("rtt_ns", clock.rtt_ns)
+                    .int("origin_unix_us", unix_origin.as_micros() as u64)
+            ),
+            std::str::from_utf8(FOOTER).unwrap()
+        );
+        file.write_all(header.as_bytes())
+            .map_err(|e| failed(&format!("write {}", path.display()), e))?;
+        Ok(Recorder {
+            rank,
+            origin,
+            path,
+            out: Mutex::new(Buffered {
+                events: Vec::new(),
+                file,
+                last_write: Instant::now(),
+                lanes_named: 0,
+                broken: false,
+            }),
+        })
+    }
+
+    /// A timer for one call's steps.
+    pub fn call(&self, sig: CallSig, comm: u32, seq: u32, steps: usize) -> StepTimer<'_> {
+        StepTimer {
+            rec: self,
+            sig,
+            comm,
+            seq,
+            start: self.now(),
+            posted: vec![(0, 0, 0); steps],
+            busy: Vec::new(),
+            blocked: 0,
+            events: Vec::with_capacity(steps + 1),
+        }
+    }
+
+    /// Records an allreduce through the switch that began at `start` (see [`Recorder::now`]).
+    pub fn ina(&self, start: u64, bytes: usize, ok: bool) {
+        let dur = self.now().saturating_sub(start);
+        self.add(vec![Event::Ina {
+            start,
+            dur,
+            bytes,
+            ok,
+        }]);
+    }
+
+    /// Nanoseconds since the origin.
+    pub fn now(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
+    }
+
+    fn add(&self, events: Vec<Event>) {
+        let mut out = self.out.lock().unwrap();
+        if out.events.is_empty() {
+            out.events = events;
+        } else {
+            out.events.extend(events);
+        }
+        if out.events.len() >= FLUSH_EVENTS || out.last_write.elapsed() >= FLUSH_EVERY {
+            self.write(&mut out);
+        }
+    }
+
+    /// Writes every buffered event.
+    pub fn flush(&self) {
+        self.write(&mut self.out.lock().unwrap());
+    }
+
+    fn write(&self, out: &mut Buffered) {
+        out.last_write = Instant::now();
+        if out.broken {
+            out.events.clear();
+            return;
+        }
+        let mut text = String::new();
+        for e in out.events.drain(..) {
+            if let Some(lane) = lane_of(&e) {
+                while out.lanes_named < lane {
+                    out.lanes_named += 1;
+                    let name = format!("steps {}", out.lanes_named);
+                    text.push_str(",\n");
+                    text.push_str(&thread_name(self.rank, out.lanes_named, &name));
+                }
+            }
+            text.push_str(",\n");
+            text.push_str(&render(self.rank, &e));
+        }
+        if text.is_empty() {
+            return;
+        }
+        text.push_str(std::str::from_utf8(FOOTER).unwrap());
+        // Over the closing bracket, so the file stays a valid JSON array.
+        let written = out
+            .file
+            .seek(SeekFrom::End(-(FOOTER.len() as i64)))
+            .and_then(|_| out.file.write_all(text.as_bytes()));
+        if let Err(e) = written {
+            out.broken = true;
+            tracing::error!(
+                "SHOAL_TRACE: writing {} failed, tracing stops: {e}",
+                self.path.display()
+            );
+        }
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+fn lane_of(e: &Event) -> Option<u32> {
+    match e {
+        Event::Step { lane, .. } => Some(*lane),
+        _ => None,
+    }
+}
+
+fn thread_name(rank: usize, lane: u32, name: &str) -> String {
+    Obj::new()
+        .str("name", "thread_name")
+        .str("ph", "M")
+        .int("pid", rank as u64)
+        .int("tid", lane as u64)
+        .obj("args", Obj::new().str("name", name))
+        .end()
+}
+
+/// One event as a trace line.
+fn render(rank: usize, e: &Event) -> String {
+    let x = |name: &str, cat: &str, start: u64, dur: u64, tid: u32| {
+        Obj::new()
+            .str("name", name)
+            .str("cat", cat)
+            .str("ph", "X")
+            .micros("ts", start)
+            .micros("dur", dur)
+            .int("pid", rank as u64)
+            .int("tid", tid as u64)
+    };
+    match e {
+        Event::Call {
+            sig,
+            comm,
+            seq,
+            start,
+            dur,
+            steps,
+            blocked,
+            failed,
+        } => {
+            let (collective, algorithm) = sig_names(sig);
+            let args = Obj::new()
+                .str("collective", collective)
+                .str("algorithm", algorithm)
+                .int("comm", *comm as u64)
+                .int("seq", *seq as u64)
+                .int("count", sig.count)
+                .str("dtype", sig_dtype(sig))
+                .int("steps", *steps as u64)
+                .micros("blocked_us", *blocked)
+                .str("status", if *failed { "failed" } else { "ok" });
+            x(collective, "call", *start, *dur, 0)
+                .obj("args", args)
+                .end()
+        }
+        Event::Step {
+            sig,
+            seq,
+            step,
+            kind,
+            peer,
+            bytes,
+            start,
+            dur,
+            blocked,
+            lane,
+        } => {
+            let (collective, algorithm) = sig_names(sig);
+            let mut args = Obj::new()
+                .str("collective", collective)
+                .str("algorithm", algorithm)
+                .int("seq", *seq as u64)
+                .int("step", *step as u64)
+                .str("kind", kind.name());
+            if let Some(p) = peer {
+                args = args.int("peer", *p as u64);
+            }
+            let args = args
+                .int("bytes", *bytes as u64)
+                .micros("blocked_us", *blocked);
+            x(kind.name(), "step", *start, *dur, *lane)
+                .obj("args", args)
+                .end()
+        }
+        Event::Ina {
+            start,
+            dur,
+            bytes,
+            ok,
+        } => {
+            let args = Obj::new()
+                .int("bytes", *bytes as u64)
+                .str("status", if *ok { "ok" } else { "failed" });
+            x("ina allreduce", "ina", *start, *dur, 0)
+                .obj("args", args)
+                .end()
+        }
+    }
+}
+
+/// Times the steps of one call; handed to the recorder when the call ends.
+pub struct StepTimer<'a> {
+    rec: &'a Recorder,
+    sig: CallSig,
+    comm: u32,
+    seq: u32,
+    start: u64,
+    /// Per step: when it was posted, the blocked time then, its lane.
+    posted: Vec<(u64, u64, u32)>,
+    /// Lanes 1.. in use.
+    busy: Vec<bool>,
+    /// Time the executor spent waiting for the transport so far.
+    blocked: u64,
+    events: Vec<Event>,
+}
+
+impl StepTimer<'_> {
+    /// The executor posts `step` now.
+    pub fn posted(&mut self, step: usize) {
+        let lane = match self.busy.iter().position(|b| !b) {
+            Some(i) => i,
+            None => {
+                self.busy.push(false);
+                self.busy.len() - 1
+            }
+        };
+        self.busy[lane] = true;
+        self.posted[step] = (self.rec.now(), self.blocked, lane as u32 + 1);
+    }
+
+    /// `step` completed now.
+    pub fn completed(&mut self, step: usize, kind: StepKind, peer: Option<usize>, bytes: usize) {
+        let (start, blocked_then, lane) = self.posted[step];
+        self.busy[lane as usize - 1] = false;
+        self.events.push(Event::Step {
+            sig: self.sig,
+            seq: self.seq,
+            step: step as u32,
+            kind,
+            peer,
+            bytes,
+            start,
+            dur: self.rec.now().saturating_sub(start),
+            blocked: self.blocked - blocked_then,
+            lane,
+        });
+    }
+
+    /// The executor waited `d` for the transport with nothing to do.
+    pub fn blocked(&mut self, d: Duration) {
+        self.blocked += d.as_nanos() as u64;
+    }
+
+    /// The call ended (`failed`: with an error); its events go to the recorder.
+    pub fn finish(mut self, failed: bool) {
+        let steps = self.posted.len() as u32;
+        self.events.push(Event::Call {
+            sig: self.sig,
+            comm: self.comm,
+            seq: self.seq,
+            start: self.start,
+            dur: self.rec.now().saturating_sub(self.start),
+            steps,
+            blocked: self.blocked,
+            failed,
+        });
+        self.rec.add(self.events);
+    }
+}
