@@ -340,7 +340,10 @@ impl Communicator {
             algorithm: explicit.map(str::to_string),
         };
         let shape = self.shape(&args)?;
-        let (id, alg) = self.engine.selector.choose(&shape, dtype.size(), explicit)?;
+        let (id, alg) = self
+            .engine
+            .selector
+            .choose(&shape, dtype.size(), explicit)?;
         Ok(self.plan(shape, id, alg).plan.steps.len())
     }
 

@@ -31,6 +31,7 @@ pub struct InitArgs {
 
 /// Rendezvous with the other ranks and connect to them.
 pub fn init_world(args: &InitArgs) -> Result<Communicator> {
+    crate::trace::process_origin();
     let config = Config::from_process_env()?;
     let log_settings = log::Settings::from_process_env(log::RANK_DEFAULT)?;
     let env = |k: &str| std::env::var(k).ok();

@@ -107,13 +107,13 @@ impl Flight {
         let now = Instant::now();
         let mut out = String::new();
         for r in ring.records.iter().skip(skip) {
-            let _ = write!(
-                out,
-                "\n  comm {} call {}: {}: ",
-                r.comm,
-                r.seq,
-                describe_sig(&r.sig)
-            );
+            let _ = if r.sig.is_collective() {
+                write!(out, "\n  comm {} call {}: ", r.comm, r.seq)
+            } else {
+                // Point-to-point "calls" are numbered by their tag.
+                write!(out, "\n  comm {} tag {}: ", r.comm, r.seq & !(1 << 31))
+            };
+            let _ = write!(out, "{}: ", describe_sig(&r.sig));
             let ms = |a: Instant, b: Instant| b.duration_since(a).as_secs_f64() * 1e3;
             let _ = match &r.state {
                 State::Running => write!(out, "running for {:.1} ms", ms(r.started, now)),
@@ -141,7 +141,7 @@ impl Flight {
             return String::new();
         }
         format!(
-            "\nlast calls of rank {rank} (flight recorder, oldest first; SHOAL_LOG=error shows up to {}):{}",
+            "\nlast calls of rank {rank} (flight recorder, oldest first; the log has the last {}):{}",
             self.capacity,
             self.dump(IN_MESSAGE)
         )

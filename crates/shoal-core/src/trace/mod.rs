@@ -34,7 +34,7 @@ impl Tracing {
     /// `flight_calls`: how many calls the flight recorder keeps (0: none).
     pub fn new(flight_calls: usize) -> Tracing {
         Tracing {
-            origin: Instant::now(),
+            origin: process_origin(),
             recorder: OnceLock::new(),
             flight: Flight::new(flight_calls),
         }
@@ -70,6 +70,13 @@ impl Tracing {
             r.flush();
         }
     }
+}
+
+/// When this process's trace clock reads zero: its first `init` (so ranks
+/// started apart have clocks apart, which the measured offsets undo).
+pub fn process_origin() -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
 }
 
 /// A call failed with `e`: its last calls go into the message's tail and,
