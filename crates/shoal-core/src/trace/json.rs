@@ -1,64 +1,97 @@
-//! The little JSON the trace files need, written by hand: a trace line is
-//! a flat object of numbers and short strings.
+//! The little JSON the trace files need, written by hand straight into the
+//! output text (a trace line is a flat object of numbers and short strings,
+//! and writing it is most of what tracing costs).
 
 use std::fmt::Write;
 
-/// One JSON object, built field by field.
-pub struct Obj(String);
+/// One JSON object being appended to `out`, field by field.
+pub struct Obj<'a> {
+    out: &'a mut String,
+    empty: bool,
+}
 
-impl Obj {
-    pub fn new() -> Obj {
-        Obj(String::from("{"))
+impl<'a> Obj<'a> {
+    pub fn open(out: &'a mut String) -> Obj<'a> {
+        out.push('{');
+        Obj { out, empty: true }
     }
 
     fn key(&mut self, k: &str) {
-        if self.0.len() > 1 {
-            self.0.push(',');
+        if !self.empty {
+            self.out.push(',');
         }
-        string(&mut self.0, k);
-        self.0.push(':');
+        self.empty = false;
+        string(self.out, k);
+        self.out.push(':');
     }
 
-    pub fn str(mut self, k: &str, v: &str) -> Obj {
+    pub fn str(mut self, k: &str, v: &str) -> Obj<'a> {
         self.key(k);
-        string(&mut self.0, v);
+        string(self.out, v);
         self
     }
 
-    pub fn int(mut self, k: &str, v: u64) -> Obj {
+    pub fn int(mut self, k: &str, v: u64) -> Obj<'a> {
         self.key(k);
-        let _ = write!(self.0, "{v}");
+        decimal(self.out, v);
         self
     }
 
-    pub fn signed(mut self, k: &str, v: i64) -> Obj {
+    pub fn signed(mut self, k: &str, v: i64) -> Obj<'a> {
         self.key(k);
-        let _ = write!(self.0, "{v}");
+        let _ = write!(self.out, "{v}");
         self
     }
 
     /// Nanoseconds as microseconds (the format's unit), to the nanosecond.
-    pub fn micros(mut self, k: &str, ns: u64) -> Obj {
+    pub fn micros(mut self, k: &str, ns: u64) -> Obj<'a> {
         self.key(k);
-        let _ = write!(self.0, "{}.{:03}", ns / 1000, ns % 1000);
+        decimal(self.out, ns / 1000);
+        let frac = ns % 1000;
+        self.out.push('.');
+        for digit in [frac / 100, frac / 10 % 10, frac % 10] {
+            self.out.push((b'0' + digit as u8) as char);
+        }
         self
     }
 
-    pub fn obj(mut self, k: &str, v: Obj) -> Obj {
+    /// A nested object, filled by `fill`.
+    pub fn obj(mut self, k: &str, fill: impl for<'b> FnOnce(Obj<'b>) -> Obj<'b>) -> Obj<'a> {
         self.key(k);
-        self.0.push_str(&v.end());
+        fill(Obj::open(self.out)).close();
         self
     }
 
-    pub fn end(mut self) -> String {
-        self.0.push('}');
-        self.0
+    pub fn close(self) {
+        self.out.push('}');
     }
+}
+
+/// `v` in decimal, without `fmt`'s machinery (a trace writes millions).
+fn decimal(out: &mut String, mut v: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    // SAFETY: ASCII digits are UTF-8.
+    out.push_str(unsafe { std::str::from_utf8_unchecked(&digits[i..]) });
 }
 
 /// `s` as a JSON string.
 fn string(out: &mut String, s: &str) {
     out.push('"');
+    // Names and keys rarely need escaping: copy them whole.
+    if !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -78,16 +111,20 @@ mod tests {
 
     #[test]
     fn objects_are_json() {
-        let o = Obj::new()
+        let mut o = String::new();
+        Obj::open(&mut o)
             .str("name", "a\"b\\c\n")
             .int("n", 7)
             .signed("s", -3)
             .micros("ts", 1_234_567)
-            .obj("args", Obj::new().int("x", 1))
-            .end();
+            .micros("dur", 5)
+            .int("zero", 0)
+            .int("max", u64::MAX)
+            .obj("args", |a| a.int("x", 1))
+            .close();
         assert_eq!(
             o,
-            r#"{"name":"a\"b\\c\u000a","n":7,"s":-3,"ts":1234.567,"args":{"x":1}}"#
+            r#"{"name":"a\"b\\c\u000a","n":7,"s":-3,"ts":1234.567,"dur":0.005,"zero":0,"max":18446744073709551615,"args":{"x":1}}"#
         );
     }
 }

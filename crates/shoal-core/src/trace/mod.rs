@@ -92,3 +92,56 @@ pub fn dump_flight(tracing: &Tracing, rank: usize, e: &mut crate::Error) {
     }
     tracing.flush();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_transport::CallSig;
+    use std::time::Duration;
+
+    /// What recording costs per call, writing included (docs/tracing.md
+    /// quotes it): `cargo test --release -p shoal-core recording_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement, run by hand"]
+    fn recording_cost() {
+        const CALLS: u32 = 200_000;
+        const STEPS: usize = 5; // a 2-rank ring allreduce
+        let dir = std::env::temp_dir().join(format!("shoal-trace-cost-{}", std::process::id()));
+        let t = Tracing::new(64);
+        t.start(&dir, 0, 2, ClockOffset::default()).unwrap();
+        let sig = CallSig {
+            kind: 0,
+            dtype: 0,
+            op: 0,
+            algo: 0,
+            root: 0,
+            count: 262_144,
+            history: 0,
+        };
+        let started = Instant::now();
+        for seq in 0..CALLS {
+            let mut timer = t.recorder().unwrap().call(sig, 0, seq, STEPS);
+            for s in 0..STEPS {
+                timer.posted(s);
+                timer.blocked(Duration::from_nanos(10));
+                timer.completed(s, StepKind::Send, Some(1), 1 << 19);
+            }
+            timer.finish(false);
+        }
+        t.flush();
+        let trace = started.elapsed() / CALLS;
+        let started = Instant::now();
+        for seq in 0..CALLS {
+            let id = t.flight.begin(0, seq, sig, STEPS);
+            t.flight.end(id, STEPS, None);
+        }
+        let flight = started.elapsed() / CALLS;
+        let bytes = std::fs::metadata(dir.join("rank-0.json")).unwrap().len();
+        std::fs::remove_dir_all(&dir).unwrap();
+        println!(
+            "per call of {STEPS} steps: trace {trace:?} ({} bytes of JSON), flight recorder {flight:?}",
+            bytes / CALLS as u64
+        );
+        assert!(trace < Duration::from_micros(50) && flight < Duration::from_micros(5));
+    }
+}

@@ -97,6 +97,7 @@ struct Buffered {
     lanes_named: u32,
     /// A failed write is reported once, then tracing stops.
     broken: bool,
+    names: Names,
 }
 
 impl Recorder {
@@ -125,34 +126,33 @@ impl Recorder {
             .unwrap_or_default()
             .saturating_sub(origin.elapsed());
         let pid = rank as u64;
-        let meta = |name: &str, args: Obj| {
-            Obj::new()
+        let mut header = String::from("[");
+        let meta = |out: &mut String, name: &str, args: &dyn Fn(Obj<'_>) -> Obj<'_>| {
+            Obj::open(out)
                 .str("name", name)
                 .str("ph", "M")
                 .int("pid", pid)
                 .int("tid", 0)
                 .obj("args", args)
-                .end()
+                .close();
+            out.push_str(",\n");
         };
-        let header = format!(
-            "[{},\n{},\n{},\n{}{}",
-            meta(
-                "process_name",
-                Obj::new().str("name", &format!("rank {rank}"))
-            ),
-            meta("process_sort_index", Obj::new().int("sort_index", pid)),
-            meta("thread_name", Obj::new().str("name", "calls")),
-            meta(
-                "shoal_clock",
-                Obj::new()
-                    .int("rank", pid)
-                    .int("world", world as u64)
-                    .signed("offset_ns", clock.offset_ns)
-                    .int("rtt_ns", clock.rtt_ns)
-                    .int("origin_unix_us", unix_origin.as_micros() as u64)
-            ),
-            std::str::from_utf8(FOOTER).unwrap()
-        );
+        meta(&mut header, "process_name", &|a| {
+            a.str("name", &format!("rank {rank}"))
+        });
+        meta(&mut header, "process_sort_index", &|a| {
+            a.int("sort_index", pid)
+        });
+        meta(&mut header, "thread_name", &|a| a.str("name", "calls"));
+        meta(&mut header, "shoal_clock", &|a| {
+            a.int("rank", pid)
+                .int("world", world as u64)
+                .signed("offset_ns", clock.offset_ns)
+                .int("rtt_ns", clock.rtt_ns)
+                .int("origin_unix_us", unix_origin.as_micros() as u64)
+        });
+        header.truncate(header.len() - 2); // the last ",\n"
+        header.push_str(std::str::from_utf8(FOOTER).unwrap());
         file.write_all(header.as_bytes())
             .map_err(|e| failed(&format!("write {}", path.display()), e))?;
         Ok(Recorder {
@@ -165,6 +165,7 @@ impl Recorder {
                 last_write: Instant::now(),
                 lanes_named: 0,
                 broken: false,
+                names: Names::default(),
             }),
         })
     }
@@ -224,18 +225,21 @@ impl Recorder {
             return;
         }
         let mut text = String::new();
-        for e in out.events.drain(..) {
-            if let Some(lane) = lane_of(&e) {
-                while out.lanes_named < lane {
+        let events = std::mem::take(&mut out.events);
+        for e in &events {
+            if let Event::Step { lane, .. } = e {
+                while out.lanes_named < *lane {
                     out.lanes_named += 1;
-                    let name = format!("steps {}", out.lanes_named);
                     text.push_str(",\n");
-                    text.push_str(&thread_name(self.rank, out.lanes_named, &name));
+                    thread_name(&mut text, self.rank, out.lanes_named);
                 }
             }
             text.push_str(",\n");
-            text.push_str(&render(self.rank, &e));
+            render(&mut text, self.rank, e, &mut out.names);
         }
+        // The buffer's memory is reused.
+        out.events = events;
+        out.events.clear();
         if text.is_empty() {
             return;
         }
@@ -261,35 +265,61 @@ impl Drop for Recorder {
     }
 }
 
-fn lane_of(e: &Event) -> Option<u32> {
-    match e {
-        Event::Step { lane, .. } => Some(*lane),
-        _ => None,
-    }
-}
-
-fn thread_name(rank: usize, lane: u32, name: &str) -> String {
-    Obj::new()
+fn thread_name(out: &mut String, rank: usize, lane: u32) {
+    Obj::open(out)
         .str("name", "thread_name")
         .str("ph", "M")
         .int("pid", rank as u64)
         .int("tid", lane as u64)
-        .obj("args", Obj::new().str("name", name))
-        .end()
+        .obj("args", |a| a.str("name", &format!("steps {lane}")))
+        .close();
 }
 
-/// One event as a trace line.
-fn render(rank: usize, e: &Event) -> String {
-    let x = |name: &str, cat: &str, start: u64, dur: u64, tid: u32| {
-        Obj::new()
-            .str("name", name)
-            .str("cat", cat)
-            .str("ph", "X")
-            .micros("ts", start)
-            .micros("dur", dur)
-            .int("pid", rank as u64)
-            .int("tid", tid as u64)
-    };
+/// The collective and algorithm names of signatures seen before (finding
+/// an algorithm by id hashes names, too slow for every event).
+#[derive(Default)]
+struct Names(Vec<(SigKey, CallNames)>);
+
+/// A signature's collective kind and algorithm id.
+type SigKey = (u8, u32);
+/// The collective's and the algorithm's names.
+type CallNames = (&'static str, &'static str);
+
+impl Names {
+    fn of(&mut self, sig: &CallSig) -> CallNames {
+        let key = (sig.kind, sig.algo);
+        if let Some(&(_, names)) = self.0.iter().find(|(k, _)| *k == key) {
+            return names;
+        }
+        let names = sig_names(sig);
+        self.0.push((key, names));
+        names
+    }
+}
+
+/// A complete ("X") event's fields; its args follow.
+fn complete<'o>(
+    out: &'o mut String,
+    rank: usize,
+    name: &str,
+    cat: &str,
+    start: u64,
+    dur: u64,
+    tid: u32,
+) -> Obj<'o> {
+    Obj::open(out)
+        .str("name", name)
+        .str("cat", cat)
+        .str("ph", "X")
+        .micros("ts", start)
+        .micros("dur", dur)
+        .int("pid", rank as u64)
+        .int("tid", tid as u64)
+}
+
+/// Appends one event as a trace line to `out`.
+fn render(out: &mut String, rank: usize, e: &Event, names: &mut Names) {
+    let x = |out, name, cat, start, dur, tid| complete(out, rank, name, cat, start, dur, tid);
     match e {
         Event::Call {
             sig,
@@ -301,20 +331,20 @@ fn render(rank: usize, e: &Event) -> String {
             blocked,
             failed,
         } => {
-            let (collective, algorithm) = sig_names(sig);
-            let args = Obj::new()
-                .str("collective", collective)
-                .str("algorithm", algorithm)
-                .int("comm", *comm as u64)
-                .int("seq", *seq as u64)
-                .int("count", sig.count)
-                .str("dtype", sig_dtype(sig))
-                .int("steps", *steps as u64)
-                .micros("blocked_us", *blocked)
-                .str("status", if *failed { "failed" } else { "ok" });
-            x(collective, "call", *start, *dur, 0)
-                .obj("args", args)
-                .end()
+            let (collective, algorithm) = names.of(sig);
+            x(out, collective, "call", *start, *dur, 0)
+                .obj("args", |a| {
+                    a.str("collective", collective)
+                        .str("algorithm", algorithm)
+                        .int("comm", *comm as u64)
+                        .int("seq", *seq as u64)
+                        .int("count", sig.count)
+                        .str("dtype", sig_dtype(sig))
+                        .int("steps", *steps as u64)
+                        .micros("blocked_us", *blocked)
+                        .str("status", if *failed { "failed" } else { "ok" })
+                })
+                .close();
         }
         Event::Step {
             sig,
@@ -328,22 +358,22 @@ fn render(rank: usize, e: &Event) -> String {
             blocked,
             lane,
         } => {
-            let (collective, algorithm) = sig_names(sig);
-            let mut args = Obj::new()
-                .str("collective", collective)
-                .str("algorithm", algorithm)
-                .int("seq", *seq as u64)
-                .int("step", *step as u64)
-                .str("kind", kind.name());
-            if let Some(p) = peer {
-                args = args.int("peer", *p as u64);
-            }
-            let args = args
-                .int("bytes", *bytes as u64)
-                .micros("blocked_us", *blocked);
-            x(kind.name(), "step", *start, *dur, *lane)
-                .obj("args", args)
-                .end()
+            let (collective, algorithm) = names.of(sig);
+            x(out, kind.name(), "step", *start, *dur, *lane)
+                .obj("args", |a| {
+                    let a = a
+                        .str("collective", collective)
+                        .str("algorithm", algorithm)
+                        .int("seq", *seq as u64)
+                        .int("step", *step as u64)
+                        .str("kind", kind.name());
+                    let a = match peer {
+                        Some(p) => a.int("peer", *p as u64),
+                        None => a,
+                    };
+                    a.int("bytes", *bytes as u64).micros("blocked_us", *blocked)
+                })
+                .close();
         }
         Event::Ina {
             start,
@@ -351,12 +381,12 @@ fn render(rank: usize, e: &Event) -> String {
             bytes,
             ok,
         } => {
-            let args = Obj::new()
-                .int("bytes", *bytes as u64)
-                .str("status", if *ok { "ok" } else { "failed" });
-            x("ina allreduce", "ina", *start, *dur, 0)
-                .obj("args", args)
-                .end()
+            x(out, "ina allreduce", "ina", *start, *dur, 0)
+                .obj("args", |a| {
+                    a.int("bytes", *bytes as u64)
+                        .str("status", if *ok { "ok" } else { "failed" })
+                })
+                .close();
         }
     }
 }
