@@ -1,6 +1,7 @@
 //! The trace of one rank: every executed plan step and every call, as
 //! Chrome/Perfetto "X" (complete) events with `pid` = rank and `tid` = a
-//! lane, buffered in memory and written to `DIR/rank-<rank>.json`.
+//! lane, buffered in memory and written to `DIR/rank-<rank>.json` by a
+//! writer thread, so a call only hands its events over.
 //!
 //! Steps of one call overlap (sends and receives are in flight together),
 //! and events on one Chrome thread must nest, so each step takes the lowest
@@ -12,7 +13,8 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use shoal_transport::CallSig;
@@ -21,9 +23,9 @@ use super::clock::ClockOffset;
 use super::json::Obj;
 use crate::error::{sig_dtype, sig_names, Error, Result};
 
-/// Write once this many events are buffered...
+/// The writer thread writes once this many events are buffered...
 const FLUSH_EVENTS: usize = 1 << 14;
-/// ...or this long after the last write, at the end of a call.
+/// ...or this long after its last write.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
 const FOOTER: &[u8] = b"\n]\n";
 
@@ -83,16 +85,31 @@ enum Event {
 }
 
 pub struct Recorder {
-    rank: usize,
     origin: Instant,
-    path: PathBuf,
-    out: Mutex<Buffered>,
+    shared: Arc<Shared>,
+    /// Writes the buffered events every second (or once many wait), so the
+    /// calls only hand their events over.
+    writer: Option<JoinHandle<()>>,
 }
 
-struct Buffered {
+/// What the calls and the writer thread share. Lock order: `file`, then `pending`.
+struct Shared {
+    pending: Mutex<Pending>,
+    wake: Condvar,
+    file: Mutex<TraceFile>,
+}
+
+#[derive(Default)]
+struct Pending {
     events: Vec<Event>,
+    stop: bool,
+}
+
+/// The trace file and what writing it remembers.
+struct TraceFile {
+    rank: usize,
+    path: PathBuf,
     file: File,
-    last_write: Instant,
     /// Lanes named so far (a `thread_name` metadata event each).
     lanes_named: u32,
     /// A failed write is reported once, then tracing stops.
@@ -155,18 +172,29 @@ impl Recorder {
         header.push_str(std::str::from_utf8(FOOTER).unwrap());
         file.write_all(header.as_bytes())
             .map_err(|e| failed(&format!("write {}", path.display()), e))?;
-        Ok(Recorder {
-            rank,
-            origin,
-            path,
-            out: Mutex::new(Buffered {
-                events: Vec::new(),
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(Pending::default()),
+            wake: Condvar::new(),
+            file: Mutex::new(TraceFile {
+                rank,
+                path,
                 file,
-                last_write: Instant::now(),
                 lanes_named: 0,
                 broken: false,
                 names: Names::default(),
             }),
+        });
+        let writer = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("shoal-trace".into())
+                .spawn(move || write_until_stopped(&shared))
+                .map_err(|e| failed("start the trace writer thread", e))?
+        };
+        Ok(Recorder {
+            origin,
+            shared,
+            writer: Some(writer),
         })
     }
 
@@ -201,67 +229,92 @@ impl Recorder {
         self.origin.elapsed().as_nanos() as u64
     }
 
-    fn add(&self, events: Vec<Event>) {
-        let mut out = self.out.lock().unwrap();
-        if out.events.is_empty() {
-            out.events = events;
+    fn add(&self, mut events: Vec<Event>) {
+        let mut pending = self.shared.pending.lock().unwrap();
+        if pending.events.is_empty() {
+            std::mem::swap(&mut pending.events, &mut events);
         } else {
-            out.events.extend(events);
+            pending.events.append(&mut events);
         }
-        if out.events.len() >= FLUSH_EVENTS || out.last_write.elapsed() >= FLUSH_EVERY {
-            self.write(&mut out);
+        if pending.events.len() >= FLUSH_EVENTS {
+            self.shared.wake.notify_one();
         }
     }
 
-    /// Writes every buffered event.
+    /// Writes every buffered event now.
     pub fn flush(&self) {
-        self.write(&mut self.out.lock().unwrap());
-    }
-
-    fn write(&self, out: &mut Buffered) {
-        out.last_write = Instant::now();
-        if out.broken {
-            out.events.clear();
-            return;
-        }
-        let mut text = String::new();
-        let events = std::mem::take(&mut out.events);
-        for e in &events {
-            if let Event::Step { lane, .. } = e {
-                while out.lanes_named < *lane {
-                    out.lanes_named += 1;
-                    text.push_str(",\n");
-                    thread_name(&mut text, self.rank, out.lanes_named);
-                }
-            }
-            text.push_str(",\n");
-            render(&mut text, self.rank, e, &mut out.names);
-        }
-        // The buffer's memory is reused.
-        out.events = events;
-        out.events.clear();
-        if text.is_empty() {
-            return;
-        }
-        text.push_str(std::str::from_utf8(FOOTER).unwrap());
-        // Over the closing bracket, so the file stays a valid JSON array.
-        let written = out
-            .file
-            .seek(SeekFrom::End(-(FOOTER.len() as i64)))
-            .and_then(|_| out.file.write_all(text.as_bytes()));
-        if let Err(e) = written {
-            out.broken = true;
-            tracing::error!(
-                "SHOAL_TRACE: writing {} failed, tracing stops: {e}",
-                self.path.display()
-            );
-        }
+        self.shared.write_pending();
     }
 }
 
 impl Drop for Recorder {
     fn drop(&mut self) {
+        self.shared.pending.lock().unwrap().stop = true;
+        self.shared.wake.notify_one();
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
         self.flush();
+    }
+}
+
+/// The writer thread: every `FLUSH_EVERY`, or when woken, writes what is pending.
+fn write_until_stopped(shared: &Shared) {
+    loop {
+        {
+            let pending = shared.pending.lock().unwrap();
+            let (pending, _) = shared
+                .wake
+                .wait_timeout_while(pending, FLUSH_EVERY, |p| {
+                    !p.stop && p.events.len() < FLUSH_EVENTS
+                })
+                .unwrap();
+            if pending.stop {
+                return;
+            }
+        }
+        shared.write_pending();
+    }
+}
+
+impl Shared {
+    fn write_pending(&self) {
+        let mut file = self.file.lock().unwrap();
+        let events = std::mem::take(&mut self.pending.lock().unwrap().events);
+        file.write(&events);
+    }
+}
+
+impl TraceFile {
+    fn write(&mut self, events: &[Event]) {
+        if self.broken || events.is_empty() {
+            return;
+        }
+        let mut text = String::new();
+        for e in events {
+            if let Event::Step { lane, .. } = e {
+                while self.lanes_named < *lane {
+                    self.lanes_named += 1;
+                    text.push_str(",\n");
+                    thread_name(&mut text, self.rank, self.lanes_named);
+                }
+            }
+            text.push_str(",\n");
+            render(&mut text, self.rank, e, &mut self.names);
+        }
+        text.push_str(std::str::from_utf8(FOOTER).unwrap());
+        // Over the closing bracket, so the file stays a valid JSON array.
+        let written = self
+            .file
+            .seek(SeekFrom::End(-(FOOTER.len() as i64)))
+            .and_then(|_| self.file.write_all(text.as_bytes()));
+        if let Err(e) = written {
+            self.broken = true;
+            tracing::error!(
+                "SHOAL_TRACE: writing {} failed, tracing stops: {e}",
+                self.path.display()
+            );
+        }
     }
 }
 
