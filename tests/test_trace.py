@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import launch, spawn_ranks
+from test_config import _init_with
 
 from shoal import cli
 from shoal.trace import load_rank
@@ -142,6 +143,29 @@ def test_merge_says_what_is_wrong(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "not a shoal trace" in capsys.readouterr().err
     assert cli.main(["trace", "merge", str(tmp_path / "nowhere")]) == 1
     assert "not a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "hint"),
+    [
+        ("SHOAL_FLIGHT_RECORDER", "lots", "whole number, 0 to 65536"),
+        ("SHOAL_FLIGHT_RECORDER", "100000", "at most 65536"),
+        ("SHOAL_TRACE", "/proc/no-such-dir", "cannot create the directory"),
+    ],
+)
+def test_bad_settings_fail_init_naming_the_variable(name: str, value: str, hint: str) -> None:
+    proc = _init_with({name: value})
+    assert proc.returncode != 0 and "initialised" not in proc.stdout
+    last = proc.stderr.strip().splitlines()[-1]
+    assert name in last and value in last and hint in last, last
+
+
+def test_a_single_rank_traces_too(tmp_path: Path) -> None:
+    proc = _init_with({"SHOAL_TRACE": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    events = load_rank(tmp_path / "rank-0.json")
+    clock = [e for e in events if e["name"] == "shoal_clock"]
+    assert clock[0]["args"]["offset_ns"] == 0 and clock[0]["args"]["world"] == 1
 
 
 def raised(res: Any) -> str:
