@@ -37,6 +37,11 @@ def test_every_c10d_call(world: int, transport: str) -> None:
     assert proc.stdout.count("OK torch collectives") == world, proc.stdout[-2000:]
 
 
+def test_every_op_appears_in_torch_profiler_traces() -> None:
+    proc = launch(2, "torch_profiler.py")
+    assert proc.stdout.count("OK torch profiler") == 2, proc.stdout[-2000:]
+
+
 @pytest.mark.parametrize("world", [2, 3])
 def test_ddp_matches_single_process_training(world: int) -> None:
     # CPU training. torch's PowerSGD hook calls torch.cuda.synchronize(device) whenever CUDA is

@@ -109,6 +109,15 @@ class Communicator:
         algorithm: str | None = None,
     ) -> str:
         """Which algorithm the selector would run for a call (for inspection)."""
+    def plan_steps(
+        self,
+        collective: CollectiveName,
+        count: int,
+        dtype: DTypeName,
+        root: int = 0,
+        algorithm: str | None = None,
+    ) -> int:
+        """How many steps this rank's plan of a call has (a trace has one event per executed step)."""
 
 def init(rank: int | None = None, world_size: int | None = None, addr: str | None = None) -> Communicator:
     """Joins the job described by the arguments or the environment and returns the world communicator."""

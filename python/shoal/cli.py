@@ -21,6 +21,7 @@ COMMANDS = {
     "info": "print version, algorithms, configuration, transports and capabilities (shoal info --json)",
     "bench": "benchmark a collective side by side with Gloo and OpenMPI (shoal bench -h)",
     "testbed": "emulated cluster: hosts as network namespaces behind a shaped switch (shoal testbed -h)",
+    "trace": "merge the per-rank traces of SHOAL_TRACE=DIR into one timeline (shoal trace merge DIR -o job.json)",
 }
 
 USAGE = "usage: shoal [--version] <command> [args]\n\ncommands:\n" + "".join(
@@ -111,6 +112,12 @@ def _bench(args: list[str]) -> int:
     return int(bench_main(args))
 
 
+def _trace(args: list[str]) -> int:
+    from shoal.trace import main as trace_main
+
+    return trace_main(args)
+
+
 HANDLERS = {
     "run": _run,
     "secret": _secret,
@@ -118,6 +125,7 @@ HANDLERS = {
     "info": _info,
     "bench": _bench,
     "testbed": _testbed,
+    "trace": _trace,
 }
 
 

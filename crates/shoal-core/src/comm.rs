@@ -17,6 +17,7 @@ use crate::ina::{self, Ina, INA, INA_ALGO_ID};
 use crate::lru::Lru;
 use crate::reduce::divide;
 use crate::select::Selector;
+use crate::trace::Tracing;
 use crate::work::{AsyncQueue, Work};
 
 /// Sequence numbers with this bit set belong to point-to-point messages.
@@ -50,6 +51,8 @@ pub struct Engine {
     warned: Mutex<std::collections::HashSet<String>>,
     /// The first fatal error; after it every call fails fast with it.
     failed: Mutex<Option<Error>>,
+    /// The trace (`SHOAL_TRACE`) and the flight recorder.
+    pub tracing: Tracing,
     /// Keeps whatever the transport needs alive (store, store server).
     _keepalive: Vec<Box<dyn std::any::Any + Send + Sync>>,
 }
@@ -65,6 +68,7 @@ impl Engine {
         keepalive: Vec<Box<dyn std::any::Any + Send + Sync>>,
     ) -> Engine {
         let plans = Mutex::new(Lru::new(config.plan_cache));
+        let tracing = Tracing::new(config.flight_recorder);
         Engine {
             transport,
             config,
@@ -79,6 +83,7 @@ impl Engine {
             ina_backup: Mutex::new(Vec::new()),
             warned: Mutex::new(Default::default()),
             failed: Mutex::new(None),
+            tracing,
             _keepalive: keepalive,
         }
     }
@@ -112,9 +117,10 @@ impl Engine {
     fn run(&self, cp: &CompiledPlan, ctx: &CallContext, bufs: CallBuffers) -> Result<()> {
         self.check_healthy()?;
         let mut scratch = self.scratch.lock().unwrap();
-        let r = execute(cp, ctx, bufs, &mut scratch);
-        if let Err(e) = &r {
+        let mut r = execute(cp, ctx, bufs, &mut scratch, &self.tracing);
+        if let Err(e) = &mut r {
             if e.kind != ErrorKind::InvalidArgument {
+                crate::trace::dump_flight(&self.tracing, self.transport.rank(), e);
                 self.failed.lock().unwrap().get_or_insert_with(|| e.clone());
             }
         }
@@ -313,6 +319,34 @@ impl Communicator {
         Ok(alg.name.to_string())
     }
 
+    /// How many steps this rank's plan of a call has, run by the host
+    /// algorithm the selector picks (for inspection and tests: a trace has
+    /// one event per executed step).
+    pub fn plan_steps(
+        &self,
+        collective: Collective,
+        count: usize,
+        dtype: DType,
+        root: usize,
+        explicit: Option<&str>,
+    ) -> Result<usize> {
+        let args = CollArgs {
+            collective,
+            count,
+            counts: None,
+            dtype,
+            op: ReduceOp::Sum,
+            root,
+            algorithm: explicit.map(str::to_string),
+        };
+        let shape = self.shape(&args)?;
+        let (id, alg) = self
+            .engine
+            .selector
+            .choose(&shape, dtype.size(), explicit)?;
+        Ok(self.plan(shape, id, alg).plan.steps.len())
+    }
+
     /// Waits for every asynchronous call issued so far.
     pub fn synchronize(&self) {
         self.engine.queue.flush();
@@ -341,7 +375,12 @@ impl Communicator {
         let mut contribution = self.engine.ina_backup.lock().unwrap();
         contribution.clear();
         contribution.extend_from_slice(out);
+        let recorder = self.engine.tracing.recorder();
+        let started = recorder.map(|r| r.now());
         let outcome = self.switch_allreduce(out, p);
+        if let (Some(r), Some(start)) = (recorder, started) {
+            r.ina(start, out.len(), outcome.is_ok());
+        }
         if self.agree(outcome.is_ok(), agree_seq, p.sig.history)? {
             return Ok(()); // the client already divided for avg
         }

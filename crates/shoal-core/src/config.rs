@@ -4,6 +4,7 @@
 //! three in step).
 
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use shoal_transport::Congestion;
@@ -197,6 +198,18 @@ pub const VARIABLES: &[Variable] = &[
         "shoal-core log/",
     ),
     var(
+        "SHOAL_TRACE",
+        "",
+        "directory every rank writes its trace of executed steps to (rank-<r>.json)",
+        "shoal-core config.rs, trace/",
+    ),
+    var(
+        "SHOAL_FLIGHT_RECORDER",
+        "64",
+        "calls per rank kept to dump with an error (0: off)",
+        "shoal-core config.rs, trace/",
+    ),
+    var(
         "SHOAL_TESTBED_NAME",
         "shoal",
         "testbed name of shoal testbed commands without --name",
@@ -257,6 +270,12 @@ pub struct Config {
     /// whether or not `SHOAL_SWITCH` is set, so a typo fails at once rather
     /// than on the day a switch appears.
     pub ina: InaSettings,
+    /// `SHOAL_TRACE` (default unset): the directory each rank writes its
+    /// trace to (see docs/tracing.md).
+    pub trace_dir: Option<PathBuf>,
+    /// `SHOAL_FLIGHT_RECORDER` (default 64, 0 to 65536): how many recent
+    /// calls each rank keeps to dump with an error (0: none).
+    pub flight_recorder: usize,
 }
 
 /// The settings of the in-network aggregation client.
@@ -291,6 +310,8 @@ const MAX_RING_BYTES: usize = 1 << 30;
 /// Chunks beyond this are no different from one piece, and keep plan arithmetic far from overflow.
 const MAX_CHUNK_BYTES: usize = 1 << 40;
 const MAX_PLAN_CACHE: usize = 65_536;
+/// More calls than anyone reads in a dump.
+const MAX_FLIGHT_RECORDER: usize = 65_536;
 /// The longest `SHOAL_INA_TIMEOUT` (a day): longer is a typo, and would not
 /// fit the client's clock arithmetic.
 const MAX_INA_TIMEOUT_SECS: f64 = 86_400.0;
@@ -323,6 +344,8 @@ impl Config {
             calibrate: flag(env, "SHOAL_CALIBRATE", true)?,
             cost,
             plan_cache: whole(env, "SHOAL_PLAN_CACHE", 256, 1, MAX_PLAN_CACHE)?,
+            trace_dir: value(env, "SHOAL_TRACE").map(PathBuf::from),
+            flight_recorder: whole(env, "SHOAL_FLIGHT_RECORDER", 64, 0, MAX_FLIGHT_RECORDER)?,
             ina: InaSettings {
                 timeout: seconds(
                     env,

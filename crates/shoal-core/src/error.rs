@@ -117,7 +117,7 @@ fn describe_mismatch(
 /// algorithm=pipelined_chain)`: the op only where the collective reduces, the root only
 /// where it has one.
 pub fn describe_sig(sig: &CallSig) -> String {
-    let dtype = DType::ALL.get(sig.dtype as usize).map_or("?", |d| d.name());
+    let dtype = sig_dtype(sig);
     let Some(coll) = Collective::ALL.get(sig.kind as usize) else {
         return format!("send/recv(count={}, dtype={dtype})", sig.count);
     };
@@ -131,13 +131,27 @@ pub fn describe_sig(sig: &CallSig) -> String {
         let op = ReduceOp::ALL.get(sig.op as usize).map_or("?", |o| o.name());
         args.push(format!("op={op}"));
     }
-    let algo = match shoal_plan::algorithms::by_id(*coll, sig.algo) {
+    args.push(format!("algorithm={}", sig_names(sig).1));
+    format!("{coll}({})", args.join(", "))
+}
+
+/// The collective and algorithm a signature names, e.g. `("allreduce",
+/// "ring")`; point-to-point messages are `("send/recv", "p2p")`.
+pub fn sig_names(sig: &CallSig) -> (&'static str, &'static str) {
+    let Some(&coll) = Collective::ALL.get(sig.kind as usize) else {
+        return ("send/recv", "p2p");
+    };
+    let algo = match shoal_plan::algorithms::by_id(coll, sig.algo) {
         Some(a) => a.name,
         None if sig.algo == crate::ina::INA_ALGO_ID => crate::ina::INA,
         None => "?",
     };
-    args.push(format!("algorithm={algo}"));
-    format!("{coll}({})", args.join(", "))
+    (coll.name(), algo)
+}
+
+/// The name of a signature's element type.
+pub fn sig_dtype(sig: &CallSig) -> &'static str {
+    DType::ALL.get(sig.dtype as usize).map_or("?", |d| d.name())
 }
 
 #[cfg(test)]

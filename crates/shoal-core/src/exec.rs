@@ -20,6 +20,7 @@ use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, ErrorKind, Result};
 use crate::reduce::reduce_into;
 use crate::stall::{answer_time, Stall};
+use crate::trace::{StepKind, StepTimer, Tracing};
 
 /// How long a call goes without progress before it tells the ranks it waits
 /// on which call it is in (they report a mismatch if theirs differs): soon
@@ -93,14 +94,18 @@ struct Run<'a> {
     ready: VecDeque<usize>,
     pending: Vec<(ReqId, usize)>,
     done: usize,
+    /// Times the steps when this process traces (`SHOAL_TRACE`).
+    timer: Option<StepTimer<'a>>,
 }
 
-/// Runs `cp` to completion. `scratch` is grown to the plan's needs.
+/// Runs `cp` to completion. `scratch` is grown to the plan's needs; the
+/// call goes into the flight recorder and, when on, the trace.
 pub fn execute(
     cp: &CompiledPlan,
     ctx: &CallContext,
     bufs: CallBuffers,
     scratch: &mut Vec<u64>,
+    tracing: &Tracing,
 ) -> Result<()> {
     let esize = ctx.dtype.size();
     let words = (cp.plan.scratch_len * esize).div_ceil(8);
@@ -118,8 +123,19 @@ pub fn execute(
             .collect(),
         pending: Vec::new(),
         done: 0,
+        timer: tracing
+            .recorder()
+            .map(|r| r.call(ctx.sig, ctx.comm, ctx.seq, cp.plan.steps.len())),
     };
+    let flight = tracing
+        .flight
+        .begin(ctx.comm, ctx.seq, ctx.sig, cp.plan.steps.len());
     let result = run.drive().and_then(|()| run.finish());
+    let pending = result.is_err().then(|| run.pending_steps(8));
+    tracing.flight.end(flight, run.done, pending);
+    if let Some(timer) = run.timer.take() {
+        timer.finish(result.is_err());
+    }
     if let Err(e) = &result {
         // Tell the peers, so nobody waits for a rank that has given up.
         if e.kind != ErrorKind::Aborted && e.kind != ErrorKind::InvalidArgument {
@@ -160,10 +176,14 @@ impl Run<'_> {
                 self.ctx.transport.set_blocked(&self.blocked());
                 told_blocked = true;
             }
+            let waiting_since = self.timer.is_some().then(Instant::now);
             self.ctx
                 .transport
                 .wait(Duration::from_millis(50))
                 .map_err(|e| self.transport_error(&e))?;
+            if let (Some(timer), Some(since)) = (&mut self.timer, waiting_since) {
+                timer.blocked(since.elapsed());
+            }
         }
     }
 
@@ -224,6 +244,11 @@ impl Run<'_> {
     }
 
     fn complete(&mut self, step: usize) {
+        if let Some(timer) = &mut self.timer {
+            let (kind, peer, elements) = step_summary(&self.cp.plan.steps[step].op);
+            let peer = peer.map(|p| self.ctx.members[p]);
+            timer.completed(step, kind, peer, elements * self.ctx.dtype.size());
+        }
         self.done += 1;
         for &next in &self.cp.dependents[step] {
             self.remaining[next] -= 1;
@@ -234,6 +259,9 @@ impl Run<'_> {
     }
 
     fn post(&mut self, step: usize) -> Result<()> {
+        if let Some(timer) = &mut self.timer {
+            timer.posted(step);
+        }
         let op = &self.cp.plan.steps[step].op;
         let t = self.ctx.transport;
         match *op {
@@ -356,10 +384,26 @@ impl Run<'_> {
     }
 
     fn waiting_error(&self) -> Error {
+        Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "{}: no progress for {:.0?} (SHOAL_TIMEOUT); waiting on {}",
+                (self.ctx.describe)(),
+                self.ctx.timeout,
+                self.pending_steps(4)
+            ),
+        )
+    }
+
+    /// The first `n` steps in flight, e.g. `step 3 (recv 10 elements from rank 2)`.
+    fn pending_steps(&self, n: usize) -> String {
+        if self.pending.is_empty() {
+            return "none".into();
+        }
         let waiting: Vec<String> = self
             .pending
             .iter()
-            .take(4)
+            .take(n)
             .map(|&(_, s)| {
                 format!(
                     "step {s} ({})",
@@ -367,15 +411,11 @@ impl Run<'_> {
                 )
             })
             .collect();
-        Error::new(
-            ErrorKind::Timeout,
-            format!(
-                "{}: no progress for {:.0?} (SHOAL_TIMEOUT); waiting on {}",
-                (self.ctx.describe)(),
-                self.ctx.timeout,
-                waiting.join(", ")
-            ),
-        )
+        let more = self.pending.len().saturating_sub(n);
+        if more > 0 {
+            return format!("{} and {more} more", waiting.join(", "));
+        }
+        waiting.join(", ")
     }
 }
 
@@ -401,6 +441,17 @@ fn peer_of(op: &Op) -> Option<(usize, u32)> {
         | Op::Recv { peer, tag, .. }
         | Op::RecvReduce { peer, tag, .. } => Some((peer, tag)),
         Op::Copy { .. } | Op::Reduce { .. } => None,
+    }
+}
+
+/// What a step does, with whom (group rank) and on how many elements.
+fn step_summary(op: &Op) -> (StepKind, Option<usize>, usize) {
+    match *op {
+        Op::Send { peer, src, .. } => (StepKind::Send, Some(peer), src.len),
+        Op::Recv { peer, dst, .. } => (StepKind::Recv, Some(peer), dst.len),
+        Op::RecvReduce { peer, dst, .. } => (StepKind::RecvReduce, Some(peer), dst.len),
+        Op::Copy { src, .. } => (StepKind::Copy, None, src.len),
+        Op::Reduce { src, .. } => (StepKind::Reduce, None, src.len),
     }
 }
 

@@ -18,6 +18,7 @@ use crate::ina::Ina;
 use crate::log::{self, Who};
 use crate::rendezvous::{detect, establish, Explicit, Rendezvous};
 use crate::select::{Selector, SHM_COST, TCP_COST};
+use crate::trace::measure_offset;
 
 /// What `shoal.init()` was given explicitly; the environment fills the rest.
 #[derive(Clone, Debug, Default)]
@@ -30,6 +31,7 @@ pub struct InitArgs {
 
 /// Rendezvous with the other ranks and connect to them.
 pub fn init_world(args: &InitArgs) -> Result<Communicator> {
+    crate::trace::process_origin();
     let config = Config::from_process_env()?;
     let log_settings = log::Settings::from_process_env(log::RANK_DEFAULT)?;
     let env = |k: &str| std::env::var(k).ok();
@@ -100,7 +102,24 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
             describe(&cost, multi_host)
         );
     }
+    start_trace(&world)?;
     Ok(world)
+}
+
+/// With `SHOAL_TRACE`, measures this rank's clock offset to rank 0 (every
+/// rank takes part) and starts the trace, so init itself is not traced.
+fn start_trace(world: &Communicator) -> Result<()> {
+    let engine = world.engine();
+    let Some(dir) = &engine.config.trace_dir else {
+        return Ok(());
+    };
+    let clock = measure_offset(world, &engine.tracing)?;
+    engine.tracing.start(
+        dir,
+        engine.transport.rank(),
+        engine.transport.world(),
+        clock,
+    )
 }
 
 /// Where the cost figures come from when they are not measured.

@@ -16,6 +16,7 @@ pub mod lru;
 pub mod reduce;
 pub mod select;
 pub mod stall;
+pub mod trace;
 pub mod work;
 
 /// How a job's processes meet (the job secret, the stores, launcher

@@ -279,6 +279,24 @@ impl PyCommunicator {
             .choose_algorithm(collective, count, dtype, root, algorithm)
             .map_err(to_py)
     }
+
+    /// How many steps this rank's plan of a call has (the host algorithm
+    /// the selector picks, or `algorithm`); a trace has one event per step.
+    #[pyo3(signature = (collective, count, dtype, root=0, algorithm=None))]
+    fn plan_steps(
+        &self,
+        collective: &str,
+        count: usize,
+        dtype: &str,
+        root: usize,
+        algorithm: Option<&str>,
+    ) -> PyResult<usize> {
+        let collective = parse_collective(collective).map_err(to_py)?;
+        let dtype = DType::from_name(dtype).map_err(invalid)?;
+        self.inner
+            .plan_steps(collective, count, dtype, root, algorithm)
+            .map_err(to_py)
+    }
 }
 
 /// Runs a blocking call without the GIL. Blocking calls first wait for the

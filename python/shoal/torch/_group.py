@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import collections
+import functools
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar, cast
 
+import torch
 import torch.distributed as dist
 from torch import Tensor
 from torch.futures import Future
@@ -31,6 +33,28 @@ from ._host import (
 from ._work import ShoalWork, _Calls, _complete, _completer
 
 BACKEND = "shoal"
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _profiled(name: str) -> Callable[[_Method], _Method]:
+    """Makes a group method show in ``torch.profiler`` traces as the range
+    ``shoal:<name>``, as Gloo's calls show as ``gloo:<name>``. Outside a
+    profiler no range is entered: one costs microseconds."""
+
+    def wrap(method: _Method) -> _Method:
+        label = f"shoal:{name}"
+
+        @functools.wraps(method)
+        def profiled(*args: Any, **kwargs: Any) -> Any:
+            if not torch.autograd._profiler_enabled():
+                return method(*args, **kwargs)
+            with torch.autograd.profiler.record_function(label):
+                return method(*args, **kwargs)
+
+        return cast(_Method, profiled)
+
+    return wrap
 
 
 def create_process_group(opts: Any, backend_options: Any = None) -> ShoalProcessGroup:
@@ -135,10 +159,12 @@ class ShoalProcessGroup(dist.ProcessGroup):
 
     # -- allreduce and reduce ------------------------------------------------
 
+    @_profiled("allreduce")
     def allreduce(self, tensors: list[Tensor], opts: Any = None) -> ShoalWork:
         _single(tensors, "allreduce")
         return self.allreduce_coalesced(tensors, opts)
 
+    @_profiled("allreduce_coalesced")
     def allreduce_coalesced(self, tensors: list[Tensor], opts: Any = None) -> ShoalWork:
         """Reduces every tensor of the list (as DDP and the coalescing manager do)."""
         op = _op_name(_compat.reduce_op(opts))
@@ -151,6 +177,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
 
         return self._launch(opts, tensors, issue, _copy_back(bufs))
 
+    @_profiled("reduce")
     def reduce(self, tensors: list[Tensor], opts: Any = None) -> ShoalWork:
         _single(tensors, "reduce")
         root = self._root(_compat.root_rank(opts))
@@ -164,6 +191,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
 
     # -- broadcast, gather, scatter ------------------------------------------
 
+    @_profiled("broadcast")
     def broadcast(self, tensors: list[Tensor], opts: Any = None) -> ShoalWork:
         _single(tensors, "broadcast")
         root = self._root(_compat.root_rank(opts))
@@ -174,6 +202,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
 
         return self._launch(opts, tensors, issue, _copy_back([b]))
 
+    @_profiled("gather")
     def gather(self, output_tensors: list[list[Tensor]], input_tensors: list[Tensor], opts: Any = None) -> ShoalWork:
         _single(input_tensors, "gather")
         root = self._root(_compat.root_rank(opts))
@@ -190,6 +219,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
         finish = (lambda: _unpack(flat, outs)) if flat is not None else None
         return self._launch(opts, output_tensors, issue, finish)
 
+    @_profiled("gather_single")
     def gather_single(self, output: Tensor, input: Tensor, opts: Any = None) -> ShoalWork:  # noqa: A002
         """gather into one tensor of size * input.numel() elements at the root."""
         root = self._root(_compat.root_rank(opts))
@@ -205,6 +235,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
 
         return self._launch(opts, [output], issue, _copy_back([out]) if out is not None else None)
 
+    @_profiled("scatter")
     def scatter(self, output_tensors: list[Tensor], input_tensors: list[list[Tensor]], opts: Any = None) -> ShoalWork:
         _single(output_tensors, "scatter")
         root = self._root(_compat.root_rank(opts))
@@ -223,10 +254,12 @@ class ShoalProcessGroup(dist.ProcessGroup):
 
     # -- allgather -----------------------------------------------------------
 
+    @_profiled("allgather")
     def allgather(self, output_tensors: list[list[Tensor]], input_tensors: list[Tensor], opts: Any = None) -> ShoalWork:
         _single(input_tensors, "allgather")
         return self.allgather_coalesced(output_tensors, input_tensors, opts)
 
+    @_profiled("allgather_coalesced")
     def allgather_coalesced(
         self, output_lists: list[list[Tensor]], input_tensors: list[Tensor], opts: Any = None
     ) -> ShoalWork:
@@ -250,10 +283,12 @@ class ShoalProcessGroup(dist.ProcessGroup):
 
         return self._launch(opts, output_lists, issue, finish)
 
+    @_profiled("all_gather_single")
     def all_gather_single(self, output: Tensor, input: Tensor, opts: Any = None) -> ShoalWork:  # noqa: A002
         """``all_gather_into_tensor``: every rank's ``input`` concatenated into ``output``."""
         return self.all_gather_single_coalesced([output], [input], opts)
 
+    @_profiled("all_gather_single_coalesced")
     def all_gather_single_coalesced(self, outputs: list[Tensor], inputs: list[Tensor], opts: Any = None) -> ShoalWork:
         for o, i in zip(outputs, inputs):
             _check_numel(o, self._size * i.numel(), "all_gather_into_tensor output")
@@ -269,6 +304,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
 
     # -- reduce_scatter ------------------------------------------------------
 
+    @_profiled("reduce_scatter")
     def reduce_scatter(
         self, output_tensors: list[Tensor], input_tensors: list[list[Tensor]], opts: Any = None
     ) -> ShoalWork:
@@ -291,10 +327,12 @@ class ShoalProcessGroup(dist.ProcessGroup):
 
         return self._launch(opts, output_tensors, issue, _copy_back([out]))
 
+    @_profiled("reduce_scatter_single")
     def reduce_scatter_single(self, output: Tensor, input: Tensor, opts: Any = None) -> ShoalWork:  # noqa: A002
         """``reduce_scatter_tensor``: block r of the reduced ``input`` into rank r's ``output``."""
         return self.reduce_scatter_single_coalesced([output], [input], opts)
 
+    @_profiled("reduce_scatter_single_coalesced")
     def reduce_scatter_single_coalesced(
         self, outputs: list[Tensor], inputs: list[Tensor], opts: Any = None
     ) -> ShoalWork:
@@ -316,6 +354,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
 
     # -- alltoall ------------------------------------------------------------
 
+    @_profiled("alltoall")
     def alltoall(self, output_tensors: list[Tensor], input_tensors: list[Tensor], opts: Any = None) -> ShoalWork:
         """Input q goes to rank q; output q came from rank q (sizes may differ per pair)."""
         n = self._size
@@ -327,6 +366,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
         )
         return self._launch(opts, output_tensors, issue, finish)
 
+    @_profiled("all_to_all_single")
     def all_to_all_single(
         self,
         output: Tensor,
@@ -392,6 +432,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
 
     # -- barrier and point-to-point ------------------------------------------
 
+    @_profiled("barrier")
     def barrier(self, opts: Any = None) -> ShoalWork:
 
         def issue(calls: _Calls) -> None:
@@ -399,6 +440,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
 
         return self._launch(opts, [], issue)
 
+    @_profiled("send")
     def send(self, tensors: list[Tensor], dst: int, tag: int) -> ShoalWork:
         """Sends right away: shoal's sends do not wait for the receiver (it buffers
         messages that arrive before their receive), so isend + irecv exchanges work."""
@@ -426,6 +468,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
                 op = self._recvs.popleft()
                 _complete(op.future, [op.buf.user], lambda op=op: self._receive(op))  # type: ignore[misc]
 
+    @_profiled("recv")
     def _receive(self, op: _PendingRecv) -> None:
         self._group.recv(op.buf.array, op.src, op.tag, dtype=op.buf.dtype)
         op.buf.copy_back()

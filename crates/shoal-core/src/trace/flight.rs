@@ -1,0 +1,197 @@
+//! The flight recorder: the last calls of this rank with their state, kept
+//! in a ring and dumped with the error when a call fails (timeout,
+//! mismatch, peer death), like the NCCL flight recorder of torch. It tells
+//! which call each rank was in, and on which step and peer it waited.
+
+use std::collections::VecDeque;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use shoal_transport::CallSig;
+
+use crate::error::describe_sig;
+
+/// How many of the most recent calls go into an error's message (the log
+/// gets them all).
+const IN_MESSAGE: usize = 4;
+
+/// A call's entry in the ring (see [`Flight::begin`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlightId(u64);
+
+enum State {
+    Running,
+    Finished,
+    /// Failed while these steps were pending.
+    Failed(String),
+}
+
+struct Record {
+    id: u64,
+    comm: u32,
+    seq: u32,
+    sig: CallSig,
+    steps: usize,
+    done: usize,
+    started: Instant,
+    ended: Option<Instant>,
+    state: State,
+}
+
+pub struct Flight {
+    capacity: usize,
+    ring: Mutex<Ring>,
+}
+
+#[derive(Default)]
+struct Ring {
+    records: VecDeque<Record>,
+    next: u64,
+}
+
+impl Flight {
+    /// Keeps the last `capacity` calls (0: off).
+    pub fn new(capacity: usize) -> Flight {
+        Flight {
+            capacity,
+            ring: Mutex::new(Ring::default()),
+        }
+    }
+
+    /// A call of `steps` plan steps starts; `None` when the recorder is off.
+    pub fn begin(&self, comm: u32, seq: u32, sig: CallSig, steps: usize) -> Option<FlightId> {
+        if self.capacity == 0 {
+            return None;
+        }
+        let mut ring = self.ring.lock().unwrap();
+        let id = ring.next;
+        ring.next += 1;
+        if ring.records.len() == self.capacity {
+            ring.records.pop_front();
+        }
+        ring.records.push_back(Record {
+            id,
+            comm,
+            seq,
+            sig,
+            steps,
+            done: 0,
+            started: Instant::now(),
+            ended: None,
+            state: State::Running,
+        });
+        Some(FlightId(id))
+    }
+
+    /// The call ended after `done` steps; `pending` (on failure) names the
+    /// steps it still waited on.
+    pub fn end(&self, id: Option<FlightId>, done: usize, pending: Option<String>) {
+        let Some(FlightId(id)) = id else { return };
+        let mut ring = self.ring.lock().unwrap();
+        // Usually the newest; absent once N later calls pushed it out.
+        if let Some(r) = ring.records.iter_mut().rev().find(|r| r.id == id) {
+            r.done = done;
+            r.ended = Some(Instant::now());
+            r.state = match pending {
+                Some(p) => State::Failed(p),
+                None => State::Finished,
+            };
+        }
+    }
+
+    /// The last `n` calls in words, oldest first, one per line; empty when off.
+    pub fn dump(&self, n: usize) -> String {
+        let ring = self.ring.lock().unwrap();
+        let skip = ring.records.len().saturating_sub(n);
+        let now = Instant::now();
+        let mut out = String::new();
+        for r in ring.records.iter().skip(skip) {
+            let _ = if r.sig.is_collective() {
+                write!(out, "\n  comm {} call {}: ", r.comm, r.seq)
+            } else {
+                // Point-to-point "calls" are numbered by their tag.
+                write!(out, "\n  comm {} tag {}: ", r.comm, r.seq & !(1 << 31))
+            };
+            let _ = write!(out, "{}: ", describe_sig(&r.sig));
+            let ms = |a: Instant, b: Instant| b.duration_since(a).as_secs_f64() * 1e3;
+            let _ = match &r.state {
+                State::Running => write!(out, "running for {:.1} ms", ms(r.started, now)),
+                State::Finished => write!(
+                    out,
+                    "finished, {} steps in {:.3} ms",
+                    r.steps,
+                    ms(r.started, r.ended.unwrap_or(now))
+                ),
+                State::Failed(pending) => write!(
+                    out,
+                    "FAILED after {:.1} ms, {} of {} steps done, pending: {pending}",
+                    ms(r.started, r.ended.unwrap_or(now)),
+                    r.done,
+                    r.steps
+                ),
+            };
+        }
+        out
+    }
+
+    /// The tail added to a failed call's error: its last few calls.
+    pub fn error_tail(&self, rank: usize) -> String {
+        if self.capacity == 0 {
+            return String::new();
+        }
+        format!(
+            "\nlast calls of rank {rank} (flight recorder, oldest first; the log has the last {}):{}",
+            self.capacity,
+            self.dump(IN_MESSAGE)
+        )
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sig(count: u64) -> CallSig {
+        CallSig {
+            kind: 0,
+            dtype: 0,
+            op: 0,
+            algo: 0,
+            root: 0,
+            count,
+            history: 0,
+        }
+    }
+
+    #[test]
+    fn keeps_the_last_calls_and_says_what_the_failed_one_waited_on() {
+        let f = Flight::new(3);
+        for seq in 0..5 {
+            let id = f.begin(0, seq, sig(seq as u64 + 10), 8);
+            let pending = (seq == 4).then(|| "step 3 (recv 1 elements from rank 2)".to_string());
+            f.end(id, if seq == 4 { 3 } else { 8 }, pending);
+        }
+        let d = f.dump(10);
+        assert_eq!(d.lines().count(), 4, "{d}"); // a leading newline, then 3 calls
+        assert!(!d.contains("call 1:") && d.contains("call 2:"), "{d}");
+        assert!(d.contains("call 4: allreduce(count=14"), "{d}");
+        assert!(
+            d.contains("FAILED")
+                && d.contains("3 of 8 steps done, pending: step 3 (recv 1 elements from rank 2)"),
+            "{d}"
+        );
+        assert_eq!(f.dump(1).lines().count(), 2);
+    }
+
+    #[test]
+    fn off_records_nothing() {
+        let f = Flight::new(0);
+        assert_eq!(f.begin(0, 0, sig(1), 1), None);
+        assert_eq!(f.error_tail(0), "");
+    }
+}

@@ -1,0 +1,42 @@
+"""Runs a few collectives with SHOAL_TRACE set and writes, per rank, the
+calls it made with the step count of its plan for each (expected-<rank>.json
+in the trace directory), for tests/test_trace.py to compare with the trace."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+
+import shoal
+
+out_dir = sys.argv[1]
+shoal.init()
+world = shoal.world()
+r, n = shoal.rank(), shoal.world_size()
+comm = world._live()
+expected: list[dict[str, object]] = []
+
+
+def expect(collective: str, count: int, dtype: str, root: int = 0, algorithm: str | None = None) -> None:
+    chosen = algorithm or comm.choose_algorithm(collective, count, dtype, root)
+    steps = comm.plan_steps(collective, count, dtype, root, algorithm)
+    expected.append({"collective": collective, "algorithm": chosen, "steps": steps})
+
+
+x = np.arange(5000, dtype=np.float32)
+for algorithm in ("ring", "recursive_doubling", "ring"):
+    shoal.allreduce(x, algorithm=algorithm)
+    expect("allreduce", x.size, "float32", algorithm=algorithm)
+y = np.zeros(300, dtype=np.int32) + r
+shoal.broadcast(y, root=n - 1)
+expect("broadcast", y.size, "int32", root=n - 1)
+shoal.allreduce(x)
+expect("allreduce", x.size, "float32")
+assert y[0] == n - 1
+expect("barrier", 0, "float32")  # in finalize
+with open(os.path.join(out_dir, f"expected-{r}.json"), "w") as f:
+    json.dump(expected, f)
+shoal.finalize()
