@@ -2,6 +2,7 @@
 //! and plan inspection. Buffers arrive as buffer-protocol objects; each call
 //! holds their exports (see `buffers`) until it is done. Nothing is copied.
 
+mod algo;
 mod buffers;
 mod call;
 mod config;
@@ -351,6 +352,7 @@ fn _shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(config::detect_launcher, m)?)?;
     m.add_function(wrap_pyfunction!(config::config_error, m)?)?;
     log::register(m)?;
+    algo::register(m)?;
     m.add("ShoalError", py.get_type::<ShoalError>())?;
     m.add("PeerDiedError", py.get_type::<PeerDiedError>())?;
     m.add("MismatchError", py.get_type::<MismatchError>())?;

@@ -1,0 +1,88 @@
+"""Python algorithms registered under a name, so ``algorithm=``, SHOAL_ALGO,
+``shoal bench --algo`` and the selector find them like built-in ones."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Union, get_args
+
+from shoal import _shoal
+from shoal._types import CollectiveName
+from shoal.algo._builder import AlgorithmFn
+
+Factor = Union[float, Callable[[int], float]]
+"""A cost factor: a number, or a function of the group size ``p``."""
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The selector's estimate of a call, the alpha-beta-gamma model of the
+    built-in algorithms: ``messages`` messages in sequence on the busiest rank
+    (each costs the latency alpha), ``bytes`` times the per-rank buffer
+    (count x element size) moved through that rank's link (beta per byte),
+    ``reduced`` times the per-rank buffer reduced locally (gamma per byte).
+    Each is a number or a function of the group size ``p``, evaluated once per
+    group size. A ring allreduce is ``Cost(messages=lambda p: 2 * (p - 1),
+    bytes=lambda p: 2 * (p - 1) / p, reduced=lambda p: (p - 1) / p)``."""
+
+    messages: Factor
+    bytes: Factor
+    reduced: Factor = 0.0
+
+    def at(self, world: int) -> tuple[float, float, float]:
+        """The three factors for a group of ``world`` ranks."""
+        return (_factor(self.messages, world), _factor(self.bytes, world), _factor(self.reduced, world))
+
+
+def _factor(f: Factor, world: int) -> float:
+    value = float(f(world) if callable(f) else f)
+    if not value >= 0.0:  # also catches NaN
+        raise ValueError(f"cost factors must be non-negative numbers; got {value} for p={world}")
+    return value
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """A registered Python algorithm."""
+
+    collective: CollectiveName
+    name: str
+    fn: AlgorithmFn
+    cost: Cost | None
+
+    def __call__(self, b: object) -> None:
+        self.fn(b)  # type: ignore[arg-type]
+
+
+_REGISTRY: dict[tuple[str, str], Algorithm] = {}
+
+
+def registered(collective: str, name: str) -> Algorithm | None:
+    """The Python algorithm registered as ``collective/name``, if any."""
+    return _REGISTRY.get((collective, name))
+
+
+def registry() -> list[Algorithm]:
+    """Every registered Python algorithm."""
+    return list(_REGISTRY.values())
+
+
+def register(
+    collective: CollectiveName, name: str, *, cost: Cost | None = None
+) -> Callable[[AlgorithmFn], Algorithm]:
+    """Registers the decorated function as algorithm ``name`` of ``collective``."""
+    if collective not in get_args(CollectiveName):
+        raise ValueError(f"register: unknown collective {collective!r}")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"register: an algorithm name is an identifier, got {name!r}")
+    if name in _shoal.algorithms(collective):
+        raise ValueError(f"register: {collective} already has a built-in algorithm {name!r}")
+    if cost is not None and not isinstance(cost, Cost):
+        raise TypeError(f"register: cost must be a shoal.algo.Cost, got {type(cost).__name__}")
+
+    def decorate(fn: AlgorithmFn) -> Algorithm:
+        alg = Algorithm(collective, name, fn, cost)
+        _REGISTRY[(collective, name)] = alg
+        return alg
+
+    return decorate
