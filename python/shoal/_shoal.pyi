@@ -110,6 +110,39 @@ class Communicator:
     ) -> str:
         """Which algorithm the selector would run for a call (for inspection)."""
 
+_ShapeTuple = tuple[str, int, int, int, int, int, list[int] | None]
+_RegionTuple = tuple[str, int, int]
+_OpTuple = tuple[str, int, int, _RegionTuple | None, _RegionTuple | None]
+
+@final
+class CallPlans:
+    """The plans of every rank of one call (``shoal.algo.Plan``)."""
+
+    @staticmethod
+    def from_json(text: str) -> CallPlans:
+        """Reads a plan document (docs/algorithms.md); ValueError naming the field that is wrong."""
+    def to_json(self) -> str: ...
+    @property
+    def shape(self) -> _ShapeTuple:
+        """(collective, world, count, root, chunk, ranks_per_host, counts)."""
+    @property
+    def algorithm(self) -> str | None:
+        """``collective/name`` of the algorithm that made the plans, if known."""
+    def steps(self, rank: int) -> list[tuple[str, list[int]]]:
+        """The steps of ``rank``: (what it does, the steps it waits on)."""
+    def scratch(self, rank: int) -> int:
+        """Scratch elements the plan of ``rank`` uses."""
+    def origin(self, rank: int, step: int) -> int | None:
+        """For plans lowered from Python: the builder operation that made the step."""
+    def verify(self) -> tuple[str, int | None, int | None] | None:
+        """None when the plans are right; else (what is wrong, rank, step to blame)."""
+
+def builtin_plans(shape: _ShapeTuple, algorithm: str) -> CallPlans:
+    """The plans a built-in algorithm makes for every rank of a call."""
+
+def lower_plans(shape: _ShapeTuple, ranks: list[tuple[int, list[_OpTuple]]], algorithm: str | None = None) -> CallPlans:
+    """Lowers the operations recorded for every rank, ``(scratch elements, operations)``, into plans."""
+
 def init(rank: int | None = None, world_size: int | None = None, addr: str | None = None) -> Communicator:
     """Joins the job described by the arguments or the environment and returns the world communicator."""
 

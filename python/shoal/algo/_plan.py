@@ -7,9 +7,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from shoal import _shoal
-from shoal._shoal import CallPlans as Plan
+from shoal._shoal import CallPlans
 from shoal._types import CollectiveName
 from shoal.algo._builder import DEFAULT_CHUNK, AlgorithmFn, Builder, Shape, describe
+
+Plan = CallPlans
+"""The plans of every rank of one call: JSON in and out, steps, verification."""
 
 
 class VerifyError(ValueError):
@@ -103,10 +106,9 @@ def plan_json(
     counts: Sequence[int] | None = None,
 ) -> str:
     """``plan(...)`` as a JSON document (schema: docs/algorithms.md)."""
-    p = plan(
-        collective, algorithm, world, count, root=root, chunk=chunk, ranks_per_host=ranks_per_host, counts=counts
-    )
-    return p.to_json()
+    p = plan(collective, algorithm, world, count, root=root, chunk=chunk, ranks_per_host=ranks_per_host, counts=counts)
+    text: str = p.to_json()
+    return text
 
 
 WORLDS = (1, 2, 3, 4, 5, 7, 8)

@@ -67,9 +67,7 @@ def registry() -> list[Algorithm]:
     return list(_REGISTRY.values())
 
 
-def register(
-    collective: CollectiveName, name: str, *, cost: Cost | None = None
-) -> Callable[[AlgorithmFn], Algorithm]:
+def register(collective: CollectiveName, name: str, *, cost: Cost | None = None) -> Callable[[AlgorithmFn], Algorithm]:
     """Registers the decorated function as algorithm ``name`` of ``collective``."""
     if collective not in get_args(CollectiveName):
         raise ValueError(f"register: unknown collective {collective!r}")

@@ -1,0 +1,149 @@
+"""shoal.algo: algorithms written in Python, verified, as JSON, registered and run on real processes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from shoal import algo
+
+EXAMPLES = Path(__file__).parent.parent / "examples" / "algorithms"
+sys.path.insert(0, str(EXAMPLES))
+
+
+def ring(b: algo.Builder, *, skip_recv_on: int | None = None, twice_on: int | None = None) -> None:
+    """A ring allreduce, optionally broken on one rank."""
+    r, p = b.rank, b.world
+    data = algo.output(0, b.count)
+    b.copy(algo.input(0, b.count), data)
+    blocks = data.split(p)
+    for s in range(p - 1):
+        b.send((r + 1) % p, s, blocks[(r - s - 1) % p])
+        if not (r == skip_recv_on and s == 1):
+            b.recv_reduce((r - 1) % p, s, blocks[(r - s - 2) % p])
+    for s in range(p - 1):
+        b.send((r + 1) % p, p + s, blocks[(r - s) % p])
+        gather = b.recv_reduce if r == twice_on else b.recv  # adds the sum to a partial sum
+        gather((r - 1) % p, p + s, blocks[(r - s - 1) % p])
+
+
+def test_a_correct_ring_verifies_for_every_shape() -> None:
+    assert algo.verify(ring, "allreduce") == 7 * 5 * 2
+    assert algo.verify(ring, "allreduce", worlds=[16], counts=[1000], chunks=[7]) == 1
+
+
+def test_a_missing_recv_names_the_unmatched_send_and_its_line() -> None:
+    def broken(b: algo.Builder) -> None:
+        ring(b, skip_recv_on=2)
+
+    with pytest.raises(algo.VerifyError) as e:
+        algo.verify(broken, "allreduce", worlds=[3], counts=[6], chunks=[64])
+    err = e.value
+    # Rank 1 sends its round-1 block to rank 2, which never receives it:
+    # steps copy, send, recv_reduce, send.
+    assert (err.rank, err.step) == (1, 3)
+    assert "rank 1 step 3 (Send to 2 tag 1 Output[4..6]): no matching message on rank 2 (tag 1)" in str(err)
+    assert "is send(2, 1, output[4:6]) at " in str(err)
+    assert err.where is not None and err.where.endswith(f"test_algo.py:{_line_of('b.send((r + 1) % p, s,')}")
+
+
+def test_a_double_contribution_names_the_rank_and_the_step_that_wrote_it() -> None:
+    def broken(b: algo.Builder) -> None:
+        ring(b, twice_on=1)
+
+    with pytest.raises(algo.VerifyError) as e:
+        algo.verify(broken, "allreduce", worlds=[2], counts=[4])
+    err = e.value
+    assert "contribution of rank 1 counted twice" in str(err)
+    assert err.rank is not None and err.step is not None and err.operation is not None
+    assert f"rank {err.rank} step {err.step} is " in str(err)
+
+
+def test_an_in_place_race_names_rank_and_step() -> None:
+    def broken(b: algo.Builder) -> None:
+        out, other = algo.output(0, b.count), 1 - b.rank
+        b.copy(algo.input(0, b.count), out)
+        if b.rank == 0:
+            b.send(other, 0, out)
+            b.recv_reduce(other, 1, out)
+        else:
+            b.recv_reduce(other, 0, out)
+            b.send(other, 1, algo.input(0, b.count))  # in place, Input now holds the sum
+
+    with pytest.raises(algo.VerifyError) as e:
+        algo.verify(broken, "allreduce", worlds=[2], counts=[3])
+    assert (e.value.rank, e.value.step) == (1, 2)
+    assert "reads Input after step 1 wrote Output[0..3]" in str(e.value)
+    assert "is send(0, 1, input[0:3])" in str(e.value)
+
+
+def test_a_race_in_a_json_plan_names_rank_and_step() -> None:
+    doc = json.loads(algo.plan_json("allreduce", "ring", 2, 4, chunk=4))
+    for step in doc["ranks"][1]["steps"]:
+        step["deps"] = []
+    plan = algo.Plan.from_json(json.dumps(doc))
+    message, rank, step = plan.verify() or ("", None, None)
+    assert rank == 1 and step is not None
+    assert "data race" in message and f"rank 1 step {step}" in message
+
+
+def test_builder_errors_name_the_operation() -> None:
+    def unequal(b: algo.Builder) -> None:
+        b.copy(algo.input(0, 2), algo.output(0, 3))
+
+    with pytest.raises(ValueError, match=r"copy: input\[0:2\] has 2 elements, output\[0:3\] has 3"):
+        algo.verify(unequal, "allreduce")
+    with pytest.raises(ValueError, match="buffer must be one of input, output, scratch"):
+        algo.Region("outptu", 0, 1)
+    with pytest.raises(ValueError, match="outside it"):
+        algo.output(0, 4).sub(2, 3)
+    with pytest.raises(TypeError, match="name the collective"):
+        algo.verify(ring)
+
+
+@pytest.mark.parametrize(
+    ("collective", "name", "kwargs"),
+    [
+        ("allreduce", "ring", {}),
+        ("broadcast", "binomial", {"root": 2}),
+        ("allgather", "ring", {"counts": [3, 0, 1, 4]}),
+        ("alltoall", "pairwise", {}),
+    ],
+)
+def test_builtin_plans_round_trip_through_json(collective: str, name: str, kwargs: dict[str, object]) -> None:
+    text = algo.plan_json(collective, name, 4, 5, chunk=2, **kwargs)  # type: ignore[arg-type]
+    doc = json.loads(text)  # standard JSON
+    assert doc["format"] == "shoal-plan/1" and doc["algorithm"] == f"{collective}/{name}"
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1, 2, 3]
+    plan = algo.Plan.from_json(text)
+    assert plan.to_json() == text and plan.verify() is None
+    assert plan == algo.plan(collective, name, 4, 5, chunk=2, **kwargs)  # type: ignore[arg-type]
+    # What json.dumps writes reads back the same, whatever the spacing.
+    assert algo.Plan.from_json(json.dumps(doc)) == plan
+
+
+def test_python_plans_round_trip_and_match_the_builtin_ring() -> None:
+    mine = algo.plan("allreduce", ring, 5, 13, chunk=2)
+    builtin = algo.plan("allreduce", "ring", 5, 13, chunk=2)
+    assert algo.Plan.from_json(mine.to_json()) == mine
+    # The same operations lower to the same steps as the Rust generator's.
+    assert [mine.steps(r) for r in range(5)] == [builtin.steps(r) for r in range(5)]
+
+
+def test_bad_json_is_a_clear_error() -> None:
+    good = json.loads(algo.plan_json("allreduce", "ring", 2, 2))
+    good["ranks"][0]["steps"][0]["op"] = "sned"
+    with pytest.raises(ValueError, match=r"ranks\[0\]\.steps\[0\]\.op: unknown op \"sned\""):
+        algo.Plan.from_json(json.dumps(good))
+    with pytest.raises(ValueError, match="invalid JSON at line 1"):
+        algo.Plan.from_json("{")
+    with pytest.raises(ValueError, match='missing field "shape"'):
+        algo.Plan.from_json('{"format": "shoal-plan/1", "ranks": []}')
+
+
+def _line_of(text: str) -> int:
+    lines = Path(__file__).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
