@@ -143,6 +143,10 @@ def builtin_plans(shape: _ShapeTuple, algorithm: str) -> CallPlans:
 def lower_plans(shape: _ShapeTuple, ranks: list[tuple[int, list[_OpTuple]]], algorithm: str | None = None) -> CallPlans:
     """Lowers the operations recorded for every rank, ``(scratch elements, operations)``, into plans."""
 
+def register_algorithm(collective: CollectiveName, name: str, source: Any) -> None:
+    """Registers algorithm ``name`` of ``collective``; ``source.plan(collective, name, shape, rank)``
+    and ``source.cost(collective, name, world)`` supply its plans and cost on the calling thread."""
+
 def init(rank: int | None = None, world_size: int | None = None, addr: str | None = None) -> Communicator:
     """Joins the job described by the arguments or the environment and returns the world communicator."""
 
@@ -150,7 +154,7 @@ def dtypes() -> list[tuple[str, int, str | None]]:
     """The element types, in the core's order: (name, bytes per element, numpy dtype name or None)."""
 
 def algorithms(collective: CollectiveName) -> list[str]:
-    """Names of the built-in algorithms of a collective."""
+    """Names of the algorithms of a collective: the built-in ones, then those registered from Python."""
 
 def switch_main(argv: list[str]) -> int:
     """Runs the aggregation switch with command-line ``argv`` until SIGINT or SIGTERM; returns the exit code."""

@@ -1,12 +1,19 @@
 //! Algorithm selection: a user override (the call's `algorithm=` argument,
 //! else `SHOAL_ALGO`) wins; otherwise the cheapest algorithm under the
 //! alpha-beta-gamma cost model of the transport in use.
+//!
+//! The candidates are the built-in algorithms and those registered at run
+//! time ([`register`], from `shoal.algo.register` in Python). A registered
+//! algorithm's plans and cost factors come from a [`PlanSource`] that the
+//! binding passes in on the calling thread, and only when a cache misses:
+//! the selector asks for the cost factors once per group size, the plan
+//! cache for a plan once per call shape.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 
 use shoal_plan::algorithms::{self, Algorithm, CostParams};
-use shoal_plan::{CallShape, Collective};
+use shoal_plan::{CallShape, Collective, Plan};
 
 use crate::error::{Error, Result};
 use crate::lru::Lru;
@@ -31,16 +38,133 @@ pub const TCP_COST: CostParams = CostParams {
     beta_local: 1.0 / 4e9,
 };
 
+/// An algorithm registered at run time: the core knows its name, a
+/// [`PlanSource`] supplies its plans and cost. Names are leaked once per
+/// registration (there is no unregistering), so choices stay `Copy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Registered {
+    pub collective: Collective,
+    pub name: &'static str,
+}
+
+/// Every registered algorithm, in registration order (which matters for
+/// nothing: ids are hashes of names, and ties in cost go to built-ins).
+static REGISTERED: RwLock<Vec<Registered>> = RwLock::new(Vec::new());
+
+/// Registers algorithm `name` of `collective`, to be chosen by name
+/// (`algorithm=`, `SHOAL_ALGO`) or, given cost factors, by the cost model.
+/// A name that a built-in algorithm (or alias) or an earlier registration
+/// already has is refused, so a name means one algorithm on every rank.
+pub fn register(collective: Collective, name: &str) -> Result<Registered> {
+    let clash = algorithms::find(collective, name).is_ok()
+        || (collective == Collective::Allreduce && name == crate::ina::INA);
+    if clash {
+        return Err(Error::invalid(format!(
+            "{collective} already has a built-in algorithm '{name}'"
+        )));
+    }
+    let mut all = REGISTERED.write().unwrap();
+    if all
+        .iter()
+        .any(|r| r.collective == collective && r.name == name)
+    {
+        return Err(Error::invalid(format!(
+            "{collective} algorithm '{name}' is already registered"
+        )));
+    }
+    let alg = Registered {
+        collective,
+        name: Box::leak(name.into()),
+    };
+    all.push(alg);
+    Ok(alg)
+}
+
+/// The registered algorithm `name` of `collective`, if any.
+pub fn registered(collective: Collective, name: &str) -> Option<Registered> {
+    registered_for(collective)
+        .into_iter()
+        .find(|r| r.name == name)
+}
+
+/// The registered algorithms of `collective`.
+pub fn registered_for(collective: Collective) -> Vec<Registered> {
+    let all = REGISTERED.read().unwrap();
+    all.iter()
+        .filter(|r| r.collective == collective)
+        .copied()
+        .collect()
+}
+
+/// Where registered algorithms' plans and costs come from. The binding
+/// implements it on the thread that makes the call (the Python one while it
+/// holds the GIL), so the core never calls into an interpreter from a thread
+/// of its own.
+pub trait PlanSource {
+    /// The plan of `rank` for a call of `shape`.
+    fn plan(&self, alg: Registered, shape: &CallShape, rank: usize) -> Result<Plan>;
+    /// The cost factors for a group of `world` ranks, or `None` when the
+    /// algorithm is to be chosen by name only.
+    fn cost(&self, alg: Registered, world: usize) -> Result<Option<CostFactors>>;
+}
+
+/// A registered algorithm's cost, in the terms of the alpha-beta-gamma
+/// model: the estimate is `messages * alpha + bytes * n * beta + reduced * n
+/// * gamma` for a per-rank buffer of `n` bytes (docs/algorithms.md).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CostFactors {
+    /// Messages in sequence on the busiest rank.
+    pub messages: f64,
+    /// Bytes through the busiest rank's link, in units of the per-rank buffer.
+    pub bytes: f64,
+    /// Bytes reduced locally, in units of the per-rank buffer.
+    pub reduced: f64,
+}
+
+impl CostFactors {
+    fn estimate(&self, shape: &CallShape, elem_size: usize, p: &CostParams) -> f64 {
+        let n = (shape.count * elem_size) as f64;
+        self.messages * p.alpha + self.bytes * n * p.beta + self.reduced * n * p.gamma
+    }
+}
+
+/// The algorithm chosen for a call.
+#[derive(Clone, Copy)]
+pub enum Choice {
+    Builtin(&'static Algorithm),
+    Registered(Registered),
+}
+
+impl Choice {
+    /// The id in message signatures: a hash of `collective/name` either way.
+    pub fn id(&self) -> u32 {
+        match self {
+            Choice::Builtin(a) => a.id(),
+            Choice::Registered(r) => algorithms::algorithm_id(r.collective, r.name),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Choice::Builtin(a) => a.name,
+            Choice::Registered(r) => r.name,
+        }
+    }
+}
+
 pub struct Selector {
-    overrides: HashMap<Collective, &'static Algorithm>,
+    overrides: HashMap<Collective, Choice>,
     /// `SHOAL_ALGO=allreduce:ina`: allreduce goes through the switch.
     ina_forced: bool,
     /// Replaced once by the calibration at init; read on every call.
     cost: Mutex<CostParams>,
-    /// The cheapest algorithm per call shape and element size, so repeated
-    /// calls do not price every algorithm again; cleared when the cost
-    /// changes, bounded because a program may use endless distinct counts.
-    cheapest: Mutex<Lru<(CallShape, usize), &'static Algorithm>>,
+    /// The cheapest algorithm per call shape and element size, and its
+    /// cost, so repeated calls do not price every algorithm again; cleared
+    /// when the cost changes, bounded because a program may use endless
+    /// distinct counts.
+    cheapest: Mutex<Lru<(CallShape, usize), (Choice, f64)>>,
+    /// Registered algorithms' cost factors per (id, group size), asked once.
+    factors: Mutex<HashMap<(u32, usize), Option<CostFactors>>>,
 }
 
 impl Selector {
@@ -59,45 +183,46 @@ impl Selector {
                 ina_forced = true;
                 continue;
             }
-            let alg = algorithms::find(collective, algo.trim()).map_err(Error::invalid)?;
-            overrides.insert(collective, alg);
+            overrides.insert(collective, find(collective, algo.trim())?);
         }
         Ok(Selector {
             overrides,
             ina_forced,
             cost: Mutex::new(cost),
             cheapest: Mutex::new(Lru::new(CHOICES_CACHED)),
+            factors: Mutex::new(HashMap::new()),
         })
     }
 
-    /// The algorithm for one call, and its id (carried in message signatures
-    /// so ranks that chose differently are caught; see `Algorithm::id`).
+    /// The algorithm for one call. Its id is carried in message signatures
+    /// so ranks that chose differently are caught (see `Algorithm::id`).
+    /// Registered algorithms are candidates only with a `source`.
     pub fn choose(
         &self,
         shape: &CallShape,
         elem_size: usize,
         explicit: Option<&str>,
-    ) -> Result<(u32, &'static Algorithm)> {
-        let alg = match explicit {
+        source: Option<&dyn PlanSource>,
+    ) -> Result<Choice> {
+        match explicit {
             Some(name) => {
-                let alg = algorithms::find(shape.collective, name).map_err(Error::invalid)?;
-                if !alg.handles(shape) {
+                let choice = find(shape.collective, name)?;
+                if !handles(choice, shape) {
                     return Err(Error::invalid(format!(
                         "{} algorithm '{}' takes no per-rank counts; {}",
                         shape.collective,
-                        alg.name,
+                        choice.name(),
                         counts_takers(shape)
                     )));
                 }
-                alg
+                Ok(choice)
             }
             // A SHOAL_ALGO choice that cannot run the call leaves it to the cost model.
             None => match self.overrides.get(&shape.collective) {
-                Some(alg) if alg.handles(shape) => alg,
-                _ => self.cheapest(shape, elem_size)?,
+                Some(&choice) if handles(choice, shape) => Ok(choice),
+                _ => Ok(self.cheapest(shape, elem_size, source)?.0),
             },
-        };
-        Ok((alg.id(), alg))
+        }
     }
 
     /// Whether `SHOAL_ALGO` sends allreduce through the switch.
@@ -106,9 +231,13 @@ impl Selector {
     }
 
     /// The estimated time of the cheapest plan algorithm for a call.
-    pub fn best_cost(&self, shape: &CallShape, elem_size: usize) -> Result<f64> {
-        let alg = self.cheapest(shape, elem_size)?;
-        Ok((alg.cost)(shape, elem_size, &self.cost()))
+    pub fn best_cost(
+        &self,
+        shape: &CallShape,
+        elem_size: usize,
+        source: Option<&dyn PlanSource>,
+    ) -> Result<f64> {
+        Ok(self.cheapest(shape, elem_size, source)?.1)
     }
 
     /// The cost parameters in use.
@@ -122,22 +251,86 @@ impl Selector {
         self.cheapest.lock().unwrap().clear();
     }
 
-    fn cheapest(&self, shape: &CallShape, elem_size: usize) -> Result<&'static Algorithm> {
+    fn cheapest(
+        &self,
+        shape: &CallShape,
+        elem_size: usize,
+        source: Option<&dyn PlanSource>,
+    ) -> Result<(Choice, f64)> {
         let key = (shape.clone(), elem_size);
-        if let Some(alg) = self.cheapest.lock().unwrap().get(&key) {
-            return Ok(alg);
+        if let Some(found) = self.cheapest.lock().unwrap().get(&key) {
+            return Ok(found);
         }
         let cost = self.cost();
-        let alg = algorithms::for_collective(shape.collective)
+        let builtin = algorithms::for_collective(shape.collective)
             .filter(|a| a.handles(shape))
-            .map(|a| ((a.cost)(shape, elem_size, &cost), a))
-            .min_by(|x, y| x.0.total_cmp(&y.0))
-            .map(|(_, a)| a)
-            .ok_or_else(|| {
-                Error::runtime(format!("no algorithm implements {}", shape.collective))
-            })?;
-        self.cheapest.lock().unwrap().insert(key, alg);
-        Ok(alg)
+            .map(|a| (Choice::Builtin(a), (a.cost)(shape, elem_size, &cost)))
+            .min_by(|x, y| x.1.total_cmp(&y.1));
+        let mut best = builtin.ok_or_else(|| {
+            Error::runtime(format!("no algorithm implements {}", shape.collective))
+        })?;
+        let registered = registered_for(shape.collective);
+        // Registered algorithms take no per-rank counts.
+        if shape.counts.is_none() {
+            for alg in &registered {
+                let Some(source) = source else { break };
+                if let Some(factors) = self.factors(*alg, shape.world, source)? {
+                    let estimate = factors.estimate(shape, elem_size, &cost);
+                    if estimate < best.1 {
+                        best = (Choice::Registered(*alg), estimate);
+                    }
+                }
+            }
+        }
+        // Without a source the registered ones were not priced: not the answer to keep.
+        if source.is_some() || registered.is_empty() {
+            self.cheapest.lock().unwrap().insert(key, best);
+        }
+        Ok(best)
+    }
+
+    /// A registered algorithm's cost factors for a group size, asked of
+    /// `source` once (outside the lock: the source runs the user's code).
+    fn factors(
+        &self,
+        alg: Registered,
+        world: usize,
+        source: &dyn PlanSource,
+    ) -> Result<Option<CostFactors>> {
+        let key = (Choice::Registered(alg).id(), world);
+        if let Some(&known) = self.factors.lock().unwrap().get(&key) {
+            return Ok(known);
+        }
+        let factors = source.cost(alg, world)?;
+        self.factors.lock().unwrap().insert(key, factors);
+        Ok(factors)
+    }
+}
+
+/// The algorithm `name` (or alias) of `collective`: built-in, else registered.
+pub fn find(collective: Collective, name: &str) -> Result<Choice> {
+    if let Ok(alg) = algorithms::find(collective, name) {
+        return Ok(Choice::Builtin(alg));
+    }
+    if let Some(alg) = registered(collective, name) {
+        return Ok(Choice::Registered(alg));
+    }
+    let mut valid: Vec<&str> = algorithms::for_collective(collective)
+        .map(|a| a.name)
+        .collect();
+    valid.extend(registered_for(collective).iter().map(|r| r.name));
+    Err(Error::invalid(format!(
+        "unknown {collective} algorithm '{name}'; valid: {}",
+        valid.join(", ")
+    )))
+}
+
+/// Whether the algorithm can run a call of `shape` (registered ones take
+/// no per-rank counts).
+fn handles(choice: Choice, shape: &CallShape) -> bool {
+    match choice {
+        Choice::Builtin(a) => a.handles(shape),
+        Choice::Registered(_) => shape.counts.is_none(),
     }
 }
 

@@ -3,7 +3,12 @@
 //! inference and pipelining as the built-in ones; plans of every rank of a
 //! call go to and from JSON and through the verifier.
 
+use std::cell::RefCell;
+
 use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
+
+use shoal_core::select::{self, CostFactors, PlanSource, Registered};
 
 use shoal_plan::builder::Msg;
 use shoal_plan::json::buf_from_name;
@@ -289,9 +294,106 @@ pub fn lower(
     Ok((b.finish(), origin))
 }
 
+/// The Python object whose `plan(collective, name, shape, rank)` and
+/// `cost(collective, name, world)` serve registered algorithms
+/// (`shoal.algo._registry`), set once.
+static SOURCE: GILOnceCell<PyObject> = GILOnceCell::new();
+
+/// Registers algorithm `name` of `collective`, whose plans and cost `source`
+/// (the same object every time) supplies on the calling thread.
+#[pyfunction]
+pub fn register_algorithm(
+    py: Python<'_>,
+    collective: &str,
+    name: &str,
+    source: PyObject,
+) -> PyResult<()> {
+    let installed = SOURCE.get_or_init(py, || source.clone_ref(py));
+    if !installed.is(&source) {
+        return Err(invalid(
+            "a different plan source is already installed".into(),
+        ));
+    }
+    let collective = select::parse_collective(collective).map_err(crate::to_py)?;
+    select::register(collective, name).map_err(crate::to_py)?;
+    Ok(())
+}
+
+/// The registry's Python side, asked on the thread that makes the call while
+/// it holds the GIL (the `py` token proves it): the core never enters the
+/// interpreter from a thread of its own. A Python exception raised by the
+/// algorithm is kept, so the caller sees it rather than a flattened message.
+pub struct PySource<'py> {
+    py: Python<'py>,
+    raised: RefCell<Option<PyErr>>,
+}
+
+impl<'py> PySource<'py> {
+    pub fn new(py: Python<'py>) -> PySource<'py> {
+        PySource {
+            py,
+            raised: RefCell::new(None),
+        }
+    }
+
+    /// The Python exception to raise for a core error of a call made with this source.
+    pub fn to_py(&self, e: shoal_core::Error) -> PyErr {
+        self.raised
+            .borrow_mut()
+            .take()
+            .unwrap_or_else(|| crate::to_py(e))
+    }
+
+    fn keep(&self, e: PyErr) -> shoal_core::Error {
+        let error = shoal_core::Error::invalid(e.to_string());
+        *self.raised.borrow_mut() = Some(e);
+        error
+    }
+
+    fn call(
+        &self,
+        method: &str,
+        args: impl IntoPyObject<'py, Target = pyo3::types::PyTuple>,
+    ) -> shoal_core::Result<Bound<'py, PyAny>> {
+        let source = SOURCE
+            .get(self.py)
+            .ok_or_else(|| shoal_core::Error::invalid("no algorithm is registered from Python"))?;
+        source
+            .bind(self.py)
+            .call_method1(method, args)
+            .map_err(|e| self.keep(e))
+    }
+}
+
+impl PlanSource for PySource<'_> {
+    fn plan(
+        &self,
+        alg: Registered,
+        shape: &CallShape,
+        rank: usize,
+    ) -> shoal_core::Result<shoal_plan::Plan> {
+        let args = (alg.collective.name(), alg.name, shape_tuple(shape), rank);
+        let built = self.call("plan", args)?;
+        let (scratch, ops): (usize, Vec<OpTuple>) = built.extract().map_err(|e| self.keep(e))?;
+        let (plan, _) = lower(shape, rank, scratch, &ops).map_err(|e| self.keep(e))?;
+        Ok(plan)
+    }
+
+    fn cost(&self, alg: Registered, world: usize) -> shoal_core::Result<Option<CostFactors>> {
+        let factors = self.call("cost", (alg.collective.name(), alg.name, world))?;
+        let factors: Option<(f64, f64, f64)> = factors.extract().map_err(|e| self.keep(e))?;
+        Ok(factors.map(|(messages, bytes, reduced)| CostFactors {
+            messages,
+            bytes,
+            reduced,
+        }))
+    }
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCallPlans>()?;
     m.add_function(wrap_pyfunction!(builtin_plans, m)?)?;
     m.add_function(wrap_pyfunction!(lower_plans, m)?)?;
+    m.add_function(wrap_pyfunction!(register_algorithm, m)?)?;
     Ok(())
 }

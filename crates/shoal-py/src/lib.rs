@@ -195,15 +195,23 @@ impl PyCommunicator {
             output_bytes,
         };
         let comm = self.inner.clone();
+        // Prepared here, holding the GIL: a registered algorithm's plan is
+        // built in Python on a cache miss (see algo::PySource).
+        let source = algo::PySource::new(py);
         if async_op {
             let owner = Box::new((input, output));
-            let work = comm.collective_async(&args, bufs, owner).map_err(to_py)?;
+            let work = comm
+                .collective_async(&args, bufs, owner, Some(&source))
+                .map_err(|e| source.to_py(e))?;
             return Ok(Some(PyWork { inner: work }));
         }
+        let call = comm
+            .prepare_collective(&args, &bufs, Some(&source))
+            .map_err(|e| source.to_py(e))?;
         let bufs = SendableBuffers(bufs);
         blocking(py, move || {
             let bufs = bufs;
-            comm.collective(&args, bufs.0)
+            comm.run_collective(call, bufs.0)
         })?;
         // `input` and `output` are released here, after the call.
         Ok(None)
@@ -268,6 +276,7 @@ impl PyCommunicator {
     #[pyo3(signature = (collective, count, dtype, root=0, algorithm=None))]
     fn choose_algorithm(
         &self,
+        py: Python<'_>,
         collective: &str,
         count: usize,
         dtype: &str,
@@ -276,9 +285,10 @@ impl PyCommunicator {
     ) -> PyResult<String> {
         let collective = parse_collective(collective).map_err(to_py)?;
         let dtype = DType::from_name(dtype).map_err(invalid)?;
+        let source = algo::PySource::new(py);
         self.inner
-            .choose_algorithm(collective, count, dtype, root, algorithm)
-            .map_err(to_py)
+            .choose_algorithm(collective, count, dtype, root, algorithm, Some(&source))
+            .map_err(|e| source.to_py(e))
     }
 }
 
@@ -319,13 +329,16 @@ fn init(
     })
 }
 
-/// Names of the built-in algorithms of a collective.
+/// Names of the algorithms of a collective: the built-in ones, then those
+/// registered from Python (`shoal.algo.register`).
 #[pyfunction]
 fn algorithms(collective: &str) -> PyResult<Vec<&'static str>> {
     let c = parse_collective(collective).map_err(to_py)?;
-    Ok(shoal_plan::algorithms::for_collective(c)
-        .map(|a| a.name)
-        .collect())
+    let builtin = shoal_plan::algorithms::for_collective(c).map(|a| a.name);
+    let registered = shoal_core::select::registered_for(c)
+        .into_iter()
+        .map(|r| r.name);
+    Ok(builtin.chain(registered).collect())
 }
 
 /// The element types, in the core's order: (name, bytes per element, numpy

@@ -18,6 +18,8 @@ DEFAULT_CHUNK = 1 << 18
 BUFFERS = ("input", "output", "scratch")
 
 RegionTuple = tuple[str, int, int]
+ShapeTuple = tuple[str, int, int, int, int, int, Optional[list[int]]]
+"""A call shape as ``shoal._shoal`` passes it."""
 OpTuple = tuple[str, int, int, Optional[RegionTuple], Optional[RegionTuple]]
 """An operation as Rust lowers it: (kind, peer, round, src, dst)."""
 
@@ -37,13 +39,13 @@ class Shape:
     ranks_per_host: int = 1
     counts: tuple[int, ...] | None = None
 
-    def as_tuple(self) -> tuple[str, int, int, int, int, int, list[int] | None]:
+    def as_tuple(self) -> ShapeTuple:
         """The form ``shoal._shoal`` takes."""
         counts = None if self.counts is None else list(self.counts)
         return (self.collective, self.world, self.count, self.root, self.chunk, self.ranks_per_host, counts)
 
     @staticmethod
-    def from_tuple(t: tuple[str, int, int, int, int, int, list[int] | None]) -> Shape:
+    def from_tuple(t: ShapeTuple) -> Shape:
         collective, world, count, root, chunk, per_host, counts = t
         return Shape(collective, world, count, root, chunk, per_host, None if counts is None else tuple(counts))  # type: ignore[arg-type]
 

@@ -8,7 +8,8 @@ from typing import Callable, Union, get_args
 
 from shoal import _shoal
 from shoal._types import CollectiveName
-from shoal.algo._builder import AlgorithmFn
+from shoal.algo._builder import AlgorithmFn, Builder, OpTuple, Shape, ShapeTuple
+from shoal.algo._plan import Lowered
 
 Factor = Union[float, Callable[[int], float]]
 """A cost factor: a number, or a function of the group size ``p``."""
@@ -56,6 +57,10 @@ class Algorithm:
 
 _REGISTRY: dict[tuple[str, str], Algorithm] = {}
 
+VERIFY_WORLDS = 64
+"""Registered algorithms are verified (all ranks) the first time a call shape is
+seen in groups up to this size; larger groups get the per-rank checks only."""
+
 
 def registered(collective: str, name: str) -> Algorithm | None:
     """The Python algorithm registered as ``collective/name``, if any."""
@@ -67,20 +72,58 @@ def registry() -> list[Algorithm]:
     return list(_REGISTRY.values())
 
 
-def register(collective: CollectiveName, name: str, *, cost: Cost | None = None) -> Callable[[AlgorithmFn], Algorithm]:
-    """Registers the decorated function as algorithm ``name`` of ``collective``."""
+def register(
+    collective: CollectiveName, name: str, *, cost: Cost | None = None
+) -> Callable[[AlgorithmFn], Algorithm]:
+    """Registers the decorated function as algorithm ``name`` of ``collective``,
+    for every call made from this process: ``algorithm=name``,
+    ``SHOAL_ALGO=collective:name`` (register before ``shoal.init``) and, given a
+    ``cost``, the selector. Every rank must register it (an algorithm's identity
+    in messages is a hash of ``collective/name``, so the order does not matter).
+    A name a built-in algorithm has, or one registered before, is a ValueError."""
     if collective not in get_args(CollectiveName):
         raise ValueError(f"register: unknown collective {collective!r}")
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"register: an algorithm name is an identifier, got {name!r}")
-    if name in _shoal.algorithms(collective):
-        raise ValueError(f"register: {collective} already has a built-in algorithm {name!r}")
     if cost is not None and not isinstance(cost, Cost):
         raise TypeError(f"register: cost must be a shoal.algo.Cost, got {type(cost).__name__}")
 
     def decorate(fn: AlgorithmFn) -> Algorithm:
+        _shoal.register_algorithm(collective, name, _SOURCE)
         alg = Algorithm(collective, name, fn, cost)
         _REGISTRY[(collective, name)] = alg
         return alg
 
     return decorate
+
+
+class _Source:
+    """What the core asks, on the calling thread, when a cache misses: a
+    registered algorithm's operations for one rank of one call shape, and its
+    cost factors for one group size."""
+
+    def __init__(self) -> None:
+        self.verified: set[tuple[str, str, Shape]] = set()
+
+    def plan(self, collective: str, name: str, shape_tuple: ShapeTuple, rank: int) -> tuple[int, list[OpTuple]]:
+        alg = _REGISTRY[(collective, name)]
+        shape = Shape.from_tuple(shape_tuple)
+        key = (collective, name, shape)
+        if shape.world <= VERIFY_WORLDS and key not in self.verified:
+            # Every rank verifies the same plans, so all raise the same error
+            # instead of some hanging on a broken plan.
+            lowered = Lowered(name, alg.fn, shape)
+            lowered.check(name, shape)
+            self.verified.add(key)
+            b = lowered.builders[rank]
+        else:
+            b = Builder(shape, rank)
+            alg.fn(b)
+        return (b.scratch_len, b.ops)
+
+    def cost(self, collective: str, name: str, world: int) -> tuple[float, float, float] | None:
+        alg = _REGISTRY[(collective, name)]
+        return None if alg.cost is None else alg.cost.at(world)
+
+
+_SOURCE = _Source()
