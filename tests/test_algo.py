@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import launch
 
 from shoal import algo
 
@@ -147,3 +148,15 @@ def test_bad_json_is_a_clear_error() -> None:
 def _line_of(text: str) -> int:
     lines = Path(__file__).read_text().splitlines()
     return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_registered_algorithms_run_on_real_processes(transport: str, world: int) -> None:
+    proc = launch(world, "algo.py", env={"SHOAL_TRANSPORT": transport})
+    assert proc.stdout.count("OK algo") == world
+
+
+def test_shoal_algo_names_a_registered_algorithm() -> None:
+    proc = launch(3, "algo.py", env={"SHOAL_ALGO": "allreduce:torus"})
+    assert proc.stdout.count("OK algo") == 3

@@ -135,6 +135,15 @@ pub enum Choice {
     Registered(Registered),
 }
 
+impl std::fmt::Debug for Choice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Choice::Builtin(a) => write!(f, "Builtin({}/{})", a.collective, a.name),
+            Choice::Registered(r) => write!(f, "Registered({}/{})", r.collective, r.name),
+        }
+    }
+}
+
 impl Choice {
     /// The id in message signatures: a hash of `collective/name` either way.
     pub fn id(&self) -> u32 {
@@ -351,4 +360,104 @@ pub fn parse_collective(name: &str) -> Result<Collective> {
             valid.join(", ")
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Serves registered algorithms with the built-in ring's plans, at a
+    /// fixed cost, counting what it is asked.
+    struct RingSource {
+        factors: Option<CostFactors>,
+        asked: std::cell::Cell<usize>,
+    }
+
+    impl PlanSource for RingSource {
+        fn plan(&self, _: Registered, shape: &CallShape, rank: usize) -> Result<Plan> {
+            Ok((algorithms::find(Collective::Allreduce, "ring")
+                .unwrap()
+                .generate)(shape, rank))
+        }
+        fn cost(&self, _: Registered, _: usize) -> Result<Option<CostFactors>> {
+            self.asked.set(self.asked.get() + 1);
+            Ok(self.factors)
+        }
+    }
+
+    fn shape(count: usize) -> CallShape {
+        CallShape {
+            collective: Collective::Allreduce,
+            world: 4,
+            count,
+            root: 0,
+            chunk: 1 << 20,
+            ranks_per_host: 1,
+            counts: None,
+        }
+    }
+
+    #[test]
+    fn registered_algorithms_are_named_chosen_and_priced() {
+        let c = Collective::Allreduce;
+        let err = register(c, "ring").unwrap_err();
+        assert!(err
+            .message
+            .contains("already has a built-in algorithm 'ring'"));
+        assert!(register(c, "ina").is_err());
+        let alg = register(c, "test_free").unwrap();
+        assert!(register(c, "test_free")
+            .unwrap_err()
+            .message
+            .contains("already registered"));
+        assert_eq!(
+            Choice::Registered(alg).id(),
+            algorithms::algorithm_id(c, "test_free"),
+            "the id is the hash of the name, like a built-in's"
+        );
+        let selector = Selector::new("", SHM_COST).unwrap();
+        // By name, with or without a source (the plan needs one, not the choice).
+        let by_name = selector
+            .choose(&shape(8), 4, Some("test_free"), None)
+            .unwrap();
+        assert_eq!(by_name.name(), "test_free");
+        // Without cost factors the selector never picks it...
+        let unpriced = RingSource {
+            factors: None,
+            asked: 0.into(),
+        };
+        let auto = selector
+            .choose(&shape(8), 4, None, Some(&unpriced))
+            .unwrap();
+        assert!(matches!(auto, Choice::Builtin(_)));
+        // ...with a cost of nothing it wins, asked once per group size.
+        let selector = Selector::new("allgather:ring", SHM_COST).unwrap();
+        let free = RingSource {
+            factors: Some(CostFactors {
+                messages: 0.0,
+                bytes: 0.0,
+                reduced: 0.0,
+            }),
+            asked: 0.into(),
+        };
+        for count in [8, 9, 10] {
+            let auto = selector
+                .choose(&shape(count), 4, None, Some(&free))
+                .unwrap();
+            assert_eq!(auto.name(), "test_free");
+        }
+        assert_eq!(free.asked.get(), 1);
+        // Without a source it is not priced, and that answer is not cached.
+        let auto = selector.choose(&shape(11), 4, None, None).unwrap();
+        assert!(matches!(auto, Choice::Builtin(_)));
+        let auto = selector.choose(&shape(11), 4, None, Some(&free)).unwrap();
+        assert_eq!(auto.name(), "test_free");
+        // SHOAL_ALGO may name it; per-rank counts it does not take.
+        let forced = Selector::new("allreduce:test_free", SHM_COST).unwrap();
+        assert_eq!(
+            forced.choose(&shape(8), 4, None, None).unwrap().name(),
+            "test_free"
+        );
+        assert!(find(c, "nope").unwrap_err().message.contains("test_free"));
+    }
 }
