@@ -72,9 +72,7 @@ def registry() -> list[Algorithm]:
     return list(_REGISTRY.values())
 
 
-def register(
-    collective: CollectiveName, name: str, *, cost: Cost | None = None
-) -> Callable[[AlgorithmFn], Algorithm]:
+def register(collective: CollectiveName, name: str, *, cost: Cost | None = None) -> Callable[[AlgorithmFn], Algorithm]:
     """Registers the decorated function as algorithm ``name`` of ``collective``,
     for every call made from this process: ``algorithm=name``,
     ``SHOAL_ALGO=collective:name`` (register before ``shoal.init``) and, given a
