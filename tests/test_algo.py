@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -160,3 +162,35 @@ def test_registered_algorithms_run_on_real_processes(transport: str, world: int)
 def test_shoal_algo_names_a_registered_algorithm() -> None:
     proc = launch(3, "algo.py", env={"SHOAL_ALGO": "allreduce:torus"})
     assert proc.stdout.count("OK algo") == 3
+
+
+def test_bench_runs_an_algorithm_named_in_shoal_algorithms(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    env = {**os.environ, "SHOAL_ALGORITHMS": str(EXAMPLES / "torus_allreduce.py")}
+    sizes = ["--sizes", "8,64K", "--iters", "3", "--warmup", "1", "--repeats", "2", "--no-progress", "--no-roofline"]
+    cmd = [sys.executable, "-m", "shoal.cli", "bench", "allreduce", "-n", "4", "--algo", "torus,ring", *sizes]
+    proc = subprocess.run([*cmd, "--out", str(out)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads((out / "results.json").read_text())
+    assert [s["name"] for s in doc["series"]] == ["shoal:torus", "shoal:ring"]
+    for s in doc["series"]:
+        assert s["status"] == "ok" and all(r["errors"] == 0 for r in s["results"]), s
+
+
+def test_shoal_algorithms_loads_files_and_modules_once() -> None:
+    code = (
+        "import shoal, torus_allreduce; from shoal import algo; "
+        "print(shoal.algorithms('allreduce'), shoal.algorithms('broadcast'))"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(EXAMPLES),
+        # The same file by path and, in the program, by module name: registered once.
+        "SHOAL_ALGORITHMS": f"{EXAMPLES / 'torus_allreduce.py'}, knomial_broadcast",
+    }
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("'torus'") == 1 and "'knomial'" in proc.stdout
+    env["SHOAL_ALGORITHMS"] = "no/such/file.py"
+    proc = subprocess.run([sys.executable, "-c", "import shoal"], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode != 0 and "SHOAL_ALGORITHMS: no such file 'no/such/file.py'" in proc.stderr

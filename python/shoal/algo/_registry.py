@@ -87,12 +87,21 @@ def register(collective: CollectiveName, name: str, *, cost: Cost | None = None)
         raise TypeError(f"register: cost must be a shoal.algo.Cost, got {type(cost).__name__}")
 
     def decorate(fn: AlgorithmFn) -> Algorithm:
+        known = _REGISTRY.get((collective, name))
+        if known is not None and _same_code(known.fn, fn):
+            return known  # the same file loaded twice (SHOAL_ALGORITHMS and an import)
         _shoal.register_algorithm(collective, name, _SOURCE)
         alg = Algorithm(collective, name, fn, cost)
         _REGISTRY[(collective, name)] = alg
         return alg
 
     return decorate
+
+
+def _same_code(a: AlgorithmFn, b: AlgorithmFn) -> bool:
+    """Whether two functions are one definition (same file and line)."""
+    where = [(c.co_filename, c.co_firstlineno) for c in (getattr(f, "__code__", None) for f in (a, b)) if c]
+    return len(where) == 2 and where[0] == where[1]
 
 
 class _Source:
