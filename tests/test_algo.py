@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -194,3 +195,45 @@ def test_shoal_algorithms_loads_files_and_modules_once() -> None:
     env["SHOAL_ALGORITHMS"] = "no/such/file.py"
     proc = subprocess.run([sys.executable, "-c", "import shoal"], capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode != 0 and "SHOAL_ALGORITHMS: no such file 'no/such/file.py'" in proc.stderr
+
+
+def test_the_readme_algorithm_verifies_and_runs_on_four_ranks(tmp_path: Path) -> None:
+    readme = (EXAMPLES.parent.parent / "README.md").read_text()
+    section = readme.split("### Write an algorithm in Python", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)[1]  # type: ignore[index]
+    script = tmp_path / "my_algos.py"
+    script.write_text(
+        code
+        + "import numpy as np, shoal\n"
+        + "g = shoal.init()\n"
+        + "x = np.arange(1001, dtype=np.float32) * (g.rank + 1)\n"
+        + "g.allreduce(x, algorithm='my_ring')\n"
+        + "assert np.array_equal(x, np.arange(1001, dtype=np.float32) * sum(range(1, g.size + 1)))\n"
+        + "print('README ALGO OK')\n"
+    )
+    cmd = [sys.executable, "-m", "shoal.cli", "run", "-n", "4", "--", sys.executable, str(script)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("README ALGO OK") == 4
+
+
+def test_the_docs_show_the_ring_example_as_it_is() -> None:
+    docs = (EXAMPLES.parent.parent / "docs" / "algorithms.md").read_text()
+    shown = re.search(r"```python\n(.*?)```", docs, re.S)[1]  # type: ignore[index]
+    example = (EXAMPLES / "ring_allreduce.py").read_text()
+    assert example.endswith(shown)
+
+
+def test_the_examples_verify_for_worlds_up_to_twelve() -> None:
+    # In a fresh process: registering here would add names to this one's shoal.algorithms().
+    code = (
+        "from shoal import algo; import ring_allreduce, torus_allreduce, knomial_broadcast\n"
+        "worlds = range(1, 13)\n"
+        "print(algo.verify(ring_allreduce.ring, worlds=worlds), algo.verify(torus_allreduce.torus, worlds=worlds),"
+        " algo.verify(knomial_broadcast.knomial, worlds=worlds))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(EXAMPLES)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    # Every world x count x chunk, and every root of the broadcast.
+    assert proc.stdout.split() == ["120", "120", str(sum(range(1, 13)) * 5 * 2)]

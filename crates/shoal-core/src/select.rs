@@ -48,7 +48,8 @@ pub struct Registered {
 }
 
 /// Every registered algorithm, in registration order (which matters for
-/// nothing: ids are hashes of names, and ties in cost go to built-ins).
+/// nothing: ids are hashes of names, and ties in cost go to built-ins, then
+/// to the first name in sort order).
 static REGISTERED: RwLock<Vec<Registered>> = RwLock::new(Vec::new());
 
 /// Registers algorithm `name` of `collective`, to be chosen by name
@@ -87,13 +88,17 @@ pub fn registered(collective: Collective, name: &str) -> Option<Registered> {
         .find(|r| r.name == name)
 }
 
-/// The registered algorithms of `collective`.
+/// The registered algorithms of `collective`, by name: ranks may register
+/// in different orders, and the selector must break ties alike on all.
 pub fn registered_for(collective: Collective) -> Vec<Registered> {
     let all = REGISTERED.read().unwrap();
-    all.iter()
+    let mut mine: Vec<Registered> = all
+        .iter()
         .filter(|r| r.collective == collective)
         .copied()
-        .collect()
+        .collect();
+    mine.sort_by_key(|r| r.name);
+    mine
 }
 
 /// Where registered algorithms' plans and costs come from. The binding
@@ -459,5 +464,17 @@ mod tests {
             "test_free"
         );
         assert!(find(c, "nope").unwrap_err().message.contains("test_free"));
+    }
+
+    #[test]
+    fn registered_algorithms_are_listed_by_name_whatever_the_order() {
+        // Ties in cost go to the first listed, so every rank must list alike.
+        register(Collective::Gather, "test_b").unwrap();
+        register(Collective::Gather, "test_a").unwrap();
+        let names: Vec<&str> = registered_for(Collective::Gather)
+            .iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(names, ["test_a", "test_b"]);
     }
 }
