@@ -45,6 +45,12 @@ def broken(b: algo.Builder) -> None:
             b.recv_reduce((b.rank - 1) % p, s, algo.output(0, b.count))
 
 
+@algo.register("allreduce", "raises")
+def raises(b: algo.Builder) -> None:
+    b.copy(algo.input(0, b.count), algo.output(0, b.count))
+    print(1 / 0)
+
+
 def expect(exc: type[BaseException], fragment: str, fn, *args, **kwargs) -> BaseException:  # noqa: ANN001
     try:
         fn(*args, **kwargs)
@@ -90,6 +96,8 @@ def main() -> None:
     if p > 1:
         err = expect(algo.VerifyError, "no matching message", g.allreduce, np.ones(4), algorithm="broken")
         assert isinstance(err, algo.VerifyError) and err.rank is not None and err.step is not None
+    # An exception in an algorithm reaches the caller as it was raised.
+    expect(ZeroDivisionError, "division by zero", g.allreduce, np.ones(3), algorithm="raises")
     x = np.ones(5)
     g.allreduce(x, algorithm="py_ring")
     assert np.all(x == p)

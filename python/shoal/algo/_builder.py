@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, cast
 
 from shoal._types import CollectiveName
 
@@ -47,7 +47,8 @@ class Shape:
     @staticmethod
     def from_tuple(t: ShapeTuple) -> Shape:
         collective, world, count, root, chunk, per_host, counts = t
-        return Shape(collective, world, count, root, chunk, per_host, None if counts is None else tuple(counts))  # type: ignore[arg-type]
+        name = cast(CollectiveName, collective)  # the core's own names
+        return Shape(name, world, count, root, chunk, per_host, None if counts is None else tuple(counts))
 
 
 @dataclass(frozen=True)

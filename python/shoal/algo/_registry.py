@@ -51,9 +51,6 @@ class Algorithm:
     fn: AlgorithmFn
     cost: Cost | None
 
-    def __call__(self, b: object) -> None:
-        self.fn(b)  # type: ignore[arg-type]
-
 
 _REGISTRY: dict[tuple[str, str], Algorithm] = {}
 
