@@ -10,6 +10,7 @@
 //! cache for a plan once per call shape.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use shoal_plan::algorithms::{self, Algorithm, CostParams};
@@ -52,6 +53,10 @@ pub struct Registered {
 /// to the first name in sort order).
 static REGISTERED: RwLock<Vec<Registered>> = RwLock::new(Vec::new());
 
+/// Registrations so far: a selector whose choices predate the latest one
+/// forgets them, so a newly registered algorithm is priced too.
+static REGISTRATIONS: AtomicUsize = AtomicUsize::new(0);
+
 /// Registers algorithm `name` of `collective`, to be chosen by name
 /// (`algorithm=`, `SHOAL_ALGO`) or, given cost factors, by the cost model.
 /// A name that a built-in algorithm (or alias) or an earlier registration
@@ -78,6 +83,7 @@ pub fn register(collective: Collective, name: &str) -> Result<Registered> {
         name: Box::leak(name.into()),
     };
     all.push(alg);
+    REGISTRATIONS.fetch_add(1, Ordering::SeqCst);
     Ok(alg)
 }
 
@@ -177,6 +183,8 @@ pub struct Selector {
     /// when the cost changes, bounded because a program may use endless
     /// distinct counts.
     cheapest: Mutex<Lru<(CallShape, usize), (Choice, f64)>>,
+    /// `REGISTRATIONS` when `cheapest` was last cleared.
+    registrations: AtomicUsize,
     /// Registered algorithms' cost factors per (id, group size), asked once.
     factors: Mutex<HashMap<(u32, usize), Option<CostFactors>>>,
 }
@@ -205,6 +213,7 @@ impl Selector {
             cost: Mutex::new(cost),
             cheapest: Mutex::new(Lru::new(CHOICES_CACHED)),
             factors: Mutex::new(HashMap::new()),
+            registrations: AtomicUsize::new(REGISTRATIONS.load(Ordering::SeqCst)),
         })
     }
 
@@ -272,6 +281,10 @@ impl Selector {
         source: Option<&dyn PlanSource>,
     ) -> Result<(Choice, f64)> {
         let key = (shape.clone(), elem_size);
+        let registrations = REGISTRATIONS.load(Ordering::SeqCst);
+        if self.registrations.swap(registrations, Ordering::SeqCst) != registrations {
+            self.cheapest.lock().unwrap().clear();
+        }
         if let Some(found) = self.cheapest.lock().unwrap().get(&key) {
             return Ok(found);
         }
