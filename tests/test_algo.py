@@ -237,3 +237,33 @@ def test_the_examples_verify_for_worlds_up_to_twelve() -> None:
     assert proc.returncode == 0, proc.stderr
     # Every world x count x chunk, and every root of the broadcast.
     assert proc.stdout.split() == ["120", "120", str(sum(range(1, 13)) * 5 * 2)]
+
+
+def test_phases_lower_to_the_builtin_algorithms_steps() -> None:
+    from shoal.algo import phases
+
+    def ring(b: algo.Builder) -> None:
+        data = algo.output(0, b.count)
+        b.copy(algo.input(0, b.count), data)
+        blocks = data.split(b.world)
+        phases.ring_allgather(b, blocks, phases.ring_reduce_scatter(b, blocks) + 1)
+
+    def binomial(b: algo.Builder) -> None:
+        data = algo.output(0, b.count)
+        if b.rank == b.root:
+            b.copy(algo.input(0, b.count), data)
+        phases.tree_broadcast(b, b.root, data)
+
+    def reduce(b: algo.Builder) -> None:
+        acc = algo.output(0, b.count) if b.rank == b.root else b.scratch(b.count)
+        b.copy(algo.input(0, b.count), acc)
+        phases.tree_reduce(b, b.root, acc)
+
+    for world in (1, 2, 3, 5, 8):
+        same = algo.plan("allreduce", ring, world, 11, chunk=2), algo.plan("allreduce", "ring", world, 11, chunk=2)
+        assert [same[0].steps(r) for r in range(world)] == [same[1].steps(r) for r in range(world)]
+        for root in range(world):
+            ours, theirs = (algo.plan("broadcast", a, world, 7, root=root, chunk=3) for a in (binomial, "binomial"))
+            assert [ours.steps(r) for r in range(world)] == [theirs.steps(r) for r in range(world)], (world, root)
+    assert algo.verify(reduce, "reduce", worlds=range(1, 10)) > 0
+    assert algo.verify("ring", "allreduce", worlds=[3], counts=[5], chunks=[2]) == 1

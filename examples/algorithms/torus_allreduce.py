@@ -2,14 +2,7 @@
 block down its column, ring allgather along the row: 2 (rows + cols - 2) rounds instead of 2 (p - 1)."""
 
 from shoal import algo
-
-
-def ring(b: algo.Builder, members: list[int], pos: int, blocks: list[algo.Region], round0: int, reduce: bool) -> None:
-    k = len(members)  # reduce-scatter (block pos ends complete here) or allgather (block pos starts valid)
-    for s in range(k - 1):
-        out, into = ((pos - s - 1) % k, (pos - s - 2) % k) if reduce else ((pos - s) % k, (pos - s - 1) % k)
-        b.send(members[(pos + 1) % k], round0 + s, blocks[out])
-        (b.recv_reduce if reduce else b.recv)(members[(pos - 1) % k], round0 + s, blocks[into])
+from shoal.algo import phases
 
 
 def grid(p: int) -> tuple[int, int]:
@@ -23,8 +16,9 @@ def torus(b: algo.Builder) -> None:
     row, col = divmod(b.rank, cols)
     b.copy(algo.input(0, b.count), data)
     along_row, down_col = [row * cols + c for c in range(cols)], [x * cols + col for x in range(rows)]
-    blocks = data.split(cols)
-    ring(b, along_row, col, blocks, 0, reduce=True)
-    ring(b, down_col, row, blocks[col].split(rows), b.world, reduce=True)
-    ring(b, down_col, row, blocks[col].split(rows), 2 * b.world, reduce=False)
-    ring(b, along_row, col, blocks, 3 * b.world, reduce=False)
+    blocks = data.split(cols)  # block c ends complete on column c of the row...
+    mine = blocks[col].split(rows)  # ...and its pieces complete down the column
+    n = phases.ring_reduce_scatter(b, blocks, 0, along_row)
+    n = phases.ring_reduce_scatter(b, mine, n, down_col)
+    n = phases.ring_allgather(b, mine, n, down_col)
+    phases.ring_allgather(b, blocks, n, along_row)

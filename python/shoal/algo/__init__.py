@@ -9,6 +9,7 @@ algorithms. :func:`verify` runs the Rust verifier over world sizes and counts,
 makes an algorithm available to ``algorithm=``, ``SHOAL_ALGO``,
 ``shoal bench --algo`` and the selector. See docs/algorithms.md."""
 
+from shoal.algo import phases
 from shoal.algo._builder import DEFAULT_CHUNK, AlgorithmFn, Builder, Region, Shape, input, output
 from shoal.algo._plan import Plan, VerifyError, build, plan, plan_json, verify
 from shoal.algo._registry import Algorithm, Cost, register, registered, registry
@@ -26,6 +27,7 @@ __all__ = [
     "build",
     "input",
     "output",
+    "phases",
     "plan",
     "plan_json",
     "register",
