@@ -207,7 +207,10 @@ impl PyCommunicator {
         }
         let call = comm
             .prepare_collective(&args, &bufs, Some(&source))
-            .map_err(|e| source.to_py(e))?;
+            .map_err(|e| {
+                release_deferred(py); // as `blocking` does after a failed call
+                source.to_py(e)
+            })?;
         let bufs = SendableBuffers(bufs);
         blocking(py, move || {
             let bufs = bufs;
