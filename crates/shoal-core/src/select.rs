@@ -83,7 +83,7 @@ pub fn register(collective: Collective, name: &str) -> Result<Registered> {
         name: Box::leak(name.into()),
     };
     all.push(alg);
-    REGISTRATIONS.fetch_add(1, Ordering::SeqCst);
+    REGISTRATIONS.fetch_add(1, Ordering::Release);
     Ok(alg)
 }
 
@@ -213,7 +213,7 @@ impl Selector {
             cost: Mutex::new(cost),
             cheapest: Mutex::new(Lru::new(CHOICES_CACHED)),
             factors: Mutex::new(HashMap::new()),
-            registrations: AtomicUsize::new(REGISTRATIONS.load(Ordering::SeqCst)),
+            registrations: AtomicUsize::new(REGISTRATIONS.load(Ordering::Acquire)),
         })
     }
 
@@ -281,8 +281,9 @@ impl Selector {
         source: Option<&dyn PlanSource>,
     ) -> Result<(Choice, f64)> {
         let key = (shape.clone(), elem_size);
-        let registrations = REGISTRATIONS.load(Ordering::SeqCst);
-        if self.registrations.swap(registrations, Ordering::SeqCst) != registrations {
+        let registrations = REGISTRATIONS.load(Ordering::Acquire);
+        if self.registrations.load(Ordering::Relaxed) != registrations {
+            self.registrations.store(registrations, Ordering::Relaxed);
             self.cheapest.lock().unwrap().clear();
         }
         if let Some(found) = self.cheapest.lock().unwrap().get(&key) {
