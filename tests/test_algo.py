@@ -106,6 +106,13 @@ def test_builder_errors_name_the_operation() -> None:
         algo.output(0, 4).sub(2, 3)
     with pytest.raises(TypeError, match="name the collective"):
         algo.verify(ring)
+    # Refused before anything is registered, so this process's algorithm lists stay as they are.
+    with pytest.raises(ValueError, match="barrier algorithms order steps by hand"):
+        algo.register("barrier", "mine")
+    with pytest.raises(ValueError, match="unknown collective 'allsum'"):
+        algo.register("allsum", "mine")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="an identifier"):
+        algo.register("allreduce", "my ring")
 
 
 @pytest.mark.parametrize(

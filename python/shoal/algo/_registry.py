@@ -78,6 +78,9 @@ def register(collective: CollectiveName, name: str, *, cost: Cost | None = None)
     A name a built-in algorithm has, or one registered before, is a ValueError."""
     if collective not in get_args(CollectiveName):
         raise ValueError(f"register: unknown collective {collective!r}")
+    if collective == "barrier":
+        # Its messages carry no data, so the builder could infer no ordering from them.
+        raise ValueError("register: barrier algorithms order steps by hand; write them in Rust")
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"register: an algorithm name is an identifier, got {name!r}")
     if cost is not None and not isinstance(cost, Cost):
