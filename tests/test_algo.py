@@ -274,3 +274,17 @@ def test_phases_lower_to_the_builtin_algorithms_steps() -> None:
             assert [ours.steps(r) for r in range(world)] == [theirs.steps(r) for r in range(world)], (world, root)
     assert algo.verify(reduce, "reduce", worlds=range(1, 10)) > 0
     assert algo.verify("ring", "allreduce", worlds=[3], counts=[5], chunks=[2]) == 1
+
+
+def test_an_error_in_a_phase_names_the_algorithms_line() -> None:
+    from shoal.algo import phases
+
+    def broken(b: algo.Builder) -> None:
+        data = algo.output(0, b.count)
+        b.copy(algo.input(0, b.count), data)
+        phases.ring_reduce_scatter(b, data.split(b.world), 5 if b.rank == 0 else 0)  # rounds disagree
+
+    with pytest.raises(algo.VerifyError) as e:
+        algo.verify(broken, "allreduce", worlds=[2], counts=[2])
+    assert e.value.where is not None
+    assert e.value.where.endswith(f"test_algo.py:{_line_of('# rounds disagree')}")

@@ -6,6 +6,7 @@ transfers into pipelined pieces, exactly as for the built-in algorithms."""
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from typing import Callable, Optional, cast
@@ -16,6 +17,9 @@ DEFAULT_CHUNK = 1 << 18
 """Elements per pipelined piece when none is given: SHOAL_CHUNK_BYTES's default (1 MiB) of 4-byte elements."""
 
 BUFFERS = ("input", "output", "scratch")
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+"""Files of shoal.algo, skipped when naming the line that made an operation."""
 
 RegionTuple = tuple[str, int, int]
 ShapeTuple = tuple[str, int, int, int, int, int, Optional[list[int]]]
@@ -166,8 +170,10 @@ class Builder:
             raise TypeError(f"{kind}: expected a shoal.algo.Region, got {type(region).__name__}")
 
     def _record(self, op: OpTuple) -> None:
-        # Two frames up is the algorithm's line that called send/copy/...
+        # The algorithm's line: the first caller outside shoal.algo (phases included).
         frame = sys._getframe(3)
+        while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+            frame = frame.f_back
         self.ops.append(op)
         self.where.append(f"{frame.f_code.co_filename}:{frame.f_lineno}")
 
