@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Union, get_args
 
 from shoal import _shoal
@@ -57,6 +57,10 @@ _REGISTRY: dict[tuple[str, str], Algorithm] = {}
 VERIFY_WORLDS = 64
 """Registered algorithms are verified (all ranks) the first time a call shape is
 seen in groups up to this size; larger groups get the per-rank checks only."""
+
+VERIFY_ELEMENTS = 1 << 16
+"""The verifier models every element symbolically, so a call of more elements
+(count x world) is verified at the same shape with a count of this size / world."""
 
 
 def registered(collective: str, name: str) -> Algorithm | None:
@@ -119,13 +123,16 @@ class _Source:
         if shape.world <= VERIFY_WORLDS and key not in self.verified:
             # Every rank verifies the same plans, so all raise the same error
             # instead of some hanging on a broken plan.
-            lowered = Lowered(name, alg.fn, shape)
-            lowered.check(name, shape)
+            small = shape.world * shape.count <= VERIFY_ELEMENTS
+            probe = shape if small else replace(shape, count=VERIFY_ELEMENTS // shape.world)
+            lowered = Lowered(name, alg.fn, probe)
+            lowered.check(name, probe)
             self.verified.add(key)
-            b = lowered.builders[rank]
-        else:
-            b = Builder(shape, rank)
-            alg.fn(b)
+            if small:
+                b = lowered.builders[rank]
+                return (b.scratch_len, b.ops)
+        b = Builder(shape, rank)
+        alg.fn(b)
         return (b.scratch_len, b.ops)
 
     def cost(self, collective: str, name: str, world: int) -> tuple[float, float, float] | None:
