@@ -680,6 +680,30 @@ mod tests {
     }
 
     #[test]
+    fn every_truncation_and_corruption_is_an_error_not_a_panic() {
+        let shape = shape(Collective::Broadcast, 3, 5);
+        let alg = crate::algorithms::find(Collective::Broadcast, "binomial").unwrap();
+        let text = CallPlans {
+            algorithm: None,
+            plans: (0..3).map(|r| (alg.generate)(&shape, r)).collect(),
+            shape,
+        }
+        .to_json();
+        for end in 0..text.len() - 1 {
+            assert!(
+                CallPlans::from_json(&text[..end]).is_err(),
+                "prefix of {end} bytes"
+            );
+        }
+        for (i, c) in text.char_indices().step_by(7) {
+            for junk in ["\\", "\"", "-", "9999999999999999999999", "{", "]", "\\u12"] {
+                let bad = format!("{}{junk}{}", &text[..i], &text[i + c.len_utf8()..]);
+                let _ = CallPlans::from_json(&bad); // must return, whatever it returns
+            }
+        }
+    }
+
+    #[test]
     fn strings_with_escapes_round_trip() {
         let doc = CallPlans {
             algorithm: Some("allreduce/\"odd\"\\name\u{1}é😀".into()),
