@@ -22,11 +22,13 @@ Event = dict[str, Any]
 EPS_US = 0.002
 
 
-def run_traced(tmp_path: Path, n: int, transport: str) -> tuple[list[Event], list[list[dict[str, Any]]]]:
+def run_traced(
+    tmp_path: Path, n: int, transport: str, extra_env: dict[str, str] | None = None
+) -> tuple[list[Event], list[list[dict[str, Any]]]]:
     """Runs tests/workers/trace_job.py traced; returns the merged events and each rank's expectations."""
     trace_dir = tmp_path / "trace"
     trace_dir.mkdir()
-    env = {"SHOAL_TRACE": str(trace_dir), "SHOAL_TRANSPORT": transport}
+    env = {"SHOAL_TRACE": str(trace_dir), "SHOAL_TRANSPORT": transport, **(extra_env or {})}
     launch(n, "trace_job.py", str(trace_dir), env=env, timeout=120)
     out = tmp_path / "job.json"
     assert cli.main(["trace", "merge", str(trace_dir), "-o", str(out)]) == 0
@@ -119,6 +121,16 @@ def test_trace_has_one_event_per_executed_step(tmp_path: Path, n: int, transport
     check_clocks_aligned(events, n)
 
 
+def test_a_python_algorithm_is_traced_step_by_step(tmp_path: Path) -> None:
+    """The README's path: an algorithm written in Python (examples/algorithms),
+    run on real processes, has one event per step of its plan, under its name."""
+    ring = Path(__file__).parent.parent / "examples" / "algorithms" / "ring_allreduce.py"
+    events, expected = run_traced(tmp_path, 3, "shm", {"SHOAL_ALGORITHMS": str(ring)})
+    check_well_formed(events, 3)
+    check_one_event_per_step(events, expected)
+    assert any(e.get("cat") == "step" and e["args"]["algorithm"] == "py_ring" for e in events)
+
+
 def test_merge_reads_a_trace_cut_short(tmp_path: Path) -> None:
     """A rank killed while writing leaves a torn last line: the rest is read."""
     lines = [
@@ -204,3 +216,21 @@ def test_flight_recorder_dump_on_peer_death_and_off_with_zero() -> None:
     assert "last calls of rank 0 (flight recorder" in msg, msg
     assert re.search(r"allreduce\(count=1048576, dtype=float32, op=sum, algorithm=\w+\): FAILED", msg), msg
     assert "flight recorder" not in raised(results[2])
+
+
+def test_tracing_on_some_ranks_only_is_a_clear_error(tmp_path: Path) -> None:
+    """The clock measurement is collective: a rank without SHOAL_TRACE used to
+    leave the job waiting until SHOAL_TIMEOUT and then report a deadlock."""
+    trace_dir = tmp_path / "trace"
+    trace_dir.mkdir()
+    results = spawn_ranks(
+        2,
+        "store_job.py",
+        env={"SHOAL_TIMEOUT": "20"},
+        rank_env=lambda r: {"SHOAL_TRACE": str(trace_dir)} if r == 0 else {},
+        timeout=60,
+    )
+    for res in results:
+        assert res.returncode == 3, (res.stdout, res.stderr)
+        assert "SHOAL_TRACE is set on ranks [0] but not on ranks [1]" in res.stdout, res.stdout
+        assert "deadlock" not in res.stdout + res.stderr

@@ -299,3 +299,9 @@ def recv(
 ) -> BufferT:
     """Receives into ``x`` from rank ``src``; returns ``x``."""
     return _group(group).recv(x, src, tag, dtype=dtype)
+
+
+# Last, once shoal is complete: the algorithms SHOAL_ALGORITHMS names (they import shoal.algo).
+from shoal.algo._load import load_from_env as _load_algorithms  # noqa: E402
+
+_load_algorithms()

@@ -119,6 +119,43 @@ class Communicator:
     ) -> int:
         """How many steps this rank's plan of a call has (a trace has one event per executed step)."""
 
+_ShapeTuple = tuple[str, int, int, int, int, int, list[int] | None]
+_RegionTuple = tuple[str, int, int]
+_OpTuple = tuple[str, int, int, _RegionTuple | None, _RegionTuple | None]
+
+@final
+class CallPlans:
+    """The plans of every rank of one call (``shoal.algo.Plan``)."""
+
+    @staticmethod
+    def from_json(text: str) -> CallPlans:
+        """Reads a plan document (docs/algorithms.md); ValueError naming the field that is wrong."""
+    def to_json(self) -> str: ...
+    @property
+    def shape(self) -> _ShapeTuple:
+        """(collective, world, count, root, chunk, ranks_per_host, counts)."""
+    @property
+    def algorithm(self) -> str | None:
+        """``collective/name`` of the algorithm that made the plans, if known."""
+    def steps(self, rank: int) -> list[tuple[str, list[int]]]:
+        """The steps of ``rank``: (what it does, the steps it waits on)."""
+    def scratch(self, rank: int) -> int:
+        """Scratch elements the plan of ``rank`` uses."""
+    def origin(self, rank: int, step: int) -> int | None:
+        """For plans lowered from Python: the builder operation that made the step."""
+    def verify(self) -> tuple[str, int | None, int | None] | None:
+        """None when the plans are right; else (what is wrong, rank, step to blame)."""
+
+def builtin_plans(shape: _ShapeTuple, algorithm: str) -> CallPlans:
+    """The plans a built-in algorithm makes for every rank of a call."""
+
+def lower_plans(shape: _ShapeTuple, ranks: list[tuple[int, list[_OpTuple]]], algorithm: str | None = None) -> CallPlans:
+    """Lowers the operations recorded for every rank, ``(scratch elements, operations)``, into plans."""
+
+def register_algorithm(collective: CollectiveName, name: str, source: Any) -> None:
+    """Registers algorithm ``name`` of ``collective``; ``source.plan(collective, name, shape, rank)``
+    and ``source.cost(collective, name, world)`` supply its plans and cost on the calling thread."""
+
 def init(rank: int | None = None, world_size: int | None = None, addr: str | None = None) -> Communicator:
     """Joins the job described by the arguments or the environment and returns the world communicator."""
 
@@ -126,7 +163,7 @@ def dtypes() -> list[tuple[str, int, str | None]]:
     """The element types, in the core's order: (name, bytes per element, numpy dtype name or None)."""
 
 def algorithms(collective: CollectiveName) -> list[str]:
-    """Names of the built-in algorithms of a collective."""
+    """Names of the algorithms of a collective: the built-in ones, then those registered from Python."""
 
 def switch_main(argv: list[str]) -> int:
     """Runs the aggregation switch with command-line ``argv`` until SIGINT or SIGTERM; returns the exit code."""

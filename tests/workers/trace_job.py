@@ -30,6 +30,11 @@ x = np.arange(5000, dtype=np.float32)
 for algorithm in ("ring", "recursive_doubling", "ring"):
     shoal.allreduce(x, algorithm=algorithm)
     expect("allreduce", x.size, "float32", algorithm=algorithm)
+if "py_ring" in shoal.algorithms("allreduce"):  # SHOAL_ALGORITHMS loaded examples/algorithms/ring_allreduce.py
+    z = np.arange(1001, dtype=np.float64) * (r + 1)
+    shoal.allreduce(z, algorithm="py_ring")
+    expect("allreduce", z.size, "float64", algorithm="py_ring")
+    assert np.array_equal(z, np.arange(1001, dtype=np.float64) * n * (n + 1) / 2)
 y = np.zeros(300, dtype=np.int32) + r
 shoal.broadcast(y, root=n - 1)
 expect("broadcast", y.size, "int32", root=n - 1)

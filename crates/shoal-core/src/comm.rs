@@ -16,7 +16,7 @@ use crate::exec::{execute, CallBuffers, CallContext, CompiledPlan};
 use crate::ina::{self, Ina, INA, INA_ALGO_ID};
 use crate::lru::Lru;
 use crate::reduce::divide;
-use crate::select::Selector;
+use crate::select::{Choice, PlanSource, Selector};
 use crate::trace::Tracing;
 use crate::work::{AsyncQueue, Work};
 
@@ -180,6 +180,10 @@ struct SendBuffers(CallBuffers);
 // SAFETY: see the type's doc.
 unsafe impl Send for SendBuffers {}
 
+/// A blocking collective prepared on the calling thread, to be run by
+/// [`Communicator::run_collective`].
+pub struct PreparedCall(Prepared);
+
 /// One call prepared for execution: its plan and identity.
 struct Prepared {
     cp: Arc<CompiledPlan>,
@@ -256,11 +260,30 @@ impl Communicator {
         &self.engine
     }
 
-    /// Runs a collective and returns when it is done.
+    /// Runs a collective and returns when it is done (built-in algorithms
+    /// only: registered ones need a [`PlanSource`], see `prepare_collective`).
     pub fn collective(&self, args: &CollArgs, bufs: CallBuffers) -> Result<()> {
-        let p = self.prepare(args, &bufs)?;
+        let call = self.prepare_collective(args, &bufs, None)?;
+        self.run_collective(call, bufs)
+    }
+
+    /// The first half of a blocking collective, on the calling thread:
+    /// checks the call, chooses the algorithm and fetches or builds its plan,
+    /// asking `source` for a registered algorithm's cost and plan on a cache
+    /// miss. Nothing is sent: a failure here leaves the group as it was.
+    pub fn prepare_collective(
+        &self,
+        args: &CollArgs,
+        bufs: &CallBuffers,
+        source: Option<&dyn PlanSource>,
+    ) -> Result<PreparedCall> {
+        self.prepare(args, bufs, source).map(PreparedCall)
+    }
+
+    /// The second half: runs the prepared call and returns when it is done.
+    pub fn run_collective(&self, call: PreparedCall, bufs: CallBuffers) -> Result<()> {
         self.engine.queue.flush();
-        self.run_prepared(&p, bufs)
+        self.run_prepared(&call.0, bufs)
     }
 
     /// Starts a collective on the async worker and returns its work handle.
@@ -273,8 +296,9 @@ impl Communicator {
         args: &CollArgs,
         bufs: CallBuffers,
         owner: Box<dyn Send>,
+        source: Option<&dyn PlanSource>,
     ) -> Result<Arc<Work>> {
-        let p = self.prepare(args, &bufs)?;
+        let p = self.prepare(args, &bufs, source)?;
         let me = self.clone();
         let bufs = SendBuffers(bufs);
         Ok(self.engine.queue.submit(Box::new(move || {
@@ -298,6 +322,7 @@ impl Communicator {
         dtype: DType,
         root: usize,
         explicit: Option<&str>,
+        source: Option<&dyn PlanSource>,
     ) -> Result<String> {
         let args = CollArgs {
             collective,
@@ -309,14 +334,14 @@ impl Communicator {
             algorithm: explicit.map(str::to_string),
         };
         let shape = self.shape(&args)?;
-        if self.wants_switch(&args, &shape)? {
+        if self.wants_switch(&args, &shape, source)? {
             return Ok(INA.to_string());
         }
-        let (_, alg) = self
+        let choice = self
             .engine
             .selector
-            .choose(&shape, dtype.size(), explicit)?;
-        Ok(alg.name.to_string())
+            .choose(&shape, dtype.size(), explicit, source)?;
+        Ok(choice.name().to_string())
     }
 
     /// How many steps this rank's plan of a call has, run by the host
@@ -329,6 +354,7 @@ impl Communicator {
         dtype: DType,
         root: usize,
         explicit: Option<&str>,
+        source: Option<&dyn PlanSource>,
     ) -> Result<usize> {
         let args = CollArgs {
             collective,
@@ -340,11 +366,11 @@ impl Communicator {
             algorithm: explicit.map(str::to_string),
         };
         let shape = self.shape(&args)?;
-        let (id, alg) = self
+        let choice = self
             .engine
             .selector
-            .choose(&shape, dtype.size(), explicit)?;
-        Ok(self.plan(shape, id, alg).plan.steps.len())
+            .choose(&shape, dtype.size(), explicit, source)?;
+        Ok(self.plan(shape, choice, source)?.plan.steps.len())
     }
 
     /// Waits for every asynchronous call issued so far.
@@ -434,8 +460,12 @@ impl Communicator {
             algorithm: Some(algorithm.into()),
         };
         let shape = self.shape(&args)?;
-        let (id, alg) = self.engine.selector.choose(&shape, 1, Some(algorithm))?;
-        let cp = self.plan(shape, id, alg);
+        let choice = self
+            .engine
+            .selector
+            .choose(&shape, 1, Some(algorithm), None)?;
+        let id = choice.id();
+        let cp = self.plan(shape, choice, None)?;
         let sig = CallSig {
             kind: 0,
             dtype: DType::U8.index(),
@@ -473,20 +503,38 @@ impl Communicator {
     }
 
     /// The plan of this rank for a call shape and algorithm, from the cache
-    /// or built (outside the cache's lock) and cached.
+    /// or built (outside the cache's lock) and cached. A registered
+    /// algorithm's plan comes from `source` and must pass the checks the
+    /// executor relies on (regions in bounds, peers in the group).
     fn plan(
         &self,
         shape: CallShape,
-        id: u32,
-        alg: &'static shoal_plan::Algorithm,
-    ) -> Arc<CompiledPlan> {
-        let key = (shape, id, self.rank);
+        choice: Choice,
+        source: Option<&dyn PlanSource>,
+    ) -> Result<Arc<CompiledPlan>> {
+        let key = (shape, choice.id(), self.rank);
         if let Some(cp) = self.engine.plans.lock().unwrap().get(&key) {
-            return cp;
+            return Ok(cp);
         }
-        let cp = Arc::new(CompiledPlan::new((alg.generate)(&key.0, self.rank)));
+        let plan = match choice {
+            Choice::Builtin(alg) => (alg.generate)(&key.0, self.rank),
+            Choice::Registered(alg) => {
+                let source = source.ok_or_else(|| {
+                    Error::invalid(format!(
+                        "{} algorithm '{}' is registered from Python and runs only in calls made from Python",
+                        alg.collective, alg.name
+                    ))
+                })?;
+                let plan = source.plan(alg, &key.0, self.rank)?;
+                shoal_plan::verify::check_plan(&key.0, self.rank, &plan).map_err(|e| {
+                    Error::invalid(format!("{} algorithm '{}': {e}", alg.collective, alg.name))
+                })?;
+                plan
+            }
+        };
+        let cp = Arc::new(CompiledPlan::new(plan));
         self.engine.plans.lock().unwrap().insert(key, cp.clone());
-        cp
+        Ok(cp)
     }
 
     fn run_plan(&self, p: &Prepared, bufs: CallBuffers) -> Result<()> {
@@ -515,7 +563,12 @@ impl Communicator {
 
     /// Validates the call, picks the algorithm, fetches or builds the plan,
     /// and takes the next sequence number.
-    fn prepare(&self, args: &CollArgs, bufs: &CallBuffers) -> Result<Prepared> {
+    fn prepare(
+        &self,
+        args: &CollArgs,
+        bufs: &CallBuffers,
+        source: Option<&dyn PlanSource>,
+    ) -> Result<Prepared> {
         self.engine.check_healthy()?;
         let shape = self.shape(args)?;
         if args.collective.reduces() {
@@ -525,9 +578,13 @@ impl Communicator {
         let esize = args.dtype.size();
         let in_place = alias::classify(&shape, self.rank, esize, bufs)?;
         let explicit = args.algorithm.as_deref();
-        let via_switch = self.wants_switch(args, &shape)?;
+        let via_switch = self.wants_switch(args, &shape, source)?;
         let host_choice = explicit.filter(|&a| a != INA);
-        let (algo_id, alg) = self.engine.selector.choose(&shape, esize, host_choice)?;
+        let choice = self
+            .engine
+            .selector
+            .choose(&shape, esize, host_choice, source)?;
+        let algo_id = choice.id();
         let op = if args.collective.reduces() {
             args.op
         } else {
@@ -547,7 +604,7 @@ impl Communicator {
         };
         let has_output = shape.buffer_len(self.rank, Buf::Output) > 0;
         let divide_by = (op == ReduceOp::Avg && has_output).then_some(self.size());
-        let cp = self.plan(shape.clone(), algo_id, alg);
+        let cp = self.plan(shape.clone(), choice, source)?;
         let mut st = self.state.lock().unwrap();
         // Every member folds the same calls in the same order.
         sig.history = st.history;
@@ -567,13 +624,13 @@ impl Communicator {
         } else {
             (first, None)
         };
-        tracing::debug!(comm = self.id, seq, count = args.count, dtype = %args.dtype, "{} runs {}", args.collective, if via_switch { INA } else { alg.name });
+        tracing::debug!(comm = self.id, seq, count = args.count, dtype = %args.dtype, "{} runs {}", args.collective, if via_switch { INA } else { choice.name() });
         Ok(Prepared {
             cp,
             seq,
             sig,
             collective: args.collective,
-            algorithm: if via_switch { INA } else { alg.name },
+            algorithm: if via_switch { INA } else { choice.name() },
             count: args.count,
             counts: shape.counts.clone(),
             root: args.root,
@@ -589,7 +646,12 @@ impl Communicator {
     /// Whether an allreduce goes through the switch: when asked for
     /// (`algorithm="ina"`, `SHOAL_ALGO=allreduce:ina`), or when the switch is
     /// usable, can aggregate the dtype and op, and the cost model says it wins.
-    fn wants_switch(&self, args: &CollArgs, shape: &CallShape) -> Result<bool> {
+    fn wants_switch(
+        &self,
+        args: &CollArgs,
+        shape: &CallShape,
+        source: Option<&dyn PlanSource>,
+    ) -> Result<bool> {
         if args.collective != Collective::Allreduce {
             return match args.algorithm.as_deref() {
                 Some(INA) => Err(Error::invalid(format!(
@@ -616,7 +678,10 @@ impl Communicator {
             return Ok(false);
         }
         let bytes = args.count * args.dtype.size();
-        let host = self.engine.selector.best_cost(shape, args.dtype.size())?;
+        let host = self
+            .engine
+            .selector
+            .best_cost(shape, args.dtype.size(), source)?;
         let per_link = self.busiest_host;
         // Every switch allreduce ends with the ranks agreeing on its outcome:
         // a one-byte host allreduce, which decides for small messages.
@@ -624,7 +689,7 @@ impl Communicator {
             count: 1,
             ..shape.clone()
         };
-        let agree = self.engine.selector.best_cost(&agreement, 1)?;
+        let agree = self.engine.selector.best_cost(&agreement, 1, source)?;
         Ok(ina::cost(bytes, per_link, &self.engine.selector.cost()) + agree < host)
     }
 

@@ -60,6 +60,12 @@ pub const VARIABLES: &[Variable] = &[
         "shoal-core config.rs",
     ),
     var(
+        "SHOAL_ALGORITHMS",
+        "",
+        "Python files or modules of shoal.algo algorithms loaded when shoal is imported",
+        "python algo/_load.py",
+    ),
+    var(
         "SHOAL_CALIBRATE",
         "1",
         "measure latency and bandwidth at init",

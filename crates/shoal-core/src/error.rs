@@ -144,7 +144,7 @@ pub fn sig_names(sig: &CallSig) -> (&'static str, &'static str) {
     let algo = match shoal_plan::algorithms::by_id(coll, sig.algo) {
         Some(a) => a.name,
         None if sig.algo == crate::ina::INA_ALGO_ID => crate::ina::INA,
-        None => "?",
+        None => crate::select::registered_by_id(coll, sig.algo).map_or("?", |r| r.name),
     };
     (coll.name(), algo)
 }

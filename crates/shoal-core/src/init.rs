@@ -5,15 +5,18 @@ use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::sync::Arc;
 use std::time::Duration;
 
+use shoal_plan::Collective;
 use shoal_transport::auth::{random_bytes, to_hex};
 use shoal_transport::tcp::congestion_in_effect;
 use shoal_transport::{KvStore, Routed, RoutedConfig};
 use tracing::info;
 
 use crate::calibrate::{calibrate, describe, parse_cost, Partners};
-use crate::comm::{Communicator, Engine};
+use crate::comm::{CollArgs, Communicator, Engine};
 use crate::config::{Config, TransportChoice};
+use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
+use crate::exec::CallBuffers;
 use crate::ina::Ina;
 use crate::log::{self, Who};
 use crate::rendezvous::{detect, establish, Explicit, Rendezvous};
@@ -110,6 +113,7 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
 /// rank takes part) and starts the trace, so init itself is not traced.
 fn start_trace(world: &Communicator) -> Result<()> {
     let engine = world.engine();
+    agree_on_tracing(world, engine.config.trace_dir.is_some())?;
     let Some(dir) = &engine.config.trace_dir else {
         return Ok(());
     };
@@ -120,6 +124,41 @@ fn start_trace(world: &Communicator) -> Result<()> {
         engine.transport.world(),
         clock,
     )
+}
+
+/// Checks that every rank traces or none does: the clock measurement is
+/// collective, so a rank without `SHOAL_TRACE` would leave rank 0 waiting for
+/// its ping-pongs and the job would stop in a misleading "deadlock".
+fn agree_on_tracing(world: &Communicator, on: bool) -> Result<()> {
+    if world.size() == 1 {
+        return Ok(());
+    }
+    let mine = [u8::from(on)];
+    let mut all = vec![0u8; world.size()];
+    let args = CollArgs {
+        collective: Collective::Allgather,
+        count: 1,
+        counts: None,
+        dtype: DType::U8,
+        op: ReduceOp::Sum,
+        root: 0,
+        algorithm: None,
+    };
+    let bufs = CallBuffers {
+        input: mine.as_ptr(),
+        input_bytes: 1,
+        output: all.as_mut_ptr(),
+        output_bytes: all.len(),
+    };
+    world.collective(&args, bufs)?;
+    if all.iter().all(|&f| f == all[0]) {
+        return Ok(());
+    }
+    let with: Vec<usize> = (0..all.len()).filter(|&r| all[r] == 1).collect();
+    let without: Vec<usize> = (0..all.len()).filter(|&r| all[r] == 0).collect();
+    Err(Error::invalid(format!(
+        "SHOAL_TRACE is set on ranks {with:?} but not on ranks {without:?}: set it on every rank or on none"
+    )))
 }
 
 /// Where the cost figures come from when they are not measured.

@@ -1,12 +1,20 @@
 //! Algorithm selection: a user override (the call's `algorithm=` argument,
 //! else `SHOAL_ALGO`) wins; otherwise the cheapest algorithm under the
 //! alpha-beta-gamma cost model of the transport in use.
+//!
+//! The candidates are the built-in algorithms and those registered at run
+//! time ([`register`], from `shoal.algo.register` in Python). A registered
+//! algorithm's plans and cost factors come from a [`PlanSource`] that the
+//! binding passes in on the calling thread, and only when a cache misses:
+//! the selector asks for the cost factors once per group size, the plan
+//! cache for a plan once per call shape.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, RwLock};
 
 use shoal_plan::algorithms::{self, Algorithm, CostParams};
-use shoal_plan::{CallShape, Collective};
+use shoal_plan::{CallShape, Collective, Plan};
 
 use crate::error::{Error, Result};
 use crate::lru::Lru;
@@ -31,16 +39,176 @@ pub const TCP_COST: CostParams = CostParams {
     beta_local: 1.0 / 4e9,
 };
 
+/// An algorithm registered at run time: the core knows its name, a
+/// [`PlanSource`] supplies its plans and cost. Names are leaked once per
+/// registration (there is no unregistering), so choices stay `Copy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Registered {
+    pub collective: Collective,
+    pub name: &'static str,
+}
+
+/// Every registered algorithm, in registration order (which matters for
+/// nothing: ids are hashes of names, and ties in cost go to built-ins, then
+/// to the first name in sort order).
+static REGISTERED: RwLock<Vec<Registered>> = RwLock::new(Vec::new());
+
+/// Registrations so far: a selector whose choices predate the latest one
+/// forgets them, so a newly registered algorithm is priced too.
+static REGISTRATIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// Registers algorithm `name` of `collective`, to be chosen by name
+/// (`algorithm=`, `SHOAL_ALGO`) or, given cost factors, by the cost model.
+/// A name that a built-in algorithm (or alias) or an earlier registration
+/// already has is refused, so a name means one algorithm on every rank.
+pub fn register(collective: Collective, name: &str) -> Result<Registered> {
+    let clash = algorithms::find(collective, name).is_ok()
+        || (collective == Collective::Allreduce && name == crate::ina::INA);
+    if clash {
+        return Err(Error::invalid(format!(
+            "{collective} already has a built-in algorithm '{name}'"
+        )));
+    }
+    let mut all = REGISTERED.write().unwrap();
+    if all
+        .iter()
+        .any(|r| r.collective == collective && r.name == name)
+    {
+        return Err(Error::invalid(format!(
+            "{collective} algorithm '{name}' is already registered"
+        )));
+    }
+    // Messages name algorithms by a 32-bit hash of the name: two names with
+    // one id would be indistinguishable to the mismatch check and the traces.
+    let id = algorithms::algorithm_id(collective, name);
+    let taken = algorithms::by_id(collective, id).is_some()
+        || all
+            .iter()
+            .any(|r| algorithms::algorithm_id(r.collective, r.name) == id);
+    if taken {
+        return Err(Error::invalid(format!(
+            "{collective} algorithm '{name}' has the same id ({id:#010x}) as an existing one; choose another name"
+        )));
+    }
+    let alg = Registered {
+        collective,
+        name: Box::leak(name.into()),
+    };
+    all.push(alg);
+    REGISTRATIONS.fetch_add(1, Ordering::Release);
+    Ok(alg)
+}
+
+/// The registered algorithm of `collective` whose id is `id`, if any.
+pub fn registered_by_id(collective: Collective, id: u32) -> Option<Registered> {
+    REGISTERED
+        .read()
+        .unwrap()
+        .iter()
+        .find(|r| r.collective == collective && algorithms::algorithm_id(collective, r.name) == id)
+        .copied()
+}
+
+/// The registered algorithm `name` of `collective`, if any.
+pub fn registered(collective: Collective, name: &str) -> Option<Registered> {
+    registered_for(collective)
+        .into_iter()
+        .find(|r| r.name == name)
+}
+
+/// The registered algorithms of `collective`, by name: ranks may register
+/// in different orders, and the selector must break ties alike on all.
+pub fn registered_for(collective: Collective) -> Vec<Registered> {
+    let all = REGISTERED.read().unwrap();
+    let mut mine: Vec<Registered> = all
+        .iter()
+        .filter(|r| r.collective == collective)
+        .copied()
+        .collect();
+    mine.sort_by_key(|r| r.name);
+    mine
+}
+
+/// Where registered algorithms' plans and costs come from. The binding
+/// implements it on the thread that makes the call (the Python one while it
+/// holds the GIL), so the core never calls into an interpreter from a thread
+/// of its own.
+pub trait PlanSource {
+    /// The plan of `rank` for a call of `shape`.
+    fn plan(&self, alg: Registered, shape: &CallShape, rank: usize) -> Result<Plan>;
+    /// The cost factors for a group of `world` ranks, or `None` when the
+    /// algorithm is to be chosen by name only.
+    fn cost(&self, alg: Registered, world: usize) -> Result<Option<CostFactors>>;
+}
+
+/// A registered algorithm's cost, in the terms of the alpha-beta-gamma
+/// model: the estimate is `messages * alpha + bytes * n * beta + reduced * n
+/// * gamma` for a per-rank buffer of `n` bytes (docs/algorithms.md).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CostFactors {
+    /// Messages in sequence on the busiest rank.
+    pub messages: f64,
+    /// Bytes through the busiest rank's link, in units of the per-rank buffer.
+    pub bytes: f64,
+    /// Bytes reduced locally, in units of the per-rank buffer.
+    pub reduced: f64,
+}
+
+impl CostFactors {
+    fn estimate(&self, shape: &CallShape, elem_size: usize, p: &CostParams) -> f64 {
+        let n = (shape.count * elem_size) as f64;
+        self.messages * p.alpha + self.bytes * n * p.beta + self.reduced * n * p.gamma
+    }
+}
+
+/// The algorithm chosen for a call.
+#[derive(Clone, Copy)]
+pub enum Choice {
+    Builtin(&'static Algorithm),
+    Registered(Registered),
+}
+
+impl std::fmt::Debug for Choice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Choice::Builtin(a) => write!(f, "Builtin({}/{})", a.collective, a.name),
+            Choice::Registered(r) => write!(f, "Registered({}/{})", r.collective, r.name),
+        }
+    }
+}
+
+impl Choice {
+    /// The id in message signatures: a hash of `collective/name` either way.
+    pub fn id(&self) -> u32 {
+        match self {
+            Choice::Builtin(a) => a.id(),
+            Choice::Registered(r) => algorithms::algorithm_id(r.collective, r.name),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Choice::Builtin(a) => a.name,
+            Choice::Registered(r) => r.name,
+        }
+    }
+}
+
 pub struct Selector {
-    overrides: HashMap<Collective, &'static Algorithm>,
+    overrides: HashMap<Collective, Choice>,
     /// `SHOAL_ALGO=allreduce:ina`: allreduce goes through the switch.
     ina_forced: bool,
     /// Replaced once by the calibration at init; read on every call.
     cost: Mutex<CostParams>,
-    /// The cheapest algorithm per call shape and element size, so repeated
-    /// calls do not price every algorithm again; cleared when the cost
-    /// changes, bounded because a program may use endless distinct counts.
-    cheapest: Mutex<Lru<(CallShape, usize), &'static Algorithm>>,
+    /// The cheapest algorithm per call shape and element size, and its
+    /// cost, so repeated calls do not price every algorithm again; cleared
+    /// when the cost changes, bounded because a program may use endless
+    /// distinct counts.
+    cheapest: Mutex<Lru<(CallShape, usize), (Choice, f64)>>,
+    /// `REGISTRATIONS` when `cheapest` was last cleared.
+    registrations: AtomicUsize,
+    /// Registered algorithms' cost factors per (id, group size), asked once.
+    factors: Mutex<HashMap<(u32, usize), Option<CostFactors>>>,
 }
 
 impl Selector {
@@ -59,45 +227,47 @@ impl Selector {
                 ina_forced = true;
                 continue;
             }
-            let alg = algorithms::find(collective, algo.trim()).map_err(Error::invalid)?;
-            overrides.insert(collective, alg);
+            overrides.insert(collective, find(collective, algo.trim())?);
         }
         Ok(Selector {
             overrides,
             ina_forced,
             cost: Mutex::new(cost),
             cheapest: Mutex::new(Lru::new(CHOICES_CACHED)),
+            factors: Mutex::new(HashMap::new()),
+            registrations: AtomicUsize::new(REGISTRATIONS.load(Ordering::Acquire)),
         })
     }
 
-    /// The algorithm for one call, and its id (carried in message signatures
-    /// so ranks that chose differently are caught; see `Algorithm::id`).
+    /// The algorithm for one call. Its id is carried in message signatures
+    /// so ranks that chose differently are caught (see `Algorithm::id`).
+    /// Registered algorithms are candidates only with a `source`.
     pub fn choose(
         &self,
         shape: &CallShape,
         elem_size: usize,
         explicit: Option<&str>,
-    ) -> Result<(u32, &'static Algorithm)> {
-        let alg = match explicit {
+        source: Option<&dyn PlanSource>,
+    ) -> Result<Choice> {
+        match explicit {
             Some(name) => {
-                let alg = algorithms::find(shape.collective, name).map_err(Error::invalid)?;
-                if !alg.handles(shape) {
+                let choice = find(shape.collective, name)?;
+                if !handles(choice, shape) {
                     return Err(Error::invalid(format!(
                         "{} algorithm '{}' takes no per-rank counts; {}",
                         shape.collective,
-                        alg.name,
+                        choice.name(),
                         counts_takers(shape)
                     )));
                 }
-                alg
+                Ok(choice)
             }
             // A SHOAL_ALGO choice that cannot run the call leaves it to the cost model.
             None => match self.overrides.get(&shape.collective) {
-                Some(alg) if alg.handles(shape) => alg,
-                _ => self.cheapest(shape, elem_size)?,
+                Some(&choice) if handles(choice, shape) => Ok(choice),
+                _ => Ok(self.cheapest(shape, elem_size, source)?.0),
             },
-        };
-        Ok((alg.id(), alg))
+        }
     }
 
     /// Whether `SHOAL_ALGO` sends allreduce through the switch.
@@ -106,9 +276,13 @@ impl Selector {
     }
 
     /// The estimated time of the cheapest plan algorithm for a call.
-    pub fn best_cost(&self, shape: &CallShape, elem_size: usize) -> Result<f64> {
-        let alg = self.cheapest(shape, elem_size)?;
-        Ok((alg.cost)(shape, elem_size, &self.cost()))
+    pub fn best_cost(
+        &self,
+        shape: &CallShape,
+        elem_size: usize,
+        source: Option<&dyn PlanSource>,
+    ) -> Result<f64> {
+        Ok(self.cheapest(shape, elem_size, source)?.1)
     }
 
     /// The cost parameters in use.
@@ -122,22 +296,91 @@ impl Selector {
         self.cheapest.lock().unwrap().clear();
     }
 
-    fn cheapest(&self, shape: &CallShape, elem_size: usize) -> Result<&'static Algorithm> {
+    fn cheapest(
+        &self,
+        shape: &CallShape,
+        elem_size: usize,
+        source: Option<&dyn PlanSource>,
+    ) -> Result<(Choice, f64)> {
         let key = (shape.clone(), elem_size);
-        if let Some(alg) = self.cheapest.lock().unwrap().get(&key) {
-            return Ok(alg);
+        let registrations = REGISTRATIONS.load(Ordering::Acquire);
+        if self.registrations.load(Ordering::Relaxed) != registrations {
+            self.registrations.store(registrations, Ordering::Relaxed);
+            self.cheapest.lock().unwrap().clear();
+        }
+        if let Some(found) = self.cheapest.lock().unwrap().get(&key) {
+            return Ok(found);
         }
         let cost = self.cost();
-        let alg = algorithms::for_collective(shape.collective)
+        let builtin = algorithms::for_collective(shape.collective)
             .filter(|a| a.handles(shape))
-            .map(|a| ((a.cost)(shape, elem_size, &cost), a))
-            .min_by(|x, y| x.0.total_cmp(&y.0))
-            .map(|(_, a)| a)
-            .ok_or_else(|| {
-                Error::runtime(format!("no algorithm implements {}", shape.collective))
-            })?;
-        self.cheapest.lock().unwrap().insert(key, alg);
-        Ok(alg)
+            .map(|a| (Choice::Builtin(a), (a.cost)(shape, elem_size, &cost)))
+            .min_by(|x, y| x.1.total_cmp(&y.1));
+        let mut best = builtin.ok_or_else(|| {
+            Error::runtime(format!("no algorithm implements {}", shape.collective))
+        })?;
+        let registered = registered_for(shape.collective);
+        // Registered algorithms take no per-rank counts.
+        if shape.counts.is_none() {
+            for alg in &registered {
+                let Some(source) = source else { break };
+                if let Some(factors) = self.factors(*alg, shape.world, source)? {
+                    let estimate = factors.estimate(shape, elem_size, &cost);
+                    if estimate < best.1 {
+                        best = (Choice::Registered(*alg), estimate);
+                    }
+                }
+            }
+        }
+        // Without a source the registered ones were not priced: not the answer to keep.
+        if source.is_some() || registered.is_empty() {
+            self.cheapest.lock().unwrap().insert(key, best);
+        }
+        Ok(best)
+    }
+
+    /// A registered algorithm's cost factors for a group size, asked of
+    /// `source` once (outside the lock: the source runs the user's code).
+    fn factors(
+        &self,
+        alg: Registered,
+        world: usize,
+        source: &dyn PlanSource,
+    ) -> Result<Option<CostFactors>> {
+        let key = (Choice::Registered(alg).id(), world);
+        if let Some(&known) = self.factors.lock().unwrap().get(&key) {
+            return Ok(known);
+        }
+        let factors = source.cost(alg, world)?;
+        self.factors.lock().unwrap().insert(key, factors);
+        Ok(factors)
+    }
+}
+
+/// The algorithm `name` (or alias) of `collective`: built-in, else registered.
+pub fn find(collective: Collective, name: &str) -> Result<Choice> {
+    if let Ok(alg) = algorithms::find(collective, name) {
+        return Ok(Choice::Builtin(alg));
+    }
+    if let Some(alg) = registered(collective, name) {
+        return Ok(Choice::Registered(alg));
+    }
+    let mut valid: Vec<&str> = algorithms::for_collective(collective)
+        .map(|a| a.name)
+        .collect();
+    valid.extend(registered_for(collective).iter().map(|r| r.name));
+    Err(Error::invalid(format!(
+        "unknown {collective} algorithm '{name}'; valid: {}",
+        valid.join(", ")
+    )))
+}
+
+/// Whether the algorithm can run a call of `shape` (registered ones take
+/// no per-rank counts).
+fn handles(choice: Choice, shape: &CallShape) -> bool {
+    match choice {
+        Choice::Builtin(a) => a.handles(shape),
+        Choice::Registered(_) => shape.counts.is_none(),
     }
 }
 
@@ -158,4 +401,116 @@ pub fn parse_collective(name: &str) -> Result<Collective> {
             valid.join(", ")
         ))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Serves registered algorithms with the built-in ring's plans, at a
+    /// fixed cost, counting what it is asked.
+    struct RingSource {
+        factors: Option<CostFactors>,
+        asked: std::cell::Cell<usize>,
+    }
+
+    impl PlanSource for RingSource {
+        fn plan(&self, _: Registered, shape: &CallShape, rank: usize) -> Result<Plan> {
+            Ok((algorithms::find(Collective::Allreduce, "ring")
+                .unwrap()
+                .generate)(shape, rank))
+        }
+        fn cost(&self, _: Registered, _: usize) -> Result<Option<CostFactors>> {
+            self.asked.set(self.asked.get() + 1);
+            Ok(self.factors)
+        }
+    }
+
+    fn shape(count: usize) -> CallShape {
+        CallShape {
+            collective: Collective::Allreduce,
+            world: 4,
+            count,
+            root: 0,
+            chunk: 1 << 20,
+            ranks_per_host: 1,
+            counts: None,
+        }
+    }
+
+    #[test]
+    fn registered_algorithms_are_named_chosen_and_priced() {
+        let c = Collective::Allreduce;
+        let err = register(c, "ring").unwrap_err();
+        assert!(err
+            .message
+            .contains("already has a built-in algorithm 'ring'"));
+        assert!(register(c, "ina").is_err());
+        let alg = register(c, "test_free").unwrap();
+        assert!(register(c, "test_free")
+            .unwrap_err()
+            .message
+            .contains("already registered"));
+        assert_eq!(
+            Choice::Registered(alg).id(),
+            algorithms::algorithm_id(c, "test_free"),
+            "the id is the hash of the name, like a built-in's"
+        );
+        let selector = Selector::new("", SHM_COST).unwrap();
+        // By name, with or without a source (the plan needs one, not the choice).
+        let by_name = selector
+            .choose(&shape(8), 4, Some("test_free"), None)
+            .unwrap();
+        assert_eq!(by_name.name(), "test_free");
+        // Without cost factors the selector never picks it...
+        let unpriced = RingSource {
+            factors: None,
+            asked: 0.into(),
+        };
+        let auto = selector
+            .choose(&shape(8), 4, None, Some(&unpriced))
+            .unwrap();
+        assert!(matches!(auto, Choice::Builtin(_)));
+        // ...with a cost of nothing it wins, asked once per group size.
+        let selector = Selector::new("allgather:ring", SHM_COST).unwrap();
+        let free = RingSource {
+            factors: Some(CostFactors {
+                messages: 0.0,
+                bytes: 0.0,
+                reduced: 0.0,
+            }),
+            asked: 0.into(),
+        };
+        for count in [8, 9, 10] {
+            let auto = selector
+                .choose(&shape(count), 4, None, Some(&free))
+                .unwrap();
+            assert_eq!(auto.name(), "test_free");
+        }
+        assert_eq!(free.asked.get(), 1);
+        // Without a source it is not priced, and that answer is not cached.
+        let auto = selector.choose(&shape(11), 4, None, None).unwrap();
+        assert!(matches!(auto, Choice::Builtin(_)));
+        let auto = selector.choose(&shape(11), 4, None, Some(&free)).unwrap();
+        assert_eq!(auto.name(), "test_free");
+        // SHOAL_ALGO may name it; per-rank counts it does not take.
+        let forced = Selector::new("allreduce:test_free", SHM_COST).unwrap();
+        assert_eq!(
+            forced.choose(&shape(8), 4, None, None).unwrap().name(),
+            "test_free"
+        );
+        assert!(find(c, "nope").unwrap_err().message.contains("test_free"));
+    }
+
+    #[test]
+    fn registered_algorithms_are_listed_by_name_whatever_the_order() {
+        // Ties in cost go to the first listed, so every rank must list alike.
+        register(Collective::Gather, "test_b").unwrap();
+        register(Collective::Gather, "test_a").unwrap();
+        let names: Vec<&str> = registered_for(Collective::Gather)
+            .iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(names, ["test_a", "test_b"]);
+    }
 }

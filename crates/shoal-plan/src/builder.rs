@@ -182,6 +182,11 @@ impl PlanBuilder {
             .collect()
     }
 
+    /// Rounds `0..round_limit()` have tags (u32) for all their pieces.
+    pub fn round_limit(&self) -> usize {
+        u32::MAX as usize / self.stride
+    }
+
     /// The tag of piece `piece` of a message in tag round `round`.
     pub fn tag(&self, round: usize, piece: usize) -> u32 {
         debug_assert!(piece < self.stride);

@@ -27,7 +27,8 @@ mod races;
 mod reproducible;
 mod structure;
 
-pub use error::{ErrorKind, Problem, Stuck, VerifyError};
+pub use error::{ErrorKind, OpText, Problem, RegionText, Stuck, VerifyError};
+pub use structure::check_plan;
 
 use crate::algorithms::Algorithm;
 use crate::plan::{CallShape, Collective, Plan};

@@ -333,3 +333,45 @@ fn catches_rank_dependent_reduction_order() {
     );
     assert_eq!(err.rank, Some(2));
 }
+
+#[test]
+fn location_blames_a_step_even_when_the_error_is_not_at_one() {
+    // A wrong result: the step of that rank that last wrote the element.
+    let mut plans = exchange_plans();
+    plans[1].reduce(Region::scratch(0, 1), Region::output(0, 1), vec![3]);
+    let err = fails(allreduce(2, 1), &plans);
+    assert!(matches!(
+        err.kind,
+        ErrorKind::WrongResult {
+            problem: Problem::CountedTwice { rank: 0 },
+            ..
+        }
+    ));
+    assert_eq!((err.rank, err.step), (Some(1), None));
+    assert_eq!(err.location(&plans), Some((1, 4)));
+
+    // A deadlock: the first stuck step.
+    let recv_first = |rank: usize| {
+        let mut p = Plan::new(rank);
+        p.scratch_len = 1;
+        let r = p.recv(1 - rank, 0, Region::scratch(0, 1), vec![]);
+        p.send(1 - rank, 0, Region::input(0, 1), vec![r]);
+        p
+    };
+    let plans = vec![recv_first(0), recv_first(1)];
+    let err = verify_plans(&allreduce(2, 1), &plans).unwrap_err();
+    let ErrorKind::Deadlock { stuck } = &err.kind else {
+        panic!("expected a deadlock, got {err}");
+    };
+    assert_eq!(err.location(&plans), Some((stuck[0].rank, stuck[0].step)));
+
+    // An error at a step: that step.
+    let mut plans = exchange_plans();
+    plans[0].steps[1].op = Op::Send {
+        peer: 1,
+        tag: 9,
+        src: Region::output(0, 1),
+    };
+    let err = fails(allreduce(2, 1), &plans);
+    assert_eq!(err.location(&plans), Some((0, 1)));
+}

@@ -60,8 +60,9 @@ impl PyCall {
                 .map_err(|e| bad_field(name, "op", op, e))?;
         }
         if let Some(alg) = algorithm.as_deref().filter(|&a| a != shoal_core::ina::INA) {
-            shoal_plan::algorithms::find(kind, alg)
-                .map_err(|e| bad_field(name, "algorithm", alg, e))?;
+            // Built-in or registered from Python (shoal.algo.register).
+            shoal_core::select::find(kind, alg)
+                .map_err(|e| bad_field(name, "algorithm", alg, e.message))?;
         }
         let takes_counts = matches!(
             kind,

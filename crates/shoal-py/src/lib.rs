@@ -2,6 +2,7 @@
 //! and plan inspection. Buffers arrive as buffer-protocol objects; each call
 //! holds their exports (see `buffers`) until it is done. Nothing is copied.
 
+mod algo;
 mod buffers;
 mod call;
 mod config;
@@ -194,15 +195,26 @@ impl PyCommunicator {
             output_bytes,
         };
         let comm = self.inner.clone();
+        // Prepared here, holding the GIL: a registered algorithm's plan is
+        // built in Python on a cache miss (see algo::PySource).
+        let source = algo::PySource::new(py);
         if async_op {
             let owner = Box::new((input, output));
-            let work = comm.collective_async(&args, bufs, owner).map_err(to_py)?;
+            let work = comm
+                .collective_async(&args, bufs, owner, Some(&source))
+                .map_err(|e| source.to_py(e))?;
             return Ok(Some(PyWork { inner: work }));
         }
+        let call = comm
+            .prepare_collective(&args, &bufs, Some(&source))
+            .map_err(|e| {
+                release_deferred(py); // as `blocking` does after a failed call
+                source.to_py(e)
+            })?;
         let bufs = SendableBuffers(bufs);
         blocking(py, move || {
             let bufs = bufs;
-            comm.collective(&args, bufs.0)
+            comm.run_collective(call, bufs.0)
         })?;
         // `input` and `output` are released here, after the call.
         Ok(None)
@@ -267,6 +279,7 @@ impl PyCommunicator {
     #[pyo3(signature = (collective, count, dtype, root=0, algorithm=None))]
     fn choose_algorithm(
         &self,
+        py: Python<'_>,
         collective: &str,
         count: usize,
         dtype: &str,
@@ -275,9 +288,10 @@ impl PyCommunicator {
     ) -> PyResult<String> {
         let collective = parse_collective(collective).map_err(to_py)?;
         let dtype = DType::from_name(dtype).map_err(invalid)?;
+        let source = algo::PySource::new(py);
         self.inner
-            .choose_algorithm(collective, count, dtype, root, algorithm)
-            .map_err(to_py)
+            .choose_algorithm(collective, count, dtype, root, algorithm, Some(&source))
+            .map_err(|e| source.to_py(e))
     }
 
     /// How many steps this rank's plan of a call has (the host algorithm
@@ -285,6 +299,7 @@ impl PyCommunicator {
     #[pyo3(signature = (collective, count, dtype, root=0, algorithm=None))]
     fn plan_steps(
         &self,
+        py: Python<'_>,
         collective: &str,
         count: usize,
         dtype: &str,
@@ -293,9 +308,10 @@ impl PyCommunicator {
     ) -> PyResult<usize> {
         let collective = parse_collective(collective).map_err(to_py)?;
         let dtype = DType::from_name(dtype).map_err(invalid)?;
+        let source = algo::PySource::new(py);
         self.inner
-            .plan_steps(collective, count, dtype, root, algorithm)
-            .map_err(to_py)
+            .plan_steps(collective, count, dtype, root, algorithm, Some(&source))
+            .map_err(|e| source.to_py(e))
     }
 }
 
@@ -336,13 +352,16 @@ fn init(
     })
 }
 
-/// Names of the built-in algorithms of a collective.
+/// Names of the algorithms of a collective: the built-in ones, then those
+/// registered from Python (`shoal.algo.register`).
 #[pyfunction]
 fn algorithms(collective: &str) -> PyResult<Vec<&'static str>> {
     let c = parse_collective(collective).map_err(to_py)?;
-    Ok(shoal_plan::algorithms::for_collective(c)
-        .map(|a| a.name)
-        .collect())
+    let builtin = shoal_plan::algorithms::for_collective(c).map(|a| a.name);
+    let registered = shoal_core::select::registered_for(c)
+        .into_iter()
+        .map(|r| r.name);
+    Ok(builtin.chain(registered).collect())
 }
 
 /// The element types, in the core's order: (name, bytes per element, numpy
@@ -369,6 +388,7 @@ fn _shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(config::detect_launcher, m)?)?;
     m.add_function(wrap_pyfunction!(config::config_error, m)?)?;
     log::register(m)?;
+    algo::register(m)?;
     m.add("ShoalError", py.get_type::<ShoalError>())?;
     m.add("PeerDiedError", py.get_type::<PeerDiedError>())?;
     m.add("MismatchError", py.get_type::<MismatchError>())?;

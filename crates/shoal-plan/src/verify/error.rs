@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::plan::{Buf, Collective, Op, Region};
+use crate::plan::{Buf, Collective, Op, Plan, Region};
 
 /// A verification failure. `rank` and `step` locate it when it belongs to
 /// one step; `op` is that step's operation, for the message.
@@ -131,6 +131,33 @@ impl VerifyError {
             step: Some(step),
             op: Some(Box::new(op.clone())),
             kind,
+        }
+    }
+}
+
+impl VerifyError {
+    /// The `(rank, step)` to show the author: where the error is, else the
+    /// first stuck step of a deadlock, else the step of `rank` that last
+    /// wrote a wrong output element (writes of one element are ordered in a
+    /// race-free plan, and deps point backwards, so the last is the highest).
+    pub fn location(&self, plans: &[Plan]) -> Option<(usize, usize)> {
+        if let (Some(rank), Some(step)) = (self.rank, self.step) {
+            return Some((rank, step));
+        }
+        match &self.kind {
+            ErrorKind::Deadlock { stuck } => stuck.first().map(|s| (s.rank, s.step)),
+            ErrorKind::WrongResult { buf, index, .. } => {
+                let rank = self.rank?;
+                let element = Region::new(*buf, *index, 1);
+                let step = plans.get(rank)?.steps.iter().rposition(|s| {
+                    crate::builder::accesses(&s.op)
+                        .1
+                        .iter()
+                        .any(|w| w.overlaps(&element))
+                })?;
+                Some((rank, step))
+            }
+            _ => None,
         }
     }
 }

@@ -114,7 +114,8 @@ fn check_pair(plan: &Plan, order: &Order, a: &Access, b: &Access) -> Result<(), 
     {
         return fail(ErrorKind::InPlaceHazard {
             writer: early.step,
-            region: overlap,
+            // The elements the writer wrote, named as it wrote them.
+            region: Region::new(Buf::Output, overlap.offset, overlap.len),
         });
     }
     Ok(())

@@ -12,20 +12,28 @@ pub fn check(shape: &CallShape, plans: &[Plan]) -> Result<(), VerifyError> {
         }));
     }
     for (rank, plan) in plans.iter().enumerate() {
-        if plan.rank != rank {
-            return Err(VerifyError {
-                rank: Some(rank),
-                ..VerifyError::global(ErrorKind::RankField { got: plan.rank })
-            });
+        check_plan(shape, rank, plan)?;
+    }
+    Ok(())
+}
+
+/// The checks of one rank's plan on its own: every step in bounds, peers in
+/// the group, dependencies backwards. What the executor relies on to run a
+/// plan safely, so plans from outside (Python, JSON) get it before running.
+pub fn check_plan(shape: &CallShape, rank: usize, plan: &Plan) -> Result<(), VerifyError> {
+    if plan.rank != rank {
+        return Err(VerifyError {
+            rank: Some(rank),
+            ..VerifyError::global(ErrorKind::RankField { got: plan.rank })
+        });
+    }
+    for (i, step) in plan.steps.iter().enumerate() {
+        let fail = |kind| Err(VerifyError::at(rank, i, &step.op, kind));
+        if let Some(&dep) = step.deps.iter().find(|&&d| d >= i) {
+            return fail(ErrorKind::BadDep { dep });
         }
-        for (i, step) in plan.steps.iter().enumerate() {
-            let fail = |kind| Err(VerifyError::at(rank, i, &step.op, kind));
-            if let Some(&dep) = step.deps.iter().find(|&&d| d >= i) {
-                return fail(ErrorKind::BadDep { dep });
-            }
-            if let Some(kind) = check_op(shape, plan, &step.op) {
-                return fail(kind);
-            }
+        if let Some(kind) = check_op(shape, plan, &step.op) {
+            return fail(kind);
         }
     }
     Ok(())

@@ -1,0 +1,143 @@
+"""Python algorithms registered under a name, so ``algorithm=``, SHOAL_ALGO,
+``shoal bench --algo`` and the selector find them like built-in ones."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Union, get_args
+
+from shoal import _shoal
+from shoal._types import CollectiveName
+from shoal.algo._builder import AlgorithmFn, Builder, OpTuple, Shape, ShapeTuple
+from shoal.algo._plan import Lowered
+
+Factor = Union[float, Callable[[int], float]]
+"""A cost factor: a number, or a function of the group size ``p``."""
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The selector's estimate of a call, the alpha-beta-gamma model of the
+    built-in algorithms: ``messages`` messages in sequence on the busiest rank
+    (each costs the latency alpha), ``bytes`` times the per-rank buffer
+    (count x element size) moved through that rank's link (beta per byte),
+    ``reduced`` times the per-rank buffer reduced locally (gamma per byte).
+    Each is a number or a function of the group size ``p``, evaluated once per
+    group size. A ring allreduce is ``Cost(messages=lambda p: 2 * (p - 1),
+    bytes=lambda p: 2 * (p - 1) / p, reduced=lambda p: (p - 1) / p)``."""
+
+    messages: Factor
+    bytes: Factor
+    reduced: Factor = 0.0
+
+    def at(self, world: int) -> tuple[float, float, float]:
+        """The three factors for a group of ``world`` ranks."""
+        return (_factor(self.messages, world), _factor(self.bytes, world), _factor(self.reduced, world))
+
+
+def _factor(f: Factor, world: int) -> float:
+    value = float(f(world) if callable(f) else f)
+    if not value >= 0.0:  # also catches NaN
+        raise ValueError(f"cost factors must be non-negative numbers; got {value} for p={world}")
+    return value
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """A registered Python algorithm."""
+
+    collective: CollectiveName
+    name: str
+    fn: AlgorithmFn
+    cost: Cost | None
+
+
+_REGISTRY: dict[tuple[str, str], Algorithm] = {}
+
+VERIFY_WORLDS = 64
+"""Registered algorithms are verified (all ranks) the first time a call shape is
+seen in groups up to this size; larger groups get the per-rank checks only."""
+
+VERIFY_ELEMENTS = 1 << 16
+"""The verifier models every element symbolically, so a call of more elements
+(count x world) is verified at the same shape with a count of this size / world."""
+
+
+def registered(collective: str, name: str) -> Algorithm | None:
+    """The Python algorithm registered as ``collective/name``, if any."""
+    return _REGISTRY.get((collective, name))
+
+
+def registry() -> list[Algorithm]:
+    """Every registered Python algorithm."""
+    return list(_REGISTRY.values())
+
+
+def register(collective: CollectiveName, name: str, *, cost: Cost | None = None) -> Callable[[AlgorithmFn], Algorithm]:
+    """Registers the decorated function as algorithm ``name`` of ``collective``,
+    for every call made from this process: ``algorithm=name``,
+    ``SHOAL_ALGO=collective:name`` (register before ``shoal.init``) and, given a
+    ``cost``, the selector. Every rank must register it (an algorithm's identity
+    in messages is a hash of ``collective/name``, so the order does not matter).
+    A name a built-in algorithm has, or one registered before, is a ValueError."""
+    if collective not in get_args(CollectiveName):
+        raise ValueError(f"register: unknown collective {collective!r}")
+    if collective == "barrier":
+        # Its messages carry no data, so the builder could infer no ordering from them.
+        raise ValueError("register: barrier algorithms order steps by hand; write them in Rust")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"register: an algorithm name is an identifier, got {name!r}")
+    if cost is not None and not isinstance(cost, Cost):
+        raise TypeError(f"register: cost must be a shoal.algo.Cost, got {type(cost).__name__}")
+
+    def decorate(fn: AlgorithmFn) -> Algorithm:
+        known = _REGISTRY.get((collective, name))
+        if known is not None and _same_code(known.fn, fn):
+            return known  # the same file loaded twice (SHOAL_ALGORITHMS and an import)
+        _shoal.register_algorithm(collective, name, _SOURCE)
+        alg = Algorithm(collective, name, fn, cost)
+        _REGISTRY[(collective, name)] = alg
+        return alg
+
+    return decorate
+
+
+def _same_code(a: AlgorithmFn, b: AlgorithmFn) -> bool:
+    """Whether two functions are one definition (same file and line)."""
+    where = [(c.co_filename, c.co_firstlineno) for c in (getattr(f, "__code__", None) for f in (a, b)) if c]
+    return len(where) == 2 and where[0] == where[1]
+
+
+class _Source:
+    """What the core asks, on the calling thread, when a cache misses: a
+    registered algorithm's operations for one rank of one call shape, and its
+    cost factors for one group size."""
+
+    def __init__(self) -> None:
+        self.verified: set[tuple[str, str, Shape]] = set()
+
+    def plan(self, collective: str, name: str, shape_tuple: ShapeTuple, rank: int) -> tuple[int, list[OpTuple]]:
+        alg = _REGISTRY[(collective, name)]
+        shape = Shape.from_tuple(shape_tuple)
+        key = (collective, name, shape)
+        if shape.world <= VERIFY_WORLDS and key not in self.verified:
+            # Every rank verifies the same plans, so all raise the same error
+            # instead of some hanging on a broken plan.
+            small = shape.world * shape.count <= VERIFY_ELEMENTS
+            probe = shape if small else replace(shape, count=VERIFY_ELEMENTS // shape.world)
+            lowered = Lowered(name, alg.fn, probe)
+            lowered.check(name, probe)
+            self.verified.add(key)
+            if small:
+                b = lowered.builders[rank]
+                return (b.scratch_len, b.ops)
+        b = Builder(shape, rank)
+        alg.fn(b)
+        return (b.scratch_len, b.ops)
+
+    def cost(self, collective: str, name: str, world: int) -> tuple[float, float, float] | None:
+        alg = _REGISTRY[(collective, name)]
+        return None if alg.cost is None else alg.cost.at(world)
+
+
+_SOURCE = _Source()
