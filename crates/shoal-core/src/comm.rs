@@ -15,6 +15,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{execute, CallBuffers, CallContext, CompiledPlan};
 use crate::ina::{self, Ina, INA, INA_ALGO_ID};
 use crate::lru::Lru;
+use crate::provider::{self, PlanExecutor, ProviderId, Switch};
 use crate::reduce::divide;
 use crate::select::{Choice, PlanSource, Selector};
 use crate::trace::Tracing;
@@ -200,6 +201,8 @@ struct Prepared {
     divide_by: Option<usize>,
     /// How the call deals with overlapping input and output.
     in_place: InPlace,
+    /// Who runs the call.
+    provider: ProviderId,
     /// Through the switch: the sequence number reserved for the ranks'
     /// agreement on whether it worked (`cp` is then the fallback plan).
     ina_agree_seq: Option<u32>,
@@ -334,7 +337,7 @@ impl Communicator {
             algorithm: explicit.map(str::to_string),
         };
         let shape = self.shape(&args)?;
-        if self.wants_switch(&args, &shape, source)? {
+        if self.provider_for(&args, &shape, source)? == ProviderId::Switch {
             return Ok(INA.to_string());
         }
         let choice = self
@@ -379,16 +382,16 @@ impl Communicator {
     }
 
     fn run_prepared(&self, p: &Prepared, bufs: CallBuffers) -> Result<()> {
-        if let Some(agree_seq) = p.ina_agree_seq {
-            return self.run_via_switch(p, agree_seq, bufs);
+        match (p.provider, p.ina_agree_seq) {
+            (ProviderId::Switch, Some(agree_seq)) => self.run_via_switch(p, agree_seq, bufs),
+            _ => self.run_plan(p, bufs),
         }
-        self.run_plan(p, bufs)
     }
 
     /// Allreduce through the switch; then the ranks agree (a one-byte host
     /// allreduce) whether every one of them got its result. If not, they all
     /// redo it with the host plan from the contribution saved beforehand, and
-    /// stop using the switch (ATP's fallback).
+    /// stop using the switch (ATP's fallback; `ProviderId::fallback`).
     fn run_via_switch(&self, p: &Prepared, agree_seq: u32, bufs: CallBuffers) -> Result<()> {
         if !std::ptr::eq(bufs.input, bufs.output) {
             // SAFETY: both buffers were validated by prepare and are distinct.
@@ -578,7 +581,8 @@ impl Communicator {
         let esize = args.dtype.size();
         let in_place = alias::classify(&shape, self.rank, esize, bufs)?;
         let explicit = args.algorithm.as_deref();
-        let via_switch = self.wants_switch(args, &shape, source)?;
+        let provider = self.provider_for(args, &shape, source)?;
+        let via_switch = provider == ProviderId::Switch;
         let host_choice = explicit.filter(|&a| a != INA);
         let choice = self
             .engine
@@ -639,58 +643,54 @@ impl Communicator {
             dtype: args.dtype,
             divide_by,
             in_place,
+            provider,
             ina_agree_seq,
         })
     }
 
-    /// Whether an allreduce goes through the switch: when asked for
-    /// (`algorithm="ina"`, `SHOAL_ALGO=allreduce:ina`), or when the switch is
-    /// usable, can aggregate the dtype and op, and the cost model says it wins.
-    fn wants_switch(
+    /// Who runs a call. The switch runs allreduce only: when asked for
+    /// (`algorithm="ina"`, `SHOAL_ALGO=allreduce:ina`), or when it is usable,
+    /// can aggregate the dtype and op, and costs less than the cheapest plan
+    /// algorithm. Naming a host algorithm (`algorithm=`) keeps the plans.
+    fn provider_for(
         &self,
         args: &CollArgs,
         shape: &CallShape,
         source: Option<&dyn PlanSource>,
-    ) -> Result<bool> {
+    ) -> Result<ProviderId> {
         if args.collective != Collective::Allreduce {
             return match args.algorithm.as_deref() {
                 Some(INA) => Err(Error::invalid(format!(
                     "algorithm 'ina' is for allreduce only, not {}",
                     args.collective
                 ))),
-                _ => Ok(false),
+                _ => Ok(ProviderId::Plans),
             };
         }
         match args.algorithm.as_deref() {
-            Some(INA) => return Ok(true),
-            Some(_) => return Ok(false),
-            None if self.engine.selector.ina_forced() => return Ok(true),
+            Some(INA) => return Ok(ProviderId::Switch),
+            Some(_) => return Ok(ProviderId::Plans),
+            None if self.engine.selector.ina_forced() => return Ok(ProviderId::Switch),
             None => {}
         }
-        let usable = self.id == 0
-            && self
-                .engine
-                .ina
-                .as_ref()
-                .is_ok_and(|i| i.unusable().is_none())
-            && ina::wire_types(args.dtype, args.op).is_some();
-        if !usable {
-            return Ok(false);
-        }
-        let bytes = args.count * args.dtype.size();
-        let host = self
-            .engine
-            .selector
-            .best_cost(shape, args.dtype.size(), source)?;
-        let per_link = self.busiest_host;
-        // Every switch allreduce ends with the ranks agreeing on its outcome:
-        // a one-byte host allreduce, which decides for small messages.
-        let agreement = CallShape {
-            count: 1,
-            ..shape.clone()
+        let plans = PlanExecutor {
+            selector: &self.engine.selector,
+            source,
         };
-        let agree = self.engine.selector.best_cost(&agreement, 1, source)?;
-        Ok(ina::cost(bytes, per_link, &self.engine.selector.cost()) + agree < host)
+        let switch = Switch {
+            usable: self.id == 0
+                && self
+                    .engine
+                    .ina
+                    .as_ref()
+                    .is_ok_and(|i| i.unusable().is_none())
+                && ina::wire_types(args.dtype, args.op).is_some(),
+            per_link: self.busiest_host,
+            plans: &plans,
+        };
+        // Listed plans first: a tie keeps the host algorithms.
+        let cheapest = provider::cheapest(&[&plans, &switch], shape, args.dtype.size())?;
+        Ok(cheapest.unwrap_or(ProviderId::Plans))
     }
 
     fn shape(&self, args: &CollArgs) -> Result<CallShape> {

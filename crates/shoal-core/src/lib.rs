@@ -13,6 +13,7 @@ pub mod ina;
 pub mod init;
 pub mod log;
 pub mod lru;
+pub mod provider;
 pub mod reduce;
 pub mod select;
 pub mod stall;

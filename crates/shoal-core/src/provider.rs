@@ -1,0 +1,216 @@
+//! Providers of collectives: who runs a call. Two exist: the plan executor
+//! (built-in algorithms and those registered from Python, chosen among by
+//! the [`Selector`]) and the switch (in-network aggregation, allreduce
+//! only). Each one says whether it can run a call and what the call would
+//! cost; [`cheapest`] merges their estimates per call shape, UCC-style, so a
+//! provider wins exactly the sizes where it is cheapest.
+//!
+//! Pricing borrows what it needs for one call (the selector, the binding's
+//! plan source), so it is a trait on short-lived values; running happens
+//! later, possibly on another thread, so the call remembers only which
+//! provider runs it ([`ProviderId`]) and what that one falls back to.
+
+use shoal_plan::algorithms::CostParams;
+use shoal_plan::CallShape;
+
+use crate::error::Result;
+use crate::ina;
+use crate::select::{PlanSource, Selector};
+
+/// Which provider runs a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProviderId {
+    /// The plan executor, running the selector's algorithm.
+    Plans,
+    /// The switch; the ranks then agree on its outcome.
+    Switch,
+}
+
+impl ProviderId {
+    /// What runs the call when this provider fails in the middle of it: a
+    /// switch allreduce is redone with host algorithms (and the switch is
+    /// not used again); a plan's failure is the call's.
+    pub fn fallback(self) -> Option<ProviderId> {
+        match self {
+            ProviderId::Switch => Some(ProviderId::Plans),
+            ProviderId::Plans => None,
+        }
+    }
+}
+
+/// One provider's offer for a call.
+pub trait Provider {
+    fn id(&self) -> ProviderId;
+    /// Whether it can run a call of `shape` at all.
+    fn can_run(&self, shape: &CallShape, elem_size: usize) -> bool;
+    /// The estimated time of the call, in seconds (asked only of providers
+    /// that can run it).
+    fn cost(&self, shape: &CallShape, elem_size: usize) -> Result<f64>;
+}
+
+/// The provider with the cheapest estimate for a call; ties go to the one
+/// listed first. A provider that alone can run the call wins unpriced: an
+/// estimate may run the user's code (a registered algorithm's cost).
+pub fn cheapest(
+    providers: &[&dyn Provider],
+    shape: &CallShape,
+    elem_size: usize,
+) -> Result<Option<ProviderId>> {
+    let able: Vec<&dyn Provider> = providers
+        .iter()
+        .copied()
+        .filter(|p| p.can_run(shape, elem_size))
+        .collect();
+    if able.len() <= 1 {
+        return Ok(able.first().map(|p| p.id()));
+    }
+    let mut best: Option<(ProviderId, f64)> = None;
+    for p in able {
+        let estimate = p.cost(shape, elem_size)?;
+        if best.is_none_or(|(_, b)| estimate < b) {
+            best = Some((p.id(), estimate));
+        }
+    }
+    Ok(best.map(|(id, _)| id))
+}
+
+/// The plan executor: runs every call, at the cost of the selector's
+/// cheapest algorithm for it.
+pub struct PlanExecutor<'a> {
+    pub selector: &'a Selector,
+    pub source: Option<&'a dyn PlanSource>,
+}
+
+impl Provider for PlanExecutor<'_> {
+    fn id(&self) -> ProviderId {
+        ProviderId::Plans
+    }
+    fn can_run(&self, _: &CallShape, _: usize) -> bool {
+        true
+    }
+    fn cost(&self, shape: &CallShape, elem_size: usize) -> Result<f64> {
+        self.selector.best_cost(shape, elem_size, self.source)
+    }
+}
+
+/// The switch, for one allreduce: `usable` when this rank's membership works
+/// and the switch can aggregate the call's dtype and op.
+pub struct Switch<'a> {
+    pub usable: bool,
+    /// The most ranks on one host: they share its link to the switch.
+    pub per_link: usize,
+    /// Prices the agreement that ends every switch allreduce.
+    pub plans: &'a PlanExecutor<'a>,
+}
+
+impl Provider for Switch<'_> {
+    fn id(&self) -> ProviderId {
+        ProviderId::Switch
+    }
+    fn can_run(&self, _: &CallShape, _: usize) -> bool {
+        self.usable
+    }
+    fn cost(&self, shape: &CallShape, elem_size: usize) -> Result<f64> {
+        let params: CostParams = self.plans.selector.cost();
+        let bytes = shape.count * elem_size;
+        // Every switch allreduce ends with the ranks agreeing on its outcome:
+        // a one-byte host allreduce, which decides for small messages.
+        let agreement = CallShape {
+            count: 1,
+            ..shape.clone()
+        };
+        let agree = self.plans.cost(&agreement, 1)?;
+        Ok(ina::cost(bytes, self.per_link, &params) + agree)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_plan::Collective;
+    use std::cell::Cell;
+
+    /// A provider priced `fixed + per_byte * bytes`, counting how often.
+    struct Linear {
+        id: ProviderId,
+        able: bool,
+        fixed: f64,
+        per_byte: f64,
+        priced: Cell<usize>,
+    }
+
+    impl Linear {
+        fn new(id: ProviderId, fixed: f64, per_byte: f64) -> Linear {
+            Linear {
+                id,
+                able: true,
+                fixed,
+                per_byte,
+                priced: Cell::new(0),
+            }
+        }
+    }
+
+    impl Provider for Linear {
+        fn id(&self) -> ProviderId {
+            self.id
+        }
+        fn can_run(&self, _: &CallShape, _: usize) -> bool {
+            self.able
+        }
+        fn cost(&self, shape: &CallShape, elem_size: usize) -> Result<f64> {
+            self.priced.set(self.priced.get() + 1);
+            Ok(self.fixed + self.per_byte * (shape.count * elem_size) as f64)
+        }
+    }
+
+    fn shape(count: usize) -> CallShape {
+        CallShape {
+            collective: Collective::Allreduce,
+            world: 4,
+            count,
+            root: 0,
+            chunk: 1 << 20,
+            ranks_per_host: 1,
+            counts: None,
+        }
+    }
+
+    #[test]
+    fn a_provider_cheaper_for_large_sizes_wins_only_there() {
+        // Plans: cheap to start, dear per byte; the switch the other way
+        // round. They cost the same (2100) at 1000 bytes.
+        let plans = Linear::new(ProviderId::Plans, 100.0, 2.0);
+        let switch = Linear::new(ProviderId::Switch, 1100.0, 1.0);
+        let both: [&dyn Provider; 2] = [&plans, &switch];
+        let pick = |bytes| cheapest(&both, &shape(bytes), 1).unwrap().unwrap();
+        assert_eq!(pick(1), ProviderId::Plans);
+        assert_eq!(pick(999), ProviderId::Plans);
+        assert_eq!(pick(1000), ProviderId::Plans, "a tie goes to the first");
+        assert_eq!(pick(1001), ProviderId::Switch);
+        assert_eq!(pick(1 << 20), ProviderId::Switch);
+    }
+
+    #[test]
+    fn a_provider_that_cannot_run_the_call_is_neither_chosen_nor_priced() {
+        let plans = Linear::new(ProviderId::Plans, 1.0, 1.0);
+        let mut switch = Linear::new(ProviderId::Switch, 0.0, 0.0);
+        switch.able = false;
+        let both: [&dyn Provider; 2] = [&plans, &switch];
+        assert_eq!(
+            cheapest(&both, &shape(8), 4).unwrap(),
+            Some(ProviderId::Plans)
+        );
+        assert_eq!(switch.priced.get(), 0);
+        assert_eq!(plans.priced.get(), 0, "a lone provider wins unpriced");
+        let mut none = Linear::new(ProviderId::Plans, 0.0, 0.0);
+        none.able = false;
+        assert_eq!(cheapest(&[&none], &shape(8), 4).unwrap(), None);
+    }
+
+    #[test]
+    fn only_the_switch_falls_back_and_to_the_plans() {
+        assert_eq!(ProviderId::Switch.fallback(), Some(ProviderId::Plans));
+        assert_eq!(ProviderId::Plans.fallback(), None);
+    }
+}
