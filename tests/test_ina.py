@@ -90,6 +90,26 @@ def test_ina_exact_under_packet_loss(drop: str) -> None:
         assert metric(url, "shoal_switch_retransmissions_total") > 0
 
 
+def test_traces_show_the_switch_allreduces_and_their_retransmissions(tmp_path: Path) -> None:
+    """SHOAL_TRACE: each allreduce through the switch is one event with what it
+    did on the wire; under loss some packets are retransmitted."""
+    import json
+
+    env = {"INA_DTYPES": "float32", "INA_COUNTS": "100003", "SHOAL_TRACE": str(tmp_path)}
+    with switch("--drop-rate", "0.1") as (addr, _):
+        proc = run_workers(2, addr, env=env)
+        assert proc.stdout.count("OK ina") == 2 and "falls back" not in proc.stdout + proc.stderr
+    for rank in range(2):
+        events = json.loads((tmp_path / f"rank-{rank}.json").read_text())
+        ina = [e for e in events if e.get("cat") == "ina"]
+        assert ina, f"rank {rank}: no switch allreduce traced"
+        for e in ina:
+            a = e["args"]
+            assert a["status"] == "ok" and a["packets"] >= 1 and a["retransmitted"] <= a["packets"], e
+            assert all(int(w) >= 1 for w in a["windows"].split(",")), e
+        assert sum(e["args"]["retransmitted"] for e in ina) > 0, ina
+
+
 def test_two_jobs_share_one_switch() -> None:
     env = {"SHOAL_TRANSPORT": "shm", "INA_DTYPES": "float32", "INA_COUNTS": "1,1000,100003"}
     with switch() as (addr, _):

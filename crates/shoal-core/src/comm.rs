@@ -408,7 +408,13 @@ impl Communicator {
         let started = recorder.map(|r| r.now());
         let outcome = self.switch_allreduce(out, p);
         if let (Some(r), Some(start)) = (recorder, started) {
-            r.ina(start, out.len(), outcome.is_ok());
+            let wire = self
+                .engine
+                .ina
+                .as_ref()
+                .map(Ina::last_call)
+                .unwrap_or_default();
+            r.ina(start, out.len(), outcome.is_ok(), wire);
         }
         if self.agree(outcome.is_ok(), agree_seq, p.sig.history)? {
             return Ok(()); // the client already divided for avg

@@ -117,6 +117,11 @@ impl Ina {
     /// `peers` says whether the other ranks are alive (the transport's
     /// view): asked when results stop coming, so a dead rank ends the call
     /// within milliseconds rather than after `SHOAL_INA_TIMEOUT`.
+    /// What the last allreduce did on the wire (for traces).
+    pub fn last_call(&self) -> shoal_ina::CallStats {
+        self.client.lock().unwrap().last_call().clone()
+    }
+
     pub fn allreduce(
         &self,
         buf: &mut [u8],

@@ -23,7 +23,9 @@ pub mod switch;
 
 use std::fmt;
 
-pub use client::{InaClient, InaConfig, InaKeys, LeafSpec, Partial, PeerCheck, TreeSpec};
+pub use client::{
+    CallStats, InaClient, InaConfig, InaKeys, LeafSpec, Partial, PeerCheck, TreeSpec,
+};
 
 /// Element type of the user's buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -81,6 +81,7 @@ enum Event {
         dur: u64,
         bytes: usize,
         ok: bool,
+        wire: shoal_ina::CallStats,
     },
 }
 
@@ -214,13 +215,14 @@ impl Recorder {
     }
 
     /// Records an allreduce through the switch that began at `start` (see [`Recorder::now`]).
-    pub fn ina(&self, start: u64, bytes: usize, ok: bool) {
+    pub fn ina(&self, start: u64, bytes: usize, ok: bool, wire: shoal_ina::CallStats) {
         let dur = self.now().saturating_sub(start);
         self.add(vec![Event::Ina {
             start,
             dur,
             bytes,
             ok,
+            wire,
         }]);
     }
 
@@ -433,11 +435,18 @@ fn render(out: &mut String, rank: usize, e: &Event, names: &mut Names) {
             dur,
             bytes,
             ok,
+            wire,
         } => {
+            let windows: Vec<String> = wire.windows.iter().map(usize::to_string).collect();
             x(out, "ina allreduce", "ina", *start, *dur, 0)
                 .obj("args", |a| {
                     a.int("bytes", *bytes as u64)
                         .str("status", if *ok { "ok" } else { "failed" })
+                        .int("packets", wire.packets)
+                        .int("retransmitted", wire.retransmitted)
+                        .int("timeouts", wire.timeouts)
+                        .int("ecn_marked", wire.marked)
+                        .str("windows", &windows.join(","))
                 })
                 .close();
         }

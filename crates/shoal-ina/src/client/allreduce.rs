@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::faults;
 use super::window::SendWindow;
+use super::CallStats;
 use crate::codec;
 use crate::proto::{flags, max_count, slot_of, tag_ok, Header, Kind, WireOp, WireType, HEADER_LEN};
 use crate::{InaDType, InaError, InaOp};
@@ -91,6 +92,7 @@ impl InaClient {
         op: InaOp,
         peers: PeerCheck<'_>,
     ) -> Result<(), InaError> {
+        self.stats = CallStats::default();
         let layout = self.layout(buf.len(), dtype, op)?;
         if layout.elems == 0 {
             return Ok(());
@@ -106,6 +108,7 @@ impl InaClient {
         for (tree, w) in self.trees.iter_mut().zip(&wins) {
             tree.next_seq = tree.next_seq.wrapping_add(w.count() as u32);
         }
+        self.stats.windows = self.trees.iter().map(|t| t.cc.allowed()).collect();
         res?;
         if s.overflow {
             return Err(InaError::Protocol(
@@ -113,6 +116,12 @@ impl InaClient {
             ));
         }
         Ok(())
+    }
+
+    /// What the last allreduce did on the wire (packets, retransmissions,
+    /// timeouts, ECN marks, the windows at its end).
+    pub fn last_call(&self) -> &CallStats {
+        &self.stats
     }
 
     fn layout(&self, len: usize, dtype: InaDType, op: InaOp) -> Result<PacketLayout, InaError> {
@@ -283,6 +292,7 @@ impl InaClient {
             w.take_expired(now, self.trees[t].rto.current(), &mut s.expired);
             if !s.expired.is_empty() {
                 self.trees[t].cc.on_timeout();
+                self.stats.timeouts += 1;
             }
             for &k in &s.expired {
                 self.send_chunk(layout, buf, t, w, k, true);
@@ -301,6 +311,8 @@ impl InaClient {
         k: usize,
         retx: bool,
     ) {
+        self.stats.packets += 1;
+        self.stats.retransmitted += u64::from(retx);
         let (start, count) = layout.chunk(t, k);
         let p = &self.trees[t].p;
         let seq = w.base.wrapping_add(k as u32);
@@ -382,6 +394,7 @@ impl InaClient {
             tree.rto.sample(rtt);
         }
         tree.cc.on_result(h.has(flags::ECN), h.cwnd_cap);
+        self.stats.marked += u64::from(h.has(flags::ECN));
         if let Some(sent) = sent {
             let mut lost = std::mem::take(&mut s.expired);
             wins[t].take_overtaken(k, sent, now, &mut lost);

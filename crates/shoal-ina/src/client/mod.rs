@@ -195,8 +195,22 @@ struct Tree {
 }
 
 /// A rank's membership in an INA job.
+/// What the last allreduce did on the wire, for traces: packets sent (first
+/// sends and retransmissions), retransmission timeouts, results that carried
+/// an ECN mark, and each tree's congestion window when it ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CallStats {
+    pub packets: u64,
+    pub retransmitted: u64,
+    pub timeouts: u64,
+    pub marked: u64,
+    pub windows: Vec<usize>,
+}
+
 pub struct InaClient {
     cfg: InaConfig,
+    /// Of the last allreduce (see [`InaClient::last_call`]).
+    stats: CallStats,
     trees: Vec<Tree>,
     sock: UdpSocket,
     leases: Vec<Lease>,
@@ -251,6 +265,7 @@ impl InaClient {
         let rx = Batch::receiver(&sock, RX_BATCH, budget.next_multiple_of(64).max(64));
         Ok(InaClient {
             cfg: cfg.clone(),
+            stats: CallStats::default(),
             trees,
             sock,
             leases,
