@@ -3,7 +3,6 @@ C-contiguous buffer, without copying."""
 
 from __future__ import annotations
 
-import functools
 import operator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -24,11 +23,10 @@ R = TypeVar("R")
 """What a ``Work`` gives back once done."""
 
 
-@functools.lru_cache(maxsize=4096)
-def _cached_call(
-    collective: CollectiveName, count: int, dtype: DTypeName, op: ReduceOpName, root: int, algorithm: str | None
-) -> Call:
-    return Call(collective, count=count, dtype=dtype, op=op, root=root, algorithm=algorithm)
+#: One ``Call`` per distinct description (see ``call_of``), bounded: a
+#: program that keeps making new shapes starts over rather than grow it.
+_CALLS: dict[tuple[Any, ...], Call] = {}
+_CALLS_MAX = 4096
 
 
 def call_of(
@@ -43,10 +41,18 @@ def call_of(
     """The ``Call`` for a description. Calls are immutable, so repeated calls
     (a training loop) reuse one instead of parsing the same names again on
     the hot path (about half a microsecond a call)."""
+    key = (collective, count, dtype, op, root, algorithm)
     try:
-        return _cached_call(collective, count, dtype, op, root, algorithm)
+        return _CALLS[key]
+    except KeyError:
+        pass
     except TypeError:  # an unhashable argument: let Call name what is wrong with it
         return Call(collective, count=count, dtype=dtype, op=op, root=root, algorithm=algorithm)
+    call = Call(collective, count=count, dtype=dtype, op=op, root=root, algorithm=algorithm)
+    if len(_CALLS) >= _CALLS_MAX:
+        _CALLS.clear()
+    _CALLS[key] = call
+    return call
 
 
 # Point-to-point tags share a 32-bit word with a flag bit.
@@ -186,7 +192,10 @@ class Group:
         async_op: bool,
         result: R,
     ) -> R | Work[R]:
-        work = self._live().collective(call, inp, out, async_op)
+        comm = self._comm  # not _live(): one Python call less on the hot path
+        if comm is None:
+            raise RuntimeError("this group was closed")
+        work = comm.collective(call, inp, out, async_op)
         if work is not None:
             return Work(work, result)
         return result
