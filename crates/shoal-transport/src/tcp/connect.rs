@@ -247,10 +247,15 @@ impl<'a> Gate<'a> {
         };
         let tx = self.answers_tx.clone();
         let run = move || {
+            // The connection stays open until the gate has the answer: a
+            // refused stranger sees it close only once its refusal is queued
+            // (ahead of anyone who connects after), so the count is exact.
+            let held = s.try_clone().ok();
             let answer = expect
                 .check(s, limit)
                 .map_err(|why| format!("{from}: {why}"));
             let _ = tx.send(answer); // (the gate may have closed meanwhile)
+            drop(held);
         };
         match std::thread::Builder::new()
             .name("shoal-tcp-hello".into())
