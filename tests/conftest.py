@@ -36,6 +36,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def init_with(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A one-rank `shoal.init()` in a fresh process with `env` on top of an
+    environment without SHOAL_* or launcher variables; prints `initialised`."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SHOAL_", "RANK", "WORLD_SIZE", "MASTER_"))}
+    code = "import shoal; shoal.init(); print('initialised')"
+    return subprocess.run(
+        [sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, timeout=60
+    )
+
+
 def spawn_ranks(
     n: int,
     script: str,

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import launch
+from conftest import init_with, launch
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
@@ -36,14 +36,6 @@ def test_plan_cache_is_bounded() -> None:
     assert proc.stdout.count("OK plan_cache") == 2, proc.stdout
 
 
-def _init_with(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SHOAL_", "RANK", "WORLD_SIZE", "MASTER_"))}
-    code = "import shoal; shoal.init(); print('initialised')"
-    return subprocess.run(
-        [sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, timeout=60
-    )
-
-
 @pytest.mark.parametrize(
     ("name", "value", "hint"),
     [
@@ -68,7 +60,7 @@ def _init_with(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     ],
 )
 def test_bad_configuration_is_a_clear_error_at_init(name: str, value: str, hint: str) -> None:
-    proc = _init_with({name: value})
+    proc = init_with({name: value})
     assert proc.returncode != 0 and "initialised" not in proc.stdout
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("ValueError:"), proc.stderr
@@ -77,7 +69,7 @@ def test_bad_configuration_is_a_clear_error_at_init(name: str, value: str, hint:
 
 
 def test_good_configuration_is_accepted() -> None:
-    proc = _init_with(
+    proc = init_with(
         {
             "SHOAL_TIMEOUT": "0.5",
             "SHOAL_CHUNK_BYTES": "64",

@@ -4,24 +4,13 @@ agrees with docs/configuration.md and with the variables the code reads."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import init_with
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _init_with(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """A one-rank `shoal.init()` in a fresh process with `env` on top of a clean environment."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SHOAL_", "RANK", "WORLD_SIZE", "MASTER_"))}
-    code = "import shoal; shoal.init(); print('initialised')"
-    return subprocess.run(
-        [sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, timeout=60
-    )
 
 
 @pytest.mark.parametrize(
@@ -40,7 +29,7 @@ def _init_with(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     ],
 )
 def test_garbage_is_an_error_naming_the_variable(name: str, value: str, hint: str) -> None:
-    proc = _init_with({name: value})
+    proc = init_with({name: value})
     assert proc.returncode != 0 and "initialised" not in proc.stdout
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("ValueError:"), proc.stderr
@@ -49,7 +38,7 @@ def test_garbage_is_an_error_naming_the_variable(name: str, value: str, hint: st
 
 @pytest.mark.parametrize("value", ["true", "yes", "on", "1", "false", "off", "0", "No"])
 def test_flags_take_the_usual_spellings(value: str) -> None:
-    proc = _init_with({"SHOAL_CALIBRATE": value, "SHOAL_INA_INT32": value})
+    proc = init_with({"SHOAL_CALIBRATE": value, "SHOAL_INA_INT32": value})
     assert proc.returncode == 0, proc.stderr
 
 

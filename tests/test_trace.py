@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import launch, spawn_ranks
-from test_config import _init_with
+from conftest import init_with, launch, spawn_ranks
 
 from shoal import cli
 from shoal.trace import load_rank
@@ -166,14 +165,14 @@ def test_merge_says_what_is_wrong(tmp_path: Path, capsys: pytest.CaptureFixture[
     ],
 )
 def test_bad_settings_fail_init_naming_the_variable(name: str, value: str, hint: str) -> None:
-    proc = _init_with({name: value})
+    proc = init_with({name: value})
     assert proc.returncode != 0 and "initialised" not in proc.stdout
     last = proc.stderr.strip().splitlines()[-1]
     assert name in last and value in last and hint in last, last
 
 
 def test_a_single_rank_traces_too(tmp_path: Path) -> None:
-    proc = _init_with({"SHOAL_TRACE": str(tmp_path)})
+    proc = init_with({"SHOAL_TRACE": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     events = load_rank(tmp_path / "rank-0.json")
     clock = [e for e in events if e["name"] == "shoal_clock"]

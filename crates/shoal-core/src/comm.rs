@@ -48,8 +48,6 @@ pub struct Engine {
     queue: AsyncQueue,
     /// The caller's contribution during an in-network allreduce (for the fallback).
     ina_backup: Mutex<Vec<u8>>,
-    /// Warnings already printed, so a repeated cause is reported once.
-    warned: Mutex<std::collections::HashSet<String>>,
     /// The first fatal error; after it every call fails fast with it.
     failed: Mutex<Option<Error>>,
     /// The trace (`SHOAL_TRACE`) and the flight recorder.
@@ -82,7 +80,6 @@ impl Engine {
             staging: Staging::default(),
             queue: AsyncQueue::new(),
             ina_backup: Mutex::new(Vec::new()),
-            warned: Mutex::new(Default::default()),
             failed: Mutex::new(None),
             tracing,
             _keepalive: keepalive,
@@ -93,13 +90,6 @@ impl Engine {
     pub fn plan_cache_usage(&self) -> (usize, usize) {
         let plans = self.plans.lock().unwrap();
         (plans.len(), plans.capacity())
-    }
-
-    /// Prints a runtime warning the first time it occurs.
-    pub fn warn_once(&self, message: &str) {
-        if self.warned.lock().unwrap().insert(message.to_string()) {
-            ina::warn(message);
-        }
     }
 
     fn check_healthy(&self) -> Result<()> {
@@ -327,16 +317,7 @@ impl Communicator {
         explicit: Option<&str>,
         source: Option<&dyn PlanSource>,
     ) -> Result<String> {
-        let args = CollArgs {
-            collective,
-            count,
-            counts: None,
-            dtype,
-            op: ReduceOp::Sum,
-            root,
-            algorithm: explicit.map(str::to_string),
-        };
-        let shape = self.shape(&args)?;
+        let (args, shape) = self.inspected(collective, count, dtype, root, explicit)?;
         if self.provider_for(&args, &shape, source)? == ProviderId::Switch {
             return Ok(INA.to_string());
         }
@@ -359,6 +340,24 @@ impl Communicator {
         explicit: Option<&str>,
         source: Option<&dyn PlanSource>,
     ) -> Result<usize> {
+        let (_, shape) = self.inspected(collective, count, dtype, root, explicit)?;
+        let choice = self
+            .engine
+            .selector
+            .choose(&shape, dtype.size(), explicit, source)?;
+        Ok(self.plan(shape, choice, source)?.plan.steps.len())
+    }
+
+    /// The arguments and shape of a call that is inspected, not run
+    /// (`choose_algorithm`, `plan_steps`).
+    fn inspected(
+        &self,
+        collective: Collective,
+        count: usize,
+        dtype: DType,
+        root: usize,
+        explicit: Option<&str>,
+    ) -> Result<(CollArgs, CallShape)> {
         let args = CollArgs {
             collective,
             count,
@@ -369,11 +368,7 @@ impl Communicator {
             algorithm: explicit.map(str::to_string),
         };
         let shape = self.shape(&args)?;
-        let choice = self
-            .engine
-            .selector
-            .choose(&shape, dtype.size(), explicit, source)?;
-        Ok(self.plan(shape, choice, source)?.plan.steps.len())
+        Ok((args, shape))
     }
 
     /// Waits for every asynchronous call issued so far.
@@ -425,7 +420,7 @@ impl Communicator {
         if let Ok(ina) = &self.engine.ina {
             ina.disable(&reason);
         }
-        self.engine.warn_once(&format!(
+        ina::warn(&format!(
             "allreduce falls back to host algorithms: {reason}"
         ));
         let host = CallBuffers {

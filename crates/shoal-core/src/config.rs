@@ -537,10 +537,13 @@ fn parse_transport(env: &dyn Fn(&str) -> Option<String>) -> Result<TransportChoi
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+    /// An environment of fixed pairs (for the crate's tests).
+    pub(crate) fn env_of(
+        pairs: &'static [(&'static str, &'static str)],
+    ) -> impl Fn(&str) -> Option<String> {
         move |k| {
             pairs
                 .iter()

@@ -127,7 +127,7 @@ impl Provider for Switch<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shoal_plan::Collective;
+    use crate::select::tests::shape;
     use std::cell::Cell;
 
     /// A provider priced `fixed + per_byte * bytes`, counting how often.
@@ -161,18 +161,6 @@ mod tests {
         fn cost(&self, shape: &CallShape, elem_size: usize) -> Result<f64> {
             self.priced.set(self.priced.get() + 1);
             Ok(self.fixed + self.per_byte * (shape.count * elem_size) as f64)
-        }
-    }
-
-    fn shape(count: usize) -> CallShape {
-        CallShape {
-            collective: Collective::Allreduce,
-            world: 4,
-            count,
-            root: 0,
-            chunk: 1 << 20,
-            ranks_per_host: 1,
-            counts: None,
         }
     }
 

@@ -404,7 +404,7 @@ pub fn parse_collective(name: &str) -> Result<Collective> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Serves registered algorithms with the built-in ring's plans, at a
@@ -426,7 +426,8 @@ mod tests {
         }
     }
 
-    fn shape(count: usize) -> CallShape {
+    /// An allreduce of `count` elements on 4 ranks (for the crate's tests).
+    pub(crate) fn shape(count: usize) -> CallShape {
         CallShape {
             collective: Collective::Allreduce,
             world: 4,

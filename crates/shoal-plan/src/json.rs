@@ -162,7 +162,21 @@ fn join<T: ToString>(items: impl Iterator<Item = T>) -> String {
 }
 
 fn quote(s: &str) -> String {
-    let mut out = String::from("\"");
+    let mut out = String::with_capacity(s.len() + 2);
+    write_string(&mut out, s);
+    out
+}
+
+/// Appends `s` as a JSON string (quoted, escaped); shared with other JSON
+/// writers of the project (the traces).
+pub fn write_string(out: &mut String, s: &str) {
+    out.push('"');
+    // Names and keys rarely need escaping: copy them whole.
+    if !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -174,7 +188,6 @@ fn quote(s: &str) -> String {
         }
     }
     out.push('"');
-    out
 }
 
 fn shape_from(f: &Field<'_>) -> Result<CallShape, String> {

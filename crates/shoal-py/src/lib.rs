@@ -22,6 +22,7 @@ use shoal_core::init::{init_world, InitArgs};
 use shoal_core::select::parse_collective;
 use shoal_core::work::Work;
 use shoal_core::{DType, Error, ErrorKind};
+use shoal_plan::Collective;
 
 use buffers::{release_deferred, Held};
 use call::PyCall;
@@ -182,7 +183,7 @@ impl PyCommunicator {
         output: Option<Bound<'_, PyAny>>,
         async_op: bool,
     ) -> PyResult<Option<PyWork>> {
-        let args = call.args.clone();
+        let args = &call.args; // (frozen: borrowed for the call, not copied)
         release_deferred(py);
         let input = Held::export_opt(input.as_ref(), false)?;
         let output = Held::export_opt(output.as_ref(), true)?;
@@ -201,12 +202,12 @@ impl PyCommunicator {
         if async_op {
             let owner = Box::new((input, output));
             let work = comm
-                .collective_async(&args, bufs, owner, Some(&source))
+                .collective_async(args, bufs, owner, Some(&source))
                 .map_err(|e| source.to_py(e))?;
             return Ok(Some(PyWork { inner: work }));
         }
         let call = comm
-            .prepare_collective(&args, &bufs, Some(&source))
+            .prepare_collective(args, &bufs, Some(&source))
             .map_err(|e| {
                 release_deferred(py); // as `blocking` does after a failed call
                 source.to_py(e)
@@ -286,8 +287,7 @@ impl PyCommunicator {
         root: usize,
         algorithm: Option<&str>,
     ) -> PyResult<String> {
-        let collective = parse_collective(collective).map_err(to_py)?;
-        let dtype = DType::from_name(dtype).map_err(invalid)?;
+        let (collective, dtype) = inspected(collective, dtype)?;
         let source = algo::PySource::new(py);
         self.inner
             .choose_algorithm(collective, count, dtype, root, algorithm, Some(&source))
@@ -306,13 +306,19 @@ impl PyCommunicator {
         root: usize,
         algorithm: Option<&str>,
     ) -> PyResult<usize> {
-        let collective = parse_collective(collective).map_err(to_py)?;
-        let dtype = DType::from_name(dtype).map_err(invalid)?;
+        let (collective, dtype) = inspected(collective, dtype)?;
         let source = algo::PySource::new(py);
         self.inner
             .plan_steps(collective, count, dtype, root, algorithm, Some(&source))
             .map_err(|e| source.to_py(e))
     }
+}
+
+/// The collective and dtype of a call that is inspected, not run.
+fn inspected(collective: &str, dtype: &str) -> PyResult<(Collective, DType)> {
+    let collective = parse_collective(collective).map_err(to_py)?;
+    let dtype = DType::from_name(dtype).map_err(invalid)?;
+    Ok((collective, dtype))
 }
 
 /// Runs a blocking call without the GIL. Blocking calls first wait for the

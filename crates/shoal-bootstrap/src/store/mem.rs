@@ -26,6 +26,14 @@ impl Default for MemStore {
     }
 }
 
+/// How a blocking wait for a key ended.
+pub(crate) enum Waited {
+    Found(Vec<u8>),
+    TimedOut,
+    /// `stopped` held (see [`MemStore::wait_for`]).
+    Stopped,
+}
+
 impl MemStore {
     /// A store whose `get` waits at most `timeout` for a key.
     pub fn with_timeout(timeout: Duration) -> MemStore {
@@ -34,6 +42,44 @@ impl MemStore {
             written: Condvar::new(),
             timeout,
         }
+    }
+
+    /// Blocks until `key` exists, `timeout` passes, or `stopped()` holds
+    /// (looked at whenever the wait wakes: see [`MemStore::wake_all`]). The
+    /// TCP store server keeps its keys in a `MemStore` and stops its waiters
+    /// this way when it shuts down.
+    pub(crate) fn wait_for(
+        &self,
+        key: &str,
+        timeout: Duration,
+        stopped: &dyn Fn() -> bool,
+    ) -> Waited {
+        let deadline = deadline_after(timeout);
+        let mut map = lock(&self.map);
+        loop {
+            if stopped() {
+                return Waited::Stopped;
+            }
+            if let Some(v) = map.get(key) {
+                return Waited::Found(v.clone());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Waited::TimedOut;
+            }
+            map = self
+                .written
+                .wait_timeout(map, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Wakes every waiter so it looks at its `stopped` again. Taking the
+    /// lock orders a stop flag set before this call ahead of their next look.
+    pub(crate) fn wake_all(&self) {
+        let _map = lock(&self.map);
+        self.written.notify_all();
     }
 }
 
@@ -45,21 +91,11 @@ impl KvStore for MemStore {
     }
 
     fn get(&self, key: &str) -> io::Result<Vec<u8>> {
-        let deadline = deadline_after(self.timeout);
-        let mut map = lock(&self.map);
-        loop {
-            if let Some(v) = map.get(key) {
-                return Ok(v.clone());
+        match self.wait_for(key, self.timeout, &|| false) {
+            Waited::Found(v) => Ok(v),
+            Waited::TimedOut | Waited::Stopped => {
+                Err(key_timeout("memory store", key, self.timeout))
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(key_timeout("memory store", key, self.timeout));
-            }
-            map = self
-                .written
-                .wait_timeout(map, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
         }
     }
 

@@ -206,15 +206,7 @@ impl<S: Subscriber> Layer<S> for Sink {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |k| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        }
-    }
+    use crate::config::tests::env_of;
 
     #[test]
     fn a_bad_filter_is_an_error_naming_shoal_log() {

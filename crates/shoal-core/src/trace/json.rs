@@ -4,6 +4,8 @@
 
 use std::fmt::Write;
 
+use shoal_plan::json::write_string;
+
 /// One JSON object being appended to `out`, field by field.
 pub struct Obj<'a> {
     out: &'a mut String,
@@ -21,13 +23,13 @@ impl<'a> Obj<'a> {
             self.out.push(',');
         }
         self.empty = false;
-        string(self.out, k);
+        write_string(self.out, k);
         self.out.push(':');
     }
 
     pub fn str(mut self, k: &str, v: &str) -> Obj<'a> {
         self.key(k);
-        string(self.out, v);
+        write_string(self.out, v);
         self
     }
 
@@ -81,28 +83,6 @@ fn decimal(out: &mut String, mut v: u64) {
     }
     // SAFETY: ASCII digits are UTF-8.
     out.push_str(unsafe { std::str::from_utf8_unchecked(&digits[i..]) });
-}
-
-/// `s` as a JSON string.
-fn string(out: &mut String, s: &str) {
-    out.push('"');
-    // Names and keys rarely need escaping: copy them whole.
-    if !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
-        out.push_str(s);
-        out.push('"');
-        return;
-    }
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::io::{self, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::io::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -21,7 +21,9 @@ use super::handshake::{
 };
 use super::wire::{put_bytes, Request, ST_ERROR, ST_OK, ST_TIMEOUT};
 use crate::secret::JobSecret;
-use crate::store::{deadline_after, lock, parse_counter, with_context, StoreLimits};
+use crate::store::mem::Waited;
+use crate::store::{lock, with_context, MemStore, StoreLimits};
+use crate::KvStore;
 
 /// Handshakes in progress at most. A new connection beyond it drops the
 /// oldest one: a rank finishes its handshake within milliseconds of
@@ -39,81 +41,47 @@ const REPORT_EVERY: Duration = Duration::from_secs(10);
 /// waits on a condition variable, so a small stack keeps many ranks cheap.
 const CLIENT_STACK: usize = 256 << 10;
 
-/// State shared by the server's threads.
+/// State shared by the server's threads: the keys live in a [`MemStore`],
+/// whose waits also end when the server stops.
 struct Shared {
-    map: Mutex<HashMap<String, Vec<u8>>>,
-    /// Signalled whenever a key is set, and on shutdown.
-    changed: Condvar,
+    store: MemStore,
     stopping: AtomicBool,
     max_value: usize,
 }
 
-/// How a blocking GET ended.
-enum Waited {
-    Found(Vec<u8>),
-    TimedOut,
-    /// The server is stopping: the connection closes without a reply, so the
-    /// client reports that the store went away rather than a timeout.
-    Stopping,
-}
-
 impl Shared {
     /// Executes one request and encodes its reply; `None` when the server
-    /// is stopping and the connection should close unanswered.
+    /// is stopping and the connection should close unanswered (so the
+    /// client reports that the store went away rather than a timeout).
     fn serve(&self, req: Request) -> Option<Vec<u8>> {
         let mut reply = vec![ST_OK];
-        match req {
-            Request::Set(key, value) => {
-                lock(&self.map).insert(key, value);
-                self.changed.notify_all();
+        // A memory store's operations cannot fail but for a counter that is
+        // not a number (ADD), which the client is told.
+        let answered = match req {
+            Request::Set(key, value) => self.store.set(&key, &value),
+            Request::Get(key, timeout) => {
+                let stopping = || self.stopping.load(Ordering::SeqCst);
+                match self.store.wait_for(&key, timeout, &stopping) {
+                    Waited::Found(v) => put_bytes(&mut reply, &v),
+                    Waited::TimedOut => reply[0] = ST_TIMEOUT,
+                    Waited::Stopped => return None,
+                }
+                Ok(())
             }
-            Request::Get(key, timeout) => match self.wait_for(&key, timeout) {
-                Waited::Found(v) => put_bytes(&mut reply, &v),
-                Waited::TimedOut => reply[0] = ST_TIMEOUT,
-                Waited::Stopping => return None,
-            },
-            Request::Add(key, delta) => match self.add(&key, delta) {
-                Ok(v) => reply.extend_from_slice(&v.to_le_bytes()),
-                Err(e) => reply = error_reply(&e.to_string()),
-            },
+            Request::Add(key, delta) => self
+                .store
+                .add(&key, delta)
+                .map(|v| reply.extend_from_slice(&v.to_le_bytes())),
             Request::Check(keys) => {
-                let map = lock(&self.map);
-                reply.push(keys.iter().all(|k| map.contains_key(k)) as u8);
+                let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+                self.store.check(&keys).map(|all| reply.push(all as u8))
             }
-            Request::Delete(key) => reply.push(lock(&self.map).remove(&key).is_some() as u8),
-        }
-        Some(reply)
-    }
-
-    /// Blocks until `key` exists, the timeout passes, or the server stops.
-    fn wait_for(&self, key: &str, timeout: Duration) -> Waited {
-        let deadline = deadline_after(timeout);
-        let mut map = lock(&self.map);
-        loop {
-            if self.stopping.load(Ordering::SeqCst) {
-                return Waited::Stopping;
-            }
-            if let Some(v) = map.get(key) {
-                return Waited::Found(v.clone());
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Waited::TimedOut;
-            }
-            map = self
-                .changed
-                .wait_timeout(map, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-    }
-
-    fn add(&self, key: &str, delta: i64) -> io::Result<i64> {
-        let mut map = lock(&self.map);
-        let new = parse_counter(key, map.get(key).map(Vec::as_slice))?.wrapping_add(delta);
-        map.insert(key.to_string(), new.to_string().into_bytes());
-        self.changed.notify_all();
-        Ok(new)
+            Request::Delete(key) => self.store.delete(&key).map(|gone| reply.push(gone as u8)),
+        };
+        Some(match answered {
+            Ok(()) => reply,
+            Err(e) => error_reply(&e.to_string()),
+        })
     }
 
     /// Serves one authenticated connection until the client leaves, sends
@@ -184,8 +152,8 @@ impl TcpStoreServer {
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
-            map: Mutex::new(HashMap::new()),
-            changed: Condvar::new(),
+            // (its own get timeout is unused: GET requests carry theirs)
+            store: MemStore::default(),
             stopping: AtomicBool::new(false),
             max_value: limits.max_value,
         });
@@ -232,11 +200,7 @@ impl TcpStoreServer {
 impl Drop for TcpStoreServer {
     fn drop(&mut self) {
         self.shared.stopping.store(true, Ordering::SeqCst);
-        {
-            // Taking the lock orders the flag before any waiter's next check.
-            let _map = lock(&self.shared.map);
-            self.shared.changed.notify_all();
-        }
+        self.shared.store.wake_all();
         if let Some(g) = self.gatekeeper.take() {
             let _ = g.join();
         }
