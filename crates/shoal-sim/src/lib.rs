@@ -16,5 +16,6 @@ pub mod dag;
 pub mod engine;
 pub mod event;
 pub mod packet;
+pub mod plan;
 pub mod topology;
 pub mod units;

@@ -101,6 +101,10 @@ struct Port {
     wire: VecDeque<(Time, u32)>,
     /// Bytes sent, for utilisation.
     sent_bytes: u64,
+    /// Longest the queue has been, in packets.
+    peak_queue: u32,
+    /// Host NICs: flows with window and data, served round-robin.
+    ready: VecDeque<u32>,
 }
 
 impl Port {
@@ -151,9 +155,18 @@ struct Flow {
     expected: u32,
     rto_deadline: Time,
     timer_armed: bool,
+    /// Whether the flow is in its NIC's round of senders.
+    in_ready: bool,
     start: Time,
     /// When the last byte reached the receiver.
     finish: Option<Time>,
+}
+
+impl Flow {
+    /// Whether the window allows another packet and there is one to send.
+    fn can_send(&self) -> bool {
+        self.next_seq < self.end && self.next_seq - self.acked < self.win.allowed()
+    }
 }
 
 /// A collective under way: remaining dependencies of each message.
@@ -221,6 +234,8 @@ impl PacketSim {
                     queued_bytes: 0,
                     wire: VecDeque::new(),
                     sent_bytes: 0,
+                    peak_queue: 0,
+                    ready: VecDeque::new(),
                 }
             })
             .collect();
@@ -324,6 +339,11 @@ impl PacketSim {
         self.ports.iter().map(|p| p.sent_bytes).collect()
     }
 
+    /// The longest each link's queue has been, in packets.
+    pub fn link_peak_queue(&self) -> Vec<u32> {
+        self.ports.iter().map(|p| p.peak_queue).collect()
+    }
+
     fn new_flow(&mut self, src: usize, dst: usize, owner: Owner, start: Time) -> usize {
         let id = self.flows.len();
         let hash = mix(self.cfg.seed ^ mix(id as u64));
@@ -349,6 +369,7 @@ impl PacketSim {
             expected: 0,
             rto_deadline: 0,
             timer_armed: false,
+            in_ready: false,
             start,
             finish: None,
         });
@@ -437,53 +458,75 @@ impl PacketSim {
         }
     }
 
-    /// Sends what flow `f`'s window allows.
+    /// Flow `f` may have window and data: put it in its host's round of
+    /// senders, and start the NIC if it is idle.
     fn try_send(&mut self, f: u32) {
-        let now = self.now();
-        let mss = self.cfg.mss();
-        let header = self.cfg.header;
-        let allowed = self.flows[f as usize].win.allowed();
-        let mut sent_any = false;
-        loop {
-            let flow = &mut self.flows[f as usize];
-            if flow.next_seq >= flow.end || flow.next_seq - flow.acked >= allowed {
-                break;
-            }
-            while flow.segments[flow.send_seg].end <= flow.next_seq {
-                flow.send_seg += 1;
-            }
-            let seg = flow.segments[flow.send_seg];
-            let payload = if flow.next_seq + 1 == seg.end {
-                seg.last_payload
-            } else {
-                mss
-            };
-            let pkt = Packet {
-                flow: f,
-                seq: flow.next_seq,
-                wire: payload + header,
-                payload,
-                hop: 1,
-                ack: false,
-                ecn: false,
-                sent: now,
-            };
-            flow.next_seq += 1;
-            let first = flow.route[0];
-            let p = self.packets.insert(pkt);
-            self.stats.data_packets += 1;
-            sent_any = true;
-            self.enqueue(first, p);
-        }
         let flow = &mut self.flows[f as usize];
-        if sent_any {
-            flow.rto_deadline = now + flow.win.rto(&self.cfg.tcp);
-            if !flow.timer_armed {
-                flow.timer_armed = true;
-                let at = flow.rto_deadline;
-                self.queue.schedule(at, TIMER, f);
-            }
+        if flow.in_ready || !flow.can_send() {
+            return;
         }
+        flow.in_ready = true;
+        let nic = flow.route[0];
+        let port = &mut self.ports[nic as usize];
+        port.ready.push_back(f);
+        if port.queue.is_empty() {
+            self.pull(nic);
+        }
+    }
+
+    /// The host NIC `nic` is free: take one packet from the next flow in
+    /// its round. Pulling one packet at a time, only when the NIC is free,
+    /// keeps the NIC queue short (as TCP small queues and BQL do), so ACKs
+    /// are not stuck behind a whole window of the host's own data.
+    fn pull(&mut self, nic: u32) {
+        while let Some(f) = self.ports[nic as usize].ready.pop_front() {
+            self.flows[f as usize].in_ready = false;
+            if !self.flows[f as usize].can_send() {
+                continue;
+            }
+            let p = self.next_packet(f);
+            if self.flows[f as usize].can_send() {
+                self.flows[f as usize].in_ready = true;
+                self.ports[nic as usize].ready.push_back(f);
+            }
+            self.enqueue(nic, p);
+            return;
+        }
+    }
+
+    /// Makes flow `f`'s next data packet and arms its timer.
+    fn next_packet(&mut self, f: u32) -> u32 {
+        let now = self.queue.now();
+        let (mss, header) = (self.cfg.mss(), self.cfg.header);
+        let flow = &mut self.flows[f as usize];
+        while flow.segments[flow.send_seg].end <= flow.next_seq {
+            flow.send_seg += 1;
+        }
+        let seg = flow.segments[flow.send_seg];
+        let payload = if flow.next_seq + 1 == seg.end {
+            seg.last_payload
+        } else {
+            mss
+        };
+        let pkt = Packet {
+            flow: f,
+            seq: flow.next_seq,
+            wire: payload + header,
+            payload,
+            hop: 1,
+            ack: false,
+            ecn: false,
+            sent: now,
+        };
+        flow.next_seq += 1;
+        flow.rto_deadline = now + flow.win.rto(&self.cfg.tcp);
+        if !flow.timer_armed {
+            flow.timer_armed = true;
+            let at = flow.rto_deadline;
+            self.queue.schedule(at, TIMER, f);
+        }
+        self.stats.data_packets += 1;
+        self.packets.insert(pkt)
     }
 
     /// Puts packet `p` in the output queue of `link` (drop-tail, ECN at K).
@@ -501,6 +544,7 @@ impl PacketSim {
         }
         port.queued_bytes += pkt.wire as u64;
         port.queue.push_back(p);
+        port.peak_queue = port.peak_queue.max(port.queue.len() as u32);
         if port.queue.len() == 1 {
             let done = self.queue.now() + port.serialize(pkt.wire);
             self.queue.schedule(done, TX_DONE, link);
@@ -523,6 +567,8 @@ impl PacketSim {
         if let Some(&next) = port.queue.front() {
             let done = now + port.serialize(self.packets[next].wire);
             self.queue.schedule(done, TX_DONE, link);
+        } else if !port.ready.is_empty() {
+            self.pull(link);
         }
     }
 

@@ -63,7 +63,7 @@ impl Window {
         Window {
             cwnd: cfg.init_cwnd,
             ssthresh: f64::INFINITY,
-            alpha: 1.0,
+            alpha: 0.0,
             cap: f64::INFINITY,
             win_end: 0,
             win_acked: 0,
