@@ -56,3 +56,70 @@ fn sums_are_exact_and_never_double_counted_under_loss() {
     assert_eq!(stats.ina.wrong_results, 0);
     assert_eq!(stats.ina.results, (1u64 << 20).div_ceil(1460) * 16);
 }
+
+#[test]
+fn the_memory_share_caps_the_window_and_nothing_is_dropped_for_memory() {
+    let topo = Topology::fat_tree(4, LinkSpec::default()).unwrap();
+    let job = || InaJob::new((0..16).collect(), 2 << 20);
+    let (fast, _, _) = run(&topo, job(), PacketConfig::default());
+    // 8 slots per switch, split over 4 trees through the ToRs: cap 2.
+    let small = PacketConfig {
+        ina_memory: 8 * 3064,
+        ..PacketConfig::default()
+    };
+    let (slow, stats, _) = run(&topo, job(), small);
+    assert_eq!(
+        stats.ina.no_memory, 0,
+        "cwnd_cap kept every window within the memory"
+    );
+    assert_eq!(stats.ina.wrong_results, 0);
+    // 4 trees x 2 packets per 13.2 us round trip (6 hops of 2.2 us)
+    // carry 8 x 1.2 us of data: 73% of the line rate.
+    let expect = fast / (8.0 * 1.2 / 13.2);
+    assert!(
+        (slow - expect).abs() / expect < 0.1,
+        "window-bound: {slow} s, expected {expect} s"
+    );
+}
+
+#[test]
+fn partial_aggregation_never_double_counts_latecomers() {
+    let topo = Topology::fat_tree(4, LinkSpec::default()).unwrap();
+    let mut job = InaJob::new((0..16).collect(), 1 << 20);
+    job.quorum = 0.5;
+    let cfg = PacketConfig {
+        loss: 0.01,
+        seed: 2,
+        ..PacketConfig::default()
+    };
+    let (_, stats, _) = run(&topo, job, cfg);
+    assert_eq!(stats.ina.wrong_results, 0);
+    assert_eq!(stats.ina.results, (1u64 << 20).div_ceil(1460) * 16);
+}
+
+#[test]
+fn packets_are_spread_round_robin_over_the_trees() {
+    // Workers in two pods: each core switch roots one tree.
+    let topo = Topology::fat_tree(4, LinkSpec::default()).unwrap();
+    let cores_used = |trees: usize| {
+        let mut job = InaJob::new(vec![0, 2, 4, 6], 4 << 20);
+        job.trees = trees;
+        let mut sim = PacketSim::new(&topo, PacketConfig::default());
+        sim.add_ina_job(job, 0).unwrap();
+        sim.run();
+        let bytes = sim.link_bytes();
+        let core = |n: usize| topo.nodes[n] == shoal_sim::topology::Node::Switch { tier: 2 };
+        let mut per_core = std::collections::BTreeMap::new();
+        for (l, link) in topo.links.iter().enumerate() {
+            if core(link.to) && bytes[l] > 0 {
+                *per_core.entry(link.to).or_insert(0) += bytes[l];
+            }
+        }
+        per_core.into_values().collect::<Vec<u64>>()
+    };
+    assert_eq!(cores_used(1).len(), 1);
+    let four = cores_used(4);
+    assert_eq!(four.len(), 4);
+    let (lo, hi) = (four.iter().min().unwrap(), four.iter().max().unwrap());
+    assert!(*hi - *lo <= 2 * 2 * 1500, "round robin: even load {four:?}");
+}

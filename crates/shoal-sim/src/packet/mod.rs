@@ -368,6 +368,12 @@ impl PacketSim {
         self.flows[id].finish
     }
 
+    /// Payload bytes flow `id` has delivered in order so far.
+    pub fn flow_delivered(&self, id: usize) -> u64 {
+        let f = &self.flows[id];
+        f.expected as u64 * self.cfg.mss() as u64
+    }
+
     pub fn flow_start(&self, id: usize) -> Time {
         self.flows[id].start
     }
