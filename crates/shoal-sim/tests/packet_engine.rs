@@ -161,3 +161,14 @@ fn dctcp_flows_converge_to_fair_shares_on_a_dumbbell() {
     assert!(sa + sb > 0.9, "the link stays busy: {:.3}", sa + sb);
     assert!(sim.stats().ecn_marks > 0, "DCTCP was driven by marks");
 }
+
+#[test]
+fn the_papers_fat_tree_runs_and_local_flows_skip_the_network() {
+    let topo = Topology::fat_tree(16, spec()).unwrap();
+    let mut sim = PacketSim::new(&topo, PacketConfig::default());
+    let across = sim.add_flow(0, 1023, 1460, 0);
+    let local = sim.add_flow(5, 5, 1 << 20, 7);
+    sim.run();
+    assert_eq!(sim.flow_finish(across), Some(6 * (1_200_000 + PS_PER_US)));
+    assert_eq!(sim.flow_finish(local), Some(7));
+}

@@ -302,8 +302,14 @@ impl PacketSim {
 
     /// An ordinary DCTCP flow of `bytes` from host `src` to host `dst`
     /// starting at `start`; returns its id for [`PacketSim::flow_finish`].
+    /// A flow within one host finishes at its start without touching the
+    /// network. Panics if `src` or `dst` is not a host.
     pub fn add_flow(&mut self, src: usize, dst: usize, bytes: u64, start: Time) -> usize {
         let id = self.new_flow(src, dst, Owner::Background, start);
+        if src == dst {
+            self.flows[id].finish = Some(start);
+            return id;
+        }
         let id_u32 = id as u32;
         self.push_segment(id, bytes, id_u32);
         self.queue.schedule(start, FLOW_START, id_u32);
