@@ -4,7 +4,7 @@
 use shoal_plan::Collective;
 use shoal_sim::dag::{build, DagSpec};
 use shoal_sim::engine::{simulate_collective, Engine, Options, Outcome};
-use shoal_sim::packet::{PacketConfig, PacketSim};
+use shoal_sim::packet::{Completion, PacketConfig, PacketSim};
 use shoal_sim::topology::{LinkSpec, Topology};
 use shoal_sim::units::{Rate, PS_PER_MS, PS_PER_US};
 
@@ -171,4 +171,37 @@ fn the_papers_fat_tree_runs_and_local_flows_skip_the_network() {
     sim.run();
     assert_eq!(sim.flow_finish(across), Some(6 * (1_200_000 + PS_PER_US)));
     assert_eq!(sim.flow_finish(local), Some(7));
+}
+
+#[test]
+fn completions_drive_closed_loops() {
+    // A training-like loop: each iteration's allreduce starts 100 us
+    // after the previous one ends.
+    let topo = Topology::single_switch(4, spec()).unwrap();
+    let mut s = DagSpec::new(Collective::Allreduce, "ring", 4, 1 << 20);
+    s.chunk_bytes = 1 << 30;
+    let mut sim = PacketSim::new(&topo, PacketConfig::default());
+    let local = sim.add_flow(2, 2, 100, 0);
+    let mut id = sim.add_collective(build(&s, None).unwrap(), 0).unwrap();
+    let mut ends = Vec::new();
+    while let Some(c) = sim.run_until_completion(u64::MAX) {
+        match c {
+            Completion::Flow(f) => assert_eq!((f, sim.now()), (local, 0)),
+            Completion::Collective(c) => {
+                assert_eq!(c, id);
+                ends.push(sim.now());
+                if ends.len() < 3 {
+                    let next = sim.now() + 100 * PS_PER_US;
+                    id = sim.add_collective(build(&s, None).unwrap(), next).unwrap();
+                }
+            }
+            Completion::Ina(_) => unreachable!(),
+        }
+    }
+    assert_eq!(ends.len(), 3);
+    // Warm connections: later iterations take no longer than the first.
+    let first = ends[0];
+    for w in ends.windows(2) {
+        assert!(w[1] - w[0] - 100 * PS_PER_US <= first, "{ends:?}");
+    }
 }

@@ -174,7 +174,7 @@ pub(super) struct JobRun {
     /// Results still missing, over all workers.
     missing: u64,
     start: Time,
-    finish: Option<Time>,
+    pub(super) finish: Option<Time>,
     /// `1 << w` (at most 64 workers) or 1.
     symbolic: bool,
 }
@@ -703,7 +703,6 @@ impl PacketSim {
         let run = &mut self.ina_jobs[job_id];
         run.missing -= 1;
         if run.missing == 0 {
-            run.finish = Some(now);
             // The job leaves its switches: the others' shares grow.
             let trees = run.trees.clone();
             let mut nodes: Vec<NodeId> = trees
@@ -715,6 +714,7 @@ impl PacketSim {
             for n in nodes {
                 self.ina_jobs_at[n] -= 1;
             }
+            self.complete(super::Completion::Ina(job_id));
         }
         self.ina_try_send(s);
     }
