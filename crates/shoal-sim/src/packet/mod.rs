@@ -377,6 +377,7 @@ impl PacketSim {
     }
 
     /// Handles one event due by `until`; false when there is none.
+    #[inline(always)]
     fn step(&mut self, until: Time) -> bool {
         if let Some(e) = self.queue.pop_before(until) {
             match e.kind {
