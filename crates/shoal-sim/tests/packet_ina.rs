@@ -138,3 +138,45 @@ fn a_1024_worker_job_on_the_papers_fat_tree_sums_everyone_once() {
     // 8 packets over 4 trees: 2 rounds up and down 6 hops, pipelined.
     assert!(t < 100e-6, "{t}");
 }
+
+/// Shares of the leaf0 -> spine link between 40 and 76 ms: (DCTCP flow,
+/// aggregation), when the job starts 5 ms after the flow.
+fn shares_against_a_flow(congestion_control: bool) -> (f64, f64) {
+    use shoal_sim::units::PS_PER_MS;
+    // Workers 0 and 2 on two leaves aggregate at the spine; the flow 1 -> 3
+    // shares worker 0's uplink from leaf 0.
+    let topo = Topology::leaf_spine(2, 1, 2, LinkSpec::default()).unwrap();
+    let mut sim = PacketSim::new(&topo, PacketConfig::default());
+    let flow = sim.add_flow(1, 3, 1000 << 20, 0);
+    let mut job = InaJob::new(vec![0, 2], 1000 << 20);
+    job.congestion_control = congestion_control;
+    sim.add_ina_job(job, 5 * PS_PER_MS).unwrap();
+    sim.run_until(40 * PS_PER_MS);
+    let (f0, r0) = (sim.flow_delivered(flow), sim.stats().ina.results);
+    sim.run_until(76 * PS_PER_MS);
+    let (f1, r1) = (sim.flow_delivered(flow), sim.stats().ina.results);
+    assert_eq!(sim.stats().ina.wrong_results, 0);
+    let share = |bytes: f64| bytes * 8.0 / 36e-3 / 10e9;
+    // Two workers each get a result per packet.
+    (
+        share((f1 - f0) as f64),
+        share((r1 - r0) as f64 / 2.0 * 1460.0),
+    )
+}
+
+#[test]
+fn aggregation_shares_a_link_fairly_with_dctcp_and_starves_it_without_congestion_control() {
+    // PANAMA's Fig. 10: (a) with its congestion control the two share the
+    // bottleneck; (b) without it the flow starves.
+    let (flow, agg) = shares_against_a_flow(true);
+    assert!(
+        (flow - agg).abs() < 0.15,
+        "PANAMA: flow {flow:.3}, aggregation {agg:.3}"
+    );
+    assert!(flow + agg > 0.9);
+    let (flow, agg) = shares_against_a_flow(false);
+    assert!(
+        flow < 0.05 && agg > 0.9,
+        "no congestion control: flow {flow:.3}, aggregation {agg:.3}"
+    );
+}
