@@ -63,15 +63,14 @@ fn time_allreduce(n: usize, bytes: usize, reps: usize, drop_rate: f64) -> f64 {
     );
     if std::env::var("INA_BENCH_VERBOSE").is_ok() {
         let m = &sw.metrics;
-        let g = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
         eprintln!(
             "  [n={n} bytes={bytes}] rx {} aggs {} retx {} resent {} dup {} ecn {} drops {}",
-            g(&m.rx_packets),
-            g(&m.aggregations),
-            g(&m.retransmissions),
-            g(&m.results_resent),
-            g(&m.duplicates),
-            g(&m.ecn_marks),
+            m.total(|c| &c.rx_packets),
+            m.total(|c| &c.aggregations),
+            m.total(|c| &c.retransmissions),
+            m.total(|c| &c.results_resent),
+            m.total(|c| &c.duplicates),
+            m.total(|c| &c.ecn_marks),
             m.total_drops()
         );
     }
