@@ -86,6 +86,8 @@ class Switch:
     daemon_pid: int | None = None
     daemon: str = "not started"
     log: str | None = None
+    # `shoal switch --threads` (None: its default, one per core).
+    threads: int | None = None
 
     @property
     def endpoint(self) -> str:
