@@ -173,3 +173,36 @@ fn leaves_reach_a_job_on_any_thread_of_the_root() {
     assert_eq!(root.metrics.total_drops() + l1.metrics.total_drops(), 0);
     lone.close(&store).unwrap();
 }
+
+/// `--max-jobs` bounds the jobs of all threads together; a released job's
+/// place is free again (on whichever thread held it).
+#[test]
+fn the_job_limit_counts_every_thread() {
+    let sw = switch_with(|c| {
+        c.threads = 2;
+        c.max_jobs = 2;
+    });
+    let store = MemStore::default();
+    let join = |store: &MemStore| InaClient::join(&config(0, 1, flat(&sw)), store);
+    let (a, b) = (join(&store).unwrap(), join(&MemStore::default()).unwrap());
+    match join(&MemStore::default()) {
+        Err(shoal_ina::InaError::Full(reason)) => assert!(reason.contains("2 jobs"), "{reason}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a third job was admitted"),
+    }
+    let per_thread: Vec<u64> = sw
+        .metrics
+        .shards()
+        .iter()
+        .map(|s| s.jobs.load(Relaxed))
+        .collect();
+    assert_eq!(per_thread, [1, 1], "one job per thread");
+    a.close(&store).unwrap();
+    let c = join(&MemStore::default()).unwrap();
+    assert_eq!(
+        sw.metrics.shard(0).jobs.load(Relaxed),
+        1,
+        "the freed place is used"
+    );
+    drop((b, c));
+}
