@@ -212,12 +212,20 @@ impl Ina {
     /// re-admits the job first). Every rank counts the same calls.
     pub fn retry_due(&self) -> bool {
         let mut st = self.state.lock().unwrap();
-        if st.disabled.is_none() || st.readmit || self.retry.first == 0 {
+        if st.disabled.is_none() || self.retry.first == 0 {
             return false;
         }
         st.calls_left = st.calls_left.saturating_sub(1);
-        st.readmit = st.calls_left == 0;
-        st.readmit
+        if st.calls_left > 0 {
+            return false;
+        }
+        // The switch counts as back from this call on, decided here (in
+        // call order, on every rank alike) rather than when the retry has
+        // run: calls prepared meanwhile route the same way on every rank.
+        // If the retry fails, its call and those fall back like any other.
+        st.disabled = None;
+        st.readmit = true;
+        true
     }
 
     /// Joins the switch job again when a retry is due (collective: every
@@ -243,7 +251,6 @@ impl Ina {
             tracing::info!("in-network aggregation re-admitted: {}", client.admission());
         }
         *self.client.lock().unwrap() = client;
-        self.state.lock().unwrap().disabled = None;
         Ok(())
     }
 
