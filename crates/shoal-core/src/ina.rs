@@ -3,8 +3,9 @@
 //! fallback to host algorithms when the switch is unreachable, full,
 //! refusing, or dies mid-collective.
 //!
-//! The switch job's members are the world's ranks, so only the world
-//! communicator uses it. After any failure every rank stops using the
+//! The world's switch job, joined at init, has the world's ranks as
+//! members; a sub-group joins a switch job of its own members at its first
+//! allreduce that could use the switch (`Ina::join_group`). After any failure every rank stops using the
 //! switch (a rank that lost packets and one that got its result would
 //! otherwise disagree about where the job's slots stand), and retries after
 //! a back-off counted in allreduce calls: `SHOAL_INA_RETRY_CALLS` calls the
