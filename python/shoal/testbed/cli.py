@@ -358,7 +358,7 @@ def rank_specs(
             PYTHONUNBUFFERED="1",
         )
         if state.switch is not None:
-            env["SHOAL_SWITCH"] = state.switch.endpoint
+            env["SHOAL_SWITCH"] = state.switch.trees
         env.update(extra_env or {})
         specs.append(RankSpec(netns.exec_argv(host.ns, command), env))
     return specs
