@@ -222,7 +222,7 @@ def test_a_restarted_switch_is_readmitted_and_the_job_continues_exactly() -> Non
             job.kill()
     assert job.returncode == 0 and out.count("OK ina") == 3, out + err
     assert "falls back to host algorithms" in out + err
-    assert readmitted == 1 and summed > 100, (readmitted, summed, err)
+    assert readmitted >= 1 and summed > 100, (readmitted, summed, err)
 
 
 def test_sub_groups_use_the_switch() -> None:
