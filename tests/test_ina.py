@@ -22,11 +22,8 @@ import pytest
 from conftest import WORKERS, free_port, launch, spawn_ranks
 
 
-@contextmanager
-def switch(*args: str) -> Iterator[tuple[str, str]]:
-    """Runs `shoal switch` on loopback; yields (its address, its metrics URL).
-    The daemon's process is kept in `switch.last` for tests that kill it."""
-    port, metrics = free_port(), free_port()
+def start_switch(port: int, metrics: int, *args: str) -> subprocess.Popen[str]:
+    """Starts `shoal switch` on loopback `port` (metrics on `metrics`) and waits until it serves."""
     cmd = [
         sys.executable,
         "-m",
@@ -40,24 +37,37 @@ def switch(*args: str) -> Iterator[tuple[str, str]]:
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{metrics}/metrics"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                urllib.request.urlopen(url, timeout=1).read()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"switch did not start: {proc.stdout.read() if proc.stdout else ''}") from None
-                time.sleep(0.05)
-        switch.last = proc  # type: ignore[attr-defined]
-        yield f"127.0.0.1:{port}", url
-    finally:
-        proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    while True:
         try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            urllib.request.urlopen(url, timeout=1).read()
+            return proc
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"switch did not start: {proc.stdout.read() if proc.stdout else ''}") from None
+            time.sleep(0.05)
+
+
+def stop_switch(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@contextmanager
+def switch(*args: str) -> Iterator[tuple[str, str]]:
+    """Runs `shoal switch` on loopback; yields (its address, its metrics URL).
+    The daemon's process is kept in `switch.last` for tests that kill it."""
+    port, metrics = free_port(), free_port()
+    proc = start_switch(port, metrics, *args)
+    try:
+        switch.last = proc  # type: ignore[attr-defined]
+        yield f"127.0.0.1:{port}", f"http://127.0.0.1:{metrics}/metrics"
+    finally:
+        stop_switch(proc)
 
 
 def metric(url: str, name: str) -> float:
@@ -177,6 +187,65 @@ def test_switch_killed_mid_allreduce_falls_back_and_stays_correct() -> None:
         out, err = job.communicate(timeout=600)
     assert job.returncode == 0 and out.count("OK ina") == 3, out + err
     assert "falls back to host algorithms" in out + err
+
+
+def test_a_restarted_switch_is_readmitted_and_the_job_continues_exactly() -> None:
+    """The switch dies mid-job: allreduce goes on over host algorithms (exact), and after the back-off
+    (SHOAL_INA_RETRY_CALLS calls) every rank re-admits the job to the restarted switch, which then sums."""
+    port, metrics = free_port(), free_port()
+    url = f"http://127.0.0.1:{metrics}/metrics"
+    env = {
+        "INA_DTYPES": "float32",
+        "INA_COUNTS": "20011",
+        "SHOAL_INA_TIMEOUT": "1",
+        "SHOAL_INA_RETRY_CALLS": "4",
+        "SHOAL_SWITCH": f"127.0.0.1:{port}",
+    }
+    first = start_switch(port, metrics, "--threads", "2")
+    cmd = [sys.executable, "-m", "shoal.cli", "run", "-n", "3", "--", sys.executable, str(WORKERS / "ina.py"), "500"]
+    job = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while metric(url, "shoal_switch_aggregations_total") < 200 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        first.kill()  # SIGKILL: the daemon dies mid-allreduce
+        first.wait()
+        second = start_switch(port, metrics, "--threads", "2")
+        try:
+            out, err = job.communicate(timeout=120)
+            readmitted = metric(url, "shoal_switch_jobs_admitted_total")
+            summed = metric(url, "shoal_switch_aggregations_total")
+        finally:
+            stop_switch(second)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 0 and out.count("OK ina") == 3, out + err
+    assert "falls back to host algorithms" in out + err
+    assert readmitted >= 1 and summed > 100, (readmitted, summed, err)
+
+
+def test_sub_groups_use_the_switch() -> None:
+    """Each sub-group is a switch job of its own members: exact sums, no fallback."""
+    with switch() as (addr, url):
+        res = launch(4, "ina_group.py", env={"SHOAL_SWITCH": addr}, timeout=120)
+        assert res.stdout.count("OK ina groups") == 4, res.stdout + res.stderr
+        assert "falls back" not in res.stdout + res.stderr
+        assert metric(url, "shoal_switch_jobs_admitted_total") == 3  # the world's and the two groups'
+        assert metric(url, "shoal_switch_aggregations_total") > 0
+
+
+def test_a_two_level_tree_from_shoal_switch_with_real_switch_processes() -> None:
+    """SHOAL_SWITCH names a root and two leaves (`shoal switch --parent ROOT`), each leaf serving two ranks:
+    the leaves sum their ranks and send partial sums up; results are exact, nothing falls back."""
+    env = {"INA_DTYPES": "float32,int32", "INA_COUNTS": "1,1000,100003"}
+    with switch("--threads", "2") as (root, root_url):
+        with switch("--parent", root) as (leaf1, url1), switch("--parent", root, "--threads", "1") as (leaf2, url2):
+            res = run_workers(4, f"{root}/{leaf1}=0+1/{leaf2}=2-3", env=env)
+            assert res.stdout.count("OK ina") == 4, res.stdout + res.stderr
+            assert "falls back" not in res.stdout + res.stderr
+            for url in (root_url, url1, url2):
+                assert metric(url, "shoal_switch_aggregations_total") > 0, url
 
 
 # --- strangers, limits and failures (issue 10) -------------------------------------------------------------------

@@ -117,6 +117,8 @@ def test_plan_names_and_addresses():
     assert [h.ns for h in st.hosts] == ["tb-h0", "tb-h1", "tb-h2", "tb-h3"]
     assert [h.address for h in st.hosts] == ["10.77.0.1", "10.77.0.2", "10.77.0.3", "10.77.0.4"]
     assert st.switch is not None and st.switch.endpoint == "10.77.0.254:9800"
+    st.switch.threads = 3  # `up --switch-threads 3`: the ranks name the switch once per thread (one tree each)
+    assert st.switch.trees == "10.77.0.254:9800,10.77.0.254:9800,10.77.0.254:9800"
     assert st.switch_ns == "tb-sw"
     assert tb_state.State.from_json(json.loads(json.dumps(st.to_json()))).to_json() == st.to_json()
     for bad in ("8.8.8.0/24", "127.0.0.0/8", "10.0.0.0/30", "nonsense"):

@@ -3,7 +3,7 @@
 //! made by `new_group` share one [`Engine`].
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use shoal_plan::{Buf, CallShape, Collective, Op, Plan, Region};
 use shoal_transport::{CallSig, Transport};
@@ -163,6 +163,9 @@ pub struct Communicator {
     /// The most members on one host: they share its link to a switch.
     busiest_host: usize,
     state: Mutex<CommState>,
+    /// A sub-group's own switch job, joined at its first allreduce that
+    /// could use the switch (the world's is the engine's).
+    group_ina: OnceLock<std::result::Result<Ina, String>>,
 }
 
 /// Raw call buffers that may travel to the async worker thread; the job
@@ -236,6 +239,7 @@ impl Communicator {
             ranks_per_host,
             busiest_host,
             state: Mutex::new(CommState::default()),
+            group_ina: OnceLock::new(),
         }
     }
 
@@ -403,21 +407,19 @@ impl Communicator {
         let started = recorder.map(|r| r.now());
         let outcome = self.switch_allreduce(out, p);
         if let (Some(r), Some(start)) = (recorder, started) {
-            let wire = self
-                .engine
-                .ina
-                .as_ref()
-                .map(Ina::last_call)
-                .unwrap_or_default();
+            let wire = self.ina().map(Ina::last_call).unwrap_or_default();
             r.ina(start, out.len(), outcome.is_ok(), wire);
         }
         if self.agree(outcome.is_ok(), agree_seq, p.sig.history)? {
+            if let Ok(ina) = self.ina() {
+                ina.succeeded();
+            }
             return Ok(()); // the client already divided for avg
         }
         let reason = outcome
             .err()
             .unwrap_or_else(|| "another rank could not use the switch".into());
-        if let Ok(ina) = &self.engine.ina {
+        if let Ok(ina) = self.ina() {
             ina.disable(&reason);
         }
         ina::warn(&format!(
@@ -432,13 +434,7 @@ impl Communicator {
     }
 
     fn switch_allreduce(&self, out: &mut [u8], p: &Prepared) -> std::result::Result<(), String> {
-        if self.id != 0 {
-            return Err("sub-groups cannot use the switch (its job is the world's)".into());
-        }
-        let ina = self.engine.ina.as_ref().map_err(Clone::clone)?;
-        if let Some(reason) = ina.unusable() {
-            return Err(reason);
-        }
+        let ina = self.ina()?;
         // A rank that died never contributes: the transport notices at once.
         let peers = || {
             self.engine
@@ -582,7 +578,9 @@ impl Communicator {
         let esize = args.dtype.size();
         let in_place = alias::classify(&shape, self.rank, esize, bufs)?;
         let explicit = args.algorithm.as_deref();
+        self.join_group_switch(args);
         let provider = self.provider_for(args, &shape, source)?;
+        let provider = self.retry_switch(args, provider);
         let via_switch = provider == ProviderId::Switch;
         let host_choice = explicit.filter(|&a| a != INA);
         let choice = self
@@ -649,6 +647,40 @@ impl Communicator {
         })
     }
 
+    /// While the switch is away, every allreduce it could run counts
+    /// towards its retry (ina.rs): that call goes through the switch.
+    fn retry_switch(&self, args: &CollArgs, provider: ProviderId) -> ProviderId {
+        match self.ina() {
+            Ok(ina) if switch_eligible(args) && ina.retry_due() => ProviderId::Switch,
+            _ => provider,
+        }
+    }
+
+    /// This communicator's switch membership: the world's, joined at init,
+    /// or a sub-group's own job (`join_group_switch`).
+    fn ina(&self) -> std::result::Result<&Ina, String> {
+        if self.id == 0 {
+            return self.engine.ina.as_ref().map_err(Clone::clone);
+        }
+        match self.group_ina.get() {
+            Some(membership) => membership.as_ref().map_err(Clone::clone),
+            None => Err("this group has not joined a switch job".into()),
+        }
+    }
+
+    /// A sub-group joins a switch job of its own members at its first call
+    /// that could use the switch: every member makes that call, so all join
+    /// together (collective, like the world's join at init).
+    fn join_group_switch(&self, args: &CollArgs) {
+        if self.id == 0 || self.group_ina.get().is_some() || !switch_eligible(args) {
+            return;
+        }
+        if let Ok(world) = &self.engine.ina {
+            let membership = world.join_group(self.id, self.rank, self.size());
+            let _ = self.group_ina.set(membership);
+        }
+    }
+
     /// Who runs a call. The switch runs allreduce only: when asked for
     /// (`algorithm="ina"`, `SHOAL_ALGO=allreduce:ina`), or when it is usable,
     /// can aggregate the dtype and op, and costs less than the cheapest plan
@@ -679,12 +711,7 @@ impl Communicator {
             source,
         };
         let switch = Switch {
-            usable: self.id == 0
-                && self
-                    .engine
-                    .ina
-                    .as_ref()
-                    .is_ok_and(|i| i.unusable().is_none())
+            usable: self.ina().is_ok_and(|i| i.unusable().is_none())
                 && ina::wire_types(args.dtype, args.op).is_some(),
             per_link: self.busiest_host,
             plans: &plans,
@@ -963,6 +990,14 @@ fn sig_count(shape: &CallShape) -> u64 {
         }
     }
     h
+}
+
+/// An allreduce the switch could run: of its types, not forced onto a
+/// host algorithm.
+fn switch_eligible(args: &CollArgs) -> bool {
+    args.collective == Collective::Allreduce
+        && matches!(args.algorithm.as_deref(), None | Some(INA))
+        && ina::wire_types(args.dtype, args.op).is_some()
 }
 
 /// The most members any one host has.

@@ -158,7 +158,7 @@ pub const VARIABLES: &[Variable] = &[
     var(
         "SHOAL_SWITCH",
         "",
-        "host:port[,...] of aggregation switches",
+        "aggregation trees: root[/leaf=ranks...][,...]",
         "shoal-ina client, python bench",
     ),
     var(
@@ -190,6 +190,18 @@ pub const VARIABLES: &[Variable] = &[
         "1472",
         "largest UDP payload a worker sends",
         "shoal-core config.rs",
+    ),
+    var(
+        "SHOAL_INA_RETRY_CALLS",
+        "8",
+        "allreduce calls on host algorithms before a failed switch is tried again (0: never)",
+        "shoal-core ina.rs",
+    ),
+    var(
+        "SHOAL_INA_RETRY_MAX_CALLS",
+        "1024",
+        "longest back-off before retrying the switch, in allreduce calls",
+        "shoal-core ina.rs",
     ),
     var(
         "SHOAL_LOG",
@@ -297,6 +309,12 @@ pub struct InaSettings {
     /// `SHOAL_INA_PAYLOAD` (bytes, default 1472, 64 to 65507): largest UDP
     /// payload a worker sends.
     pub payload: usize,
+    /// `SHOAL_INA_RETRY_CALLS` (default 8, 0 = never): after the switch
+    /// failed, allreduce calls it could have run before it is tried again.
+    pub retry_calls: u64,
+    /// `SHOAL_INA_RETRY_MAX_CALLS` (default 1024): the back-off doubles
+    /// after each failed retry, up to this many calls.
+    pub retry_max_calls: u64,
 }
 
 impl InaSettings {
@@ -325,6 +343,8 @@ const MAX_INA_TIMEOUT_SECS: f64 = 86_400.0;
 /// packet holds a useful number of elements.
 const MIN_INA_PAYLOAD: usize = 64;
 const MAX_INA_PAYLOAD: usize = 65_507;
+/// A back-off of a billion calls is never: longer is a typo.
+const MAX_INA_RETRY_CALLS: usize = 1_000_000_000;
 
 impl Config {
     /// Reads the configuration through `env` (injected so tests are hermetic).
@@ -368,6 +388,14 @@ impl Config {
                     MIN_INA_PAYLOAD,
                     MAX_INA_PAYLOAD,
                 )?,
+                retry_calls: whole(env, "SHOAL_INA_RETRY_CALLS", 8, 0, MAX_INA_RETRY_CALLS)? as u64,
+                retry_max_calls: whole(
+                    env,
+                    "SHOAL_INA_RETRY_MAX_CALLS",
+                    1024,
+                    1,
+                    MAX_INA_RETRY_CALLS,
+                )? as u64,
             },
         })
     }
@@ -607,6 +635,9 @@ pub(crate) mod tests {
             ("SHOAL_INA_PAYLOAD", "big", "whole number, 64 to 65507"),
             ("SHOAL_INA_PAYLOAD", "9000000", "at most 65507"),
             ("SHOAL_INA_PAYLOAD", "10", "at least 64"),
+            ("SHOAL_INA_RETRY_CALLS", "-1", "whole number"),
+            ("SHOAL_INA_RETRY_CALLS", "2000000000", "at most 1000000000"),
+            ("SHOAL_INA_RETRY_MAX_CALLS", "0", "at least 1"),
             ("SHOAL_TCP_ADDR", "host.example", "IP address"),
             ("SHOAL_TCP_CC", "bbr; rm", "congestion control"),
             ("SHOAL_COST", "alpha=nan", "alpha"),
@@ -677,12 +708,16 @@ pub(crate) mod tests {
             timeout: Duration::from_secs(10),
             int32: false,
             payload: 1472,
+            retry_calls: 8,
+            retry_max_calls: 1024,
         };
         assert_eq!(d, want);
         let c = Config::from_env(&env_of(&[
             ("SHOAL_INA_TIMEOUT", "0.5"),
             ("SHOAL_INA_INT32", "true"),
             ("SHOAL_INA_PAYLOAD", "9000"),
+            ("SHOAL_INA_RETRY_CALLS", "0"),
+            ("SHOAL_INA_RETRY_MAX_CALLS", "64"),
         ]))
         .unwrap()
         .ina;
@@ -690,5 +725,6 @@ pub(crate) mod tests {
             (c.timeout, c.int32, c.payload),
             (Duration::from_millis(500), true, 9000)
         );
+        assert_eq!((c.retry_calls, c.retry_max_calls), (0, 64));
     }
 }

@@ -3,10 +3,18 @@
 //! fallback to host algorithms when the switch is unreachable, full,
 //! refusing, or dies mid-collective.
 //!
-//! The switch job's members are the world's ranks, so only the world
-//! communicator uses it. After any failure every rank stops using the
-//! switch for the rest of the job (a rank that lost packets and one that got
-//! its result would otherwise disagree about where the job's slots stand).
+//! The world's switch job, joined at init, has the world's ranks as
+//! members; a sub-group joins a switch job of its own members at its first
+//! allreduce that could use the switch (`Ina::join_group`). After any failure every rank stops using the
+//! switch (a rank that lost packets and one that got its result would
+//! otherwise disagree about where the job's slots stand), and retries after
+//! a back-off counted in allreduce calls: `SHOAL_INA_RETRY_CALLS` calls the
+//! switch could have run, doubling after each failed retry up to
+//! `SHOAL_INA_RETRY_MAX_CALLS`. Calls, not seconds, because every rank
+//! makes the same calls: all of them retry at the same call without a
+//! message, and the retry is a switch call like any other, whose outcome
+//! the ranks agree on (re-admission, then the allreduce) before any goes
+//! on, so no call mixes the switch and host algorithms.
 //!
 //! Keys (docs/security.md, "The aggregation switch"): every rank derives the
 //! job's INA key from the job secret and the job's store scope, so nothing
@@ -38,8 +46,47 @@ pub const INA_ALGO_ID: u32 =
 /// This rank's membership in the switch job.
 pub struct Ina {
     client: Mutex<InaClient>,
-    /// Why the switch is no longer used, once it failed.
-    disabled: Mutex<Option<String>>,
+    /// Whether the switch is in use, and when to try it again.
+    state: Mutex<Recovery>,
+    /// What a re-admission needs: the job's config and its store scope.
+    config: InaConfig,
+    store: ScopedStore,
+    retry: Backoff,
+}
+
+/// The back-off of re-admission, in eligible allreduce calls.
+#[derive(Clone, Copy, Debug)]
+struct Backoff {
+    /// Calls before the first retry (0: never retry).
+    first: u64,
+    /// The longest wait, in calls.
+    max: u64,
+}
+
+impl Backoff {
+    /// Calls to wait after the `failures`-th failure in a row.
+    fn wait(&self, failures: u32) -> u64 {
+        let doublings = failures.saturating_sub(1).min(63);
+        self.first
+            .saturating_mul(1 << doublings)
+            .min(self.max.max(self.first))
+    }
+}
+
+#[derive(Default)]
+struct Recovery {
+    /// Why the switch is not used now (`None`: it is).
+    disabled: Option<String>,
+    /// Failures since the switch last completed a call.
+    failures: u32,
+    /// Eligible calls still to run on host algorithms before a retry.
+    calls_left: u64,
+    /// The next switch call re-admits the job first.
+    readmit: bool,
+    /// A retry is under way: its failure doubles the back-off.
+    retrying: bool,
+    /// Re-admissions so far (each joins under its own store keys).
+    generation: u32,
 }
 
 /// This rank's switch job, or why allreduce cannot use a switch.
@@ -72,20 +119,26 @@ impl Ina {
         let joined = match InaConfig::from_env(rank, world, keys, &env) {
             Ok(Some(mut cfg)) => {
                 settings.apply(&mut cfg);
-                InaClient::join(&cfg, &job.scope("ina"))
+                InaClient::join(&cfg, &job.scope("ina")).map(|c| (c, cfg))
             }
             Ok(None) => return Ok(Err("no aggregation switch configured".into())),
             Err(InaError::Config(reason)) => return Err(Error::invalid(reason)),
             Err(e) => Err(e),
         };
         Ok(match joined {
-            Ok(client) => {
+            Ok((client, config)) => {
                 if rank == 0 {
                     tracing::info!("in-network aggregation: {}", client.admission());
                 }
                 Ok(Ina {
                     client: Mutex::new(client),
-                    disabled: Mutex::new(None),
+                    state: Mutex::new(Recovery::default()),
+                    config,
+                    store: job.scope("ina"),
+                    retry: Backoff {
+                        first: settings.retry_calls,
+                        max: settings.retry_max_calls,
+                    },
                 })
             }
             Err(e) => {
@@ -103,14 +156,103 @@ impl Ina {
 
     /// Why the switch may not be used now (`None`: it may).
     pub fn unusable(&self) -> Option<String> {
-        self.disabled.lock().unwrap().clone()
+        self.state.lock().unwrap().disabled.clone()
     }
 
+    /// A switch call failed on some rank: host algorithms until the next
+    /// retry, which waits twice as long as the last.
     pub fn disable(&self, reason: &str) {
-        self.disabled
-            .lock()
-            .unwrap()
-            .get_or_insert_with(|| reason.to_string());
+        let mut st = self.state.lock().unwrap();
+        if st.disabled.is_some() && !st.retrying {
+            return; // a call asked for the switch while it is away: no news
+        }
+        st.disabled = Some(reason.to_string());
+        st.retrying = false;
+        st.readmit = false;
+        st.failures = st.failures.saturating_add(1);
+        st.calls_left = self.retry.wait(st.failures);
+    }
+
+    /// Every rank agreed that a switch call worked: the back-off starts over.
+    pub fn succeeded(&self) {
+        let mut st = self.state.lock().unwrap();
+        st.failures = 0;
+        st.retrying = false;
+    }
+
+    /// A switch job of a sub-group: `rank` of `size` members, its keys and
+    /// store keys its own (derived from the group's id, which every member
+    /// computes alike). Collective over the group's members; a switch that
+    /// cannot be used is a warning and the group uses host algorithms.
+    pub fn join_group(&self, id: u32, rank: usize, size: usize) -> Membership {
+        let mut config = self.config.clone();
+        config.rank = rank;
+        config.world = size;
+        config.keys.job = self.config.keys.job.derive(&format!("group {id}"));
+        let store = self.store.scope(&format!("group{id}"));
+        match InaClient::join(&config, &store) {
+            Ok(client) => Ok(Ina {
+                client: Mutex::new(client),
+                state: Mutex::new(Recovery::default()),
+                config,
+                store,
+                retry: self.retry,
+            }),
+            Err(e) => {
+                let reason = format!("in-network aggregation unavailable to group {id}: {e}");
+                warn(&format!(
+                    "allreduce falls back to host algorithms: {reason}"
+                ));
+                Err(reason)
+            }
+        }
+    }
+
+    /// Counts one allreduce the switch could run while it is away; true
+    /// when this call is the retry (it then goes through the switch, which
+    /// re-admits the job first). Every rank counts the same calls.
+    pub fn retry_due(&self) -> bool {
+        let mut st = self.state.lock().unwrap();
+        if st.disabled.is_none() || self.retry.first == 0 {
+            return false;
+        }
+        st.calls_left = st.calls_left.saturating_sub(1);
+        if st.calls_left > 0 {
+            return false;
+        }
+        // The switch counts as back from this call on, decided here (in
+        // call order, on every rank alike) rather than when the retry has
+        // run: calls prepared meanwhile route the same way on every rank.
+        // If the retry fails, its call and those fall back like any other.
+        st.disabled = None;
+        st.readmit = true;
+        true
+    }
+
+    /// Joins the switch job again when a retry is due (collective: every
+    /// rank does it in the same call). The old membership is dropped: its
+    /// sockets close and, on rank 0, its leases, which releases what a
+    /// switch that is still alive holds of it.
+    fn readmit_if_due(&self) -> std::result::Result<(), String> {
+        let generation = {
+            let mut st = self.state.lock().unwrap();
+            if !st.readmit {
+                return Ok(());
+            }
+            st.readmit = false;
+            st.retrying = true;
+            st.generation += 1;
+            st.generation
+        };
+        let mut cfg = self.config.clone();
+        cfg.key_prefix = format!("{}retry{generation}/", self.config.key_prefix);
+        let client = InaClient::join(&cfg, &self.store)
+            .map_err(|e| format!("in-network aggregation re-admission failed: {e}"))?;
+        if cfg.rank == 0 {
+            tracing::info!("in-network aggregation re-admitted: {}", client.admission());
+        }
+        *self.client.lock().unwrap() = client;
+        Ok(())
     }
 
     /// Sums (or min/max/avg) `buf` with every rank's through the switch.
@@ -130,6 +272,10 @@ impl Ina {
         peers: PeerCheck<'_>,
     ) -> std::result::Result<(), String> {
         let (dt, op) = wire_types(dtype, op).ok_or_else(|| unsupported(dtype, op))?;
+        self.readmit_if_due()?;
+        if let Some(reason) = self.unusable() {
+            return Err(reason);
+        }
         self.client
             .lock()
             .unwrap()
@@ -228,6 +374,16 @@ pub fn warn(message: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_retry_back_off_doubles_up_to_its_cap() {
+        let b = Backoff { first: 8, max: 100 };
+        let waits: Vec<u64> = (1..=6).map(|f| b.wait(f)).collect();
+        assert_eq!(waits, [8, 16, 32, 64, 100, 100]);
+        assert_eq!(b.wait(u32::MAX), 100, "no overflow");
+        let never = Backoff { first: 0, max: 5 };
+        assert_eq!(never.wait(3), 0);
+    }
     use std::collections::HashMap;
     use std::path::PathBuf;
 

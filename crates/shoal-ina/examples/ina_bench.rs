@@ -1,6 +1,6 @@
 //! Loopback measurements of the software switch and the INA allreduce, with
 //! thread workers in one process (so workers and switch share the host's
-//! cores). Run: `cargo run --release -p shoal-ina --example ina_bench [quick]`
+//! cores). Run: `cargo run --release -p shoal-ina --example ina_bench [quick|core|threads]`
 //! (`INA_BENCH_PAYLOAD=32768` for another payload budget).
 
 #[path = "../tests/common/mod.rs"]
@@ -31,15 +31,30 @@ fn payload() -> usize {
 
 /// Median seconds of `reps` allreduces of `bytes` per worker (after a warm-up).
 fn time_allreduce(n: usize, bytes: usize, reps: usize, drop_rate: f64) -> f64 {
+    time_on_threads(n, bytes, reps, drop_rate, 1, 1)
+}
+
+/// Like `time_allreduce`, on a switch of `threads` data-plane threads that
+/// the job uses as `trees` trees (one switch job each, spread over threads).
+fn time_on_threads(
+    n: usize,
+    bytes: usize,
+    reps: usize,
+    drop_rate: f64,
+    threads: usize,
+    trees: usize,
+) -> f64 {
     let sw = switch_with(|c| {
         c.memory = 64 << 20;
         c.drop_rate = drop_rate;
         c.payload_budget = payload();
+        c.threads = threads;
     });
+    let trees: Vec<_> = (0..trees).flat_map(|_| flat(&sw)).collect();
     let barrier = Arc::new(Barrier::new(n));
     let times = run_ranks(
         n,
-        flat(&sw),
+        trees,
         |c| {
             c.dead_timeout = Duration::from_secs(60);
             c.payload_budget = payload();
@@ -63,15 +78,14 @@ fn time_allreduce(n: usize, bytes: usize, reps: usize, drop_rate: f64) -> f64 {
     );
     if std::env::var("INA_BENCH_VERBOSE").is_ok() {
         let m = &sw.metrics;
-        let g = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
         eprintln!(
             "  [n={n} bytes={bytes}] rx {} aggs {} retx {} resent {} dup {} ecn {} drops {}",
-            g(&m.rx_packets),
-            g(&m.aggregations),
-            g(&m.retransmissions),
-            g(&m.results_resent),
-            g(&m.duplicates),
-            g(&m.ecn_marks),
+            m.total(|c| &c.rx_packets),
+            m.total(|c| &c.aggregations),
+            m.total(|c| &c.retransmissions),
+            m.total(|c| &c.results_resent),
+            m.total(|c| &c.duplicates),
+            m.total(|c| &c.ecn_marks),
             m.total_drops()
         );
     }
@@ -168,7 +182,40 @@ fn tag_ns(len: usize) -> f64 {
     start.elapsed().as_secs_f64() * 1e9 / reps as f64
 }
 
+/// `threads`: switch throughput with 1 and 2 data-plane threads, 2 and 4
+/// workers, 16 MiB each; the variants interleaved, medians of `REPS` runs.
+fn threads_table() {
+    const REPS: usize = 5;
+    let variants = [(1, 1), (1, 2), (2, 2)];
+    println!("# 16 MiB f32 sum per worker, loopback, thread workers; median of {REPS} runs");
+    println!(
+        "{:>8} {:>8} {:>6} {:>10} {:>12}",
+        "workers", "threads", "trees", "time_ms", "input_GB/s"
+    );
+    for n in [2, 4] {
+        let mut runs = vec![Vec::new(); variants.len()];
+        for _ in 0..REPS {
+            for (v, &(threads, trees)) in variants.iter().enumerate() {
+                runs[v].push(time_on_threads(n, 16 << 20, 3, 0.0, threads, trees));
+            }
+        }
+        for (v, &(threads, trees)) in variants.iter().enumerate() {
+            let t = &mut runs[v];
+            t.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            let med = t[t.len() / 2];
+            let gbs = (n * (16 << 20)) as f64 / med / 1e9;
+            println!(
+                "{n:>8} {threads:>8} {trees:>6} {:>10.1} {gbs:>12.2}",
+                med * 1e3
+            );
+        }
+    }
+}
+
 fn main() {
+    if std::env::args().any(|a| a == "threads") {
+        return threads_table();
+    }
     let quick = std::env::args().any(|a| a == "quick");
     println!("# switch core alone (packet processing, no sockets), f32, 64 MiB per worker");
     for n in [2, 4, 8] {

@@ -4,7 +4,6 @@
 //! nothing without the job's tag may be summed.
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -142,11 +141,11 @@ fn switch_core_survives_mutated_packets() {
             mutate(&mut rng, &mut p);
         }
         let forged = !tag_ok(&p, &KEY);
-        let before = metrics.aggregations.load(Relaxed) + metrics.duplicates.load(Relaxed);
+        let before = metrics.total(|c| &c.aggregations) + metrics.total(|c| &c.duplicates);
         out.0.clear();
         core.on_datagram(&p, from, now, &mut out);
         if forged {
-            let after = metrics.aggregations.load(Relaxed) + metrics.duplicates.load(Relaxed);
+            let after = metrics.total(|c| &c.aggregations) + metrics.total(|c| &c.duplicates);
             assert_eq!(before, after, "a packet without the tag was processed");
             assert!(out.0.is_empty());
         }
@@ -155,7 +154,7 @@ fn switch_core_survives_mutated_packets() {
         }
     }
     assert!(
-        metrics.aggregations.load(Relaxed) > 0,
+        metrics.total(|c| &c.aggregations) > 0,
         "valid packets still aggregate"
     );
     assert!(metrics.total_drops() > 100_000);

@@ -105,7 +105,8 @@ def start_switch_daemon(sw: Switch, name: str) -> None:
     """Starts `shoal switch --listen ADDR:9800` in the INA namespace (detached, output to a log file)."""
     log = state_dir() / f"{name}-switch.log"
     sw.log = str(log)
-    argv = netns.exec_argv(sw.ns, [sys.executable, "-m", "shoal.cli", "switch", "--listen", sw.endpoint])
+    threads = [] if sw.threads is None else ["--threads", str(sw.threads)]
+    argv = netns.exec_argv(sw.ns, [sys.executable, "-m", "shoal.cli", "switch", "--listen", sw.endpoint, *threads])
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -163,11 +164,14 @@ def up(
     switch: bool = False,
     strict: bool = False,
     no_gso: bool = False,
+    switch_threads: int | None = None,
 ) -> State:
     """Brings testbed `name` up (a no-op if it is up with the same parameters); returns its state."""
     check_name(name)
     netns.preflight()
     desired = plan(name, hosts, ranks_per_host, link, subnet, switch, no_gso)
+    if desired.switch is not None:
+        desired.switch.threads = switch_threads
     existing = load(name)
     if existing is not None:
         present = set(netns.testbed_namespaces(name))
@@ -354,7 +358,7 @@ def rank_specs(
             PYTHONUNBUFFERED="1",
         )
         if state.switch is not None:
-            env["SHOAL_SWITCH"] = state.switch.endpoint
+            env["SHOAL_SWITCH"] = state.switch.trees
         env.update(extra_env or {})
         specs.append(RankSpec(netns.exec_argv(host.ns, command), env))
     return specs
@@ -482,6 +486,11 @@ def parser() -> argparse.ArgumentParser:
     u.add_argument("--delay", default="0", help="one-way delay of each host link, e.g. 50us (default 0)")
     u.add_argument("--loss", default="0", help="packet loss of each link direction, e.g. 0.1%% (default 0)")
     u.add_argument("--switch", action="store_true", help="add the INA namespace NAME-ina (and start `shoal switch`)")
+    u.add_argument(
+        "--switch-threads",
+        type=positive_int,
+        help="data-plane threads of `shoal switch` (its --threads; default: the number of cores)",
+    )
     u.add_argument("--subnet", default=DEFAULT_SUBNET, help=f"private subnet of the hosts (default {DEFAULT_SUBNET})")
     u.add_argument("--strict", action="store_true", help="fail instead of warning if a parameter cannot be emulated")
     u.add_argument(
@@ -544,7 +553,9 @@ def _dispatch(ns: argparse.Namespace) -> int:
             link = Link.parse(ns.link, ns.delay, ns.loss)
         except ValueError as e:
             raise TestbedError(str(e), code=2) from None
-        state = up(ns.name, ns.hosts, ns.ranks_per_host, link, ns.subnet, ns.switch, ns.strict, ns.no_gso)
+        state = up(
+            ns.name, ns.hosts, ns.ranks_per_host, link, ns.subnet, ns.switch, ns.strict, ns.no_gso, ns.switch_threads
+        )
         _say(describe(state))
         for k, v in state.emulated.items():
             if "NOT" in v:

@@ -86,10 +86,19 @@ class Switch:
     daemon_pid: int | None = None
     daemon: str = "not started"
     log: str | None = None
+    # `shoal switch --threads` (None: its default, one per core).
+    threads: int | None = None
 
     @property
     def endpoint(self) -> str:
         return f"{self.address}:{self.port}"
+
+    @property
+    def trees(self) -> str:
+        """SHOAL_SWITCH for the ranks: the switch once per data-plane thread, so that one job's trees (switch
+        jobs) are spread over all of them (a job with one tree would use one thread)."""
+        threads = self.threads if self.threads is not None else len(os.sched_getaffinity(0))
+        return ",".join([self.endpoint] * max(threads, 1))
 
 
 @dataclass

@@ -5,9 +5,10 @@ mod allreduce;
 pub mod cc;
 pub mod faults;
 pub mod session;
+mod spec;
 pub mod window;
 
-use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use shoal_bootstrap::auth::Key;
@@ -127,7 +128,7 @@ impl InaConfig {
         env("SHOAL_SWITCH").is_some_and(|s| !s.trim().is_empty())
     }
 
-    /// `SHOAL_SWITCH=host:port[,host:port...]` (one flat tree per switch).
+    /// `SHOAL_SWITCH`: trees of switches (`spec.rs` has the syntax).
     /// `Ok(None)` when no switch is set. The `SHOAL_INA_*` tuning variables
     /// are read and checked with the rest of the runtime's configuration
     /// (shoal-core's `config.rs`), which sets the fields they control. An invalid value is `InaError::Config` naming its variable; a
@@ -144,7 +145,7 @@ impl InaConfig {
         }
         let mut cfg = InaConfig::new(rank, world, Vec::new(), keys);
         let switches = env("SHOAL_SWITCH").unwrap_or_default();
-        cfg.trees = switch_trees(&switches)?;
+        cfg.trees = spec::switch_trees(&switches)?;
         Ok(Some(cfg))
     }
 
@@ -160,30 +161,8 @@ impl InaConfig {
     }
 }
 
-fn config(var: &str, value: &str, what: &str) -> InaError {
+pub(crate) fn config(var: &str, value: &str, what: &str) -> InaError {
     InaError::Config(format!("{var}={value:?}: {what}"))
-}
-
-fn switch_trees(switches: &str) -> Result<Vec<TreeSpec>, InaError> {
-    let mut trees = Vec::new();
-    for s in switches.split(',').map(str::trim) {
-        if s.rsplit_once(':')
-            .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
-        {
-            return Err(config(
-                "SHOAL_SWITCH",
-                switches,
-                &format!("{s:?} is not host:port"),
-            ));
-        }
-        let addr = s
-            .to_socket_addrs()
-            .ok()
-            .and_then(|mut a| a.next())
-            .ok_or_else(|| InaError::Unreachable(format!("SHOAL_SWITCH: cannot resolve {s:?}")))?;
-        trees.push(TreeSpec::flat(addr));
-    }
-    Ok(trees)
 }
 
 /// One tree as this rank uses it across calls.

@@ -132,6 +132,7 @@ fn admit_tree(
             member: i as u16,
             slots: root.ok.slots,
             key: PacketKey::derive(&cfg.keys.job, &root.nonce),
+            port: root.ok.data_port,
         };
         let a = admit_one(cfg, leaf.control, tree, leaf.ranks.len(), Some(up), leases)?;
         out.push(Attach {

@@ -40,6 +40,10 @@ pub struct Uplink {
     pub slots: u16,
     /// The parent job's packet key (wrapped on the wire, see `handshake`).
     pub key: PacketKey,
+    /// The parent job's data port (its `ADMIT_OK` `data_port`: a
+    /// multi-threaded parent serves each job on its own port); 0, or absent
+    /// on the wire, means the port of the leaf's `--parent`.
+    pub port: u16,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -156,6 +160,7 @@ impl CtrlMsg {
                         put16(&mut b, u.member);
                         put16(&mut b, u.slots);
                         b.extend_from_slice(u.key.as_bytes());
+                        put16(&mut b, u.port);
                     }
                 }
             }
@@ -217,6 +222,8 @@ impl CtrlMsg {
                         member: r.u16()?,
                         slots: r.u16()?,
                         key: r.key()?,
+                        // Optional: earlier clients end the message here.
+                        port: if r.at < r.b.len() { r.u16()? } else { 0 },
                     });
                 }
                 CtrlMsg::Admit(req)
@@ -388,6 +395,7 @@ mod tests {
                     member: 2,
                     slots: 32,
                     key: PacketKey::from_bytes(*b"12345678"),
+                    port: 9801,
                 }),
             }),
             CtrlMsg::AdmitOk(AdmitOk {

@@ -17,6 +17,8 @@ pub const USAGE: &str = "usage: shoal switch [options]
                         SHOAL_SWITCH_SECRET, SHOAL_SWITCH_SECRET_FILE, else the
                         per-user secret file ~/.config/shoal/secret)
   --memory SIZE         aggregation memory shared by jobs, e.g. 64MiB (default 64MiB)
+  --threads N           data-plane threads, each with its own UDP port and its
+                        own jobs and 1/N of --memory (default: the number of cores)
   --metrics ADDR        serve Prometheus metrics over HTTP, e.g. :9801
   --parent HOST:PORT    UDP address of the parent switch (this one becomes a leaf)
   --payload BYTES       largest UDP payload (default 1472, a 1500-byte MTU)
@@ -34,6 +36,8 @@ pub const USAGE: &str = "usage: shoal switch [options]
 
 /// Largest `--max-jobs`: job ids and per-job tables stay small.
 const MAX_JOBS: usize = 65536;
+/// Most data-plane threads.
+const MAX_THREADS: usize = 1024;
 /// Longest `--idle-timeout` (a day).
 const MAX_IDLE_SECS: f64 = 86400.0;
 
@@ -101,6 +105,7 @@ fn apply(cfg: &mut SwitchConfig, flag: &str, v: &str) -> Result<(), String> {
         }
         "--metrics" => cfg.metrics = Some(addr(v)?),
         "--parent" => cfg.parent = Some(addr(v)?),
+        "--threads" => cfg.threads = int(1, MAX_THREADS)?,
         "--payload" => cfg.payload_budget = int(64, 65507)?,
         "--max-jobs" => cfg.max_jobs = int(1, MAX_JOBS)?,
         "--max-slots" => cfg.max_slots = int(1, MAX_SLOTS as usize)? as u16,
@@ -126,14 +131,14 @@ fn apply(cfg: &mut SwitchConfig, flag: &str, v: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The memory must hold one job's minimum window (two slots, each with its
-/// shadow copy) at the configured payload size.
+/// Every thread's part of the memory must hold one job's minimum window
+/// (two slots, each with its shadow copy) at the configured payload size.
 fn check_memory(cfg: &SwitchConfig) -> Result<(), String> {
-    let least = 2 * MIN_SHARE_SLOTS * slot_copy_bytes(cfg.payload_budget);
+    let least = 2 * MIN_SHARE_SLOTS * slot_copy_bytes(cfg.payload_budget) * cfg.threads.max(1);
     if cfg.memory < least {
         return Err(format!(
-            "--memory: {} bytes cannot hold one job (at least {least} bytes with --payload {})",
-            cfg.memory, cfg.payload_budget
+            "--memory: {} bytes cannot hold one job per thread (at least {least} bytes with --payload {} and --threads {})",
+            cfg.memory, cfg.payload_budget, cfg.threads
         ));
     }
     Ok(())
@@ -200,6 +205,11 @@ mod tests {
         assert!(parse("--bogus 1").is_err());
         assert_eq!(parse_size("1GiB"), Some(1 << 30));
         assert_eq!(parse_size("12x"), None);
+        assert_eq!(parse("--threads 3").unwrap().threads, 3);
+        assert_eq!(
+            parse("--memory 1MiB").unwrap().threads,
+            crate::switch::default_threads()
+        );
     }
 
     #[test]
@@ -209,6 +219,8 @@ mod tests {
             "--memory 1KiB",
             "--memory 99999999999999999999GiB",
             "--max-jobs 0",
+            "--threads 0",
+            "--threads many",
             "--max-jobs -1",
             "--max-slots 0",
             "--max-slots 40000",

@@ -1,7 +1,7 @@
 //! The control listener: one thread per TCP connection, each authenticated
 //! with the switch secret before it may ask anything, bounded in number and
 //! in time, and closed (FIN, fd released) whatever way it ends. Requests go
-//! to the event loop over its channel.
+//! to the data-plane thread that holds (or will hold) the job (`placement`).
 //!
 //! Why each bound: a stranger cannot authenticate, so it can only hold
 //! connections that are still in their handshake; those are few
@@ -15,7 +15,6 @@ use std::collections::HashMap;
 use std::io::{self, Read};
 use std::net::{IpAddr, Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -25,8 +24,8 @@ use shoal_bootstrap::auth::Key;
 use crate::control::handshake::{self, Refusal};
 use crate::control::{read_msg, read_msg_before, write_msg, CtrlMsg, ErrCode};
 
-use super::event_loop::Command;
 use super::metrics::{Metrics, Refused};
+use super::placement::Placement;
 
 /// Bounds on control connections (see the module documentation).
 #[derive(Clone, Debug, PartialEq)]
@@ -58,7 +57,8 @@ const LINGER: Duration = Duration::from_secs(1);
 pub struct Ctx {
     pub secret: Key,
     pub limits: ControlLimits,
-    pub core: Sender<Command>,
+    /// The data-plane threads, and which holds which job.
+    pub shards: Placement,
     pub metrics: Arc<Metrics>,
     registry: Mutex<HashMap<u64, Entry>>,
 }
@@ -77,13 +77,13 @@ impl Ctx {
     pub fn new(
         secret: Key,
         limits: ControlLimits,
-        core: Sender<Command>,
+        shards: Placement,
         metrics: Arc<Metrics>,
     ) -> Ctx {
         Ctx {
             secret,
             limits,
-            core,
+            shards,
             metrics,
             registry: Mutex::new(HashMap::new()),
         }
@@ -157,15 +157,6 @@ impl Ctx {
         for e in self.registry.lock().unwrap().values() {
             let _ = e.handle.shutdown(Shutdown::Both);
         }
-    }
-
-    /// One request to the event loop and its reply.
-    fn ask_core(&self, conn: u64, msg: CtrlMsg) -> io::Result<CtrlMsg> {
-        let (reply, answer) = channel();
-        let stopped = || io::Error::other("switch stopped");
-        let request = Command::Msg { conn, msg, reply };
-        self.core.send(request).map_err(|_| stopped())?;
-        answer.recv().map_err(|_| stopped())
     }
 }
 
@@ -246,7 +237,7 @@ fn serve_conn(mut stream: TcpStream, id: u64, ctx: &Ctx) {
     // now, while we linger for the peer's.
     let _ = stream.shutdown(Shutdown::Write);
     ctx.unregister(id);
-    let _ = ctx.core.send(Command::Closed(id));
+    ctx.shards.closed(id);
     linger(&mut stream);
 }
 
@@ -290,7 +281,7 @@ fn converse(stream: &mut TcpStream, id: u64, ctx: &Ctx) -> Result<(), Closing> {
             }
             Err(_) => return Ok(()), // closed by the peer or by the switch
         };
-        let Ok(reply) = ctx.ask_core(id, msg) else {
+        let Ok(reply) = ctx.shards.ask(id, msg) else {
             return Ok(()); // the switch is stopping
         };
         match reply {

@@ -17,7 +17,7 @@ use crate::proto::{
 use crate::rng::Rng;
 
 use super::jobs::{Job, Jobs};
-use super::metrics::{DropReason, Metrics};
+use super::metrics::{DropReason, Metrics, ShardCounters};
 use super::slots::{SlotCopy, State, Use};
 use super::SwitchConfig;
 
@@ -34,18 +34,29 @@ pub trait Sink {
     }
 }
 
+/// Which data-plane thread a core is, of how many. Each thread owns its
+/// jobs (and so every slot of them) alone: no slot is ever shared.
+#[derive(Clone, Copy, Debug)]
+pub struct Shard {
+    pub index: usize,
+    pub count: usize,
+}
+
 /// What one packet's processing needs besides the job itself.
 struct Ctx<'a> {
     cap: u16,
     congested: bool,
+    /// Where this job's partial sums go (leaf jobs only).
     parent: Option<SocketAddr>,
-    metrics: &'a Metrics,
+    metrics: &'a ShardCounters,
     out: &'a mut dyn Sink,
 }
 
 pub struct SwitchCore {
     pub jobs: Jobs,
     metrics: Arc<Metrics>,
+    /// This core's data-plane thread: the counters it updates.
+    shard: usize,
     parent: Option<SocketAddr>,
     drop_rng: Rng,
     drop_rate: f64,
@@ -61,12 +72,25 @@ fn copy_index(slot: u16, shadow: bool) -> usize {
 }
 
 impl SwitchCore {
+    /// The core of a single-threaded switch (shard 0 of 1).
     pub fn new(cfg: &SwitchConfig, data_port: u16, metrics: Arc<Metrics>) -> SwitchCore {
-        let jobs = Jobs::new(cfg, data_port, metrics.clone());
+        SwitchCore::shard(cfg, data_port, metrics, Shard { index: 0, count: 1 })
+    }
+
+    /// The core of data-plane thread `shard.index`: it owns its jobs alone
+    /// and gets `1 / shard.count` of the switch memory.
+    pub fn shard(
+        cfg: &SwitchConfig,
+        data_port: u16,
+        metrics: Arc<Metrics>,
+        shard: Shard,
+    ) -> SwitchCore {
+        let jobs = Jobs::new(cfg, data_port, metrics.clone(), shard);
         let ecn_copies = (jobs.capacity_copies as f64 * cfg.ecn_threshold) as usize;
         SwitchCore {
             jobs,
             metrics,
+            shard: shard.index,
             parent: cfg.parent,
             drop_rng: Rng::new(cfg.seed),
             drop_rate: cfg.drop_rate,
@@ -96,22 +120,23 @@ impl SwitchCore {
     }
 
     pub fn on_datagram(&mut self, pkt: &[u8], from: SocketAddr, now: Instant, out: &mut dyn Sink) {
-        self.metrics.rx_packets.fetch_add(1, Relaxed);
-        self.metrics.rx_bytes.fetch_add(pkt.len() as u64, Relaxed);
+        let m = self.metrics.shard(self.shard);
+        m.rx_packets.fetch_add(1, Relaxed);
+        m.rx_bytes.fetch_add(pkt.len() as u64, Relaxed);
         if self.drop_rng.chance(self.drop_rate) {
-            return self.metrics.count_drop(DropReason::Injected);
+            return m.count_drop(DropReason::Injected);
         }
         let (h, payload) = match Header::decode(pkt) {
             Ok(x) => x,
-            Err(ProtoError::Version(_)) => return self.metrics.count_drop(DropReason::Version),
-            Err(_) => return self.metrics.count_drop(DropReason::Malformed),
+            Err(ProtoError::Version(_)) => return m.count_drop(DropReason::Version),
+            Err(_) => return m.count_drop(DropReason::Malformed),
         };
         let res = match h.kind {
             Kind::Data => self.on_data(&h, pkt, payload, from, now, out),
             Kind::Result => self.on_parent_result(&h, pkt, from, out),
         };
         if let Err(r) = res {
-            self.metrics.count_drop(r);
+            self.metrics.shard(self.shard).count_drop(r);
         }
     }
 
@@ -129,8 +154,8 @@ impl SwitchCore {
             let mut cx = Ctx {
                 cap: self.jobs.cwnd_cap(job),
                 congested,
-                parent: self.parent,
-                metrics: &self.metrics,
+                parent: uplink_addr(self.parent, job),
+                metrics: self.metrics.shard(self.shard),
                 out: &mut *out,
             };
             let job = self.jobs.map.get_mut(&id).expect("looked up above");
@@ -162,8 +187,8 @@ impl SwitchCore {
         let mut cx = Ctx {
             cap: self.jobs.cwnd_cap(job),
             congested,
-            parent: self.parent,
-            metrics: &self.metrics,
+            parent: uplink_addr(self.parent, job),
+            metrics: self.metrics.shard(self.shard),
             out,
         };
         let jobs = &mut self.jobs;
@@ -229,15 +254,15 @@ impl SwitchCore {
         if !tag_ok(pkt, &up.key) {
             return Err(DropReason::BadTag);
         }
-        if self.parent != Some(from) {
+        if uplink_addr(self.parent, job) != Some(from) {
             return Err(DropReason::BadSource);
         }
         let congested = self.congested();
         let mut cx = Ctx {
             cap: self.jobs.cwnd_cap(job),
             congested,
-            parent: self.parent,
-            metrics: &self.metrics,
+            parent: uplink_addr(self.parent, job),
+            metrics: self.metrics.shard(self.shard),
             out,
         };
         let job = self.jobs.map.get_mut(&local).expect("checked above");
@@ -273,6 +298,14 @@ impl SwitchCore {
         multicast(job, idx, &mut cx);
         Ok(())
     }
+}
+
+/// A leaf job's parent data address: the parent's host with the port of the parent job's
+/// data-plane thread (announced in the uplink), else `--parent` itself.
+fn uplink_addr(parent: Option<SocketAddr>, job: &Job) -> Option<SocketAddr> {
+    let (parent, up) = (parent?, job.uplink?);
+    let port = if up.port == 0 { parent.port() } else { up.port };
+    Some(SocketAddr::new(parent.ip(), port))
 }
 
 /// Whether a data packet comes from a member of the job: tagged with the

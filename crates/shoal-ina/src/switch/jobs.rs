@@ -21,6 +21,7 @@ use crate::control::{AdmitOk, AdmitReq, ErrCode, Uplink};
 use crate::mac::PacketKey;
 use crate::proto::{WireType, MAX_SLOTS};
 
+use super::core::Shard;
 use super::metrics::{JobStats, Metrics};
 use super::slots::{SlotCopy, MAX_MEMBERS};
 use super::SwitchConfig;
@@ -58,6 +59,8 @@ pub struct Jobs {
     pub copies_in_use: usize,
     pub slot_bytes: usize,
     next_id: u32,
+    /// Job ids of shard i are i+1, i+1+count, ...: unique across shards.
+    id_step: u32,
     max_jobs: usize,
     max_slots: u16,
     int_only: bool,
@@ -68,6 +71,7 @@ pub struct Jobs {
     pub rx_packets: usize,
     data_port: u16,
     metrics: Arc<Metrics>,
+    shard: usize,
 }
 
 type Refusal = (ErrCode, String);
@@ -78,10 +82,13 @@ pub fn slot_copy_bytes(payload_budget: usize) -> usize {
 }
 
 impl Jobs {
-    pub fn new(cfg: &SwitchConfig, data_port: u16, metrics: Arc<Metrics>) -> Jobs {
+    /// The job table of data-plane thread `shard`: it gets an equal part of
+    /// the switch memory, so threads never share memory accounting either.
+    pub fn new(cfg: &SwitchConfig, data_port: u16, metrics: Arc<Metrics>, shard: Shard) -> Jobs {
         let slot_bytes = slot_copy_bytes(cfg.payload_budget);
-        let capacity_copies = cfg.memory / slot_bytes;
+        let capacity_copies = cfg.memory / shard.count.max(1) / slot_bytes;
         metrics
+            .shard(shard.index)
             .memory_capacity_bytes
             .store((capacity_copies * slot_bytes) as u64, Relaxed);
         Jobs {
@@ -90,7 +97,8 @@ impl Jobs {
             capacity_copies,
             copies_in_use: 0,
             slot_bytes,
-            next_id: 1,
+            next_id: shard.index as u32 + 1,
+            id_step: shard.count as u32,
             max_jobs: cfg.max_jobs,
             max_slots: cfg.max_slots.min(MAX_SLOTS),
             int_only: cfg.int_only,
@@ -99,6 +107,7 @@ impl Jobs {
             rx_packets: usize::MAX,
             data_port,
             metrics,
+            shard: shard.index,
         }
     }
 
@@ -186,6 +195,7 @@ impl Jobs {
         );
         self.metrics.add_job(job.id, job.stats.clone());
         self.metrics.jobs_admitted.fetch_add(1, Relaxed);
+        self.metrics.shard(self.shard).jobs.fetch_add(1, Relaxed);
         self.map.insert(job.id, job);
         Ok(ok)
     }
@@ -215,7 +225,7 @@ impl Jobs {
 
     fn new_job(&mut self, req: &AdmitReq, conn: u64, slots: u16) -> Job {
         let id = self.next_id;
-        self.next_id = self.next_id.wrapping_add(1).max(1);
+        self.next_id = self.next_id.wrapping_add(self.id_step).max(1);
         let stats = Arc::new(JobStats::default());
         stats.members.store(req.members as u64, Relaxed);
         Job {
@@ -277,19 +287,25 @@ impl Jobs {
             }
             self.metrics.remove_job(id);
             self.metrics.jobs_released.fetch_add(1, Relaxed);
+            self.metrics.shard(self.shard).jobs.fetch_sub(1, Relaxed);
             self.publish_memory();
         }
     }
 
     pub fn publish_memory(&self) {
         let bytes = (self.copies_in_use * self.slot_bytes) as u64;
-        self.metrics.memory_bytes.store(bytes, Relaxed);
+        self.metrics
+            .shard(self.shard)
+            .memory_bytes
+            .store(bytes, Relaxed);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const ONE: Shard = Shard { index: 0, count: 1 };
 
     fn req(members: u16) -> AdmitReq {
         AdmitReq {
@@ -307,7 +323,7 @@ mod tests {
     #[test]
     fn window_cap_fits_every_members_window_in_the_socket_buffer() {
         let cfg = SwitchConfig::loopback(shoal_bootstrap::auth::Key::from_material(b"secret"));
-        let mut jobs = Jobs::new(&cfg, 9800, Arc::new(Metrics::default()));
+        let mut jobs = Jobs::new(&cfg, 9800, Arc::new(Metrics::default()), ONE);
         jobs.rx_packets = 1000;
         let a = jobs.admit(&req(4), 1).unwrap();
         assert_eq!(a.cwnd_cap, 250);
@@ -321,7 +337,7 @@ mod tests {
     #[test]
     fn a_connection_leases_one_job_and_releases_only_its_own() {
         let cfg = SwitchConfig::loopback(shoal_bootstrap::auth::Key::from_material(b"secret"));
-        let mut jobs = Jobs::new(&cfg, 9800, Arc::new(Metrics::default()));
+        let mut jobs = Jobs::new(&cfg, 9800, Arc::new(Metrics::default()), ONE);
         let a = jobs.admit(&req(2), 1).unwrap();
         assert_eq!(jobs.admit(&req(2), 1).unwrap_err().0, ErrCode::Refused);
         let b = jobs.admit(&req(2), 2).unwrap();

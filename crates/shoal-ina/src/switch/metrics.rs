@@ -1,7 +1,10 @@
 //! Switch counters and their Prometheus text exposition over HTTP.
 //!
-//! The event loop only does relaxed atomic adds; the per-job table is locked
-//! on admission, release and scrape, never per packet.
+//! Each data-plane thread counts into its own `ShardCounters` (one cache
+//! line apart from its neighbours, so threads never contend on a counter);
+//! totals are summed when read. The event loops only do relaxed atomic
+//! adds; the per-job table is locked on admission, release and scrape,
+//! never per packet.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -123,8 +126,16 @@ pub struct JobStats {
     pub memory_bytes: AtomicU64,
 }
 
+/// Picks one counter of a thread.
+type Counter = fn(&ShardCounters) -> &AtomicU64;
+/// Reads one value of a thread.
+type Reading = fn(&ShardCounters) -> u64;
+
+/// The counters one data-plane thread (shard) updates per packet. Aligned
+/// to 128 bytes so that two threads' counters never share a cache line.
 #[derive(Default)]
-pub struct Metrics {
+#[repr(align(128))]
+pub struct ShardCounters {
     pub rx_packets: AtomicU64,
     pub rx_bytes: AtomicU64,
     pub tx_packets: AtomicU64,
@@ -136,19 +147,14 @@ pub struct Metrics {
     pub results_resent: AtomicU64,
     pub ecn_marks: AtomicU64,
     pub overflows: AtomicU64,
-    pub jobs_admitted: AtomicU64,
-    pub jobs_refused: AtomicU64,
-    pub jobs_released: AtomicU64,
+    /// Jobs placed on this shard now.
+    pub jobs: AtomicU64,
     pub memory_bytes: AtomicU64,
     pub memory_capacity_bytes: AtomicU64,
-    /// Open control connections, authenticated or not.
-    pub control_connections: AtomicU64,
     drops: [AtomicU64; DropReason::ALL.len()],
-    refused: [AtomicU64; Refused::ALL.len()],
-    jobs: Mutex<BTreeMap<u32, Arc<JobStats>>>,
 }
 
-impl Metrics {
+impl ShardCounters {
     pub fn count_drop(&self, r: DropReason) {
         self.drops[r as usize].fetch_add(1, Relaxed);
     }
@@ -159,6 +165,62 @@ impl Metrics {
 
     pub fn total_drops(&self) -> u64 {
         self.drops.iter().map(|d| d.load(Relaxed)).sum()
+    }
+}
+
+pub struct Metrics {
+    shards: Vec<ShardCounters>,
+    pub jobs_admitted: AtomicU64,
+    pub jobs_refused: AtomicU64,
+    pub jobs_released: AtomicU64,
+    /// Open control connections, authenticated or not.
+    pub control_connections: AtomicU64,
+    refused: [AtomicU64; Refused::ALL.len()],
+    jobs: Mutex<BTreeMap<u32, Arc<JobStats>>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new(1)
+    }
+}
+
+impl Metrics {
+    /// Counters of a switch with `threads` data-plane threads.
+    pub fn new(threads: usize) -> Metrics {
+        Metrics {
+            shards: (0..threads.max(1))
+                .map(|_| ShardCounters::default())
+                .collect(),
+            jobs_admitted: AtomicU64::new(0),
+            jobs_refused: AtomicU64::new(0),
+            jobs_released: AtomicU64::new(0),
+            control_connections: AtomicU64::new(0),
+            refused: Default::default(),
+            jobs: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The counters of data-plane thread `i`.
+    pub fn shard(&self, i: usize) -> &ShardCounters {
+        &self.shards[i]
+    }
+
+    pub fn shards(&self) -> &[ShardCounters] {
+        &self.shards
+    }
+
+    /// A counter summed over every data-plane thread.
+    pub fn total(&self, counter: impl Fn(&ShardCounters) -> &AtomicU64) -> u64 {
+        self.shards.iter().map(|s| counter(s).load(Relaxed)).sum()
+    }
+
+    pub fn drops(&self, r: DropReason) -> u64 {
+        self.shards.iter().map(|s| s.drops(r)).sum()
+    }
+
+    pub fn total_drops(&self) -> u64 {
+        self.shards.iter().map(|s| s.total_drops()).sum()
     }
 
     pub fn count_refusal(&self, r: Refused) {
@@ -180,39 +242,36 @@ impl Metrics {
     /// Prometheus text format, version 0.0.4.
     pub fn render(&self) -> String {
         let mut s = String::new();
-        let counters: [(&str, &AtomicU64); 13] = [
-            ("rx_packets_total", &self.rx_packets),
-            ("rx_bytes_total", &self.rx_bytes),
-            ("tx_packets_total", &self.tx_packets),
-            ("tx_bytes_total", &self.tx_bytes),
-            ("aggregations_total", &self.aggregations),
-            ("partial_aggregations_total", &self.partial_aggregations),
-            ("retransmissions_total", &self.retransmissions),
-            ("duplicates_total", &self.duplicates),
-            ("results_resent_total", &self.results_resent),
-            ("ecn_marks_total", &self.ecn_marks),
-            ("int32_overflows_total", &self.overflows),
+        let shard_counters: [(&str, Counter); 11] = [
+            ("rx_packets_total", |c| &c.rx_packets),
+            ("rx_bytes_total", |c| &c.rx_bytes),
+            ("tx_packets_total", |c| &c.tx_packets),
+            ("tx_bytes_total", |c| &c.tx_bytes),
+            ("aggregations_total", |c| &c.aggregations),
+            ("partial_aggregations_total", |c| &c.partial_aggregations),
+            ("retransmissions_total", |c| &c.retransmissions),
+            ("duplicates_total", |c| &c.duplicates),
+            ("results_resent_total", |c| &c.results_resent),
+            ("ecn_marks_total", |c| &c.ecn_marks),
+            ("int32_overflows_total", |c| &c.overflows),
+        ];
+        for (name, counter) in shard_counters {
+            let _ = writeln!(s, "# TYPE shoal_switch_{name} counter");
+            let _ = writeln!(s, "shoal_switch_{name} {}", self.total(counter));
+        }
+        for (name, v) in [
             ("jobs_admitted_total", &self.jobs_admitted),
             ("jobs_refused_total", &self.jobs_refused),
-        ];
-        for (name, v) in counters {
+            ("jobs_released_total", &self.jobs_released),
+        ] {
             let _ = writeln!(s, "# TYPE shoal_switch_{name} counter");
             let _ = writeln!(s, "shoal_switch_{name} {}", v.load(Relaxed));
         }
-        let _ = writeln!(s, "# TYPE shoal_switch_jobs_released_total counter");
-        let _ = writeln!(
-            s,
-            "shoal_switch_jobs_released_total {}",
-            self.jobs_released.load(Relaxed)
-        );
         let _ = writeln!(s, "# TYPE shoal_switch_memory_bytes gauge");
-        let _ = writeln!(
-            s,
-            "shoal_switch_memory_bytes {}",
-            self.memory_bytes.load(Relaxed)
-        );
+        let used = self.total(|c| &c.memory_bytes);
+        let _ = writeln!(s, "shoal_switch_memory_bytes {used}");
         let _ = writeln!(s, "# TYPE shoal_switch_memory_capacity_bytes gauge");
-        let cap = self.memory_capacity_bytes.load(Relaxed);
+        let cap = self.total(|c| &c.memory_capacity_bytes);
         let _ = writeln!(s, "shoal_switch_memory_capacity_bytes {cap}");
         let _ = writeln!(s, "# TYPE shoal_switch_drops_total counter");
         for r in DropReason::ALL {
@@ -231,8 +290,38 @@ impl Metrics {
                 "shoal_switch_control_refused_total{{reason=\"{name}\"}} {v}"
             );
         }
+        self.render_threads(&mut s);
         self.render_jobs(&mut s);
         s
+    }
+
+    /// Per data-plane thread: what each core receives, sends and drops, and
+    /// how many jobs it serves (to see whether the load is spread).
+    fn render_threads(&self, s: &mut String) {
+        let _ = writeln!(s, "# TYPE shoal_switch_threads gauge");
+        let _ = writeln!(s, "shoal_switch_threads {}", self.shards.len());
+        let per_thread: [(&str, &str, Reading); 6] = [
+            ("thread_rx_packets_total", "counter", |c| {
+                c.rx_packets.load(Relaxed)
+            }),
+            ("thread_rx_bytes_total", "counter", |c| {
+                c.rx_bytes.load(Relaxed)
+            }),
+            ("thread_tx_packets_total", "counter", |c| {
+                c.tx_packets.load(Relaxed)
+            }),
+            ("thread_tx_bytes_total", "counter", |c| {
+                c.tx_bytes.load(Relaxed)
+            }),
+            ("thread_drops_total", "counter", |c| c.total_drops()),
+            ("thread_jobs", "gauge", |c| c.jobs.load(Relaxed)),
+        ];
+        for (name, kind, value) in per_thread {
+            let _ = writeln!(s, "# TYPE shoal_switch_{name} {kind}");
+            for (i, c) in self.shards.iter().enumerate() {
+                let _ = writeln!(s, "shoal_switch_{name}{{thread=\"{i}\"}} {}", value(c));
+            }
+        }
     }
 
     fn render_jobs(&self, s: &mut String) {

@@ -1,6 +1,8 @@
-//! The software aggregation switch (`shoal switch`): one core runs the UDP
-//! data plane, control threads authenticate tenants and admit and release
-//! jobs over TCP, and an optional HTTP endpoint serves Prometheus metrics.
+//! The software aggregation switch (`shoal switch`): `--threads` cores run
+//! the UDP data plane, each with its own socket (port) and its own jobs
+//! (`placement`), control threads authenticate tenants and admit and
+//! release jobs over TCP, and an optional HTTP endpoint serves Prometheus
+//! metrics, per thread too.
 
 mod args;
 mod control;
@@ -8,6 +10,7 @@ pub mod core;
 mod event_loop;
 pub mod jobs;
 pub mod metrics;
+mod placement;
 pub mod slots;
 
 use std::io;
@@ -30,8 +33,11 @@ use crate::proto::DEFAULT_PAYLOAD_BUDGET;
 
 #[derive(Clone, Debug)]
 pub struct SwitchConfig {
-    /// UDP data plane address.
+    /// UDP data plane address of thread 0 (threads 1.. bind ephemeral
+    /// ports on the same address, announced per job in `ADMIT_OK`).
     pub listen: SocketAddr,
+    /// Data-plane threads (cores).
+    pub threads: usize,
     /// TCP control address (the daemon uses the `listen` port).
     pub control: SocketAddr,
     /// Aggregation memory budget in bytes, shared fairly among jobs.
@@ -69,6 +75,7 @@ impl SwitchConfig {
         let any: SocketAddr = "0.0.0.0:9800".parse().unwrap();
         SwitchConfig {
             listen: any,
+            threads: default_threads(),
             control: any,
             memory: 64 << 20,
             metrics: None,
@@ -97,9 +104,17 @@ impl SwitchConfig {
     }
 }
 
+/// One data-plane thread per core by default.
+pub fn default_threads() -> usize {
+    thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// A running switch; dropping it stops it.
 pub struct SwitchHandle {
+    /// Data address of thread 0 (the listen address).
     pub data_addr: SocketAddr,
+    /// Data address of every data-plane thread.
+    pub data_addrs: Vec<SocketAddr>,
     pub control_addr: SocketAddr,
     pub metrics_addr: Option<SocketAddr>,
     pub metrics: Arc<Metrics>,
@@ -133,47 +148,70 @@ impl Drop for SwitchHandle {
 
 /// Binds the sockets and starts the switch's threads.
 pub fn spawn(cfg: SwitchConfig) -> io::Result<SwitchHandle> {
-    let udp = UdpSocket::bind(cfg.listen)?;
-    let bufs = crate::net::set_buffers(&udp, cfg.socket_buffer);
-    let rx_buffer_packets = crate::net::buffer_packets(bufs.recv, cfg.payload_budget);
+    let threads = cfg.threads.max(1);
+    let mut socks = vec![UdpSocket::bind(cfg.listen)?];
+    for _ in 1..threads {
+        socks.push(UdpSocket::bind(SocketAddr::new(cfg.listen.ip(), 0))?);
+    }
     let control = TcpListener::bind(cfg.control)?;
     let metrics_listener = cfg.metrics.map(TcpListener::bind).transpose()?;
-    let metrics = Arc::new(Metrics::default());
+    let metrics = Arc::new(Metrics::new(threads));
     let stop = Arc::new(AtomicBool::new(false));
-    let data_addr = udp.local_addr()?;
+    let data_addrs = socks
+        .iter()
+        .map(|s| s.local_addr())
+        .collect::<io::Result<Vec<_>>>()?;
     let control_addr = control.local_addr()?;
     let metrics_addr = metrics_listener
         .as_ref()
         .map(|l| l.local_addr())
         .transpose()?;
-    let mut core = core::SwitchCore::new(&cfg, data_addr.port(), metrics.clone());
-    core.jobs.rx_packets = rx_buffer_packets;
-    let (tx, rx) = channel();
-    let mut threads = Vec::new();
+    let (mut senders, mut handles, mut rx_buffer, mut rx_buffer_packets) = (vec![], vec![], 0, 0);
+    for (index, udp) in socks.into_iter().enumerate() {
+        let bufs = crate::net::set_buffers(&udp, cfg.socket_buffer);
+        let packets = crate::net::buffer_packets(bufs.recv, cfg.payload_budget);
+        (rx_buffer, rx_buffer_packets) = (bufs.recv, packets);
+        let shard = core::Shard {
+            index,
+            count: threads,
+        };
+        let port = data_addrs[index].port();
+        let mut core = core::SwitchCore::shard(&cfg, port, metrics.clone(), shard);
+        core.jobs.rx_packets = packets;
+        let (tx, rx) = channel();
+        senders.push(tx);
+        let s = stop.clone();
+        handles.push(named(&format!("shoal-switch-udp{index}"), move || {
+            event_loop::run_loop(udp, core, rx, &s)
+        })?);
+    }
+    let shards = placement::Placement::new(senders, cfg.max_jobs, metrics.clone());
+    let ctx = control::Ctx::new(
+        cfg.secret.clone(),
+        cfg.limits.clone(),
+        shards,
+        metrics.clone(),
+    );
     let s = stop.clone();
-    threads.push(named("shoal-switch-udp", move || {
-        event_loop::run_loop(udp, core, rx, &s)
-    })?);
-    let ctx = control::Ctx::new(cfg.secret.clone(), cfg.limits.clone(), tx, metrics.clone());
-    let s = stop.clone();
-    threads.push(named("shoal-switch-ctl", move || {
+    handles.push(named("shoal-switch-ctl", move || {
         control::serve(control, Arc::new(ctx), s)
     })?);
     if let Some(l) = metrics_listener {
         let (m, s) = (metrics.clone(), stop.clone());
-        threads.push(named("shoal-switch-http", move || {
+        handles.push(named("shoal-switch-http", move || {
             metrics::serve_http(l, m, s)
         })?);
     }
     Ok(SwitchHandle {
-        data_addr,
+        data_addr: data_addrs[0],
+        data_addrs,
         control_addr,
         metrics_addr,
         metrics,
-        rx_buffer: bufs.recv,
+        rx_buffer,
         rx_buffer_packets,
         stop,
-        threads,
+        threads: handles,
     })
 }
 
@@ -219,12 +257,17 @@ pub fn daemon_main(argv: &[String], load_secret: SecretLoader<'_>) -> i32 {
     let code = match spawn(cfg) {
         Ok(h) => {
             info!(
-                "listening: data udp {} control tcp {}{} (receive buffer {} KiB: {} packets)",
-                h.data_addr,
+                "listening: data udp {} control tcp {}{} ({} data-plane threads, receive buffer {} KiB: {} packets each)",
+                h.data_addrs
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
                 h.control_addr,
                 h.metrics_addr
                     .map(|a| format!(" metrics http://{a}/metrics"))
                     .unwrap_or_default(),
+                h.data_addrs.len(),
                 h.rx_buffer >> 10,
                 h.rx_buffer_packets
             );
