@@ -8,6 +8,7 @@ mod call;
 mod config;
 mod log;
 mod switch;
+mod tune;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -393,6 +394,7 @@ fn _shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(config::config_variables, m)?)?;
     m.add_function(wrap_pyfunction!(config::detect_launcher, m)?)?;
     m.add_function(wrap_pyfunction!(config::config_error, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::tune_tables, m)?)?;
     log::register(m)?;
     algo::register(m)?;
     m.add("ShoalError", py.get_type::<ShoalError>())?;
