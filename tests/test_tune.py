@@ -11,11 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import launch, spawn_ranks
+
 from shoal import _shoal
 
 ROW = "allreduce world=2 0-inf:binomial\n"
+#: every built-in allreduce algorithm, asked of the registry (not a list kept here)
+ALLREDUCE = list(_shoal.algorithms("allreduce"))
 
 
 def traced_algorithms(trace_dir: Path) -> set[str]:
@@ -76,3 +78,50 @@ def test_a_missing_tune_file_fails_init(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     assert "nope.txt: cannot read it" in proc.stderr
+
+
+def test_shoal_tune_quick_writes_a_table_that_loads(tmp_path: Path) -> None:
+    """End to end on 2 ranks; the candidates come from the registry at run
+    time, so a Python algorithm loaded through SHOAL_ALGORITHMS is measured too."""
+    py_ring = Path(__file__).parent.parent / "examples" / "algorithms" / "ring_allreduce.py"
+    out = tmp_path / "t.txt"
+    cmd = [sys.executable, "-m", "shoal.cli", "tune", "--quick", "-n", "2", "--collectives", "allreduce"]
+    cmd += ["--out", str(out), "--no-progress", "--repeats", "3"]
+    env = {**os.environ, "SHOAL_ALGORITHMS": str(py_ring)}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tables = _shoal.tune_tables(str(out))["tables"]
+    rows = tables[0]["rows"]
+    assert len(rows) == 1 and rows[0].startswith("allreduce world=2 transport=shm cpus=")
+    assert rows[0].split()[4].startswith("0-") and rows[0].endswith(tuple(f"-inf:{a}" for a in ALLREDUCE + ["py_ring"]))
+    raw = json.loads(out.with_suffix(".json").read_text())
+    measured = {m["algo"] for m in raw["measurements"]}
+    assert measured == {*ALLREDUCE, "py_ring"}
+    assert all(m["errors"] == 0 and m["time_us"] > 0 for m in raw["measurements"])
+    # A job given the table follows its row (tune_job's call: 4096 float32 = 16 KiB).
+    job = launch(2, "tune_job.py", env={"SHOAL_TUNE_FILE": str(out), "SHOAL_ALGORITHMS": str(py_ring)})
+    assert f"chosen={algorithm_for(rows[0], 16384)}" in job.stdout
+
+
+def algorithm_for(row: str, nbytes: int) -> str:
+    """The algorithm a row's ranges name for `nbytes` (sizes as `shoal tune` writes them)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+    def size(text: str) -> float:
+        if text == "inf":
+            return float("inf")
+        return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+
+    for word in row.split()[4:]:
+        span, algo = word.split(":")
+        lo, hi = span.split("-")
+        if size(lo) <= nbytes < size(hi):
+            return algo
+    raise AssertionError(f"no range of {row!r} holds {nbytes}")
+
+
+def test_shoal_tune_refuses_a_bad_grid(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "shoal.cli", "tune", "--collectives", "allreduse", "--out", str(tmp_path / "t")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "unknown collective(s) allreduse" in proc.stderr

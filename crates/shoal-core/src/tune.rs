@@ -343,7 +343,7 @@ pub fn parse_bytes(text: &str) -> Option<u64> {
 /// The shortest spelling of a size: `64K` for 65536, `100` for 100.
 pub fn format_bytes(bytes: u64) -> String {
     for (suffix, scale) in [("G", 1u64 << 30), ("M", 1 << 20), ("K", 1 << 10)] {
-        if bytes >= scale && bytes % scale == 0 {
+        if bytes >= scale && bytes.is_multiple_of(scale) {
             return format!("{}{suffix}", bytes / scale);
         }
     }

@@ -7,17 +7,15 @@ use pyo3::types::PyDict;
 use shoal_core::tune::{local_cpus, Machine, Tables, Transport};
 
 /// The tables the selector consults, in order: `path`'s (default
-/// `SHOAL_TUNE_FILE`'s) and the built-in one, as `{"tables": [{"source",
+/// `SHOAL_TUNE_FILE`'s; empty: none) and the built-in one, as `{"tables": [{"source",
 /// "rows"}], "cpus": <this host's>}`, rows in their canonical text;
 /// `ValueError` naming the file, line and problem when one does not parse.
 #[pyfunction]
 #[pyo3(signature = (path=None))]
 pub fn tune_tables(py: Python<'_>, path: Option<String>) -> PyResult<Bound<'_, PyDict>> {
-    let path = path.or_else(|| {
-        std::env::var("SHOAL_TUNE_FILE")
-            .ok()
-            .filter(|p| !p.trim().is_empty())
-    });
+    let path = path
+        .or_else(|| std::env::var("SHOAL_TUNE_FILE").ok())
+        .filter(|p| !p.trim().is_empty());
     let machine = Machine {
         transport: Transport::Shm,
         cpus: local_cpus(),
