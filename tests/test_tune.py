@@ -125,3 +125,20 @@ def test_shoal_tune_refuses_a_bad_grid(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "unknown collective(s) allreduse" in proc.stderr
+
+
+def test_shoal_info_shows_the_tables_in_force(tmp_path: Path) -> None:
+    table = tmp_path / "t.txt"
+    table.write_text(ROW)
+    env = {**os.environ, "SHOAL_TUNE_FILE": str(table)}
+    info = [sys.executable, "-m", "shoal.cli", "info"]
+    doc = json.loads(subprocess.run([*info, "--json"], env=env, capture_output=True, text=True, check=True).stdout)
+    tables = doc["tuning"]["tables"]
+    assert [t["source"] for t in tables] == [str(table), "built-in"]
+    assert tables[0]["rows"] == [ROW.strip()] and doc["tuning"]["error"] is None
+    text = subprocess.run(info, env=env, capture_output=True, text=True, check=True).stdout
+    assert f"  {table}: 1 row(s)\n    {ROW.strip()}\n" in text
+    table.write_text("allreduce 0-inf:nope\n")
+    doc = json.loads(subprocess.run([*info, "--json"], env=env, capture_output=True, text=True, check=True).stdout)
+    assert "line 1: unknown allreduce algorithm 'nope'" in doc["tuning"]["error"]
+    assert [t["source"] for t in doc["tuning"]["tables"]] == ["built-in"]
