@@ -335,14 +335,20 @@ def tune(ns: argparse.Namespace, nprocs: list[int], colls: list[str], sizes: lis
 
 def _run_job(n: int, spec: TuneSpec, ns: argparse.Namespace, log: Path, progress: Progress) -> list[Measurement] | None:
     """One rank count's measurements, or None when its job failed."""
+    from shoal.bench import shoal_algorithms
+
     out: list[Measurement] = []
+    spec_algos = {c: shoal_algorithms(c, switch=False) for c in spec.collectives}
 
     def on_record(rec: dict[str, Any]) -> None:
         if rec.get("type") != "result":
             return
         keys = ("collective", "algo", "size", "select_bytes", "time_us", "samples_us", "errors")
         out.append(Measurement(nranks=n, **{k: rec[k] for k in keys}))
-        progress.advance(label=f"{n} ranks {rec['collective']} {human(rec['size'])} {rec['algo']}")
+        label = f"{n} ranks {rec['collective']} {human(rec['size'])}"
+        progress.advance(label=f"{label} {rec['algo']}")
+        if not progress.tty and rec["algo"] == spec_algos[rec["collective"]][-1]:
+            progress.note(label)  # one line per size where no bar is drawn (a log, a pipe)
 
     worker = [python(), "-m", "shoal.tune", "--worker", spec.to_json()]
     env = {**os.environ, **base_env(), **({"SHOAL_TRANSPORT": ns.transport} if ns.transport else {})}
