@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import launch, spawn_ranks
+from conftest import init_with, launch, spawn_ranks
 
 from shoal import _shoal
 
@@ -72,10 +72,7 @@ def test_a_table_on_one_rank_only_fails_init_naming_the_ranks(tmp_path: Path) ->
 
 
 def test_a_missing_tune_file_fails_init(tmp_path: Path) -> None:
-    code = "import shoal; shoal.init()"
-    env = {**os.environ, "SHOAL_TUNE_FILE": str(tmp_path / "nope.txt")}
-    env.pop("RANK", None)
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    proc = init_with({"SHOAL_TUNE_FILE": str(tmp_path / "nope.txt")})
     assert proc.returncode != 0
     assert "nope.txt: cannot read it" in proc.stderr
 
