@@ -14,6 +14,7 @@ import pytest
 from conftest import init_with, launch, spawn_ranks
 
 from shoal import _shoal
+from shoal.tune import Measurement, ranges, table_row, winners
 
 ROW = "allreduce world=2 0-inf:binomial\n"
 #: every built-in allreduce algorithm, asked of the registry (not a list kept here)
@@ -139,3 +140,34 @@ def test_shoal_info_shows_the_tables_in_force(tmp_path: Path) -> None:
     doc = json.loads(subprocess.run([*info, "--json"], env=env, capture_output=True, text=True, check=True).stdout)
     assert "line 1: unknown allreduce algorithm 'nope'" in doc["tuning"]["error"]
     assert [t["source"] for t in doc["tuning"]["tables"]] == ["built-in"]
+
+
+def test_info_without_the_builtin_table(tmp_path: Path) -> None:
+    table = tmp_path / "t.txt"
+    table.write_text(ROW)
+    env = {**os.environ, "SHOAL_TUNE_FILE": str(table), "SHOAL_TUNE_BUILTIN": "0"}
+    cmd = [sys.executable, "-m", "shoal.cli", "info", "--json"]
+    doc = json.loads(subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout)
+    assert [t["source"] for t in doc["tuning"]["tables"]] == [str(table)]
+
+
+def point(size: int, algo: str, us: float, errors: int = 0) -> Measurement:
+    return Measurement("allreduce", 2, algo, size, size, us, [us], errors)
+
+
+def test_winners_merge_ranges_and_ignore_noise_and_wrong_results() -> None:
+    points = [
+        point(8, "a", 10.0), point(8, "b", 12.0),
+        point(64, "a", 10.4), point(64, "b", 10.0),  # b faster by 4%: within 5%, a stays
+        point(1024, "a", 20.0), point(1024, "b", 10.0),  # b clearly faster
+        point(4096, "a", 5.0, errors=3), point(4096, "b", 9.0),  # a wrong: never a winner
+        point(65536, "a", 5.0), point(65536, "b", 9.0),
+    ]  # fmt: skip
+    wins = winners(points, 0.05)
+    assert wins == [(8, "a"), (64, "a"), (1024, "b"), (4096, "b"), (65536, "a")]
+    assert winners(points, 0.0)[1] == (64, "b")
+    # boundaries at the geometric middle, a power of two where one lies between
+    assert ranges(wins) == [(0, 256, "a"), (256, 16384, "b"), (16384, None, "a")]
+    assert table_row("allreduce", 2, "shm", 2, wins) == (
+        "allreduce world=2 transport=shm cpus=2 0-256:a 256-16K:b 16K-inf:a"
+    )

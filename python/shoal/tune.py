@@ -145,23 +145,42 @@ def worker_main(spec_json: str) -> int:
 # ---------------------------------------------------------------- tables
 
 
-def winners(points: list[Measurement]) -> list[tuple[int, str]]:
-    """The fastest correct algorithm per measured size, by selector bytes."""
-    by_size: dict[int, list[Measurement]] = {}
+def winners(points: list[Measurement], tolerance: float) -> list[tuple[int, str]]:
+    """The winning correct algorithm per measured size, by selector bytes.
+
+    The fastest wins, except that the previous size's winner stays while it
+    is within `tolerance` (a fraction) of the fastest: differences that small
+    are noise on a loaded machine, and a table that flips between two
+    algorithms at every size is no more right, only harder to read."""
+    by_size: dict[int, dict[str, float]] = {}
     for m in points:
         if m.errors == 0:
-            by_size.setdefault(m.select_bytes, []).append(m)
-    return [(size, min(ms, key=lambda m: (m.time_us, m.algo)).algo) for size, ms in sorted(by_size.items())]
+            by_size.setdefault(m.select_bytes, {})[m.algo] = m.time_us
+    out: list[tuple[int, str]] = []
+    for size, times in sorted(by_size.items()):
+        fastest = min(sorted(times), key=lambda a: times[a])
+        previous = out[-1][1] if out else None
+        keep = previous in times and times[previous] <= times[fastest] * (1 + tolerance)
+        out.append((size, previous if keep and previous is not None else fastest))
+    return out
+
+
+def boundary(below: int, above: int) -> int:
+    """Where a range ends between two measured sizes: their geometric middle,
+    rounded to a power of two when one lies strictly between them."""
+    middle = math.isqrt(below * above)
+    power = 1 << max(round(math.log2(max(middle, 1))), 0)
+    return power if below < power <= above else middle
 
 
 def ranges(wins: list[tuple[int, str]]) -> list[tuple[int, int | None, str]]:
     """Half-open byte ranges covering 0..inf: adjacent sizes with one winner
-    merged, a boundary at the geometric middle of two sizes that differ."""
+    merged, a boundary between two sizes that differ."""
     out: list[tuple[int, int | None, str]] = []
     for i, (size, algo) in enumerate(wins):
         if out and out[-1][2] == algo:
             continue
-        lo = 0 if not out else math.isqrt(wins[i - 1][0] * size)
+        lo = 0 if not out else boundary(wins[i - 1][0], size)
         if out:
             out[-1] = (out[-1][0], lo, out[-1][2])
         out.append((lo, None, algo))
@@ -183,12 +202,12 @@ def table_row(collective: str, nranks: int, transport: str, cpus: int, wins: lis
     return f"{collective} world={nranks} transport={transport} cpus={cpus} {spans}"
 
 
-def table_text(measurements: list[Measurement], header: list[str], transport: str, cpus: int) -> str:
+def table_text(measurements: list[Measurement], header: list[str], transport: str, cpus: int, tolerance: float) -> str:
     lines = [f"# {h}" for h in header]
     keys = sorted({(m.collective, m.nranks) for m in measurements}, key=lambda k: (_order(k[0]), k[1]))
     for collective, nranks in keys:
         points = [m for m in measurements if m.collective == collective and m.nranks == nranks]
-        wins = winners(points)
+        wins = winners(points, tolerance)
         if wins:
             lines.append(table_row(collective, nranks, transport, cpus, wins))
     return "\n".join(lines) + "\n"
@@ -229,6 +248,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--transport", choices=("shm", "tcp"), help="SHOAL_TRANSPORT of the ranks (default auto: shm)")
     p.add_argument("--out", type=Path, default=Path("shoal-tune.txt"), help="the table (default shoal-tune.txt)")
     p.add_argument("--json", type=Path, help="raw measurements (default: the table's name with .json)")
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=5.0,
+        help="percent: the previous size's winner stays while this close to the fastest (default 5)",
+    )
+    p.add_argument("--from", dest="from_json", type=Path, help="write the table from an earlier run's JSON instead")
     p.add_argument("--timeout", type=float, default=3600, help="seconds one job may take (default 3600)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return p
@@ -258,20 +284,28 @@ def main(argv: list[str] | None = None) -> int:
         ns = parser().parse_args(argv)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else EXIT_USAGE
+    command = "shoal tune " + " ".join(shlex.quote(a) for a in argv)
+    if ns.from_json is not None:
+        try:
+            doc = json.loads(ns.from_json.read_text())
+        except (OSError, ValueError) as e:
+            print(f"shoal tune: cannot read {ns.from_json}: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        return write(doc, ns, None, rebuilt_by=command)
     try:
         nprocs, colls, sizes = _grid(ns)
     except ValueError as e:
         print(f"shoal tune: {e}", file=sys.stderr)
         return EXIT_USAGE
-    command = "shoal tune " + " ".join(shlex.quote(a) for a in argv)
     return tune(ns, nprocs, colls, sizes, command)
 
 
 def tune(ns: argparse.Namespace, nprocs: list[int], colls: list[str], sizes: list[int], command: str) -> int:
-    from shoal import _shoal
     from shoal.bench import shoal_algorithms
     from shoal.bench.cli import machine
 
+    info = machine()  # before the jobs: the load they meet
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     spec = TuneSpec(
         collectives=colls,
         sizes=sizes,
@@ -296,40 +330,50 @@ def tune(ns: argparse.Namespace, nprocs: list[int], colls: list[str], sizes: lis
         print(f"shoal tune: no measurements ({', '.join(failed)} failed: see the logs)", file=sys.stderr)
         return EXIT_FAILED
 
-    info = machine()
-    cpus = os.cpu_count() or 1
-    transport = ns.transport or "shm"
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    header = [
-        f"measured by `{command}` on {stamp}",
-        f"machine: {info.get('cpu', '?')}, {cpus} logical CPUs, {info.get('memory', '?')}, "
-        f"load average {info['load_average']} at the start",
-        f"sizes {', '.join(human(s) for s in sizes)} (whole buffer); ranges are the selector's "
-        "per-rank bytes; median of {} repeats".format(ns.repeats),
-    ]
-    text = table_text(measurements, header, transport, cpus)
     doc = {
         "schema": "shoal-tune/1",
         "command": command,
         "timestamp": stamp,
         "machine": {**info, "load_average_end": [round(x, 2) for x in os.getloadavg()]},
-        "settings": spec.__dict__ | {"transport": transport},
+        "settings": spec.__dict__ | {"transport": ns.transport or "shm", "cpus": os.cpu_count() or 1},
         "measurements": [m.__dict__ for m in measurements],
-        "table": text,
     }
+    code = write(doc, ns, json_path)
+    if failed:
+        print(f"shoal tune: failed: {', '.join(failed)} (see the logs)", file=sys.stderr)
+        return EXIT_FAILED
+    return code
+
+
+def write(doc: dict[str, Any], ns: argparse.Namespace, json_path: Path | None, rebuilt_by: str | None = None) -> int:
+    """Writes the table of the measurements in `doc` (and `doc` itself to `json_path`, with the table)."""
+    from shoal import _shoal
+
+    info, settings = doc["machine"], doc["settings"]
+    sizes = sorted({m["size"] for m in doc["measurements"]})
+    header = [
+        f"measured by `{doc['command']}` on {doc['timestamp']}",
+        f"machine: {info.get('cpu', '?')}, {settings['cpus']} logical CPUs, {info.get('memory', '?')}, "
+        f"load average {info['load_average']} at the start, {info['load_average_end']} at the end",
+        f"sizes {', '.join(human(s) for s in sizes)} (whole buffer); ranges are the selector's per-rank bytes; "
+        f"median of {settings['repeats']} repeats; winners kept within {ns.tolerance:g}% of the fastest",
+    ]
+    if rebuilt_by:
+        header.append(f"table rebuilt from those measurements by `{rebuilt_by}`")
+    measurements = [Measurement(**m) for m in doc["measurements"]]
+    text = table_text(measurements, header, settings["transport"], settings["cpus"], ns.tolerance / 100)
     try:
         ns.out.write_text(text)
-        json_path.write_text(json.dumps(doc, indent=1) + "\n")
+        if json_path is not None:
+            json_path.write_text(json.dumps(doc | {"table": text}, indent=1) + "\n")
     except OSError as e:
         print(f"shoal tune: cannot write {ns.out} or {json_path}: {e.strerror or e}", file=sys.stderr)
         return EXIT_FAILED
     _shoal.tune_tables(str(ns.out))  # what it wrote loads (raises otherwise: a bug here)
     sys.stdout.write(text)
-    print(f"shoal tune: table in {ns.out}, measurements in {json_path}", file=sys.stderr)
+    where = f", measurements in {json_path}" if json_path else ""
+    print(f"shoal tune: table in {ns.out}{where}", file=sys.stderr)
     print(f"shoal tune: use it with SHOAL_TUNE_FILE={ns.out}", file=sys.stderr)
-    if failed:
-        print(f"shoal tune: failed: {', '.join(failed)} (see the logs)", file=sys.stderr)
-        return EXIT_FAILED
     return EXIT_OK
 
 

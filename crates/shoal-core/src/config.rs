@@ -84,6 +84,12 @@ pub const VARIABLES: &[Variable] = &[
         "shoal-core config.rs",
     ),
     var(
+        "SHOAL_TUNE_BUILTIN",
+        "1",
+        "consult the built-in tuning table before the cost model",
+        "shoal-core config.rs",
+    ),
+    var(
         "SHOAL_CHUNK_BYTES",
         "1048576",
         "piece size of chunked algorithms",
@@ -278,6 +284,9 @@ pub struct Config {
     /// `SHOAL_TUNE_FILE` (default none): a tuning table (docs/tuning.md)
     /// whose rows the selector follows before the built-in table's.
     pub tune_file: Option<String>,
+    /// `SHOAL_TUNE_BUILTIN` (a flag, default on): consult the built-in
+    /// table after `SHOAL_TUNE_FILE`'s; off, the cost model comes next.
+    pub tune_builtin: bool,
     /// `SHOAL_PLAN_CACHE` (default 256, 1 to 65536): how many compiled plans
     /// a process keeps; the least recently used one goes first.
     pub plan_cache: usize,
@@ -353,6 +362,7 @@ impl Config {
         }
         Ok(Config {
             tune_file,
+            tune_builtin: flag(env, "SHOAL_TUNE_BUILTIN", true)?,
             timeout: seconds(env, "SHOAL_TIMEOUT", 300.0, MAX_TIMEOUT_SECS, "a year")?,
             transport: parse_transport(env)?,
             algo,

@@ -7,7 +7,8 @@ use pyo3::types::PyDict;
 use shoal_core::tune::{local_cpus, Machine, Tables, Transport};
 
 /// The tables the selector consults, in order: `path`'s (default
-/// `SHOAL_TUNE_FILE`'s; empty: none) and the built-in one, as `{"tables": [{"source",
+/// `SHOAL_TUNE_FILE`'s; empty: none) and the built-in one (unless
+/// `SHOAL_TUNE_BUILTIN` is off), as `{"tables": [{"source",
 /// "rows"}], "cpus": <this host's>}`, rows in their canonical text;
 /// `ValueError` naming the file, line and problem when one does not parse.
 #[pyfunction]
@@ -20,8 +21,15 @@ pub fn tune_tables(py: Python<'_>, path: Option<String>) -> PyResult<Bound<'_, P
         transport: Transport::Shm,
         cpus: local_cpus(),
     };
-    let tables =
-        Tables::load(path.as_deref(), machine).map_err(|e| PyValueError::new_err(e.message))?;
+    // As the core reads the flag (a bad value fails init, reported by `config_error`).
+    let builtin = !std::env::var("SHOAL_TUNE_BUILTIN").is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "0" | "false" | "no" | "off"
+        )
+    });
+    let tables = Tables::load(path.as_deref(), builtin, machine)
+        .map_err(|e| PyValueError::new_err(e.message))?;
     let listed = tables
         .tables
         .iter()
