@@ -90,56 +90,67 @@ def select_bytes(lay: check.Layout) -> int:
 def worker_main(spec_json: str) -> int:
     """One rank of a tuning job (run under ``shoal run``)."""
     from shoal.bench import shoal_algorithms
-    from shoal.bench.worker import emit, time_samples
+    from shoal.bench.worker import emit
     from shoal.bench.worker_shoal import ShoalBackend
 
     spec = TuneSpec(**json.loads(spec_json))
     backend = ShoalBackend()
     for collective in spec.collectives:
+        # what the registry lists now: algorithms added to it are candidates without a change here
         algos = shoal_algorithms(collective, switch=False)
         for nbytes in spec.sizes:
-            lay = check.layout(collective, nbytes, spec.dtype, backend.size)
-            iters = spec.iters or min(auto_iters(lay.nbytes), spec.max_iters)
-            inp, out = check.allocate(lay)
-            calls = {a: backend.make_call(lay, inp, out, "sum", 0, a) for a in algos}
-            samples: dict[str, list[float]] = {a: [] for a in algos}
-            for a in algos:
-                time_samples(backend, calls[a], 1, auto_warmup(iters), 0)
-            # side by side: every repeat times each algorithm once
-            for _ in range(spec.repeats):
-                for a in algos:
-                    samples[a] += time_samples(backend, calls[a], iters, 0, 1)
-            for a in algos:
-                per_repeat = np.array(samples[a], dtype=np.float64)
-                backend.allreduce_f64(per_repeat, "max")
-                errors = np.zeros(1, dtype=np.float64)
-                check.fill_for_check(lay, backend.rank, "sum", 0, inp, out)
-                backend.barrier()
-                calls[a]()
-                errors[0] = check.count_errors(lay, backend.rank, "sum", 0, inp, out)
-                backend.allreduce_f64(errors, "sum")
-                times = [t * 1e6 for t in per_repeat.tolist()]
-                emit(
-                    backend,
-                    {
-                        "type": "result",
-                        "collective": collective,
-                        "algo": a,
-                        "size": lay.nbytes,
-                        "select_bytes": select_bytes(lay),
-                        "iters": iters,
-                        "samples_us": times,
-                        "time_us": statistics.median(times),
-                        "errors": int(errors[0]),
-                    },
-                )
-                inp.fill(0)
-                if out is not None:
-                    out.fill(0)
-            del inp, out, calls
+            for record in _measure_size(
+                backend, spec, check.layout(collective, nbytes, spec.dtype, backend.size), algos
+            ):
+                emit(backend, record)
     emit(backend, {"type": "end"})
     backend.close()
     return 0
+
+
+def _measure_size(backend: Any, spec: TuneSpec, lay: check.Layout, algos: list[str]) -> list[dict[str, Any]]:
+    """Every algorithm at one size, side by side: each repeat times each
+    algorithm once, on one set of buffers; then each result is checked."""
+    from shoal.bench.worker import time_samples
+
+    iters = spec.iters or min(auto_iters(lay.nbytes), spec.max_iters)
+    inp, out = check.allocate(lay)
+    calls = {a: backend.make_call(lay, inp, out, "sum", 0, a) for a in algos}
+    samples: dict[str, list[float]] = {a: [] for a in algos}
+    for a in algos:
+        time_samples(backend, calls[a], 1, auto_warmup(iters), 0)
+    for _ in range(spec.repeats):
+        for a in algos:
+            samples[a] += time_samples(backend, calls[a], iters, 0, 1)
+    records = []
+    for a in algos:
+        per_repeat = np.array(samples[a], dtype=np.float64)
+        backend.allreduce_f64(per_repeat, "max")  # the slowest rank sets the pace
+        errors = np.zeros(1, dtype=np.float64)
+        check.fill_for_check(lay, backend.rank, "sum", 0, inp, out)
+        backend.barrier()
+        calls[a]()
+        errors[0] = check.count_errors(lay, backend.rank, "sum", 0, inp, out)
+        backend.allreduce_f64(errors, "sum")
+        # timed calls run on zeros (reductions cannot overflow)
+        inp.fill(0)
+        if out is not None:
+            out.fill(0)
+        times = [t * 1e6 for t in per_repeat.tolist()]
+        records.append(
+            {
+                "type": "result",
+                "collective": lay.collective,
+                "algo": a,
+                "size": lay.nbytes,
+                "select_bytes": select_bytes(lay),
+                "iters": iters,
+                "samples_us": times,
+                "time_us": statistics.median(times),
+                "errors": int(errors[0]),
+            }
+        )
+    return records
 
 
 # ---------------------------------------------------------------- tables
@@ -365,7 +376,7 @@ def write(doc: dict[str, Any], ns: argparse.Namespace, json_path: Path | None, r
     try:
         ns.out.write_text(text)
         if json_path is not None:
-            json_path.write_text(json.dumps(doc | {"table": text}, indent=1) + "\n")
+            json_path.write_text(_json_text(doc | {"table": text}))
     except OSError as e:
         print(f"shoal tune: cannot write {ns.out} or {json_path}: {e.strerror or e}", file=sys.stderr)
         return EXIT_FAILED
@@ -375,6 +386,14 @@ def write(doc: dict[str, Any], ns: argparse.Namespace, json_path: Path | None, r
     print(f"shoal tune: table in {ns.out}{where}", file=sys.stderr)
     print(f"shoal tune: use it with SHOAL_TUNE_FILE={ns.out}", file=sys.stderr)
     return EXIT_OK
+
+
+def _json_text(doc: dict[str, Any]) -> str:
+    """The raw JSON, one measurement per line (readable, and small enough to keep beside a table)."""
+    head = {k: v for k, v in doc.items() if k != "measurements"}
+    lines = [json.dumps(m, separators=(",", ":")) for m in doc["measurements"]]
+    body = json.dumps(head, indent=1)[:-2]
+    return body + ',\n "measurements": [\n  ' + ",\n  ".join(lines) + "\n ]\n}\n"
 
 
 def _run_job(n: int, spec: TuneSpec, ns: argparse.Namespace, log: Path, progress: Progress) -> list[Measurement] | None:
