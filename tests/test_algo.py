@@ -163,7 +163,8 @@ def _line_of(text: str) -> int:
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
 @pytest.mark.parametrize("world", [2, 3, 4])
 def test_registered_algorithms_run_on_real_processes(transport: str, world: int) -> None:
-    proc = launch(world, "algo.py", env={"SHOAL_TRANSPORT": transport})
+    # The worker checks the cost model's choice: no built-in tuning table row may decide first.
+    proc = launch(world, "algo.py", env={"SHOAL_TRANSPORT": transport, "SHOAL_TUNE_BUILTIN": "0"})
     assert proc.stdout.count("OK algo") == world
 
 

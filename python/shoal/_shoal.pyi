@@ -192,6 +192,10 @@ def detect_launcher() -> dict[str, Any]:
 def config_error() -> str | None:
     """Why init would refuse the current SHOAL_* values, or None."""
 
+def tune_tables(path: str | None = None) -> dict[str, Any]:
+    """The tuning tables the selector consults (path's, default SHOAL_TUNE_FILE's, "" none; then the built-in one):
+    {"tables": [{"source", "rows"}], "cpus", "digest"}; ValueError naming file, line and problem."""
+
 _LogRecord = tuple[int, str, str, str, float, bool, int | None]
 
 def _log_attach() -> None:

@@ -20,6 +20,7 @@ COMMANDS = {
     "switch": "run the in-network aggregation switch daemon (shoal switch --help)",
     "info": "print version, algorithms, configuration, transports and capabilities (shoal info --json)",
     "bench": "benchmark a collective side by side with Gloo and OpenMPI (shoal bench -h)",
+    "tune": "measure the algorithms on this machine and write a tuning table (shoal tune -h)",
     "testbed": "emulated cluster: hosts as network namespaces behind a shaped switch (shoal testbed -h)",
     "sim": "simulate shoal's collectives on a network: fat-tree, leaf-spine, star (shoal sim -h)",
     "trace": "merge the per-rank traces of SHOAL_TRACE=DIR into one timeline (shoal trace merge DIR -o job.json)",
@@ -119,6 +120,12 @@ def _sim(args: list[str]) -> int:
     return sim_main(args)
 
 
+def _tune(args: list[str]) -> int:
+    from shoal.tune import main as tune_main
+
+    return tune_main(args)
+
+
 def _trace(args: list[str]) -> int:
     from shoal.trace import main as trace_main
 
@@ -131,6 +138,7 @@ HANDLERS = {
     "switch": _switch,
     "info": _info,
     "bench": _bench,
+    "tune": _tune,
     "testbed": _testbed,
     "sim": _sim,
     "trace": _trace,

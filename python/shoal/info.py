@@ -118,6 +118,19 @@ def ina(values: dict[str, str]) -> dict[str, Any]:
     }
 
 
+def tuning() -> dict[str, Any]:
+    """The tuning tables the selector consults before its cost model (docs/tuning.md), in order:
+    SHOAL_TUNE_FILE's, then the built-in one, each with its source and rows; `cpus` is this
+    host's count, which `cpus=` rows are matched against. A table that does not load gives
+    `error` (init would fail with it) and the built-in table alone."""
+    from shoal import _shoal
+
+    try:
+        return {**_shoal.tune_tables(), "error": None}
+    except ValueError as e:
+        return {**_shoal.tune_tables(""), "error": str(e)}
+
+
 def report() -> dict[str, Any]:
     """Everything ``shoal info`` shows, as JSON-ready data."""
     import shoal
@@ -145,6 +158,7 @@ def report() -> dict[str, Any]:
         },
         "launcher": launcher(),
         "ina": ina(values),
+        "tuning": tuning(),
     }
 
 
@@ -195,4 +209,15 @@ def render(r: dict[str, Any]) -> str:
         )
     else:
         out.append("ina: no switch configured (SHOAL_SWITCH)")
-    return "\n".join(out)
+    return "\n".join(out + render_tuning(r["tuning"]))
+
+
+def render_tuning(t: dict[str, Any]) -> list[str]:
+    """The tables section: each table's source and rows, in the order the selector reads them."""
+    out = ["", f"tuning tables (first matching row wins, then the cost model; this host: {t['cpus']} cpus):"]
+    if t["error"]:
+        out.append(f"  SHOAL_TUNE_FILE does not load, init fails: {t['error']}")
+    for table in t["tables"]:
+        out.append(f"  {table['source']}: {len(table['rows'])} row(s)")
+        out += [f"    {row}" for row in table["rows"]]
+    return out

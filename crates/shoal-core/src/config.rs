@@ -78,6 +78,18 @@ pub const VARIABLES: &[Variable] = &[
         "shoal-core config.rs",
     ),
     var(
+        "SHOAL_TUNE_FILE",
+        "",
+        "tuning table (shoal tune) consulted before the built-in one",
+        "shoal-core config.rs",
+    ),
+    var(
+        "SHOAL_TUNE_BUILTIN",
+        "1",
+        "consult the built-in tuning table before the cost model",
+        "shoal-core config.rs",
+    ),
+    var(
         "SHOAL_CHUNK_BYTES",
         "1048576",
         "piece size of chunked algorithms",
@@ -281,6 +293,12 @@ pub struct Config {
     /// `SHOAL_COST` (default empty): cost parameters given instead of measured,
     /// `alpha=<s>,beta=<s/byte>,gamma=<s/byte>`.
     pub cost: String,
+    /// `SHOAL_TUNE_FILE` (default none): a tuning table (docs/tuning.md)
+    /// whose rows the selector follows before the built-in table's.
+    pub tune_file: Option<String>,
+    /// `SHOAL_TUNE_BUILTIN` (a flag, default on): consult the built-in
+    /// table after `SHOAL_TUNE_FILE`'s; off, the cost model comes next.
+    pub tune_builtin: bool,
     /// `SHOAL_PLAN_CACHE` (default 256, 1 to 65536): how many compiled plans
     /// a process keeps; the least recently used one goes first.
     pub plan_cache: usize,
@@ -357,7 +375,14 @@ impl Config {
             .map_err(|e| Error::invalid(format!("SHOAL_ALGO={algo:?}: {}", e.message)))?;
         let cost = env("SHOAL_COST").unwrap_or_default();
         parse_cost(&cost, SHM_COST)?;
+        let tune_file = env("SHOAL_TUNE_FILE").filter(|s| !s.trim().is_empty());
+        // Loaded again at init; read here so a bad table fails before the rendezvous.
+        if let Some(path) = &tune_file {
+            crate::tune::load_file(std::path::Path::new(path))?;
+        }
         Ok(Config {
+            tune_file,
+            tune_builtin: flag(env, "SHOAL_TUNE_BUILTIN", true)?,
             timeout: seconds(env, "SHOAL_TIMEOUT", 300.0, MAX_TIMEOUT_SECS, "a year")?,
             transport: parse_transport(env)?,
             algo,

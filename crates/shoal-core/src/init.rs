@@ -22,6 +22,7 @@ use crate::log::{self, Who};
 use crate::rendezvous::{detect, establish, Explicit, Rendezvous};
 use crate::select::{Selector, SHM_COST, TCP_COST};
 use crate::trace::measure_offset;
+use crate::tune;
 
 /// What `shoal.init()` was given explicitly; the environment fills the rest.
 #[derive(Clone, Debug, Default)]
@@ -105,6 +106,14 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
             describe(&cost, multi_host)
         );
     }
+    let transport_class = if multi_host || engine.config.transport == TransportChoice::Tcp {
+        tune::Transport::Tcp
+    } else {
+        tune::Transport::Shm
+    };
+    engine
+        .selector
+        .set_tables(tune::agree_on_tables(&world, transport_class)?);
     start_trace(&world)?;
     Ok(world)
 }

@@ -18,6 +18,7 @@ pub mod reduce;
 pub mod select;
 pub mod stall;
 pub mod trace;
+pub mod tune;
 pub mod work;
 
 /// How a job's processes meet (the job secret, the stores, launcher

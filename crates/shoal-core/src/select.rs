@@ -1,5 +1,7 @@
 //! Algorithm selection: a user override (the call's `algorithm=` argument,
-//! else `SHOAL_ALGO`) wins; otherwise the cheapest algorithm under the
+//! else `SHOAL_ALGO`) wins; otherwise the first row of the tuning tables
+//! that matches the call ([`crate::tune`]: `SHOAL_TUNE_FILE`'s, then the
+//! built-in one); otherwise the cheapest algorithm under the
 //! alpha-beta-gamma cost model of the transport in use.
 //!
 //! The candidates are the built-in algorithms and those registered at run
@@ -18,6 +20,7 @@ use shoal_plan::{CallShape, Collective, Plan};
 
 use crate::error::{Error, Result};
 use crate::lru::Lru;
+use crate::tune::Tables;
 
 /// Algorithm choices remembered (a few dozen bytes each).
 const CHOICES_CACHED: usize = 4096;
@@ -200,15 +203,19 @@ pub struct Selector {
     ina_forced: bool,
     /// Replaced once by the calibration at init; read on every call.
     cost: Mutex<CostParams>,
-    /// The cheapest algorithm per call shape and element size, and its
-    /// cost, so repeated calls do not price every algorithm again; cleared
-    /// when the cost changes, bounded because a program may use endless
+    /// The automatic choice per call shape and element size (a tuning
+    /// table's, else the cheapest), and its cost, so repeated calls neither
+    /// search the tables nor price every algorithm again; cleared when the
+    /// cost or the tables change, bounded because a program may use endless
     /// distinct counts.
     cheapest: Mutex<Lru<(CallShape, usize), (Choice, f64)>>,
     /// `REGISTRATIONS` when `cheapest` was last cleared.
     registrations: AtomicUsize,
     /// Registered algorithms' cost factors per (id, group size), asked once.
     factors: Mutex<HashMap<(u32, usize), Option<CostFactors>>>,
+    /// Measured choices, consulted before the cost model; set once at init
+    /// (none before: `Config` validation builds a selector too).
+    tables: RwLock<Option<Tables>>,
 }
 
 impl Selector {
@@ -236,7 +243,20 @@ impl Selector {
             cheapest: Mutex::new(Lru::new(CHOICES_CACHED)),
             factors: Mutex::new(HashMap::new()),
             registrations: AtomicUsize::new(REGISTRATIONS.load(Ordering::Acquire)),
+            tables: RwLock::new(None),
         })
+    }
+
+    /// Installs the tuning tables (every rank must install the same ones:
+    /// init checks their digest).
+    pub fn set_tables(&self, tables: Tables) {
+        *self.tables.write().unwrap() = Some(tables);
+        self.cheapest.lock().unwrap().clear();
+    }
+
+    /// The tuning tables in force, if installed.
+    pub fn tables(&self) -> Option<Tables> {
+        self.tables.read().unwrap().clone()
     }
 
     /// The algorithm for one call. Its id is carried in message signatures
@@ -262,7 +282,8 @@ impl Selector {
                 }
                 Ok(choice)
             }
-            // A SHOAL_ALGO choice that cannot run the call leaves it to the cost model.
+            // A SHOAL_ALGO choice that cannot run the call leaves it to the
+            // tables and the cost model.
             None => match self.overrides.get(&shape.collective) {
                 Some(&choice) if handles(choice, shape) => Ok(choice),
                 _ => Ok(self.cheapest(shape, elem_size, source)?.0),
@@ -332,6 +353,27 @@ impl Selector {
                 }
             }
         }
+        // A tuning table's row overrides the model: measured beats estimated.
+        // Its cost (what the switch is compared with) is the model's
+        // estimate of that algorithm, or the best estimate for an unpriced one.
+        let tabled = self
+            .tables
+            .read()
+            .unwrap()
+            .as_ref()
+            .and_then(|t| t.choose(shape, elem_size));
+        if let Some(choice) = tabled {
+            let estimate = match choice {
+                Choice::Builtin(a) => (a.cost)(shape, elem_size, &cost),
+                Choice::Registered(alg) => match source {
+                    Some(source) => self
+                        .factors(alg, shape.world, source)?
+                        .map_or(best.1, |f| f.estimate(shape, elem_size, &cost)),
+                    None => best.1,
+                },
+            };
+            best = (choice, estimate);
+        }
         // Without a source the registered ones were not priced: not the answer to keep.
         if source.is_some() || registered.is_empty() {
             self.cheapest.lock().unwrap().insert(key, best);
@@ -377,7 +419,7 @@ pub fn find(collective: Collective, name: &str) -> Result<Choice> {
 
 /// Whether the algorithm can run a call of `shape` (registered ones take
 /// no per-rank counts).
-fn handles(choice: Choice, shape: &CallShape) -> bool {
+pub(crate) fn handles(choice: Choice, shape: &CallShape) -> bool {
     match choice {
         Choice::Builtin(a) => a.handles(shape),
         Choice::Registered(_) => shape.counts.is_none(),

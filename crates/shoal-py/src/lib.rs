@@ -9,6 +9,7 @@ mod config;
 mod log;
 mod sim;
 mod switch;
+mod tune;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -395,6 +396,7 @@ fn _shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(config::detect_launcher, m)?)?;
     m.add_function(wrap_pyfunction!(config::config_error, m)?)?;
     m.add_function(wrap_pyfunction!(sim::sim_plan_json, m)?)?;
+    m.add_function(wrap_pyfunction!(tune::tune_tables, m)?)?;
     log::register(m)?;
     algo::register(m)?;
     m.add("ShoalError", py.get_type::<ShoalError>())?;

@@ -1,0 +1,671 @@
+//! Tuning tables: measured choices of algorithm per collective, group and
+//! message size, consulted by the selector before its cost model
+//! (docs/tuning.md has the grammar and `shoal tune` writes them).
+//!
+//! One row per line:
+//!
+//! ```text
+//! allreduce world=8 transport=shm 0-64K:recursive_doubling 64K-inf:rabenseifner
+//! ```
+//!
+//! a collective, conditions (`world=`, `ranks_per_host=`, `transport=`,
+//! `cpus=`; an absent one matches anything), then half-open byte ranges
+//! `LO-HI:algorithm` in increasing order. The size is the call's per-rank
+//! block (`count * element size`, what the plan generators call `count`).
+//! The first row whose conditions match and whose ranges hold the size
+//! decides; no row: the next table, then the cost model.
+
+use std::fmt;
+use std::path::Path;
+
+use shoal_plan::{algorithms, CallShape, Collective};
+
+use crate::comm::{CollArgs, Communicator};
+use crate::dtype::{DType, ReduceOp};
+use crate::error::{Error, Result};
+use crate::exec::CallBuffers;
+use crate::select::{self, Choice};
+
+/// The table built into the library: rows measured by `shoal tune` on the
+/// machines named in its comments, each row limited to its machine class.
+pub const BUILTIN_TEXT: &str = include_str!("tune/builtin.txt");
+/// How the built-in table is named in messages and `shoal info`.
+pub const BUILTIN_SOURCE: &str = "built-in";
+
+/// The transport class a row may ask for: shared memory on one host, or TCP
+/// (several hosts, or `SHOAL_TRANSPORT=tcp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Transport {
+    Shm,
+    Tcp,
+}
+
+impl Transport {
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Shm => "shm",
+            Transport::Tcp => "tcp",
+        }
+    }
+}
+
+/// What rows are matched against besides the call's shape: the same on
+/// every rank (init agrees on it, see [`Tables::digest`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Machine {
+    pub transport: Transport,
+    /// Logical CPUs of rank 0's host.
+    pub cpus: usize,
+}
+
+/// A row's conditions; `None` matches anything.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Conditions {
+    pub world: Option<usize>,
+    pub ranks_per_host: Option<usize>,
+    pub transport: Option<Transport>,
+    pub cpus: Option<usize>,
+}
+
+/// `[lo, hi)` bytes (`hi == None`: no upper end) run by `algorithm`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Range {
+    pub lo: u64,
+    pub hi: Option<u64>,
+    pub algorithm: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row {
+    pub collective: Collective,
+    pub when: Conditions,
+    pub ranges: Vec<Range>,
+}
+
+/// One parsed table and where it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Table {
+    /// A file path, or [`BUILTIN_SOURCE`].
+    pub source: String,
+    pub rows: Vec<Row>,
+}
+
+/// The tables the selector consults, in order: `SHOAL_TUNE_FILE`'s, then the
+/// built-in one.
+#[derive(Clone, Debug)]
+pub struct Tables {
+    pub tables: Vec<Table>,
+    pub machine: Machine,
+}
+
+impl Conditions {
+    fn matches(&self, shape: &CallShape, machine: &Machine) -> bool {
+        self.world.is_none_or(|w| w == shape.world)
+            && self
+                .ranks_per_host
+                .is_none_or(|r| r == shape.ranks_per_host)
+            && self.transport.is_none_or(|t| t == machine.transport)
+            && self.cpus.is_none_or(|c| c == machine.cpus)
+    }
+}
+
+impl Range {
+    fn holds(&self, bytes: u64) -> bool {
+        bytes >= self.lo && self.hi.is_none_or(|hi| bytes < hi)
+    }
+}
+
+impl Row {
+    /// The algorithm this row names for a call, if it applies.
+    pub fn algorithm_for(&self, shape: &CallShape, bytes: u64, machine: &Machine) -> Option<&str> {
+        if self.collective != shape.collective || !self.when.matches(shape, machine) {
+            return None;
+        }
+        let range = self.ranges.iter().find(|r| r.holds(bytes))?;
+        Some(&range.algorithm)
+    }
+}
+
+impl Tables {
+    /// The built-in table only.
+    pub fn builtin(machine: Machine) -> Tables {
+        Tables {
+            tables: vec![builtin()],
+            machine,
+        }
+    }
+
+    /// `SHOAL_TUNE_FILE`'s table (when `path` is set) ahead of the built-in
+    /// one (unless `with_builtin` is off: `SHOAL_TUNE_BUILTIN=0`).
+    pub fn load(path: Option<&str>, with_builtin: bool, machine: Machine) -> Result<Tables> {
+        let mut tables = Vec::new();
+        if let Some(path) = path {
+            tables.push(load_file(Path::new(path))?);
+        }
+        if with_builtin {
+            tables.push(builtin());
+        }
+        Ok(Tables { tables, machine })
+    }
+
+    /// The algorithm the first matching row names for a call, if any row
+    /// matches and its algorithm can run the call (a row naming one that takes
+    /// no per-rank counts does not apply to a call with them).
+    pub fn choose(&self, shape: &CallShape, elem_size: usize) -> Option<Choice> {
+        let bytes = (shape.count as u64).saturating_mul(elem_size as u64);
+        self.tables
+            .iter()
+            .flat_map(|t| &t.rows)
+            .filter_map(|row| row.algorithm_for(shape, bytes, &self.machine))
+            .filter_map(|name| select::find(shape.collective, name).ok())
+            .find(|&choice| select::handles(choice, shape))
+    }
+
+    /// A hash of every row in force (in their canonical text), for init to
+    /// check that all ranks loaded the same tables: a table on some ranks
+    /// only would make them choose different algorithms for one call.
+    pub fn digest(&self) -> u64 {
+        let mut h = Fnv64::new();
+        for t in &self.tables {
+            for row in &t.rows {
+                h.write(row.to_string().as_bytes());
+                h.write(b"\n");
+            }
+            h.write(b"--\n");
+        }
+        h.finish()
+    }
+}
+
+/// The built-in table, parsed (it is checked by a unit test, so this cannot fail).
+pub fn builtin() -> Table {
+    parse(BUILTIN_TEXT, BUILTIN_SOURCE).expect("the built-in tuning table parses")
+}
+
+/// Reads and parses the table at `path`.
+pub fn load_file(path: &Path) -> Result<Table> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::invalid(format!("SHOAL_TUNE_FILE={shown}: cannot read it: {e}")))?;
+    parse(&text, &shown)
+}
+
+/// Parses a table; errors name `source`, the line and the problem.
+pub fn parse(text: &str, source: &str) -> Result<Table> {
+    let mut rows: Vec<Row> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let content = line.split('#').next().unwrap_or("").trim();
+        if content.is_empty() {
+            continue;
+        }
+        let row = parse_row(content).map_err(|why| {
+            Error::invalid(format!("tuning table {source}, line {}: {why}", i + 1))
+        })?;
+        rows.push(row);
+    }
+    Ok(Table {
+        source: source.to_string(),
+        rows,
+    })
+}
+
+fn parse_row(line: &str) -> std::result::Result<Row, String> {
+    let mut words = line.split_whitespace();
+    let first = words.next().unwrap_or_default();
+    let collective = Collective::from_name(first).ok_or_else(|| {
+        let valid: Vec<&str> = Collective::ALL.iter().map(|c| c.name()).collect();
+        format!("unknown collective '{first}'; valid: {}", valid.join(", "))
+    })?;
+    let mut when = Conditions::default();
+    let mut ranges: Vec<Range> = Vec::new();
+    for word in words {
+        if let Some((key, value)) = word.split_once('=') {
+            if !ranges.is_empty() {
+                return Err(format!(
+                    "condition '{word}' after a size range: conditions come first"
+                ));
+            }
+            parse_condition(&mut when, key, value)?;
+            continue;
+        }
+        let range = parse_range(collective, word)?;
+        if let Some(prev) = ranges.last() {
+            match prev.hi {
+                Some(hi) if range.lo >= hi => {}
+                _ => {
+                    return Err(format!(
+                        "range '{word}' overlaps or precedes the one before it: ranges must increase and not overlap"
+                    ))
+                }
+            }
+        }
+        ranges.push(range);
+    }
+    if ranges.is_empty() {
+        return Err(format!(
+            "no size ranges for {first} (e.g. 0-64K:ring 64K-inf:rabenseifner)"
+        ));
+    }
+    Ok(Row {
+        collective,
+        when,
+        ranges,
+    })
+}
+
+fn parse_condition(
+    when: &mut Conditions,
+    key: &str,
+    value: &str,
+) -> std::result::Result<(), String> {
+    let positive = || match value.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{key}={value}: not a whole number >= 1")),
+    };
+    let slot_taken = |set: bool| {
+        if set {
+            Err(format!("condition '{key}' given twice"))
+        } else {
+            Ok(())
+        }
+    };
+    match key {
+        "world" => {
+            slot_taken(when.world.is_some())?;
+            when.world = Some(positive()?);
+        }
+        "ranks_per_host" => {
+            slot_taken(when.ranks_per_host.is_some())?;
+            when.ranks_per_host = Some(positive()?);
+        }
+        "cpus" => {
+            slot_taken(when.cpus.is_some())?;
+            when.cpus = Some(positive()?);
+        }
+        "transport" => {
+            slot_taken(when.transport.is_some())?;
+            when.transport = Some(match value {
+                "shm" => Transport::Shm,
+                "tcp" => Transport::Tcp,
+                _ => return Err(format!("transport={value}: not shm or tcp")),
+            });
+        }
+        _ => {
+            return Err(format!(
+                "unknown condition '{key}'; valid: world, ranks_per_host, transport, cpus"
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// `LO-HI:algorithm`, sizes in bytes with K/M/G (binary) suffixes, HI `inf`.
+fn parse_range(collective: Collective, word: &str) -> std::result::Result<Range, String> {
+    let bad = || {
+        format!(
+            "'{word}' is not a condition (key=value) or a range LO-HI:algorithm (e.g. 0-64K:ring)"
+        )
+    };
+    let (span, algorithm) = word.split_once(':').ok_or_else(bad)?;
+    let (lo, hi) = span.split_once('-').ok_or_else(bad)?;
+    let lo = parse_bytes(lo)
+        .ok_or_else(|| format!("'{lo}' in '{word}' is not a size (e.g. 0, 4K, 16M)"))?;
+    let hi = if hi == "inf" {
+        None
+    } else {
+        Some(parse_bytes(hi).ok_or_else(|| format!("'{hi}' in '{word}' is not a size or 'inf'"))?)
+    };
+    if hi.is_some_and(|hi| hi <= lo) {
+        return Err(format!(
+            "range '{word}' is empty: its end must be above its start"
+        ));
+    }
+    // The names a table may use: every algorithm the selector can run by name,
+    // so algorithms added to the registry (or registered before init) count.
+    if let Err(e) = select::find(collective, algorithm) {
+        return Err(e.message);
+    }
+    let algorithm = algorithms::canonical_name(collective, algorithm).to_string();
+    Ok(Range { lo, hi, algorithm })
+}
+
+/// `4096`, `4K`, `16M`, `1G` (binary); `None` for anything else.
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let (digits, scale) = match text.as_bytes().last()? {
+        b'K' | b'k' => (&text[..text.len() - 1], 1u64 << 10),
+        b'M' | b'm' => (&text[..text.len() - 1], 1 << 20),
+        b'G' | b'g' => (&text[..text.len() - 1], 1 << 30),
+        _ => (text, 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u64>().ok()?.checked_mul(scale)
+}
+
+/// The shortest spelling of a size: `64K` for 65536, `100` for 100.
+pub fn format_bytes(bytes: u64) -> String {
+    for (suffix, scale) in [("G", 1u64 << 30), ("M", 1 << 20), ("K", 1 << 10)] {
+        if bytes >= scale && bytes.is_multiple_of(scale) {
+            return format!("{}{suffix}", bytes / scale);
+        }
+    }
+    bytes.to_string()
+}
+
+/// The canonical text of a row (what `shoal info` shows and the digest hashes).
+impl fmt::Display for Row {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.collective.name())?;
+        let w = &self.when;
+        if let Some(n) = w.world {
+            write!(f, " world={n}")?;
+        }
+        if let Some(n) = w.ranks_per_host {
+            write!(f, " ranks_per_host={n}")?;
+        }
+        if let Some(t) = w.transport {
+            write!(f, " transport={}", t.name())?;
+        }
+        if let Some(n) = w.cpus {
+            write!(f, " cpus={n}")?;
+        }
+        for r in &self.ranges {
+            let hi = r.hi.map_or("inf".to_string(), format_bytes);
+            write!(f, " {}-{hi}:{}", format_bytes(r.lo), r.algorithm)?;
+        }
+        Ok(())
+    }
+}
+
+/// FNV-1a, 64-bit: a stable hash (std's `DefaultHasher` may change between builds).
+struct Fnv64(u64);
+
+impl Fnv64 {
+    fn new() -> Fnv64 {
+        Fnv64(0xcbf2_9ce4_8422_2325)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// Loads this rank's tables (`SHOAL_TUNE_FILE`'s and the built-in one) and
+/// checks that every rank of `world` loaded the same rows; all ranks then
+/// match `cpus=` rows against rank 0's host. Collective: every rank calls
+/// it at init. Without the check a table on some ranks only would make the
+/// ranks choose different algorithms for one call, which the message
+/// signatures would catch only at that call, without saying why.
+pub fn agree_on_tables(world: &Communicator, transport: Transport) -> Result<Tables> {
+    let config = &world.engine().config;
+    let path = config.tune_file.clone();
+    let machine = Machine {
+        transport,
+        cpus: local_cpus(),
+    };
+    let mut tables = Tables::load(path.as_deref(), config.tune_builtin, machine)?;
+    if world.size() == 1 {
+        return Ok(tables);
+    }
+    let mut mine = [0u8; 16];
+    mine[..8].copy_from_slice(&tables.digest().to_le_bytes());
+    mine[8..].copy_from_slice(&(machine.cpus as u64).to_le_bytes());
+    let mut all = vec![0u8; 16 * world.size()];
+    let args = CollArgs {
+        collective: Collective::Allgather,
+        count: mine.len(),
+        counts: None,
+        dtype: DType::U8,
+        op: ReduceOp::Sum,
+        root: 0,
+        algorithm: None,
+    };
+    let bufs = CallBuffers {
+        input: mine.as_ptr(),
+        input_bytes: mine.len(),
+        output: all.as_mut_ptr(),
+        output_bytes: all.len(),
+    };
+    world.collective(&args, bufs)?;
+    let word = |r: usize, at: usize| {
+        let start = 16 * r + at;
+        u64::from_le_bytes(all[start..start + 8].try_into().unwrap())
+    };
+    let digests: Vec<u64> = (0..world.size()).map(|r| word(r, 0)).collect();
+    if digests.iter().any(|&d| d != digests[0]) {
+        return Err(Error::invalid(differing_tables(
+            &digests,
+            world.rank(),
+            path.as_deref(),
+        )));
+    }
+    tables.machine.cpus = word(0, 8) as usize;
+    Ok(tables)
+}
+
+/// The error of ranks whose tables differ: which ranks loaded which.
+fn differing_tables(digests: &[u64], rank: usize, path: Option<&str>) -> String {
+    let mut groups: Vec<(u64, Vec<usize>)> = Vec::new();
+    for (r, &d) in digests.iter().enumerate() {
+        match groups.iter_mut().find(|(g, _)| *g == d) {
+            Some((_, ranks)) => ranks.push(r),
+            None => groups.push((d, vec![r])),
+        }
+    }
+    let listed: Vec<String> = groups
+        .iter()
+        .map(|(d, ranks)| format!("ranks {ranks:?} table digest {d:016x}"))
+        .collect();
+    let here = path.map_or("unset".to_string(), |p| p.to_string());
+    format!(
+        "the ranks loaded different tuning tables ({}; SHOAL_TUNE_FILE on rank {rank}: {here}), so they could choose different algorithms for one call: set the same SHOAL_TUNE_FILE, with the same rows, and SHOAL_TUNE_BUILTIN on every rank, and run one shoal build everywhere",
+        listed.join("; ")
+    )
+}
+
+/// Logical CPUs this process may use (the machine class of `cpus=` rows).
+pub fn local_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::select::tests::shape;
+
+    const SHM2: Machine = Machine {
+        transport: Transport::Shm,
+        cpus: 2,
+    };
+
+    fn error_of(text: &str) -> String {
+        parse(text, "t.txt").unwrap_err().message
+    }
+
+    #[test]
+    fn documented_grammar_parses() {
+        let text = "# measured somewhere\n\
+                    \n\
+                    allreduce world=4 transport=shm cpus=2 0-64K:recursive_doubling 64K-inf:rabenseifner  # tail\n\
+                    broadcast ranks_per_host=2 0-1M:binomial 1M-inf:pc\n\
+                    allgather 0-inf:ring\n";
+        let t = parse(text, "t.txt").unwrap();
+        assert_eq!(t.rows.len(), 3);
+        assert_eq!(
+            t.rows[0].to_string(),
+            "allreduce world=4 transport=shm cpus=2 0-64K:recursive_doubling 64K-inf:rabenseifner"
+        );
+        // Aliases are stored by their canonical name.
+        assert_eq!(
+            t.rows[1].to_string(),
+            "broadcast ranks_per_host=2 0-1M:binomial 1M-inf:pipelined_chain"
+        );
+        // The canonical text parses to the same row.
+        for row in &t.rows {
+            assert_eq!(&parse(&row.to_string(), "again").unwrap().rows[0], row);
+        }
+    }
+
+    #[test]
+    fn bad_input_is_refused_naming_file_line_and_problem() {
+        let cases = [
+            (
+                "allreduse 0-inf:ring",
+                "line 1: unknown collective 'allreduse'",
+            ),
+            (
+                "\nallreduce 0-inf:nope",
+                "line 2: unknown allreduce algorithm 'nope'",
+            ),
+            (
+                "allreduce 0-64K:ring 32K-inf:rabenseifner",
+                "overlaps or precedes",
+            ),
+            (
+                "allreduce 64K-inf:ring 0-64K:rabenseifner",
+                "overlaps or precedes",
+            ),
+            ("allreduce 0-inf:ring 1M-inf:ring", "overlaps or precedes"),
+            ("allreduce 64K-64K:ring", "is empty"),
+            (
+                "allreduce 0-64Q:ring",
+                "'64Q' in '0-64Q:ring' is not a size",
+            ),
+            (
+                "allreduce world=two 0-inf:ring",
+                "world=two: not a whole number",
+            ),
+            (
+                "allreduce world=0 0-inf:ring",
+                "world=0: not a whole number",
+            ),
+            ("allreduce world=2 world=4 0-inf:ring", "given twice"),
+            ("allreduce transport=rdma 0-inf:ring", "not shm or tcp"),
+            (
+                "allreduce colour=red 0-inf:ring",
+                "unknown condition 'colour'",
+            ),
+            ("allreduce 0-inf:ring world=2", "after a size range"),
+            ("allreduce world=2", "no size ranges"),
+            ("allreduce ring", "is not a condition"),
+        ];
+        for (text, expected) in cases {
+            let err = error_of(text);
+            assert!(err.starts_with("tuning table t.txt, line "), "{err}");
+            assert!(err.contains(expected), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_first_matching_row_decides() {
+        let text = "allreduce world=8 0-inf:ring\n\
+                    allreduce world=4 transport=tcp 0-inf:direct\n\
+                    allreduce world=4 0-1K:binomial 4K-inf:rabenseifner\n\
+                    allreduce 0-inf:recursive_doubling\n";
+        let tables = Tables {
+            tables: vec![parse(text, "t").unwrap()],
+            machine: SHM2,
+        };
+        let name = |count: usize| tables.choose(&shape(count), 4).map(|c| c.name());
+        // shape() is an allreduce on 4 ranks; 4-byte elements.
+        assert_eq!(name(8), Some("binomial"));
+        assert_eq!(name(255), Some("binomial"));
+        // In the gap between the third row's ranges the fourth row applies.
+        assert_eq!(name(256), Some("recursive_doubling"));
+        assert_eq!(name(1024), Some("rabenseifner"));
+        let mut other = shape(8);
+        other.collective = Collective::Broadcast;
+        assert!(tables.choose(&other, 4).is_none());
+    }
+
+    #[test]
+    fn the_selector_follows_a_row_unless_told_otherwise() {
+        use crate::select::{Selector, SHM_COST};
+        let tables = || Tables {
+            tables: vec![parse("allreduce world=4 0-inf:binomial", "t").unwrap()],
+            machine: SHM2,
+        };
+        let auto = Selector::new("", SHM_COST).unwrap();
+        let before = auto.choose(&shape(1 << 20), 4, None, None).unwrap();
+        assert_ne!(
+            before.name(),
+            "binomial",
+            "the cost model alone picks another"
+        );
+        auto.set_tables(tables());
+        // The cached model choice is forgotten when the tables arrive.
+        let after = auto.choose(&shape(1 << 20), 4, None, None).unwrap();
+        assert_eq!(after.name(), "binomial");
+        // SHOAL_ALGO and algorithm= still win.
+        let forced = Selector::new("allreduce:ring", SHM_COST).unwrap();
+        forced.set_tables(tables());
+        assert_eq!(
+            forced.choose(&shape(8), 4, None, None).unwrap().name(),
+            "ring"
+        );
+        let call = auto.choose(&shape(8), 4, Some("direct"), None).unwrap();
+        assert_eq!(call.name(), "direct");
+    }
+
+    #[test]
+    fn rows_are_limited_to_their_machine_class() {
+        let t = parse("allreduce cpus=16 0-inf:direct", "t").unwrap();
+        let on = |cpus| {
+            Tables {
+                tables: vec![t.clone()],
+                machine: Machine { cpus, ..SHM2 },
+            }
+            .choose(&shape(8), 4)
+            .map(|c| c.name())
+        };
+        assert_eq!(on(16), Some("direct"));
+        assert_eq!(on(2), None);
+    }
+
+    #[test]
+    fn the_builtin_table_parses_and_the_digest_sees_every_row() {
+        let builtin = Tables::builtin(SHM2);
+        assert!(!builtin.tables[0].rows.is_empty());
+        // Measured on a 2-vCPU machine, its rows apply there only.
+        let sixteen = Tables::builtin(Machine { cpus: 16, ..SHM2 });
+        assert!(sixteen.choose(&shape(1 << 20), 4).is_none());
+        assert!(builtin.choose(&shape(1 << 20), 4).is_some());
+        let mut more = builtin.clone();
+        more.tables
+            .insert(0, parse("allreduce 0-inf:ring", "t").unwrap());
+        assert_ne!(builtin.digest(), more.digest());
+        // Comments and spacing are not part of it.
+        let a = parse("allreduce  0-64K:ring 64K-inf:rabenseifner # x", "a").unwrap();
+        let b = parse("# y\nallreduce 0-65536:ring 64K-inf:rabenseifner", "b").unwrap();
+        let digest = |t: Table| {
+            Tables {
+                tables: vec![t],
+                machine: SHM2,
+            }
+            .digest()
+        };
+        assert_eq!(digest(a), digest(b));
+    }
+
+    #[test]
+    fn sizes_read_and_print_alike() {
+        for (text, bytes) in [
+            ("0", 0),
+            ("8", 8),
+            ("64K", 65536),
+            ("16M", 16 << 20),
+            ("1G", 1 << 30),
+        ] {
+            assert_eq!(parse_bytes(text), Some(bytes));
+            assert_eq!(format_bytes(bytes), text);
+        }
+        assert_eq!(parse_bytes("K"), None);
+        assert_eq!(parse_bytes("-1"), None);
+        assert_eq!(parse_bytes("99999999999999999999G"), None);
+    }
+}
