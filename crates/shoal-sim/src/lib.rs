@@ -9,5 +9,7 @@
 //! See docs/sim.md.
 
 pub mod dag;
+pub mod flow;
 pub mod topology;
 pub mod units;
+pub mod workload;

@@ -30,16 +30,45 @@ pub enum Event {
     Timer { token: u64, time_s: f64 },
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Start(u32),
+    /// Flow id and the rate version the finish time was computed for.
     Finish(u32, u32),
     Deliver(u32),
-    Timer(u64),
+    /// Index into the engine's timer tokens.
+    Timer(u32),
 }
 
-/// Queue entry: (time as ordered bits, insertion order, kind).
-type Entry = Reverse<(u64, u64, Kind)>;
+impl Kind {
+    /// Packs into 64 bits (2 bits of kind, 30 of version, 32 of id) so a
+    /// queue entry is 16 bytes: the queue is the engine's hottest structure.
+    fn encode(self) -> u64 {
+        match self {
+            Kind::Start(id) => id as u64,
+            Kind::Finish(id, version) => {
+                1 << 62 | ((version as u64 & 0x3FFF_FFFF) << 32) | id as u64
+            }
+            Kind::Deliver(id) => 2 << 62 | id as u64,
+            Kind::Timer(slot) => 3 << 62 | slot as u64,
+        }
+    }
+
+    fn decode(bits: u64) -> Kind {
+        let id = bits as u32;
+        match bits >> 62 {
+            0 => Kind::Start(id),
+            1 => Kind::Finish(id, ((bits >> 32) & 0x3FFF_FFFF) as u32),
+            2 => Kind::Deliver(id),
+            _ => Kind::Timer(id),
+        }
+    }
+}
+
+/// Queue entry: (time as ordered bits, packed kind). Equal times pop in
+/// kind order (starts, finishes, deliveries, timers), then by id: the order
+/// is fixed by the inputs, so runs are deterministic.
+type Entry = Reverse<(u64, u64)>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
@@ -49,9 +78,14 @@ enum State {
     Free,
 }
 
+/// Longest route a flow may take (a fat-tree needs 6 hops).
+pub const MAX_HOPS: usize = 8;
+
 #[derive(Clone, Debug)]
 struct Flow {
-    path: Box<[u32]>,
+    /// Links `path[..hops]`, inline: no allocation per flow.
+    path: [u32; MAX_HOPS],
+    hops: u8,
     bytes: u64,
     remaining_bits: f64,
     rate_bps: f64,
@@ -88,6 +122,12 @@ struct Component {
     rates: Vec<f64>,
 }
 
+impl Flow {
+    fn links(&self) -> &[u32] {
+        &self.path[..self.hops as usize]
+    }
+}
+
 impl FillInput for Component {
     fn flow_count(&self) -> usize {
         self.flows.len()
@@ -111,7 +151,9 @@ pub struct FlowEngine {
     flows: Vec<Flow>,
     free_slots: Vec<u32>,
     queue: BinaryHeap<Entry>,
-    seq: u64,
+    /// Tokens of pending timers, by slot; free slots are reused.
+    timers: Vec<u64>,
+    free_timers: Vec<u32>,
     dirty: Vec<u32>,
     mark: u32,
     component: Component,
@@ -132,7 +174,7 @@ impl FlowEngine {
         if let Some((i, c)) = link_capacity_bps
             .iter()
             .enumerate()
-            .find(|(_, c)| !(**c > 0.0))
+            .find(|(_, c)| c.is_nan() || **c <= 0.0)
         {
             return Err(format!("link {i} has non-positive capacity {c} bit/s"));
         }
@@ -149,7 +191,8 @@ impl FlowEngine {
             flows: Vec::new(),
             free_slots: Vec::new(),
             queue: BinaryHeap::new(),
-            seq: 0,
+            timers: Vec::new(),
+            free_timers: Vec::new(),
             dirty: Vec::new(),
             mark: 0,
             component: Component {
@@ -179,8 +222,7 @@ impl FlowEngine {
     }
 
     fn push(&mut self, at: f64, kind: Kind) {
-        self.seq += 1;
-        self.queue.push(Reverse((time_key(at), self.seq, kind)));
+        self.queue.push(Reverse((time_key(at), kind.encode())));
     }
 
     /// Schedules a flow of `bytes` over `path` (link ids) at time `at`
@@ -195,10 +237,16 @@ impl FlowEngine {
         cap_bps: f64,
         tag: u64,
     ) -> Result<FlowId, String> {
-        if !(at >= self.now) {
+        if at.is_nan() || at < self.now {
             return Err(format!(
                 "flow start {at} s is before the current time {} s",
                 self.now
+            ));
+        }
+        if path.len() > MAX_HOPS {
+            return Err(format!(
+                "flow path has {} links; at most {MAX_HOPS} are supported",
+                path.len()
             ));
         }
         if let Some(&l) = path.iter().find(|&&l| l as usize >= self.links.len()) {
@@ -207,13 +255,16 @@ impl FlowEngine {
                 self.links.len()
             ));
         }
-        if !(cap_bps > 0.0) || !(latency_s >= 0.0) {
+        if cap_bps.is_nan() || cap_bps <= 0.0 || latency_s.is_nan() || latency_s < 0.0 {
             return Err(format!(
                 "flow needs a positive rate cap and latency >= 0 (got {cap_bps}, {latency_s})"
             ));
         }
+        let mut links = [0; MAX_HOPS];
+        links[..path.len()].copy_from_slice(path);
         let flow = Flow {
-            path: path.into(),
+            path: links,
+            hops: path.len() as u8,
             bytes,
             remaining_bits: bytes as f64 * 8.0,
             rate_bps: 0.0,
@@ -236,13 +287,28 @@ impl FlowEngine {
                 (self.flows.len() - 1) as u32
             }
         };
-        self.push(at, Kind::Start(id));
+        if at == self.now {
+            // Joins the batch of this instant: no queue round trip.
+            self.activate(id);
+        } else {
+            self.push(at, Kind::Start(id));
+        }
         Ok(id)
     }
 
     /// A timer that fires at `at` (>= now) and reports `token`.
     pub fn timer(&mut self, at: f64, token: u64) {
-        self.push(at.max(self.now), Kind::Timer(token));
+        let slot = match self.free_timers.pop() {
+            Some(slot) => {
+                self.timers[slot as usize] = token;
+                slot
+            }
+            None => {
+                self.timers.push(token);
+                (self.timers.len() - 1) as u32
+            }
+        };
+        self.push(at.max(self.now), Kind::Timer(slot));
     }
 
     /// Changes an active or pending flow's rate cap (e.g. a congestion
@@ -251,8 +317,8 @@ impl FlowEngine {
         let f = &mut self.flows[flow as usize];
         f.cap_bps = cap_bps;
         if f.state == State::Active {
-            self.dirty.extend_from_slice(&f.path);
-            if f.path.is_empty() {
+            self.dirty.extend_from_slice(&f.path[..f.hops as usize]);
+            if f.hops == 0 {
                 self.reschedule_isolated(flow);
             }
         }
@@ -270,7 +336,7 @@ impl FlowEngine {
         for f in self.flows.iter().filter(|f| f.state == State::Active) {
             let left = f.remaining_bits - f.rate_bps * (self.now - f.updated_s);
             let sent = (f.bytes as f64 - left.max(0.0) / 8.0).max(0.0);
-            for &l in f.path.iter() {
+            for &l in f.links() {
                 bytes[l as usize] += sent;
             }
         }
@@ -281,15 +347,13 @@ impl FlowEngine {
     /// nothing is left to happen.
     pub fn next_event(&mut self) -> Option<Event> {
         loop {
-            let next_time = self
-                .queue
-                .peek()
-                .map(|Reverse((t, _, _))| f64::from_bits(*t));
+            let next_time = self.queue.peek().map(|Reverse((t, _))| f64::from_bits(*t));
             if !self.dirty.is_empty() && next_time.is_none_or(|t| t > self.now) {
                 self.recompute();
                 continue;
             }
-            let Reverse((t, _, kind)) = self.queue.pop()?;
+            let Reverse((t, bits)) = self.queue.pop()?;
+            let kind = Kind::decode(bits);
             self.now = f64::from_bits(t);
             self.events += 1;
             match kind {
@@ -298,7 +362,6 @@ impl FlowEngine {
                 Kind::Deliver(id) => {
                     let f = &mut self.flows[id as usize];
                     f.state = State::Free;
-                    f.path = Box::new([]);
                     let event = Event::Delivered {
                         tag: f.tag,
                         bytes: f.bytes,
@@ -308,11 +371,12 @@ impl FlowEngine {
                     self.free_slots.push(id);
                     return Some(event);
                 }
-                Kind::Timer(token) => {
+                Kind::Timer(slot) => {
+                    self.free_timers.push(slot);
                     return Some(Event::Timer {
-                        token,
+                        token: self.timers[slot as usize],
                         time_s: self.now,
-                    })
+                    });
                 }
             }
         }
@@ -322,11 +386,11 @@ impl FlowEngine {
         let f = &mut self.flows[id as usize];
         f.state = State::Active;
         f.updated_s = self.now;
-        if f.path.is_empty() {
+        if f.hops == 0 {
             self.reschedule_isolated(id);
             return;
         }
-        for i in 0..f.path.len() {
+        for i in 0..f.hops as usize {
             let l = f.path[i];
             self.links[l as usize].active.push(id);
             self.dirty.push(l);
@@ -352,15 +416,15 @@ impl FlowEngine {
 
     fn finish(&mut self, id: u32, version: u32) {
         let f = &mut self.flows[id as usize];
-        if f.state != State::Active || f.version != version {
+        if f.state != State::Active || f.version & 0x3FFF_FFFF != version {
             return; // superseded by a rate change
         }
         f.state = State::Done;
         f.remaining_bits = 0.0;
         f.rate_bps = 0.0;
         let (bytes, latency) = (f.bytes as f64, f.latency_s);
-        let path = std::mem::take(&mut f.path);
-        for &l in path.iter() {
+        let (path, hops) = (f.path, f.hops as usize);
+        for &l in &path[..hops] {
             let link = &mut self.links[l as usize];
             let pos = link
                 .active
@@ -371,7 +435,6 @@ impl FlowEngine {
             link.bytes_done += bytes;
             self.dirty.push(l);
         }
-        self.flows[id as usize].path = path;
         self.push(self.now + latency, Kind::Deliver(id));
     }
 
@@ -408,6 +471,19 @@ impl FlowEngine {
         }
         self.dirty = stack; // keep the allocation
         self.dirty.clear();
+        if self.component.flows.len() == 1 {
+            // Alone on its links (the common case for a collective's
+            // flows): the slowest link or its cap bounds it.
+            let id = self.component.flows[0];
+            let f = &self.flows[id as usize];
+            let rate = f
+                .links()
+                .iter()
+                .map(|&l| self.links[l as usize].capacity_bps)
+                .fold(f.cap_bps, f64::min);
+            self.set_rate(id, rate);
+            return;
+        }
         self.build_component();
         let c = &mut self.component;
         for &l in &c.links {
@@ -443,9 +519,9 @@ impl FlowEngine {
         for &fid in &c.flows {
             let f = &self.flows[fid as usize];
             c.caps.push(f.cap_bps);
-            c.flow_links.extend_from_slice(&f.path);
+            c.flow_links.extend_from_slice(f.links());
             c.flow_off.push(c.flow_links.len() as u32);
-            for &l in f.path.iter() {
+            for &l in f.links() {
                 c.link_count[l as usize] += 1;
             }
         }
@@ -458,7 +534,7 @@ impl FlowEngine {
         c.link_flow.clear();
         c.link_flow.resize(offset as usize, 0);
         for (dense, &fid) in c.flows.iter().enumerate() {
-            for &l in self.flows[fid as usize].path.iter() {
+            for &l in self.flows[fid as usize].links() {
                 let slot = c.link_off[l as usize] + c.link_count[l as usize];
                 c.link_flow[slot as usize] = dense as u32;
                 c.link_count[l as usize] += 1;

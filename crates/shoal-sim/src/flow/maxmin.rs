@@ -96,9 +96,9 @@ impl WaterFill {
             }
         }
         self.unfrozen_flows = n;
-        for f in 0..n {
+        for (f, rate) in rates.iter_mut().enumerate().take(n) {
             if input.flow_links(f).is_empty() {
-                rates[f] = input.flow_cap(f);
+                *rate = input.flow_cap(f);
                 self.frozen[f] = true;
                 self.unfrozen_flows -= 1;
             }

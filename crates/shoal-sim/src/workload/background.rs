@@ -32,10 +32,10 @@ impl PoissonTraffic {
                 "background traffic needs at least 2 hosts, got {hosts}"
             ));
         }
-        if !(load > 0.0 && load <= 1.0) {
+        if load.is_nan() || load <= 0.0 || load > 1.0 {
             return Err(format!("background load must be in (0, 1], got {load}"));
         }
-        if !(host_bps > 0.0) {
+        if host_bps.is_nan() || host_bps <= 0.0 {
             return Err(format!(
                 "host link speed must be positive, got {host_bps} bit/s"
             ));
