@@ -6,10 +6,18 @@
 //! - [`dag`]: a collective as a dependency graph of messages, generated from
 //!   shoal's own plans: the input both engines consume.
 //!
+//! - [`event`]: the event queue and packet slab of the packet engine;
+//! - [`packet`]: the packet-level engine (queues, ECN, DCTCP, INA);
+//! - [`engine`]: one collective on one topology with a chosen engine.
+//!
 //! See docs/sim.md.
 
 pub mod dag;
+pub mod engine;
+pub mod event;
 pub mod flow;
+pub mod packet;
+pub mod plan;
 pub mod topology;
 pub mod units;
 pub mod workload;

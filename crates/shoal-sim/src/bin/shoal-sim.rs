@@ -1,0 +1,80 @@
+//! `shoal-sim plan COLLECTIVE --algo NAME --ranks N --size BYTES
+//! --topology T [--link R] [--latency L] [--buffer B] [--engine E]
+//! [--ranks-per-host N] [--seed S] [--json]`: the Rust twin of
+//! `shoal sim plan`, for timing the engine without Python
+//! (`cargo run --release -p shoal-sim -- plan allreduce ...`).
+
+use std::process::ExitCode;
+
+use shoal_sim::plan::PlanRequest;
+
+const USAGE: &str = "usage: shoal-sim plan COLLECTIVE --algo NAME --ranks N --size BYTES \
+--topology T [--link RATE] [--latency TIME] [--buffer BYTES] [--engine packet|flow] \
+[--ranks-per-host N] [--seed S] [--json]";
+
+fn parse(args: &[String]) -> Result<(PlanRequest, bool), String> {
+    let mut req = PlanRequest::default();
+    let mut json = false;
+    let mut it = args.iter();
+    match it.next().map(String::as_str) {
+        Some("plan") => {}
+        _ => return Err(USAGE.into()),
+    }
+    req.collective = it.next().ok_or(USAGE)?.clone();
+    while let Some(flag) = it.next() {
+        if flag == "--json" {
+            json = true;
+            continue;
+        }
+        let value = it
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value"))?
+            .clone();
+        let number = |v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| format!("{flag} {v}: not a whole number"))
+        };
+        match flag.as_str() {
+            "--algo" => req.algo = value,
+            "--ranks" => req.ranks = number(&value)? as usize,
+            "--size" => req.size = value,
+            "--topology" => req.topology = value,
+            "--link" => req.link = Some(value),
+            "--latency" => req.latency = Some(value),
+            "--buffer" => req.buffer = Some(value),
+            "--engine" => req.engine = value,
+            "--ranks-per-host" => req.ranks_per_host = number(&value)? as usize,
+            "--seed" => req.seed = number(&value)?,
+            other => return Err(format!("unknown option {other}\n{USAGE}")),
+        }
+    }
+    Ok((req, json))
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (req, json) = match parse(&args) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("shoal-sim: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match req.run() {
+        Ok(report) => {
+            println!(
+                "{}",
+                if json {
+                    report.to_json()
+                } else {
+                    report.summary()
+                }
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("shoal-sim: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

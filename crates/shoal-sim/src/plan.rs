@@ -1,0 +1,154 @@
+//! `shoal sim plan`: the simulated time of one collective call, from the
+//! strings a user types to a JSON report. Shared by the Rust binary
+//! (`cargo run --release -p shoal-sim -- plan ...`) and the Python binding.
+
+use shoal_plan::Collective;
+
+use crate::dag::{build, DagSpec};
+use crate::engine::{simulate_collective, Engine, Options, Outcome};
+use crate::topology::{LinkSpec, Topology};
+use crate::units::parse_bytes;
+
+/// One `shoal sim plan` request, as typed.
+#[derive(Clone, Debug)]
+pub struct PlanRequest {
+    pub collective: String,
+    pub algo: String,
+    pub ranks: usize,
+    /// Bytes per rank ("64MiB").
+    pub size: String,
+    pub topology: String,
+    pub link: Option<String>,
+    pub latency: Option<String>,
+    pub buffer: Option<String>,
+    pub engine: String,
+    pub ranks_per_host: usize,
+    pub seed: u64,
+}
+
+impl Default for PlanRequest {
+    fn default() -> PlanRequest {
+        PlanRequest {
+            collective: "allreduce".into(),
+            algo: "ring".into(),
+            ranks: 8,
+            size: "1MiB".into(),
+            topology: "star:hosts=8".into(),
+            link: None,
+            latency: None,
+            buffer: None,
+            engine: "packet".into(),
+            ranks_per_host: 1,
+            seed: 0,
+        }
+    }
+}
+
+/// The request, run: the outcome and what it ran on.
+#[derive(Clone, Debug)]
+pub struct PlanReport {
+    pub request: PlanRequest,
+    pub topology: String,
+    pub hosts: usize,
+    pub outcome: Outcome,
+}
+
+impl PlanRequest {
+    pub fn run(&self) -> Result<PlanReport, String> {
+        let collective = Collective::from_name(&self.collective).ok_or_else(|| {
+            let names: Vec<_> = Collective::ALL.iter().map(|c| c.name()).collect();
+            format!(
+                "unknown collective '{}'; valid: {}",
+                self.collective,
+                names.join(", ")
+            )
+        })?;
+        let engine = Engine::parse(&self.engine)?;
+        let link = LinkSpec::parse(
+            self.link.as_deref(),
+            self.latency.as_deref(),
+            self.buffer.as_deref(),
+        )?;
+        let topo = Topology::parse(&self.topology, link)?;
+        let bytes = parse_bytes(&self.size)?;
+        let mut spec = DagSpec::new(collective, &self.algo, self.ranks, bytes);
+        spec.ranks_per_host = self.ranks_per_host.max(1);
+        let hosts_needed = self.ranks.div_ceil(spec.ranks_per_host);
+        if hosts_needed > topo.hosts() {
+            return Err(format!(
+                "{} ranks at {} per host need {hosts_needed} hosts; {} has {}",
+                self.ranks,
+                spec.ranks_per_host,
+                topo.name,
+                topo.hosts()
+            ));
+        }
+        let dag = build(&spec, None)?;
+        let mut opts = Options::default();
+        opts.packet.seed = self.seed;
+        let outcome = simulate_collective(&topo, dag, engine, &opts)?;
+        Ok(PlanReport {
+            request: self.clone(),
+            topology: topo.name.clone(),
+            hosts: topo.hosts(),
+            outcome,
+        })
+    }
+}
+
+impl PlanReport {
+    /// The report as one JSON object (`time_s`, `events`, `events_per_s`,
+    /// `wall_s`, and what was simulated).
+    pub fn to_json(&self) -> String {
+        let o = &self.outcome;
+        let r = &self.request;
+        let mut s = String::from("{");
+        let mut field = |k: &str, v: String| {
+            if s.len() > 1 {
+                s.push_str(", ");
+            }
+            s.push_str(&format!("\"{k}\": {v}"));
+        };
+        let q = |v: &str| {
+            let mut out = String::new();
+            shoal_plan::json::write_string(&mut out, v);
+            out
+        };
+        field("collective", q(&r.collective));
+        field("algo", q(&r.algo));
+        field("ranks", r.ranks.to_string());
+        field("bytes", parse_bytes(&r.size).unwrap_or(0).to_string());
+        field("topology", q(&self.topology));
+        field("hosts", self.hosts.to_string());
+        field("engine", q(o.engine.name()));
+        field("time_s", format!("{:e}", o.time_s()));
+        field("events", o.events.to_string());
+        field("events_per_s", format!("{:.0}", o.events_per_s()));
+        field("wall_s", format!("{:.6}", o.wall_s));
+        field("messages", o.messages.to_string());
+        field("network_bytes", o.bytes.to_string());
+        field("drops", o.packet.drops.to_string());
+        field("ecn_marks", o.packet.ecn_marks.to_string());
+        field("timeouts", o.packet.timeouts.to_string());
+        s.push('}');
+        s
+    }
+
+    /// One human-readable line.
+    pub fn summary(&self) -> String {
+        let o = &self.outcome;
+        format!(
+            "{} {} x{} {} on {} ({} engine): {:.6} s simulated, {} events in {:.3} s wall ({:.2} M events/s)",
+            self.request.collective,
+            self.request.algo,
+            self.request.ranks,
+            self.request.size,
+            self.topology,
+            o.engine.name(),
+            o.time_s(),
+            o.events,
+            o.wall_s,
+            o.events_per_s() / 1e6
+        )
+    }
+}
