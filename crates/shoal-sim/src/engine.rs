@@ -86,7 +86,7 @@ pub fn simulate_collective(
 ) -> Result<Outcome, String> {
     match engine {
         Engine::Packet => packet_collective(topo, dag, opts),
-        Engine::Flow => Err("the flow engine is not built yet".into()),
+        Engine::Flow => crate::flow::plan_outcome(topo, &dag),
     }
 }
 

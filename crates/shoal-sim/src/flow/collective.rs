@@ -8,6 +8,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 use super::engine::{Event, FlowEngine};
 use super::network::{link_capacities, route, Route};
 use crate::dag::CollectiveDag;
+use crate::engine::{network_bytes, Engine, Outcome};
+use crate::units::{Time, PS_PER_S};
 use crate::topology::{mix, Topology};
 
 /// The outcome of one simulated collective.
@@ -319,5 +321,20 @@ pub fn simulate(topo: &Topology, dag: &CollectiveDag) -> Result<CollectiveRun, S
         events: engine.events(),
         recomputes: engine.recomputes(),
         link_bytes: engine.link_bytes(),
+    })
+}
+
+/// [`simulate`] as the engine dispatch reports it (crate::engine).
+pub fn plan_outcome(topo: &Topology, dag: &CollectiveDag) -> Result<Outcome, String> {
+    let t0 = std::time::Instant::now();
+    let run = simulate(topo, dag)?;
+    Ok(Outcome {
+        engine: Engine::Flow,
+        time: (run.time_s * PS_PER_S as f64).round() as Time,
+        events: run.events,
+        wall_s: t0.elapsed().as_secs_f64(),
+        messages: dag.messages.len(),
+        bytes: network_bytes(dag),
+        packet: Default::default(),
     })
 }

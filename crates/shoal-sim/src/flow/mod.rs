@@ -11,5 +11,5 @@ pub mod engine;
 pub mod maxmin;
 pub mod network;
 
-pub use collective::{simulate, CollectiveRun};
+pub use collective::{plan_outcome, simulate, CollectiveRun};
 pub use engine::{Event, FlowEngine, FlowId};
