@@ -19,7 +19,10 @@ fn ring_allreduce_matches_alpha_beta_on_a_star() {
     let run = simulate(&topo, &dag).unwrap();
     // alpha: 2 links x 1 us + 1 store-and-forward of 1500 B (1.2 us).
     let alpha = 2e-6 + 1.2e-6;
-    let beta = (bytes as f64 / p as f64) * 8.0 / 10e9;
+    // beta: a 1 MiB block is 719 packets of 1460 B payload + 40 B header.
+    let block = bytes / p as u64;
+    let wire = block + block.div_ceil(1460) * 40;
+    let beta = wire as f64 * 8.0 / 10e9;
     let expected = 2.0 * (p - 1) as f64 * (alpha + beta);
     let err = (run.time_s - expected).abs() / expected;
     assert!(
@@ -29,10 +32,7 @@ fn ring_allreduce_matches_alpha_beta_on_a_star() {
     );
     // Conservation: each host uplink carries 2(p-1) blocks.
     let host0_up = topo.out_links(0)[0];
-    assert_eq!(
-        run.link_bytes[host0_up],
-        (2 * (p as u64 - 1) * bytes / p as u64) as f64
-    );
+    assert_eq!(run.link_bytes[host0_up], (2 * (p as u64 - 1) * wire) as f64);
 }
 
 /// CPU time of this thread (Linux), so a loaded machine does not blur

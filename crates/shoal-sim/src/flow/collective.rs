@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::engine::{Event, FlowEngine};
-use super::network::{link_capacities, route, Route};
+use super::network::{link_capacities, route, wire_bytes, Route};
 use crate::dag::CollectiveDag;
 use crate::engine::{network_bytes, Engine, Outcome};
-use crate::units::{Time, PS_PER_S};
 use crate::topology::{mix, Topology};
+use crate::units::{Time, PS_PER_S};
 
 /// The outcome of one simulated collective.
 #[derive(Clone, Debug, PartialEq)]
@@ -21,7 +21,7 @@ pub struct CollectiveRun {
     pub events: u64,
     /// Component recomputations of the max-min rates.
     pub recomputes: u64,
-    /// Bytes carried by each directed link.
+    /// Bytes carried by each directed link, headers included.
     pub link_bytes: Vec<f64>,
 }
 
@@ -35,6 +35,7 @@ pub struct DagProgress {
     original: Vec<u32>,
     src_rank: Vec<u32>,
     dst_rank: Vec<u32>,
+    /// Bytes on the wire, headers included.
     bytes: Vec<u64>,
     waiting: Vec<u32>,
     /// Dependents of `i` are `dependents[offsets[i]..offsets[i + 1]]`.
@@ -91,7 +92,7 @@ impl DagProgress {
         Ok(DagProgress {
             src_rank: (0..n).map(|i| message(i).src_rank as u32).collect(),
             dst_rank: (0..n).map(|i| message(i).dst_rank as u32).collect(),
-            bytes: (0..n).map(|i| message(i).bytes).collect(),
+            bytes: (0..n).map(|i| wire_bytes(message(i).bytes)).collect(),
             waiting: (0..n).map(|i| message(i).deps.len() as u32).collect(),
             original,
             offsets,

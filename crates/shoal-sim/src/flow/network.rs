@@ -5,8 +5,18 @@
 use crate::topology::{mix, Topology};
 use crate::units::{seconds, Time};
 
+use crate::packet::PacketConfig;
+
 /// Bytes of one full packet, used for the store-and-forward delay.
 pub const PACKET_BYTES: u64 = 1500;
+
+/// Bytes a transfer of `payload` puts on the wire: the packet engine's
+/// header per MSS-sized packet (40 B per 1460 B by default), so both
+/// engines charge the same overhead.
+pub fn wire_bytes(payload: u64) -> u64 {
+    let cfg = PacketConfig::default();
+    payload + payload.div_ceil(cfg.mss() as u64) * cfg.header as u64
+}
 
 /// Capacity of every directed link, bit/s, by link id.
 pub fn link_capacities(topo: &Topology) -> Vec<f64> {
