@@ -112,3 +112,34 @@ fn bad_input_is_refused() {
         .contains("link 3"));
     assert!(e.start_flow(0.0, &[0], 1, -1.0, INF, 0).is_err());
 }
+
+#[test]
+fn weights_split_a_link_in_proportion() {
+    // Weight 3 vs 1 on 8 Mbit/s: 6 and 2 Mbit/s; a third flow on a second
+    // link with the weighted one does not change that (it gets 10 - 6).
+    let mut e = FlowEngine::new(&[8e6, 10e6]).unwrap();
+    let heavy = e.start_flow(0.0, &[0, 1], 1_000_000, 0.0, INF, 0).unwrap();
+    e.set_weight(heavy, 3.0);
+    let light = e.start_flow(0.0, &[0], 1_000_000, 0.0, INF, 1).unwrap();
+    let other = e.start_flow(0.0, &[1], 1_000_000, 0.0, INF, 2).unwrap();
+    e.timer(0.01, 0);
+    e.next_event();
+    assert_eq!(
+        [e.rate_bps(heavy), e.rate_bps(light), e.rate_bps(other)],
+        [6e6, 2e6, 4e6]
+    );
+}
+
+#[test]
+fn long_link_sets_are_supported() {
+    // An aggregation tree as one flow over 12 links, one of them shared.
+    let mut e = FlowEngine::new(&[10e6; 12]).unwrap();
+    let path: Vec<u32> = (0..12).collect();
+    let tree = e.start_flow(0.0, &path, 1_000_000, 0.0, INF, 0).unwrap();
+    let other = e.start_flow(0.0, &[11], 1_000_000, 0.0, INF, 1).unwrap();
+    e.timer(0.01, 0);
+    e.next_event();
+    assert_eq!((e.rate_bps(tree), e.rate_bps(other)), (5e6, 5e6));
+    assert_eq!(deliveries(&mut e).len(), 2);
+    assert_eq!(e.link_bytes()[0], 1_000_000.0);
+}

@@ -78,14 +78,19 @@ enum State {
     Free,
 }
 
-/// Longest route a flow may take (a fat-tree needs 6 hops).
+/// Links kept inline in a flow (a fat-tree route needs 6); longer link
+/// sets (an aggregation tree) are stored on the heap.
 pub const MAX_HOPS: usize = 8;
 
 #[derive(Clone, Debug)]
 struct Flow {
-    /// Links `path[..hops]`, inline: no allocation per flow.
+    /// Links `path[..hops]`, inline: no allocation per flow; or, when
+    /// there are more than MAX_HOPS, `long`.
     path: [u32; MAX_HOPS],
-    hops: u8,
+    hops: u32,
+    long: Option<Box<[u32]>>,
+    /// Weight in the max-min sharing (1: fair share).
+    weight: f64,
     bytes: u64,
     remaining_bits: f64,
     rate_bps: f64,
@@ -113,6 +118,7 @@ struct Component {
     flows: Vec<u32>,
     links: Vec<u32>,
     caps: Vec<f64>,
+    weights: Vec<f64>,
     flow_off: Vec<u32>,
     flow_links: Vec<u32>,
     /// For each global link id: its dense flows are `link_flow[link_off[l]..link_off[l]+count]`.
@@ -124,7 +130,17 @@ struct Component {
 
 impl Flow {
     fn links(&self) -> &[u32] {
-        &self.path[..self.hops as usize]
+        match &self.long {
+            Some(links) => links,
+            None => &self.path[..self.hops as usize],
+        }
+    }
+
+    fn link(&self, i: usize) -> u32 {
+        match &self.long {
+            Some(links) => links[i],
+            None => self.path[i],
+        }
     }
 }
 
@@ -137,6 +153,9 @@ impl FillInput for Component {
     }
     fn flow_cap(&self, flow: usize) -> f64 {
         self.caps[flow]
+    }
+    fn flow_weight(&self, flow: usize) -> f64 {
+        self.weights[flow]
     }
     fn link_flows(&self, link: u32) -> &[u32] {
         let start = self.link_off[link as usize] as usize;
@@ -243,12 +262,6 @@ impl FlowEngine {
                 self.now
             ));
         }
-        if path.len() > MAX_HOPS {
-            return Err(format!(
-                "flow path has {} links; at most {MAX_HOPS} are supported",
-                path.len()
-            ));
-        }
         if let Some(&l) = path.iter().find(|&&l| l as usize >= self.links.len()) {
             return Err(format!(
                 "flow path names link {l}, but there are {} links",
@@ -261,10 +274,17 @@ impl FlowEngine {
             ));
         }
         let mut links = [0; MAX_HOPS];
-        links[..path.len()].copy_from_slice(path);
+        let long = if path.len() > MAX_HOPS {
+            Some(path.into())
+        } else {
+            links[..path.len()].copy_from_slice(path);
+            None
+        };
         let flow = Flow {
             path: links,
-            hops: path.len() as u8,
+            hops: path.len() as u32,
+            long,
+            weight: 1.0,
             bytes,
             remaining_bits: bytes as f64 * 8.0,
             rate_bps: 0.0,
@@ -316,8 +336,24 @@ impl FlowEngine {
     pub fn set_cap(&mut self, flow: FlowId, cap_bps: f64) {
         let f = &mut self.flows[flow as usize];
         f.cap_bps = cap_bps;
+        self.touch(flow);
+    }
+
+    /// Sets a flow's weight in the sharing (default 1; larger takes a
+    /// proportionally larger share: traffic that does not back off).
+    pub fn set_weight(&mut self, flow: FlowId, weight: f64) {
+        assert!(weight > 0.0, "flow weight must be positive");
+        self.flows[flow as usize].weight = weight;
+        self.touch(flow);
+    }
+
+    /// Marks an active flow's component for recomputation.
+    fn touch(&mut self, flow: FlowId) {
+        let f = &self.flows[flow as usize];
         if f.state == State::Active {
-            self.dirty.extend_from_slice(&f.path[..f.hops as usize]);
+            for i in 0..f.hops as usize {
+                self.dirty.push(f.link(i));
+            }
             if f.hops == 0 {
                 self.reschedule_isolated(flow);
             }
@@ -391,7 +427,7 @@ impl FlowEngine {
             return;
         }
         for i in 0..f.hops as usize {
-            let l = f.path[i];
+            let l = self.flows[id as usize].link(i);
             self.links[l as usize].active.push(id);
             self.dirty.push(l);
         }
@@ -423,8 +459,8 @@ impl FlowEngine {
         f.remaining_bits = 0.0;
         f.rate_bps = 0.0;
         let (bytes, latency) = (f.bytes as f64, f.latency_s);
-        let (path, hops) = (f.path, f.hops as usize);
-        for &l in &path[..hops] {
+        for i in 0..f.hops as usize {
+            let l = self.flows[id as usize].link(i);
             let link = &mut self.links[l as usize];
             let pos = link
                 .active
@@ -490,6 +526,7 @@ impl FlowEngine {
             let fill = &mut self.fill_links[l as usize];
             fill.remaining_bps = self.links[l as usize].capacity_bps;
             fill.unfrozen = c.link_count[l as usize];
+            fill.weight = c.link_flows(l).iter().map(|&f| c.weights[f as usize]).sum();
         }
         c.rates.clear();
         c.rates.resize(c.flows.len(), 0.0);
@@ -510,6 +547,7 @@ impl FlowEngine {
     fn build_component(&mut self) {
         let c = &mut self.component;
         c.caps.clear();
+        c.weights.clear();
         c.flow_off.clear();
         c.flow_links.clear();
         c.flow_off.push(0);
@@ -519,6 +557,7 @@ impl FlowEngine {
         for &fid in &c.flows {
             let f = &self.flows[fid as usize];
             c.caps.push(f.cap_bps);
+            c.weights.push(f.weight);
             c.flow_links.extend_from_slice(f.links());
             c.flow_off.push(c.flow_links.len() as u32);
             for &l in f.links() {

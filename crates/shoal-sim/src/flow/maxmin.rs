@@ -1,11 +1,14 @@
-//! Max-min fair rates by progressive filling ("water-filling") over one
-//! set of links and the flows that cross them.
+//! Weighted max-min fair rates by progressive filling ("water-filling")
+//! over one set of links and the flows that cross them.
 //!
-//! Every flow's rate rises together until a link saturates (its remaining
-//! capacity divided by its unfrozen flows is the smallest "fair share") or
-//! a flow reaches its own cap; those flows freeze and the rest keep
-//! rising. Links sit in a heap keyed by fair share, re-pushed when a freeze
-//! changes their share (stale entries are recognised by an epoch).
+//! A common "water level" rises; every unfrozen flow runs at weight x
+//! level. A link saturates when its remaining capacity divided by the
+//! weight of its unfrozen flows is the smallest (its fair level); a flow
+//! also stops at its own rate cap. Those flows freeze and the rest keep
+//! rising. Links sit in a heap keyed by fair level, re-pushed when a freeze
+//! changes it (stale entries are recognised by an epoch). With every weight
+//! 1 this is plain max-min fairness, what DCTCP-like congestion control
+//! converges to; a large weight models traffic that does not back off.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -14,25 +17,33 @@ use std::collections::BinaryHeap;
 #[derive(Clone, Debug, Default)]
 pub struct LinkFill {
     pub remaining_bps: f64,
+    /// Number and total weight of the unfrozen flows crossing it.
     pub unfrozen: u32,
+    pub weight: f64,
     epoch: u32,
 }
 
-/// (fair share, link, epoch) ordered smallest share first.
+impl LinkFill {
+    fn level(&self) -> f64 {
+        self.remaining_bps / self.weight
+    }
+}
+
+/// (level, link, epoch) ordered smallest level first.
 #[derive(PartialEq)]
-struct ShareEntry(f64, u32, u32);
+struct LevelEntry(f64, u32, u32);
 
-impl Eq for ShareEntry {}
+impl Eq for LevelEntry {}
 
-impl PartialOrd for ShareEntry {
+impl PartialOrd for LevelEntry {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl Ord for ShareEntry {
+impl Ord for LevelEntry {
     fn cmp(&self, other: &Self) -> Ordering {
-        // Reversed: BinaryHeap is a max-heap, we want the smallest share.
+        // Reversed: BinaryHeap is a max-heap, we want the smallest level.
         other
             .0
             .total_cmp(&self.0)
@@ -40,32 +51,35 @@ impl Ord for ShareEntry {
     }
 }
 
+/// What the water-filling needs to know about the flows: their links,
+/// caps and weights, by a dense index 0..n.
+pub trait FillInput {
+    fn flow_count(&self) -> usize;
+    fn flow_links(&self, flow: usize) -> &[u32];
+    fn flow_cap(&self, flow: usize) -> f64;
+    fn flow_weight(&self, flow: usize) -> f64;
+    /// Dense flows crossing a link, by link id.
+    fn link_flows(&self, link: u32) -> &[u32];
+}
+
 /// Reusable buffers for water-filling, so a recompute allocates nothing
 /// in the steady state.
 #[derive(Default)]
 pub struct WaterFill {
-    heap: BinaryHeap<ShareEntry>,
-    /// Unfrozen flows sorted by cap, largest first (pop the smallest).
+    heap: BinaryHeap<LevelEntry>,
+    /// Capped flows by the level at which they hit their cap, largest
+    /// first (pop the smallest).
     by_cap: Vec<(f64, u32)>,
     frozen: Vec<bool>,
     unfrozen_flows: usize,
 }
 
-/// What the water-filling needs to know about the flows: their links and
-/// caps, by a dense index 0..n.
-pub trait FillInput {
-    fn flow_count(&self) -> usize;
-    fn flow_links(&self, flow: usize) -> &[u32];
-    fn flow_cap(&self, flow: usize) -> f64;
-    /// Dense flows crossing a link, by link id.
-    fn link_flows(&self, link: u32) -> &[u32];
-}
-
 impl WaterFill {
     /// Fills `rates[i]` for every flow of `input`. `links` holds the fill
     /// state of every link the flows cross, indexed by link id, with
-    /// `remaining_bps` = capacity and `unfrozen` = number of these flows on
-    /// it; `link_ids` lists those links. Flows crossing no link get their cap.
+    /// `remaining_bps` = capacity and `unfrozen`/`weight` = count and total
+    /// weight of these flows on it; `link_ids` lists those links. Flows
+    /// crossing no link get their cap.
     pub fn fill(
         &mut self,
         input: &impl FillInput,
@@ -80,7 +94,7 @@ impl WaterFill {
         for f in 0..n {
             let cap = input.flow_cap(f);
             if cap.is_finite() {
-                self.by_cap.push((cap, f as u32));
+                self.by_cap.push((cap / input.flow_weight(f), f as u32));
             }
         }
         self.by_cap.sort_by(|a, b| b.0.total_cmp(&a.0));
@@ -88,11 +102,7 @@ impl WaterFill {
         for &l in link_ids {
             let link = &links[l as usize];
             if link.unfrozen > 0 {
-                self.heap.push(ShareEntry(
-                    link.remaining_bps / link.unfrozen as f64,
-                    l,
-                    link.epoch,
-                ));
+                self.heap.push(LevelEntry(link.level(), l, link.epoch));
             }
         }
         self.unfrozen_flows = n;
@@ -112,10 +122,10 @@ impl WaterFill {
                     break;
                 }
             }
-            let link_share = loop {
+            let link_level = loop {
                 match self.heap.peek() {
-                    Some(ShareEntry(share, l, epoch)) if links[*l as usize].epoch == *epoch => {
-                        break Some((*share, *l))
+                    Some(LevelEntry(level, l, epoch)) if links[*l as usize].epoch == *epoch => {
+                        break Some((*level, *l))
                     }
                     Some(_) => {
                         self.heap.pop();
@@ -124,22 +134,22 @@ impl WaterFill {
                 }
             };
             let cap_next = self.by_cap.last().copied();
-            match (link_share, cap_next) {
-                (Some((share, _)), Some((cap, f))) if cap < share => {
-                    self.freeze(input, links, f as usize, cap, rates);
+            match (link_level, cap_next) {
+                (Some((level, _)), Some((cap_level, f))) if cap_level < level => {
+                    self.freeze(input, links, f as usize, cap_level, rates);
                     self.by_cap.pop();
                 }
-                (None, Some((cap, f))) => {
-                    self.freeze(input, links, f as usize, cap, rates);
+                (None, Some((cap_level, f))) => {
+                    self.freeze(input, links, f as usize, cap_level, rates);
                     self.by_cap.pop();
                 }
-                (Some((share, l)), _) => {
+                (Some((level, l)), _) => {
                     self.heap.pop();
                     // Freeze every unfrozen flow of the saturated link.
                     for i in 0..input.link_flows(l).len() {
                         let f = input.link_flows(l)[i] as usize;
                         if !self.frozen[f] {
-                            self.freeze(input, links, f, share, rates);
+                            self.freeze(input, links, f, level, rates);
                         }
                     }
                 }
@@ -148,28 +158,30 @@ impl WaterFill {
         }
     }
 
+    /// Freezes flow `f` at `level` (its rate: weight x level).
     fn freeze(
         &mut self,
         input: &impl FillInput,
         links: &mut [LinkFill],
         f: usize,
-        rate: f64,
+        level: f64,
         rates: &mut [f64],
     ) {
         self.frozen[f] = true;
         self.unfrozen_flows -= 1;
+        let weight = input.flow_weight(f);
+        let rate = weight * level;
         rates[f] = rate;
         for &l in input.flow_links(f) {
             let link = &mut links[l as usize];
             link.remaining_bps = (link.remaining_bps - rate).max(0.0);
             link.unfrozen -= 1;
+            link.weight -= weight;
             link.epoch = link.epoch.wrapping_add(1);
             if link.unfrozen > 0 {
-                self.heap.push(ShareEntry(
-                    link.remaining_bps / link.unfrozen as f64,
-                    l,
-                    link.epoch,
-                ));
+                // Guard the weight sum against rounding to zero or below.
+                let level = link.remaining_bps / link.weight.max(1e-12);
+                self.heap.push(LevelEntry(level, l, link.epoch));
             }
         }
     }
