@@ -171,6 +171,21 @@ def switch_main(argv: list[str]) -> int:
 def config_variables() -> list[dict[str, str]]:
     """Every SHOAL_* variable: dicts with name, default, meaning and read_in."""
 
+def sim_plan_json(
+    collective: str,
+    algo: str,
+    ranks: int,
+    size: str,
+    topology: str,
+    link: str | None = None,
+    latency: str | None = None,
+    buffer: str | None = None,
+    engine: str = "packet",
+    ranks_per_host: int = 1,
+    seed: int = 0,
+) -> str:
+    """Simulates one collective call (shoal sim plan); the report as a JSON object string; ValueError on bad input."""
+
 def detect_launcher() -> dict[str, Any]:
     """What the environment says about this process (launcher, rank, world, store); ValueError if inconsistent."""
 

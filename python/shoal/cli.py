@@ -21,6 +21,7 @@ COMMANDS = {
     "info": "print version, algorithms, configuration, transports and capabilities (shoal info --json)",
     "bench": "benchmark a collective side by side with Gloo and OpenMPI (shoal bench -h)",
     "testbed": "emulated cluster: hosts as network namespaces behind a shaped switch (shoal testbed -h)",
+    "sim": "simulate shoal's collectives on a network: fat-tree, leaf-spine, star (shoal sim -h)",
     "trace": "merge the per-rank traces of SHOAL_TRACE=DIR into one timeline (shoal trace merge DIR -o job.json)",
 }
 
@@ -112,6 +113,12 @@ def _bench(args: list[str]) -> int:
     return int(bench_main(args))
 
 
+def _sim(args: list[str]) -> int:
+    from shoal.sim.cli import main as sim_main
+
+    return sim_main(args)
+
+
 def _trace(args: list[str]) -> int:
     from shoal.trace import main as trace_main
 
@@ -125,6 +132,7 @@ HANDLERS = {
     "info": _info,
     "bench": _bench,
     "testbed": _testbed,
+    "sim": _sim,
     "trace": _trace,
 }
 

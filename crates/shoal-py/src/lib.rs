@@ -7,6 +7,7 @@ mod buffers;
 mod call;
 mod config;
 mod log;
+mod sim;
 mod switch;
 
 use std::sync::Arc;
@@ -393,6 +394,7 @@ fn _shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(config::config_variables, m)?)?;
     m.add_function(wrap_pyfunction!(config::detect_launcher, m)?)?;
     m.add_function(wrap_pyfunction!(config::config_error, m)?)?;
+    m.add_function(wrap_pyfunction!(sim::sim_plan_json, m)?)?;
     log::register(m)?;
     algo::register(m)?;
     m.add("ShoalError", py.get_type::<ShoalError>())?;

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use crate::dag::CollectiveDag;
-use crate::packet::{PacketConfig, PacketSim, PacketStats};
+use crate::packet::{InaJob, PacketConfig, PacketSim, PacketStats};
 use crate::topology::Topology;
 use crate::units::{seconds, Time};
 
@@ -88,6 +88,45 @@ pub fn simulate_collective(
         Engine::Packet => packet_collective(topo, dag, opts),
         Engine::Flow => crate::flow::plan_outcome(topo, &dag),
     }
+}
+
+/// Simulates aggregation job `job` alone on `topo` with `engine`.
+pub fn simulate_ina(
+    topo: &Topology,
+    job: InaJob,
+    engine: Engine,
+    opts: &Options,
+) -> Result<Outcome, String> {
+    match engine {
+        Engine::Packet => packet_ina(topo, job, opts),
+        Engine::Flow => Err("the flow engine does not model in-network aggregation yet".into()),
+    }
+}
+
+fn packet_ina(topo: &Topology, job: InaJob, opts: &Options) -> Result<Outcome, String> {
+    let t0 = Instant::now();
+    let bytes = job.bytes * job.workers.len() as u64;
+    let mut sim = PacketSim::new(topo, opts.packet);
+    let id = sim.add_ina_job(job, 0)?;
+    let stats = sim.run();
+    let time = sim
+        .ina_finish(id)
+        .ok_or("the aggregation job did not finish (a result never came back)")?;
+    if stats.ina.wrong_results > 0 {
+        return Err(format!(
+            "{} aggregation results were wrong",
+            stats.ina.wrong_results
+        ));
+    }
+    Ok(Outcome {
+        engine: Engine::Packet,
+        time,
+        events: stats.events,
+        wall_s: t0.elapsed().as_secs_f64(),
+        messages: 0,
+        bytes,
+        packet: stats,
+    })
 }
 
 fn packet_collective(

@@ -5,7 +5,8 @@
 use shoal_plan::Collective;
 
 use crate::dag::{build, DagSpec};
-use crate::engine::{simulate_collective, Engine, Options, Outcome};
+use crate::engine::{simulate_collective, simulate_ina, Engine, Options, Outcome};
+use crate::packet::InaJob;
 use crate::topology::{LinkSpec, Topology};
 use crate::units::parse_bytes;
 
@@ -83,10 +84,22 @@ impl PlanRequest {
                 topo.hosts()
             ));
         }
-        let dag = build(&spec, None)?;
         let mut opts = Options::default();
         opts.packet.seed = self.seed;
-        let outcome = simulate_collective(&topo, dag, engine, &opts)?;
+        let outcome = if self.algo == "ina" {
+            if collective != Collective::Allreduce {
+                return Err(format!(
+                    "--algo ina is an allreduce; not {}",
+                    self.collective
+                ));
+            }
+            // One worker per host: ranks of a host are summed locally first.
+            let mut workers = spec.block_placement();
+            workers.dedup();
+            simulate_ina(&topo, InaJob::new(workers, bytes), engine, &opts)?
+        } else {
+            simulate_collective(&topo, build(&spec, None)?, engine, &opts)?
+        };
         Ok(PlanReport {
             request: self.clone(),
             topology: topo.name.clone(),
@@ -130,6 +143,10 @@ impl PlanReport {
         field("drops", o.packet.drops.to_string());
         field("ecn_marks", o.packet.ecn_marks.to_string());
         field("timeouts", o.packet.timeouts.to_string());
+        if r.algo == "ina" {
+            field("ina_results", o.packet.ina.results.to_string());
+            field("ina_wrong_results", o.packet.ina.wrong_results.to_string());
+        }
         s.push('}');
         s
     }

@@ -12,10 +12,12 @@
 //! departures from queues (`TX_DONE`), arrivals at the far end of a link
 //! (`WIRE`), timers and flow starts.
 
+mod ina;
 mod tcp;
 
 use std::collections::{HashMap, VecDeque};
 
+pub use ina::{InaJob, InaStats};
 pub use tcp::TcpConfig;
 use tcp::{AckAction, Window};
 
@@ -29,6 +31,16 @@ const WIRE: u8 = 1;
 const TIMER: u8 = 2;
 const FLOW_START: u8 = 3;
 const COLL_START: u8 = 4;
+const INA_TIMER: u8 = 5;
+const INA_START: u8 = 6;
+
+/// `Packet::ina`: not an aggregation packet, a contribution going up, a
+/// result coming down.
+const INA_NONE: u8 = 0;
+const INA_UP: u8 = 1;
+const INA_DOWN: u8 = 2;
+/// Marks an aggregation sender (not a flow) in a NIC's round.
+const INA_SENDER: u32 = 1 << 31;
 
 /// Parameters of a packet-level run.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -43,8 +55,13 @@ pub struct PacketConfig {
     /// PANAMA's K).
     pub ecn_k: u32,
     pub tcp: TcpConfig,
-    /// Salt of the ECMP hash: different seeds, different path choices.
+    /// Salt of the ECMP hash and the loss draws.
     pub seed: u64,
+    /// Probability that a switch loses an arriving packet (default 0), to
+    /// test recovery.
+    pub loss: f64,
+    /// Aggregation memory per switch in bytes (default 64 MB, PANAMA's).
+    pub ina_memory: u64,
 }
 
 impl Default for PacketConfig {
@@ -56,6 +73,8 @@ impl Default for PacketConfig {
             ecn_k: 85,
             tcp: TcpConfig::default(),
             seed: 0,
+            loss: 0.0,
+            ina_memory: 64_000_000,
         }
     }
 }
@@ -83,6 +102,14 @@ struct Packet {
     ecn: bool,
     /// Send time of the data packet (echoed by the ACK for RTT samples).
     sent: Time,
+    /// Aggregation: `INA_NONE`, `INA_UP` or `INA_DOWN`; `flow` is the tree.
+    ina: u8,
+    /// Aggregation: the (partial) sum, workers in it, the window cap.
+    value: u64,
+    contributors: u32,
+    cap: u32,
+    /// Aggregation, going up: results the sender(s) hold, in order.
+    acked: u32,
 }
 
 /// One output port: its queue, and the packets on the wire beyond it.
@@ -194,6 +221,7 @@ pub struct PacketStats {
     pub delivered_bytes: u64,
     /// Most packets alive at once (slab high-water mark).
     pub peak_packets: u64,
+    pub ina: InaStats,
 }
 
 /// A packet-level simulation over one topology.
@@ -207,6 +235,15 @@ pub struct PacketSim {
     flows: Vec<Flow>,
     collectives: Vec<CollectiveRun>,
     stats: PacketStats,
+    ina_jobs: Vec<ina::JobRun>,
+    ina_trees: Vec<ina::Tree>,
+    ina_aggs: Vec<ina::Aggregator>,
+    ina_senders: Vec<ina::InaSender>,
+    /// Active aggregation jobs at each node.
+    ina_jobs_at: Vec<u32>,
+    ina_stats: InaStats,
+    /// State of the loss draws.
+    rng: u64,
 }
 
 impl PacketSim {
@@ -249,6 +286,13 @@ impl PacketSim {
             flows: Vec::new(),
             collectives: Vec::new(),
             stats: PacketStats::default(),
+            ina_jobs: Vec::new(),
+            ina_trees: Vec::new(),
+            ina_aggs: Vec::new(),
+            ina_senders: Vec::new(),
+            ina_jobs_at: vec![0; topo.nodes.len()],
+            ina_stats: InaStats::default(),
+            rng: mix(cfg.seed ^ 0x5eed),
         }
     }
 
@@ -304,10 +348,13 @@ impl PacketSim {
                 TIMER => self.timer(e.index),
                 FLOW_START => self.try_send(e.index),
                 COLL_START => self.start_collective(e.index as usize),
+                INA_TIMER => self.ina_timer(e.index),
+                INA_START => self.ina_try_send(e.index),
                 k => unreachable!("unknown event kind {k}"),
             }
         }
         self.stats.events = self.queue.popped;
+        self.stats.ina = self.ina_stats;
         self.stats.peak_packets = self.packets.capacity() as u64;
         self.stats
     }
@@ -480,6 +527,20 @@ impl PacketSim {
     /// are not stuck behind a whole window of the host's own data.
     fn pull(&mut self, nic: u32) {
         while let Some(f) = self.ports[nic as usize].ready.pop_front() {
+            if f & INA_SENDER != 0 {
+                let s = f & !INA_SENDER;
+                self.ina_senders[s as usize].in_ready = false;
+                if !self.ina_senders[s as usize].can_send() {
+                    continue;
+                }
+                let p = self.ina_next_packet(s);
+                if self.ina_senders[s as usize].can_send() {
+                    self.ina_senders[s as usize].in_ready = true;
+                    self.ports[nic as usize].ready.push_back(f);
+                }
+                self.enqueue(nic, p);
+                return;
+            }
             self.flows[f as usize].in_ready = false;
             if !self.flows[f as usize].can_send() {
                 continue;
@@ -517,6 +578,7 @@ impl PacketSim {
             ack: false,
             ecn: false,
             sent: now,
+            ..Default::default()
         };
         flow.next_seq += 1;
         flow.rto_deadline = now + flow.win.rto(&self.cfg.tcp);
@@ -583,7 +645,19 @@ impl PacketSim {
         if let Some(&(next, _)) = port.wire.front() {
             self.queue.schedule(next, WIRE, link);
         }
-        if self.nodes[node] == Node::Host {
+        if self.cfg.loss > 0.0 && self.nodes[node] != Node::Host && self.lose() {
+            self.stats.drops += 1;
+            self.packets.remove(p);
+            return;
+        }
+        let ina = self.packets[p].ina;
+        if ina != INA_NONE {
+            if self.nodes[node] == Node::Host {
+                self.ina_result_at_host(node, p);
+            } else {
+                self.ina_at_switch(node, link, p);
+            }
+        } else if self.nodes[node] == Node::Host {
             self.deliver(p);
         } else {
             let pkt = &mut self.packets[p];
@@ -597,6 +671,13 @@ impl PacketSim {
             pkt.hop += 1;
             self.enqueue(next, p);
         }
+    }
+
+    /// One loss draw (SplitMix64 stream, deterministic for the seed).
+    fn lose(&mut self) -> bool {
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let x = mix(self.rng);
+        (x >> 11) as f64 / (1u64 << 53) as f64 <= self.cfg.loss
     }
 
     /// Packet `p` reached its destination host.
