@@ -18,6 +18,7 @@ pub mod event;
 pub mod flow;
 pub mod packet;
 pub mod plan;
+pub mod scenario;
 pub mod topology;
 pub mod units;
 pub mod workload;

@@ -360,6 +360,11 @@ impl FlowEngine {
         }
     }
 
+    /// Flows now transmitting on a link.
+    pub fn active_flows(&self, link: u32) -> usize {
+        self.links[link as usize].active.len()
+    }
+
     /// Current rate of an active flow (bit/s).
     pub fn rate_bps(&self, flow: FlowId) -> f64 {
         self.flows[flow as usize].rate_bps
@@ -497,7 +502,7 @@ impl FlowEngine {
                     f.mark = mark;
                     c.flows.push(fid);
                     stack.extend(
-                        f.path
+                        f.links()
                             .iter()
                             .copied()
                             .filter(|&x| self.links[x as usize].mark != mark),

@@ -49,7 +49,7 @@ const DATA_MINING: [(f64, f64); 9] = [
 
 /// A flow-size distribution: points (bytes, P[size <= bytes]), sizes
 /// non-decreasing, probabilities non-decreasing from >= 0 to exactly 1.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct FlowSizeCdf {
     name: String,
     points: Vec<(f64, f64)>,
