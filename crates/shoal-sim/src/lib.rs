@@ -17,6 +17,7 @@ pub mod engine;
 pub mod event;
 pub mod flow;
 pub mod packet;
+pub mod panama;
 pub mod plan;
 pub mod scenario;
 pub mod topology;

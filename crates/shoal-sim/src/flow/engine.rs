@@ -108,6 +108,13 @@ struct Flow {
 struct Link {
     capacity_bps: f64,
     active: Vec<u32>,
+    /// Active flows that do not back off (weight > 1).
+    greedy: u32,
+    /// Standing queue while busy (congestion-controlled flows keep about
+    /// the ECN threshold queued) and while a greedy flow is on it (the
+    /// whole buffer), in seconds of this link's time.
+    busy_queue_s: f64,
+    greedy_queue_s: f64,
     bytes_done: f64,
     mark: u32,
 }
@@ -343,7 +350,16 @@ impl FlowEngine {
     /// proportionally larger share: traffic that does not back off).
     pub fn set_weight(&mut self, flow: FlowId, weight: f64) {
         assert!(weight > 0.0, "flow weight must be positive");
-        self.flows[flow as usize].weight = weight;
+        let f = &mut self.flows[flow as usize];
+        let change = (weight > 1.0) as i32 - (f.weight > 1.0) as i32;
+        f.weight = weight;
+        if f.state == State::Active && change != 0 {
+            for i in 0..f.hops as usize {
+                let l = self.flows[flow as usize].link(i);
+                let link = &mut self.links[l as usize];
+                link.greedy = (link.greedy as i32 + change) as u32;
+            }
+        }
         self.touch(flow);
     }
 
@@ -357,6 +373,19 @@ impl FlowEngine {
             if f.hops == 0 {
                 self.reschedule_isolated(flow);
             }
+        }
+    }
+
+    /// Queueing model: a flow starting over a busy link waits behind the
+    /// standing queue there — `busy_bytes` (DCTCP keeps about K packets
+    /// queued at a bottleneck) or, with a flow that does not back off on
+    /// it, `greedy_bytes` (the buffer fills). A fluid model has no queues;
+    /// this adds their delay to the short flows that meet them. Off (0) by
+    /// default.
+    pub fn set_queues(&mut self, busy_bytes: f64, greedy_bytes: f64) {
+        for l in &mut self.links {
+            l.busy_queue_s = busy_bytes * 8.0 / l.capacity_bps;
+            l.greedy_queue_s = greedy_bytes * 8.0 / l.capacity_bps;
         }
     }
 
@@ -431,11 +460,23 @@ impl FlowEngine {
             self.reschedule_isolated(id);
             return;
         }
+        let greedy = f.weight > 1.0;
+        let mut queued = 0.0;
         for i in 0..f.hops as usize {
             let l = self.flows[id as usize].link(i);
+            let link = &mut self.links[l as usize];
+            queued += if link.greedy > 0 {
+                link.greedy_queue_s
+            } else if !link.active.is_empty() {
+                link.busy_queue_s
+            } else {
+                0.0
+            };
+            link.greedy += greedy as u32;
             self.links[l as usize].active.push(id);
             self.dirty.push(l);
         }
+        self.flows[id as usize].latency_s += queued;
     }
 
     /// A flow crossing no link runs at its cap (or instantly).
@@ -463,7 +504,7 @@ impl FlowEngine {
         f.state = State::Done;
         f.remaining_bits = 0.0;
         f.rate_bps = 0.0;
-        let (bytes, latency) = (f.bytes as f64, f.latency_s);
+        let (bytes, latency, weight) = (f.bytes as f64, f.latency_s, f.weight);
         for i in 0..f.hops as usize {
             let l = self.flows[id as usize].link(i);
             let link = &mut self.links[l as usize];
@@ -473,6 +514,7 @@ impl FlowEngine {
                 .position(|&x| x == id)
                 .expect("active flow is on its links");
             link.active.swap_remove(pos);
+            link.greedy -= (weight > 1.0) as u32;
             link.bytes_done += bytes;
             self.dirty.push(l);
         }

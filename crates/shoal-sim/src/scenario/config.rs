@@ -58,6 +58,8 @@ pub struct JobConfig {
     pub trees: usize,
     /// "close" (least span of host ids) or "random".
     pub close: bool,
+    /// Use only this one of the trees (PANAMA Fig. 9's Agg1..Agg4).
+    pub only_tree: Option<usize>,
 }
 
 /// Jobs drawn at random (paper: 16-96 workers, the six models) until the
@@ -86,6 +88,9 @@ pub struct ScenarioConfig {
     pub distributions: Vec<FlowSizeCdf>,
     pub jobs: Vec<JobConfig>,
     pub random_jobs: Option<RandomJobs>,
+    /// Persistent long flows between random host pairs, running the whole
+    /// time (PANAMA Fig. 9's load).
+    pub long_flows: usize,
     /// Workers a host may run (of different jobs): servers with several GPUs.
     pub slots_per_host: usize,
     /// Pipelining piece of plan-based allreduces (shoal's SHOAL_CHUNK_BYTES).
@@ -107,6 +112,7 @@ impl Default for ScenarioConfig {
             distributions: vec![FlowSizeCdf::web_search(), FlowSizeCdf::data_mining()],
             jobs: Vec::new(),
             random_jobs: None,
+            long_flows: 0,
             slots_per_host: 1,
             chunk_bytes: 1 << 20,
             duration_s: 0.1,
@@ -152,6 +158,7 @@ impl ScenarioConfig {
                 "chunk_bytes" => cfg.chunk_bytes = parse_bytes(v)?,
                 "duration" => cfg.duration_s = seconds(parse_time(v)?),
                 "seed" => cfg.seed = number(key, v)?,
+                "long_flows" => cfg.long_flows = number(key, v)?,
                 "background.load" => cfg.background_load = fraction(key, v)?,
                 "background.distribution" => {
                     cfg.distributions = v
@@ -213,6 +220,7 @@ fn job(index: usize, fields: BTreeMap<String, String>) -> Result<JobConfig, Stri
         algorithm: Algorithm::Plan("ring".into()),
         trees: 4,
         close: true,
+        only_tree: None,
     };
     for (field, v) in fields {
         let key = format!("jobs.{index}.{field}");
@@ -221,6 +229,7 @@ fn job(index: usize, fields: BTreeMap<String, String>) -> Result<JobConfig, Stri
             "model" => job.model = models::by_name(&v)?,
             "algorithm" => job.algorithm = Algorithm::parse(&v)?,
             "trees" => job.trees = number(&key, &v)?,
+            "tree" => job.only_tree = Some(number(&key, &v)?),
             "placement" => {
                 job.close = match v.as_str() {
                     "close" => true,

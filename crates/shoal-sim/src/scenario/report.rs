@@ -97,10 +97,11 @@ impl ScenarioResult {
             .zip(&self.iterations)
             .map(|(job, its)| {
                 let mean = if its.is_empty() { 0.0 } else { its.iter().sum::<f64>() / its.len() as f64 };
+                let comm = if its.is_empty() { 0.0 } else { mean - job.config.model.compute_s };
                 let its: Vec<String> = its.iter().map(|t| format!("{t:e}")).collect();
                 format!(
                     "{{\"model\": \"{}\", \"workers\": {}, \"algorithm\": \"{}\", \"offered_load\": {:e}, \
-                     \"mean_iteration_s\": {mean:e}, \"iterations_s\": [{}]}}",
+                     \"mean_iteration_s\": {mean:e}, \"mean_comm_s\": {comm:e}, \"iterations_s\": [{}]}}",
                     job.config.model.name,
                     job.hosts.len(),
                     job.algorithm_name(),

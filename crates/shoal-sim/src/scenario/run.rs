@@ -8,13 +8,14 @@ use super::config::{Algorithm, JobConfig, ScenarioConfig};
 use super::ina::{build_trees, AggTree, InaMode, NO_CC_WEIGHT};
 use crate::dag::{build, CollectiveDag, DagSpec};
 use crate::flow::collective::RunningDag;
-use crate::flow::network::{link_capacities, route, wire_bytes};
+use crate::flow::network::{link_capacities, route, wire_bytes, PACKET_BYTES};
 use crate::flow::{Event, FlowEngine};
 use crate::topology::{mix, Topology};
 use crate::workload::{models, place_close, PoissonTraffic, Rng};
 
 const BACKGROUND: u64 = 1 << 63;
 const TREE: u64 = 1 << 39;
+const LONG: u64 = 1 << 62;
 const END_TIMER: u64 = u64::MAX;
 
 /// How one job reduces, once placed.
@@ -149,9 +150,18 @@ pub fn place_jobs(cfg: &ScenarioConfig, topo: &Topology) -> Result<Vec<PlacedJob
     if let Some(r) = &cfg.random_jobs {
         let link_bps = cfg.link.rate.bits_per_s();
         let mut load: f64 = placed.iter().map(|j: &PlacedJob| j.offered_load).sum();
-        while load < r.load {
+        let mut misses = 0;
+        while load < r.load && misses < 100 {
             let workers = models::draw_workers(&mut rng) as usize;
             let model = models::draw(&mut rng);
+            // A job that would overshoot the target by more than half its
+            // own load is skipped (small clusters: one job is a lot).
+            let extra =
+                ring_offered_load(workers.min(topo.hosts()), &model, link_bps, topo.hosts());
+            if load + extra > r.load + extra / 2.0 {
+                misses += 1;
+                continue;
+            }
             let Ok(hosts) = slots.place(workers.min(topo.hosts()), true, &mut rng) else {
                 break; // the cluster is full: the load reached is reported
             };
@@ -161,6 +171,7 @@ pub fn place_jobs(cfg: &ScenarioConfig, topo: &Topology) -> Result<Vec<PlacedJob
                 algorithm: r.algorithm.clone(),
                 trees: r.trees,
                 close: true,
+                only_tree: None,
             };
             load += ring_offered_load(hosts.len(), &model, link_bps, topo.hosts());
             placed.push(setup_job(cfg, topo, job, hosts)?);
@@ -240,9 +251,15 @@ fn start_round(
         let cap = share * 8.0 / tree.round_trip_s.max(1e-9);
         let tag = ((j as u64 + 1) << 40) | TREE | t as u64;
         let id = engine.start_flow(now, &links, per_tree, tree.round_trip_s / 2.0, cap, tag)?;
-        if !mode.congestion_control {
-            engine.set_weight(id, NO_CC_WEIGHT);
-        }
+        // A worker deals its packets round robin over the trees: at its
+        // access link the trees together are one sender, so they split one
+        // fair share (greedy ones: NO_CC_WEIGHT shares).
+        let weight = if mode.congestion_control {
+            1.0
+        } else {
+            NO_CC_WEIGHT
+        };
+        engine.set_weight(id, weight / trees.len() as f64);
     }
     Ok(trees.len())
 }
@@ -253,6 +270,12 @@ pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scenar
     let topo = Topology::parse(&cfg.topology, cfg.link)?;
     let jobs = place_jobs(cfg, &topo)?;
     let mut engine = FlowEngine::new(&link_capacities(&topo))?;
+    // DCTCP and PANAMA keep about K packets queued at a busy link; traffic
+    // without congestion control fills the buffer.
+    engine.set_queues(
+        cfg.ecn_k as f64 * PACKET_BYTES as f64,
+        cfg.link.buffer as f64,
+    );
     let link_bps = cfg.link.rate.bits_per_s();
 
     // Background flows, all scheduled up front.
@@ -280,6 +303,24 @@ pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scenar
             r.latency_s,
             f64::INFINITY,
             BACKGROUND | i as u64,
+        )?;
+    }
+
+    // Persistent long flows: big enough to outlast the run.
+    let mut pairs = Rng::derive(cfg.seed, 4);
+    for i in 0..cfg.long_flows {
+        let hosts = topo.hosts() as u64;
+        let src = pairs.below(hosts) as usize;
+        let dst = (src + 1 + pairs.below(hosts - 1) as usize) % hosts as usize;
+        let r = route(&topo, src, dst, mix(cfg.seed ^ LONG ^ i as u64));
+        let bytes = (link_bps / 8.0 * cfg.duration_s * 2.0) as u64;
+        engine.start_flow(
+            0.0,
+            &r.links,
+            bytes,
+            r.latency_s,
+            f64::INFINITY,
+            LONG | i as u64,
         )?;
     }
 
@@ -326,7 +367,9 @@ pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scenar
                 time_s,
                 ..
             } => {
-                if tag & BACKGROUND != 0 {
+                if tag & LONG != 0 {
+                    // A persistent flow outlived its budget: nothing to record.
+                } else if tag & BACKGROUND != 0 {
                     let bytes = background[(tag & !BACKGROUND) as usize].bytes;
                     flows.push(FlowRecord {
                         bytes,
