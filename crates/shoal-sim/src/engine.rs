@@ -56,6 +56,9 @@ pub struct Outcome {
     pub events: u64,
     /// Wall-clock seconds the simulation took.
     pub wall_s: f64,
+    /// CPU seconds the simulating thread used (0 where the OS does not
+    /// say): on a loaded machine the honest basis of events per second.
+    pub cpu_s: f64,
     pub messages: usize,
     /// Payload bytes the collective moved between hosts.
     pub bytes: u64,
@@ -66,6 +69,15 @@ pub struct Outcome {
 impl Outcome {
     pub fn time_s(&self) -> f64 {
         seconds(self.time)
+    }
+
+    /// Events per CPU second of the simulating thread.
+    pub fn events_per_cpu_s(&self) -> f64 {
+        if self.cpu_s > 0.0 {
+            self.events as f64 / self.cpu_s
+        } else {
+            0.0
+        }
     }
 
     pub fn events_per_s(&self) -> f64 {
@@ -104,7 +116,7 @@ pub fn simulate_ina(
 }
 
 fn packet_ina(topo: &Topology, job: InaJob, opts: &Options) -> Result<Outcome, String> {
-    let t0 = Instant::now();
+    let (t0, c0) = (Instant::now(), thread_cpu_s());
     let bytes = job.bytes * job.workers.len() as u64;
     let mut sim = PacketSim::new(topo, opts.packet);
     let id = sim.add_ina_job(job, 0)?;
@@ -123,6 +135,7 @@ fn packet_ina(topo: &Topology, job: InaJob, opts: &Options) -> Result<Outcome, S
         time,
         events: stats.events,
         wall_s: t0.elapsed().as_secs_f64(),
+        cpu_s: thread_cpu_s() - c0,
         messages: 0,
         bytes,
         packet: stats,
@@ -134,7 +147,7 @@ fn packet_collective(
     dag: CollectiveDag,
     opts: &Options,
 ) -> Result<Outcome, String> {
-    let t0 = Instant::now();
+    let (t0, c0) = (Instant::now(), thread_cpu_s());
     let messages = dag.messages.len();
     let bytes = network_bytes(&dag);
     let mut sim = PacketSim::new(topo, opts.packet);
@@ -148,10 +161,20 @@ fn packet_collective(
         time,
         events: stats.events,
         wall_s: t0.elapsed().as_secs_f64(),
+        cpu_s: thread_cpu_s() - c0,
         messages,
         bytes,
         packet: stats,
     })
+}
+
+/// CPU seconds this thread has used (Linux: /proc/thread-self/schedstat,
+/// whose first field is nanoseconds on CPU); 0 elsewhere.
+pub fn thread_cpu_s() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0.0, |ns| ns as f64 / 1e9)
 }
 
 /// Bytes of the messages whose ranks sit on different hosts.

@@ -138,6 +138,8 @@ impl PlanReport {
         field("events", o.events.to_string());
         field("events_per_s", format!("{:.0}", o.events_per_s()));
         field("wall_s", format!("{:.6}", o.wall_s));
+        field("cpu_s", format!("{:.6}", o.cpu_s));
+        field("events_per_cpu_s", format!("{:.0}", o.events_per_cpu_s()));
         field("messages", o.messages.to_string());
         field("network_bytes", o.bytes.to_string());
         field("drops", o.packet.drops.to_string());
@@ -155,7 +157,7 @@ impl PlanReport {
     pub fn summary(&self) -> String {
         let o = &self.outcome;
         format!(
-            "{} {} x{} {} on {} ({} engine): {:.6} s simulated, {} events in {:.3} s wall ({:.2} M events/s)",
+            "{} {} x{} {} on {} ({} engine): {:.6} s simulated, {} events in {:.3} s wall ({:.2} M events/s), {:.3} s CPU ({:.2} M events/CPU-s)",
             self.request.collective,
             self.request.algo,
             self.request.ranks,
@@ -165,7 +167,9 @@ impl PlanReport {
             o.time_s(),
             o.events,
             o.wall_s,
-            o.events_per_s() / 1e6
+            o.events_per_s() / 1e6,
+            o.cpu_s,
+            o.events_per_cpu_s() / 1e6
         )
     }
 }

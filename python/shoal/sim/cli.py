@@ -58,7 +58,8 @@ def _plan(args: list[str]) -> int:
         print(
             f"{r['collective']} {r['algo']} x{r['ranks']} {ns.size} on {r['topology']} ({r['engine']} engine): "
             f"{r['time_s']:.6f} s simulated; {r['events']} events in {r['wall_s']:.3f} s "
-            f"({r['events_per_s'] / 1e6:.2f} M events/s)"
+            f"({r['events_per_s'] / 1e6:.2f} M events/s), {r['cpu_s']:.3f} s CPU "
+            f"({r['events_per_cpu_s'] / 1e6:.2f} M events/CPU-s)"
         )
     return 0
 

@@ -129,6 +129,9 @@ pub(super) struct Tree {
     index: u32,
     /// Aggregator of each switch of the tree.
     agg_at: HashMap<NodeId, u32>,
+    /// The same, indexed by node (`u32::MAX`: not in the tree), for the
+    /// per-packet lookup.
+    agg_of: Vec<u32>,
 }
 
 /// One worker's sender on one tree.
@@ -163,15 +166,15 @@ impl InaSender {
 #[derive(Debug)]
 pub(super) struct JobRun {
     job: InaJob,
-    /// Worker index of each worker host.
-    worker_of: HashMap<NodeId, u32>,
+    /// Worker index of each host (`u32::MAX`: not a worker).
+    worker_of: Vec<u32>,
     /// Sender of worker `w` on tree `i` is `first_sender + w * trees + i`.
     first_sender: u32,
     trees: Vec<u32>,
     /// Results still missing, over all workers.
     missing: u64,
     start: Time,
-    finish: Option<Time>,
+    pub(super) finish: Option<Time>,
     /// `1 << w` (at most 64 workers) or 1.
     symbolic: bool,
 }
@@ -275,12 +278,13 @@ impl PacketSim {
             }
         }
         self.ina_jobs.push(JobRun {
-            worker_of: job
-                .workers
-                .iter()
-                .enumerate()
-                .map(|(w, &h)| (h, w as u32))
-                .collect(),
+            worker_of: {
+                let mut of = vec![u32::MAX; hosts];
+                for (w, &h) in job.workers.iter().enumerate() {
+                    of[h] = w as u32;
+                }
+                of
+            },
             first_sender,
             symbolic: job.workers.len() <= 64,
             missing: packets as u64 * job.workers.len() as u64,
@@ -382,7 +386,16 @@ impl PacketSim {
             let children = agg.child_in.len() as f64;
             agg.quorum = ((spec.quorum * children).ceil() as u32).clamp(1, children as u32);
         }
-        self.ina_trees.push(Tree { job, index, agg_at });
+        let mut agg_of = vec![u32::MAX; self.topo.nodes.len()];
+        for (&node, &a) in &agg_at {
+            agg_of[node] = a;
+        }
+        self.ina_trees.push(Tree {
+            job,
+            index,
+            agg_at,
+            agg_of,
+        });
         Ok(tree_id)
     }
 
@@ -472,10 +485,8 @@ impl PacketSim {
     /// An aggregation packet arrived at switch `node` over `link`.
     pub(super) fn ina_at_switch(&mut self, node: NodeId, link: u32, p: u32) {
         let pkt = self.packets[p];
-        let tree = &self.ina_trees[pkt.flow as usize];
-        let Some(&a) = tree.agg_at.get(&node) else {
-            unreachable!("aggregation packet off its tree");
-        };
+        let a = self.ina_trees[pkt.flow as usize].agg_of[node];
+        assert!(a != u32::MAX, "aggregation packet off its tree");
         if pkt.ina == super::INA_DOWN {
             self.packets.remove(p);
             return self.ina_result_down(a, pkt.seq, pkt);
@@ -617,12 +628,13 @@ impl PacketSim {
     fn ina_send_result(&mut self, a: u32, seq: u32, only: Option<usize>) {
         let agg = &self.ina_aggs[a as usize];
         let slot = agg.slots[(seq - agg.base) as usize];
-        let links: Vec<LinkId> = match only {
-            Some(c) => vec![agg.child_out[c]],
-            None => agg.child_out.clone(),
+        let children = match only {
+            Some(c) => c..c + 1,
+            None => 0..agg.child_out.len(),
         };
-        let tree = self.ina_tree_of(a);
-        for l in links {
+        let tree = agg.tree;
+        for c in children {
+            let link = self.ina_aggs[a as usize].child_out[c];
             let p = self.packets.insert(super::Packet {
                 flow: tree,
                 seq,
@@ -636,7 +648,7 @@ impl PacketSim {
                 sent: self.queue.now(),
                 ..Default::default()
             });
-            self.enqueue(l as u32, p);
+            self.enqueue(link as u32, p);
         }
     }
 
@@ -646,7 +658,7 @@ impl PacketSim {
         self.packets.remove(p);
         let tree = &self.ina_trees[pkt.flow as usize];
         let job = &self.ina_jobs[tree.job as usize];
-        let w = job.worker_of[&host];
+        let w = job.worker_of[host];
         let s = job.first_sender + w * job.trees.len() as u32 + tree.index;
         let now = self.queue.now();
         // Check the sum: every contribution at most once, all of them
@@ -691,7 +703,6 @@ impl PacketSim {
         let run = &mut self.ina_jobs[job_id];
         run.missing -= 1;
         if run.missing == 0 {
-            run.finish = Some(now);
             // The job leaves its switches: the others' shares grow.
             let trees = run.trees.clone();
             let mut nodes: Vec<NodeId> = trees
@@ -703,6 +714,7 @@ impl PacketSim {
             for n in nodes {
                 self.ina_jobs_at[n] -= 1;
             }
+            self.complete(super::Completion::Ina(job_id));
         }
         self.ina_try_send(s);
     }

@@ -18,6 +18,7 @@ mod tcp;
 use std::collections::{HashMap, VecDeque};
 
 pub use ina::{InaJob, InaStats};
+
 pub use tcp::TcpConfig;
 use tcp::{AckAction, Window};
 
@@ -209,6 +210,14 @@ struct CollectiveRun {
     finish: Option<Time>,
 }
 
+/// Something that finished: its kind and id (as returned when added).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completion {
+    Flow(usize),
+    Collective(usize),
+    Ina(usize),
+}
+
 /// Counters of a run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PacketStats {
@@ -244,6 +253,8 @@ pub struct PacketSim {
     ina_stats: InaStats,
     /// State of the loss draws.
     rng: u64,
+    /// Completions not yet returned by `run_until_completion`.
+    completions: VecDeque<Completion>,
 }
 
 impl PacketSim {
@@ -293,6 +304,7 @@ impl PacketSim {
             ina_jobs_at: vec![0; topo.nodes.len()],
             ina_stats: InaStats::default(),
             rng: mix(cfg.seed ^ 0x5eed),
+            completions: VecDeque::new(),
         }
     }
 
@@ -302,10 +314,14 @@ impl PacketSim {
 
     /// An ordinary DCTCP flow of `bytes` from host `src` to host `dst`
     /// starting at `start`; returns its id for [`PacketSim::flow_finish`].
+    /// A flow within one host finishes at its start without touching the
+    /// network. Panics if `src` or `dst` is not a host.
     pub fn add_flow(&mut self, src: usize, dst: usize, bytes: u64, start: Time) -> usize {
         let id = self.new_flow(src, dst, Owner::Background, start);
         let id_u32 = id as u32;
-        self.push_segment(id, bytes, id_u32);
+        if src != dst {
+            self.push_segment(id, bytes, id_u32);
+        }
         self.queue.schedule(start, FLOW_START, id_u32);
         id
     }
@@ -341,31 +357,83 @@ impl PacketSim {
 
     /// Runs the events up to time `until`.
     pub fn run_until(&mut self, until: Time) -> PacketStats {
-        while let Some(e) = self.queue.pop_before(until) {
+        while self.step(until) {}
+        self.stats()
+    }
+
+    /// Runs events up to time `until` until one completes a flow, a
+    /// collective or an aggregation job, and returns that completion; `None`
+    /// when no event is left before `until`. The way to drive closed loops
+    /// (a training job's next iteration starts when its collective ends).
+    pub fn run_until_completion(&mut self, until: Time) -> Option<Completion> {
+        loop {
+            if let Some(c) = self.completions.pop_front() {
+                return Some(c);
+            }
+            if !self.step(until) {
+                return None;
+            }
+        }
+    }
+
+    /// Handles one event due by `until`; false when there is none.
+    #[inline(always)]
+    fn step(&mut self, until: Time) -> bool {
+        if let Some(e) = self.queue.pop_before(until) {
             match e.kind {
                 TX_DONE => self.tx_done(e.index),
                 WIRE => self.wire_arrival(e.index),
                 TIMER => self.timer(e.index),
-                FLOW_START => self.try_send(e.index),
+                FLOW_START => self.start_flow(e.index),
                 COLL_START => self.start_collective(e.index as usize),
                 INA_TIMER => self.ina_timer(e.index),
                 INA_START => self.ina_try_send(e.index),
                 k => unreachable!("unknown event kind {k}"),
             }
+            true
+        } else {
+            false
         }
-        self.stats.events = self.queue.popped;
-        self.stats.ina = self.ina_stats;
-        self.stats.peak_packets = self.packets.capacity() as u64;
-        self.stats
     }
 
     pub fn stats(&self) -> PacketStats {
-        self.stats
+        PacketStats {
+            events: self.queue.popped,
+            ina: self.ina_stats,
+            peak_packets: self.packets.capacity() as u64,
+            ..self.stats
+        }
+    }
+
+    fn start_flow(&mut self, f: u32) {
+        if self.flows[f as usize].route.is_empty() {
+            // Within one host: done without the network.
+            self.complete(Completion::Flow(f as usize));
+        } else {
+            self.try_send(f);
+        }
+    }
+
+    /// Records a completion at the current time.
+    fn complete(&mut self, c: Completion) {
+        let now = self.queue.now();
+        match c {
+            Completion::Flow(f) => self.flows[f].finish = Some(now),
+            Completion::Collective(id) => self.collectives[id].finish = Some(now),
+            Completion::Ina(id) => self.ina_jobs[id].finish = Some(now),
+        }
+        self.completions.push_back(c);
     }
 
     /// When flow `id` delivered its last byte.
     pub fn flow_finish(&self, id: usize) -> Option<Time> {
         self.flows[id].finish
+    }
+
+    /// Payload bytes flow `id` has delivered in order so far.
+    pub fn flow_delivered(&self, id: usize) -> u64 {
+        let f = &self.flows[id];
+        f.expected as u64 * self.cfg.mss() as u64
     }
 
     pub fn flow_start(&self, id: usize) -> Time {
@@ -441,7 +509,7 @@ impl PacketSim {
     fn start_collective(&mut self, c: usize) {
         let roots: Vec<usize> = self.collectives[c].dag.roots().map(|m| m.id).collect();
         if self.collectives[c].dag.messages.is_empty() {
-            self.collectives[c].finish = Some(self.now());
+            self.complete(Completion::Collective(c));
         }
         for m in roots {
             self.post_message(c, m);
@@ -478,14 +546,14 @@ impl PacketSim {
     }
 
     fn message_delivered(&mut self, c: usize, m: usize) {
-        let now = self.queue.now();
         let mut ready = vec![m];
         while let Some(m) = ready.pop() {
             let run = &mut self.collectives[c];
             run.delivered += 1;
             if run.delivered == run.dag.messages.len() {
-                run.finish = Some(now);
+                self.complete(Completion::Collective(c));
             }
+            let run = &mut self.collectives[c];
             let dependents = std::mem::take(&mut run.dependents[m]);
             for d in dependents {
                 let run = &mut self.collectives[c];
@@ -689,7 +757,6 @@ impl PacketSim {
             return;
         }
         let f = pkt.flow as usize;
-        let now = self.queue.now();
         let flow = &mut self.flows[f];
         let mut done = Vec::new();
         // Go-back-N receiver: only the next expected packet is accepted.
@@ -715,7 +782,7 @@ impl PacketSim {
         self.enqueue(first, p);
         for msg in done {
             match owner {
-                Owner::Background => self.flows[f].finish = Some(now),
+                Owner::Background => self.complete(Completion::Flow(f)),
                 Owner::Collective(c) => self.message_delivered(c as usize, msg as usize),
             }
         }

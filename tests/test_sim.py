@@ -1,0 +1,58 @@
+"""`shoal sim plan` and shoal.sim.plan: the simulator's command line and Python API."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shoal import sim
+from shoal.cli import main
+
+
+def test_plan_reports_the_alpha_beta_time_of_a_ring(capsys: pytest.CaptureFixture[str]) -> None:
+    args = "sim plan allreduce --algo ring --ranks 4 --size 4MiB --topology star:hosts=4 --json"
+    rc = main(args.split())
+    assert rc == 0
+    r = json.loads(capsys.readouterr().out)
+    # 2 (p-1) rounds of a quarter each, 1500 B on the wire per 1460 B of data at 10 Gb/s.
+    expect = 2 * 3 * (4 << 20) / 4 * 1500 / 1460 * 8 / 10e9
+    assert abs(r["time_s"] - expect) / expect < 0.05
+    assert r["events"] > 0 and r["events_per_s"] > 0 and r["wall_s"] > 0
+    assert (r["engine"], r["hosts"], r["drops"]) == ("packet", 4, 0)
+
+
+def test_ina_halves_the_ring_time_on_one_switch() -> None:
+    ring, ina = (
+        sim.plan("allreduce", algo=a, ranks=8, size="8MiB", topology="star:hosts=8", link="10gbit", latency="1us")
+        for a in ("ring", "ina")
+    )
+    assert ina["ina_wrong_results"] == 0
+    # ring moves 2 (p-1)/p of the data, INA one pass.
+    assert 1.6 < ring["time_s"] / ina["time_s"] < 1.9
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--topology", "torus:n=4"], "unknown topology"),
+        (["--topology", "star:hosts=2"], "need 4 hosts"),
+        (["--link", "fast"], "does not start with a number"),
+        (["--algo", "nope"], "unknown allreduce algorithm"),
+    ],
+)
+def test_bad_arguments_are_named(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    base = {"--algo": "ring", "--topology": "star:hosts=4", "--link": "10gbit"}
+    for flag, value in zip(args[::2], args[1::2]):
+        base[flag] = value
+    argv = ["sim", "plan", "allreduce", "--ranks", "4", "--size", "1MiB"]
+    for flag, value in base.items():
+        argv += [flag, value]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_sim_usage_lists_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "--help"]) == 0
+    assert "plan" in capsys.readouterr().out
+    assert main(["sim", "nope"]) == 2
