@@ -111,7 +111,7 @@ pub fn simulate_ina(
 ) -> Result<Outcome, String> {
     match engine {
         Engine::Packet => packet_ina(topo, job, opts),
-        Engine::Flow => Err("the flow engine does not model in-network aggregation yet".into()),
+        Engine::Flow => crate::scenario::ina::simulate_alone(topo, &job),
     }
 }
 

@@ -327,13 +327,14 @@ pub fn simulate(topo: &Topology, dag: &CollectiveDag) -> Result<CollectiveRun, S
 
 /// [`simulate`] as the engine dispatch reports it (crate::engine).
 pub fn plan_outcome(topo: &Topology, dag: &CollectiveDag) -> Result<Outcome, String> {
-    let t0 = std::time::Instant::now();
+    let (t0, c0) = (std::time::Instant::now(), crate::engine::thread_cpu_s());
     let run = simulate(topo, dag)?;
     Ok(Outcome {
         engine: Engine::Flow,
         time: (run.time_s * PS_PER_S as f64).round() as Time,
         events: run.events,
         wall_s: t0.elapsed().as_secs_f64(),
+        cpu_s: crate::engine::thread_cpu_s() - c0,
         messages: dag.messages.len(),
         bytes: network_bytes(dag),
         packet: Default::default(),

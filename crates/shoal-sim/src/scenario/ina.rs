@@ -162,3 +162,46 @@ fn distances_to(topo: &Topology, root: NodeId) -> Vec<u32> {
     }
     dist
 }
+
+/// One aggregation job alone on `topo` at flow level (the flow arm of
+/// `crate::engine::simulate_ina`): one flow per tree carrying its share of
+/// the gradient; done when the last tree's result is back.
+pub fn simulate_alone(
+    topo: &Topology,
+    job: &crate::packet::InaJob,
+) -> Result<crate::engine::Outcome, String> {
+    use crate::engine::{Engine, Outcome};
+    use crate::flow::network::{link_capacities, wire_bytes};
+    use crate::flow::FlowEngine;
+    let (t0, c0) = (std::time::Instant::now(), crate::engine::thread_cpu_s());
+    let trees = build_trees(topo, &job.workers, job.trees.max(1))?;
+    let mut engine = FlowEngine::new(&link_capacities(topo))?;
+    let per_tree = wire_bytes(job.bytes.div_ceil(trees.len() as u64));
+    for (t, tree) in trees.iter().enumerate() {
+        let id = engine.start_flow(
+            0.0,
+            &tree.links,
+            per_tree,
+            tree.round_trip_s / 2.0,
+            f64::INFINITY,
+            t as u64,
+        )?;
+        engine.set_weight(id, 1.0 / trees.len() as f64);
+    }
+    let mut end = 0.0;
+    while let Some(event) = engine.next_event() {
+        if let crate::flow::Event::Delivered { time_s, .. } = event {
+            end = time_s;
+        }
+    }
+    Ok(Outcome {
+        engine: Engine::Flow,
+        time: (end * crate::units::PS_PER_S as f64).round() as crate::units::Time,
+        events: engine.events(),
+        wall_s: t0.elapsed().as_secs_f64(),
+        cpu_s: crate::engine::thread_cpu_s() - c0,
+        messages: 0,
+        bytes: job.bytes * job.workers.len() as u64,
+        packet: Default::default(),
+    })
+}
