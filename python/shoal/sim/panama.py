@@ -67,7 +67,7 @@ def fig8(k: int, duration: str, seed: int, loads: tuple[float, ...], variants: t
     return result
 
 
-def fig9(seed: int, long_flows: tuple[int, ...] = (0, 4, 8, 16, 32)) -> dict[str, Any]:
+def fig9(seed: int, long_flows: tuple[int, ...] = (0, 2, 4, 8, 12)) -> dict[str, Any]:
     """Aggregation time of one 8-worker job on a k=4 fat-tree (Fig. 3's topology) as long flows grow."""
     cases: dict[str, list[tuple[str, str]]] = {"panama": [], "ring": []}
     cases |= {f"panama-agg{t + 1}": [("jobs.0.tree", str(t))] for t in range(4)}

@@ -306,12 +306,23 @@ pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scenar
         )?;
     }
 
-    // Persistent long flows: big enough to outlast the run.
+    // Persistent long flows, big enough to outlast the run, between hosts
+    // that run no worker (PANAMA Fig. 9: other nodes generate them), or
+    // any hosts if fewer than two are idle.
     let mut pairs = Rng::derive(cfg.seed, 4);
+    let mut idle: Vec<usize> = (0..topo.hosts())
+        .filter(|h| !jobs.iter().any(|j| j.hosts.contains(h)))
+        .collect();
+    if idle.len() < 2 {
+        idle = (0..topo.hosts()).collect();
+    }
     for i in 0..cfg.long_flows {
-        let hosts = topo.hosts() as u64;
-        let src = pairs.below(hosts) as usize;
-        let dst = (src + 1 + pairs.below(hosts - 1) as usize) % hosts as usize;
+        let n = idle.len() as u64;
+        let a = pairs.below(n) as usize;
+        let (src, dst) = (
+            idle[a],
+            idle[(a + 1 + pairs.below(n - 1) as usize) % n as usize],
+        );
         let r = route(&topo, src, dst, mix(cfg.seed ^ LONG ^ i as u64));
         let bytes = (link_bps / 8.0 * cfg.duration_s * 2.0) as u64;
         engine.start_flow(
