@@ -8,7 +8,7 @@ use shoal_sim::scenario::ScenarioConfig;
 fn reduced() -> ScenarioConfig {
     let pairs: Vec<(String, String)> = [
         ("topology", "fattree:k=8"),
-        ("duration", "2s"),
+        ("duration", "1.5s"),
         ("background.load", "0.2"),
         ("slots_per_host", "2"),
         ("chunk_bytes", "64MiB"),
