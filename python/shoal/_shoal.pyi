@@ -3,6 +3,7 @@ work handles, errors and plan inspection. ``shoal`` and ``shoal.Group`` wrap
 it with argument checks; use those. Buffers are buffer-protocol objects, held
 (not copied) until the call using them is done."""
 
+from collections.abc import Callable
 from typing import Any, final
 
 from shoal._types import Buffer, CollectiveName, DTypeName, ReduceOpName
@@ -185,6 +186,15 @@ def sim_plan_json(
     seed: int = 0,
 ) -> str:
     """Simulates one collective call (shoal sim plan); the report as a JSON object string; ValueError on bad input."""
+
+def sim_run_json(pairs: list[tuple[str, str]], progress: Callable[[float], object] | None = None) -> str:
+    """Runs a scenario from flat (dotted key, value) pairs (shoal sim run); the report as a JSON object string."""
+
+def sim_panama_fig8_json(pairs: list[tuple[str, str]], variant: str, load: float) -> str:
+    """One point of PANAMA's Fig. 8 (variant at total load); JSON object string; ValueError on bad input."""
+
+def sim_panama_fig10_json(congestion_control: bool) -> str:
+    """PANAMA's Fig. 10 rate time series on one shared link; JSON object string."""
 
 def detect_launcher() -> dict[str, Any]:
     """What the environment says about this process (launcher, rank, world, store); ValueError if inconsistent."""

@@ -8,6 +8,7 @@ mod call;
 mod config;
 mod log;
 mod sim;
+mod sim_run;
 mod switch;
 mod tune;
 
@@ -397,6 +398,7 @@ fn _shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(config::config_error, m)?)?;
     m.add_function(wrap_pyfunction!(sim::sim_plan_json, m)?)?;
     m.add_function(wrap_pyfunction!(tune::tune_tables, m)?)?;
+    sim_run::register(m)?;
     log::register(m)?;
     algo::register(m)?;
     m.add("ShoalError", py.get_type::<ShoalError>())?;

@@ -98,7 +98,7 @@ pub fn simulate_collective(
 ) -> Result<Outcome, String> {
     match engine {
         Engine::Packet => packet_collective(topo, dag, opts),
-        Engine::Flow => Err("the flow engine is not built yet".into()),
+        Engine::Flow => crate::flow::plan_outcome(topo, &dag),
     }
 }
 
@@ -111,7 +111,7 @@ pub fn simulate_ina(
 ) -> Result<Outcome, String> {
     match engine {
         Engine::Packet => packet_ina(topo, job, opts),
-        Engine::Flow => Err("the flow engine does not model in-network aggregation yet".into()),
+        Engine::Flow => crate::scenario::ina::simulate_alone(topo, &job),
     }
 }
 

@@ -15,7 +15,11 @@
 pub mod dag;
 pub mod engine;
 pub mod event;
+pub mod flow;
 pub mod packet;
+pub mod panama;
 pub mod plan;
+pub mod scenario;
 pub mod topology;
 pub mod units;
+pub mod workload;

@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Callable
 
-from shoal.sim import ENGINES, plan
+from shoal.sim import ENGINES, panama, plan, run
 
 
 def _plan(args: list[str]) -> int:
@@ -67,6 +67,8 @@ def _plan(args: list[str]) -> int:
 #: Subcommand -> (handler, what it does).
 SUBCOMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "plan": (_plan, "simulated time of one collective call (shoal sim plan allreduce --algo ring ...)"),
+    "run": (lambda a: run.main(a), "a whole scenario from a TOML file (shoal sim run CONFIG.toml --out DIR)"),
+    "panama": (lambda a: panama.main(a), "reproduce PANAMA's Figs. 8-10 (shoal sim panama --out DIR)"),
 }
 
 USAGE = "usage: shoal sim <subcommand> [args]\n\nsubcommands:\n" + "".join(

@@ -1,0 +1,342 @@
+//! Running a collective's message DAG (see [`crate::dag`]) on the flow
+//! engine: a message becomes a flow once all its dependencies are
+//! delivered; the collective ends when the last message is delivered.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use super::engine::{Event, FlowEngine};
+use super::network::{link_capacities, route, wire_bytes, Route};
+use crate::dag::CollectiveDag;
+use crate::engine::{network_bytes, Engine, Outcome};
+use crate::topology::{mix, Topology};
+use crate::units::{Time, PS_PER_S};
+
+/// The outcome of one simulated collective.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CollectiveRun {
+    /// Time from the first message's start to the last one's delivery.
+    pub time_s: f64,
+    /// Engine events handled (flow starts, finishes, deliveries).
+    pub events: u64,
+    /// Component recomputations of the max-min rates.
+    pub recomputes: u64,
+    /// Bytes carried by each directed link, headers included.
+    pub link_bytes: Vec<f64>,
+}
+
+/// A DAG's messages in a compact, cache-friendly form for running it:
+/// renumbered in topological (Kahn) order, so messages that become ready
+/// together sit together in memory — at 1024 ranks there are millions of
+/// messages, and walking them in the generator's per-rank order misses the
+/// cache on every delivery.
+pub struct DagProgress {
+    /// `original[i]`: the [`CollectiveDag`] message id of message `i`.
+    original: Vec<u32>,
+    src_rank: Vec<u32>,
+    dst_rank: Vec<u32>,
+    /// Bytes on the wire, headers included.
+    bytes: Vec<u64>,
+    waiting: Vec<u32>,
+    /// Dependents of `i` are `dependents[offsets[i]..offsets[i + 1]]`.
+    offsets: Vec<u32>,
+    dependents: Vec<u32>,
+    delivered: usize,
+}
+
+impl DagProgress {
+    /// Errors when the DAG has a dependency cycle.
+    pub fn new(dag: &CollectiveDag) -> Result<Self, String> {
+        let n = dag.messages.len();
+        let (rev_offsets, reverse) = reverse_edges(dag);
+        let dependents_of =
+            |m: usize| &reverse[rev_offsets[m] as usize..rev_offsets[m + 1] as usize];
+        // Kahn's algorithm gives the new order.
+        let mut waiting: Vec<u32> = dag.messages.iter().map(|m| m.deps.len() as u32).collect();
+        let mut original: Vec<u32> = (0..n as u32)
+            .filter(|&m| waiting[m as usize] == 0)
+            .collect();
+        let mut head = 0;
+        while head < original.len() {
+            let m = original[head] as usize;
+            head += 1;
+            for &d in dependents_of(m) {
+                waiting[d as usize] -= 1;
+                if waiting[d as usize] == 0 {
+                    original.push(d);
+                }
+            }
+        }
+        if original.len() != n {
+            return Err(format!(
+                "the collective's DAG has a dependency cycle: {} of {n} messages can never start",
+                n - original.len()
+            ));
+        }
+        let mut renumber = vec![0u32; n];
+        for (new, &old) in original.iter().enumerate() {
+            renumber[old as usize] = new as u32;
+        }
+        let mut offsets = Vec::with_capacity(n + 1);
+        let mut dependents = Vec::with_capacity(reverse.len());
+        offsets.push(0);
+        for &old in &original {
+            dependents.extend(
+                dependents_of(old as usize)
+                    .iter()
+                    .map(|&d| renumber[d as usize]),
+            );
+            offsets.push(dependents.len() as u32);
+        }
+        let message = |i: usize| &dag.messages[original[i] as usize];
+        Ok(DagProgress {
+            src_rank: (0..n).map(|i| message(i).src_rank as u32).collect(),
+            dst_rank: (0..n).map(|i| message(i).dst_rank as u32).collect(),
+            bytes: (0..n).map(|i| wire_bytes(message(i).bytes)).collect(),
+            waiting: (0..n).map(|i| message(i).deps.len() as u32).collect(),
+            original,
+            offsets,
+            dependents,
+            delivered: 0,
+        })
+    }
+
+    /// Messages ready at the start (new numbering).
+    pub fn roots(&self) -> Vec<usize> {
+        (0..self.waiting.len())
+            .filter(|&m| self.waiting[m] == 0)
+            .collect()
+    }
+
+    /// The DAG's own id of message `i`.
+    pub fn original_id(&self, i: usize) -> usize {
+        self.original[i] as usize
+    }
+
+    /// Marks message `i` delivered; pushes the messages it made ready.
+    pub fn deliver(&mut self, i: usize, ready: &mut Vec<usize>) {
+        self.delivered += 1;
+        let (from, to) = (self.offsets[i] as usize, self.offsets[i + 1] as usize);
+        for &d in &self.dependents[from..to] {
+            let d = d as usize;
+            self.waiting[d] -= 1;
+            if self.waiting[d] == 0 {
+                ready.push(d);
+            }
+        }
+    }
+
+    pub fn done(&self) -> bool {
+        self.delivered == self.waiting.len()
+    }
+
+    /// Number of messages.
+    pub fn len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+}
+
+/// The DAG's reverse edges in CSR form: the dependents of message `m` are
+/// `reverse[offsets[m]..offsets[m + 1]]`.
+fn reverse_edges(dag: &CollectiveDag) -> (Vec<u32>, Vec<u32>) {
+    let n = dag.messages.len();
+    let mut offsets = vec![0u32; n + 1];
+    for m in &dag.messages {
+        for &d in &m.deps {
+            offsets[d + 1] += 1;
+        }
+    }
+    for i in 0..n {
+        offsets[i + 1] += offsets[i];
+    }
+    let mut fill = offsets.clone();
+    let mut reverse = vec![0u32; offsets[n] as usize];
+    for m in &dag.messages {
+        for &d in &m.deps {
+            reverse[fill[d] as usize] = m.id as u32;
+            fill[d] += 1;
+        }
+    }
+    (offsets, reverse)
+}
+
+/// Routes of one collective's rank pairs. Like shoal's transport, which
+/// keeps one connection per peer, every message between two ranks takes
+/// the same ECMP path (one 5-tuple); `salt` varies the hash between
+/// collectives. Computed once per pair.
+pub struct PairRoutes {
+    salt: u64,
+    routes: HashMap<(u32, u32), Route, BuildHasherDefault<MixHasher>>,
+}
+
+impl PairRoutes {
+    pub fn new(salt: u64) -> Self {
+        PairRoutes {
+            salt,
+            routes: HashMap::default(),
+        }
+    }
+
+    pub fn get(
+        &mut self,
+        topo: &Topology,
+        placement: &[usize],
+        src_rank: u32,
+        dst_rank: u32,
+    ) -> &Route {
+        let salt = self.salt;
+        self.routes.entry((src_rank, dst_rank)).or_insert_with(|| {
+            let key = mix(salt ^ mix(((src_rank as u64) << 32) | dst_rank as u64));
+            route(
+                topo,
+                placement[src_rank as usize],
+                placement[dst_rank as usize],
+                key,
+            )
+        })
+    }
+}
+
+/// A hasher for small integer keys: one SplitMix64 round.
+#[derive(Default)]
+pub struct MixHasher(u64);
+
+impl Hasher for MixHasher {
+    fn finish(&self) -> u64 {
+        mix(self.0)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ b as u64;
+        }
+    }
+    fn write_u32(&mut self, x: u32) {
+        self.0 = self.0.rotate_left(32) ^ x as u64;
+    }
+}
+
+/// One collective in flight on an engine: its messages' progress and
+/// routes, its flows tagged `tag_base + message` so that several
+/// collectives (and other traffic) can share one engine.
+pub struct RunningDag<'a> {
+    topo: &'a Topology,
+    placement: &'a [usize],
+    pub progress: DagProgress,
+    routes: PairRoutes,
+    tag_base: u64,
+    ready: Vec<usize>,
+}
+
+impl<'a> RunningDag<'a> {
+    /// `salt` varies the ECMP paths between collectives.
+    pub fn new(
+        topo: &'a Topology,
+        dag: &'a CollectiveDag,
+        tag_base: u64,
+        salt: u64,
+    ) -> Result<Self, String> {
+        if let Some(&h) = dag.placement.iter().find(|&&h| h >= topo.hosts()) {
+            return Err(format!(
+                "rank placed on host {h}, but {} has {} hosts",
+                topo.name,
+                topo.hosts()
+            ));
+        }
+        Ok(RunningDag {
+            topo,
+            placement: &dag.placement,
+            progress: DagProgress::new(dag)?,
+            routes: PairRoutes::new(salt),
+            tag_base,
+            ready: Vec::new(),
+        })
+    }
+
+    /// Starts the messages without dependencies at `now`.
+    pub fn start(&mut self, engine: &mut FlowEngine, now: f64) -> Result<(), String> {
+        for i in self.progress.roots() {
+            self.start_message(engine, i, now)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `tag` is one of this collective's flows.
+    pub fn owns(&self, tag: u64) -> bool {
+        tag >= self.tag_base && tag - self.tag_base < self.progress.len() as u64
+    }
+
+    /// Handles the delivery of flow `tag` (one of ours) at `now`: starts
+    /// what it unblocked. True when the collective is complete.
+    pub fn delivered(
+        &mut self,
+        engine: &mut FlowEngine,
+        tag: u64,
+        now: f64,
+    ) -> Result<bool, String> {
+        let mut ready = std::mem::take(&mut self.ready);
+        self.progress
+            .deliver((tag - self.tag_base) as usize, &mut ready);
+        for i in ready.drain(..) {
+            self.start_message(engine, i, now)?;
+        }
+        self.ready = ready;
+        Ok(self.progress.done())
+    }
+
+    fn start_message(&mut self, engine: &mut FlowEngine, i: usize, now: f64) -> Result<(), String> {
+        let p = &self.progress;
+        let r = self
+            .routes
+            .get(self.topo, self.placement, p.src_rank[i], p.dst_rank[i]);
+        engine.start_flow(
+            now,
+            &r.links,
+            p.bytes[i],
+            r.latency_s,
+            f64::INFINITY,
+            self.tag_base + i as u64,
+        )?;
+        Ok(())
+    }
+}
+
+/// Simulates `dag` alone on `topo` and reports its completion time.
+pub fn simulate(topo: &Topology, dag: &CollectiveDag) -> Result<CollectiveRun, String> {
+    let mut engine = FlowEngine::new(&link_capacities(topo))?;
+    let mut run = RunningDag::new(topo, dag, 0, 0)?;
+    run.start(&mut engine, 0.0)?;
+    let mut end = 0.0;
+    while let Some(event) = engine.next_event() {
+        if let Event::Delivered { tag, time_s, .. } = event {
+            end = time_s;
+            run.delivered(&mut engine, tag, time_s)?;
+        }
+    }
+    debug_assert!(run.progress.done(), "an acyclic DAG runs to the end");
+    Ok(CollectiveRun {
+        time_s: end,
+        events: engine.events(),
+        recomputes: engine.recomputes(),
+        link_bytes: engine.link_bytes(),
+    })
+}
+
+/// [`simulate`] as the engine dispatch reports it (crate::engine).
+pub fn plan_outcome(topo: &Topology, dag: &CollectiveDag) -> Result<Outcome, String> {
+    let (t0, c0) = (std::time::Instant::now(), crate::engine::thread_cpu_s());
+    let run = simulate(topo, dag)?;
+    Ok(Outcome {
+        engine: Engine::Flow,
+        time: (run.time_s * PS_PER_S as f64).round() as Time,
+        events: run.events,
+        wall_s: t0.elapsed().as_secs_f64(),
+        cpu_s: crate::engine::thread_cpu_s() - c0,
+        messages: dag.messages.len(),
+        bytes: network_bytes(dag),
+        packet: Default::default(),
+    })
+}

@@ -1,0 +1,16 @@
+//! Scenarios: a network shared by background traffic and training jobs,
+//! run on the flow engine, measured (FCTs by size, long-flow throughput,
+//! iteration times, link utilisation) and reported as JSON.
+//!
+//! - [`config`]: the configuration (flat pairs from the TOML file);
+//! - [`ina`]: in-network aggregation trees at flow level;
+//! - [`run`]: the simulation loop;
+//! - [`report`]: statistics and the JSON report.
+
+pub mod config;
+pub mod ina;
+pub mod report;
+pub mod run;
+
+pub use config::ScenarioConfig;
+pub use run::{run, ScenarioResult};

@@ -1,0 +1,138 @@
+//! Statistics of a run and its JSON report. Size buckets follow the
+//! PANAMA evaluation: short flows < 100 KB, long flows > 10 MB.
+
+use super::run::{FlowRecord, ScenarioResult};
+
+pub const SHORT_MAX_BYTES: u64 = 100_000;
+pub const LONG_MIN_BYTES: u64 = 10_000_000;
+
+/// Mean, median and 99th percentile of a sample.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Summary {
+    pub count: usize,
+    pub mean: f64,
+    pub p50: f64,
+    pub p99: f64,
+}
+
+impl Summary {
+    /// Nearest-rank percentiles; all zero for an empty sample.
+    pub fn of(mut values: Vec<f64>) -> Summary {
+        if values.is_empty() {
+            return Summary::default();
+        }
+        values.sort_by(f64::total_cmp);
+        let rank =
+            |p: f64| values[((p * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1];
+        Summary {
+            count: values.len(),
+            mean: values.iter().sum::<f64>() / values.len() as f64,
+            p50: rank(0.5),
+            p99: rank(0.99),
+        }
+    }
+
+    fn json(&self) -> String {
+        format!(
+            "{{\"count\": {}, \"mean\": {:e}, \"p50\": {:e}, \"p99\": {:e}}}",
+            self.count, self.mean, self.p50, self.p99
+        )
+    }
+}
+
+fn fcts(flows: &[FlowRecord], keep: impl Fn(u64) -> bool) -> Summary {
+    Summary::of(
+        flows
+            .iter()
+            .filter(|f| keep(f.bytes))
+            .map(|f| f.fct_s)
+            .collect(),
+    )
+}
+
+impl ScenarioResult {
+    pub fn short_fct(&self) -> Summary {
+        fcts(&self.flows, |b| b < SHORT_MAX_BYTES)
+    }
+
+    pub fn long_fct(&self) -> Summary {
+        fcts(&self.flows, |b| b > LONG_MIN_BYTES)
+    }
+
+    /// Mean throughput of long flows, bit/s (bytes / FCT).
+    pub fn long_throughput_bps(&self) -> f64 {
+        let long: Vec<f64> = self
+            .flows
+            .iter()
+            .filter(|f| f.bytes > LONG_MIN_BYTES)
+            .map(|f| f.bytes as f64 * 8.0 / f.fct_s)
+            .collect();
+        if long.is_empty() {
+            0.0
+        } else {
+            long.iter().sum::<f64>() / long.len() as f64
+        }
+    }
+
+    /// Mean iteration time over every completed iteration of every job.
+    pub fn mean_iteration_s(&self) -> f64 {
+        let all: Vec<f64> = self.iterations.iter().flatten().copied().collect();
+        if all.is_empty() {
+            0.0
+        } else {
+            all.iter().sum::<f64>() / all.len() as f64
+        }
+    }
+
+    /// Offered load of the jobs (ring estimate) plus the background's.
+    pub fn total_load(&self) -> f64 {
+        self.background_load + self.jobs.iter().map(|j| j.offered_load).sum::<f64>()
+    }
+
+    /// The report as one JSON object.
+    pub fn to_json(&self) -> String {
+        let jobs: Vec<String> = self
+            .jobs
+            .iter()
+            .zip(&self.iterations)
+            .map(|(job, its)| {
+                let mean = if its.is_empty() { 0.0 } else { its.iter().sum::<f64>() / its.len() as f64 };
+                let comm = if its.is_empty() { 0.0 } else { mean - job.config.model.compute_s };
+                let its: Vec<String> = its.iter().map(|t| format!("{t:e}")).collect();
+                format!(
+                    "{{\"model\": \"{}\", \"workers\": {}, \"algorithm\": \"{}\", \"offered_load\": {:e}, \
+                     \"mean_iteration_s\": {mean:e}, \"mean_comm_s\": {comm:e}, \"iterations_s\": [{}]}}",
+                    job.config.model.name,
+                    job.hosts.len(),
+                    job.algorithm_name(),
+                    job.offered_load,
+                    its.join(", ")
+                )
+            })
+            .collect();
+        let util = Summary::of(self.link_utilisation.clone());
+        let max_util = self.link_utilisation.iter().copied().fold(0.0, f64::max);
+        format!(
+            "{{\"duration_s\": {:e}, \"events\": {}, \"wall_s\": {:e}, \"background_load\": {:e}, \"total_load\": {:e}, \
+             \"background\": {{\"flows\": {}, \"unfinished\": {}, \"fct_s\": {{\"all\": {}, \"short\": {}, \"long\": {}}}, \
+             \"long_throughput_bps\": {:e}}}, \"mean_iteration_s\": {:e}, \"jobs\": [{}], \
+             \"link_utilisation\": {{\"mean\": {:e}, \"p99\": {:e}, \"max\": {:e}}}}}",
+            self.duration_s,
+            self.events,
+            self.wall_s,
+            self.background_load,
+            self.total_load(),
+            self.flows.len() + self.unfinished_flows,
+            self.unfinished_flows,
+            fcts(&self.flows, |_| true).json(),
+            self.short_fct().json(),
+            self.long_fct().json(),
+            self.long_throughput_bps(),
+            self.mean_iteration_s(),
+            jobs.join(", "),
+            util.mean,
+            util.p99,
+            max_util
+        )
+    }
+}

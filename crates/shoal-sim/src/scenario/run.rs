@@ -1,0 +1,433 @@
+//! Running a scenario on the flow engine: background flows, training jobs
+//! iterating compute -> allreduce (a shoal plan's DAG or in-network
+//! aggregation trees), until the configured duration.
+
+use shoal_plan::Collective;
+
+use super::config::{Algorithm, JobConfig, ScenarioConfig};
+use super::ina::{build_trees, AggTree, InaMode, NO_CC_WEIGHT};
+use crate::dag::{build, CollectiveDag, DagSpec};
+use crate::flow::collective::RunningDag;
+use crate::flow::network::{link_capacities, route, wire_bytes, PACKET_BYTES};
+use crate::flow::{Event, FlowEngine};
+use crate::topology::{mix, Topology};
+use crate::workload::{models, place_close, PoissonTraffic, Rng};
+
+const BACKGROUND: u64 = 1 << 63;
+const TREE: u64 = 1 << 39;
+const LONG: u64 = 1 << 62;
+const END_TIMER: u64 = u64::MAX;
+
+/// How one job reduces, once placed.
+pub enum Comm {
+    Dag(Box<CollectiveDag>),
+    Ina { trees: Vec<AggTree>, mode: InaMode },
+}
+
+/// A placed job.
+pub struct PlacedJob {
+    pub config: JobConfig,
+    pub hosts: Vec<usize>,
+    pub comm: Comm,
+    /// Fraction of the cluster's host-link capacity it offers (ring estimate).
+    pub offered_load: f64,
+}
+
+impl PlacedJob {
+    pub fn algorithm_name(&self) -> String {
+        match &self.comm {
+            Comm::Dag(dag) => dag.algorithm.clone(),
+            Comm::Ina { mode, .. } if !mode.congestion_control => "switchml".into(),
+            Comm::Ina { mode, .. } if mode.quorum < 1.0 => format!("panama-{}", mode.quorum),
+            Comm::Ina { .. } => "panama".into(),
+        }
+    }
+}
+
+/// One finished background flow.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FlowRecord {
+    pub bytes: u64,
+    pub fct_s: f64,
+}
+
+/// Everything a run measured.
+pub struct ScenarioResult {
+    pub duration_s: f64,
+    pub flows: Vec<FlowRecord>,
+    pub unfinished_flows: usize,
+    pub jobs: Vec<PlacedJob>,
+    /// Completed iteration times (compute + communication) per job.
+    pub iterations: Vec<Vec<f64>>,
+    pub link_utilisation: Vec<f64>,
+    pub background_load: f64,
+    pub events: u64,
+    pub wall_s: f64,
+}
+
+/// Offered load of a ring allreduce job: each worker sends 2(W-1)/W of the
+/// gradient per iteration; idealised iteration = compute + that at line rate.
+fn ring_offered_load(workers: usize, model: &models::Model, link_bps: f64, hosts: usize) -> f64 {
+    let w = workers as f64;
+    let comm = 2.0 * (w - 1.0) / w * model.gradient_bytes() as f64 * 8.0 / link_bps;
+    w * comm / (comm + model.compute_s) / hosts as f64
+}
+
+/// Host slots: `slots[layer][host]` free? A job takes distinct hosts of
+/// one layer, the lowest layer that fits it.
+struct Slots {
+    layers: Vec<Vec<bool>>,
+}
+
+impl Slots {
+    fn place(&mut self, workers: usize, close: bool, rng: &mut Rng) -> Result<Vec<usize>, String> {
+        for free in &mut self.layers {
+            if free.iter().filter(|&&f| f).count() < workers {
+                continue;
+            }
+            if close {
+                return Ok(place_close(free, workers)?
+                    .into_iter()
+                    .map(|h| h as usize)
+                    .collect());
+            }
+            let mut ids: Vec<usize> = (0..free.len()).filter(|&h| free[h]).collect();
+            for i in 0..workers {
+                let j = i + rng.below((ids.len() - i) as u64) as usize;
+                ids.swap(i, j);
+            }
+            ids.truncate(workers);
+            ids.sort_unstable();
+            for &h in &ids {
+                free[h] = false;
+            }
+            return Ok(ids);
+        }
+        Err(format!("no room for a job of {workers} workers"))
+    }
+}
+
+fn setup_job(
+    cfg: &ScenarioConfig,
+    topo: &Topology,
+    job: JobConfig,
+    hosts: Vec<usize>,
+) -> Result<PlacedJob, String> {
+    let bytes = job.model.gradient_bytes();
+    let plan = |name: &str| -> Result<Comm, String> {
+        let mut spec = DagSpec::new(Collective::Allreduce, name, hosts.len(), bytes);
+        spec.chunk_bytes = cfg.chunk_bytes;
+        Ok(Comm::Dag(Box::new(build(&spec, Some(hosts.clone()))?)))
+    };
+    let comm = match &job.algorithm {
+        Algorithm::Plan(name) => plan(name)?,
+        Algorithm::Ina(_) if bytes <= cfg.ina_min_bytes => plan(&cfg.fallback)?,
+        Algorithm::Ina(mode) => Comm::Ina {
+            trees: build_trees(topo, &hosts, job.trees)?,
+            mode: *mode,
+        },
+    };
+    let link_bps = cfg.link.rate.bits_per_s();
+    Ok(PlacedJob {
+        offered_load: ring_offered_load(hosts.len(), &job.model, link_bps, topo.hosts()),
+        config: job,
+        hosts,
+        comm,
+    })
+}
+
+/// Places the configured jobs, then random ones up to the target load.
+pub fn place_jobs(cfg: &ScenarioConfig, topo: &Topology) -> Result<Vec<PlacedJob>, String> {
+    let mut slots = Slots {
+        layers: vec![vec![true; topo.hosts()]; cfg.slots_per_host],
+    };
+    let mut rng = Rng::derive(cfg.seed, 2);
+    let mut placed = Vec::new();
+    for job in &cfg.jobs {
+        let hosts = slots.place(job.workers, job.close, &mut rng)?;
+        placed.push(setup_job(cfg, topo, job.clone(), hosts)?);
+    }
+    if let Some(r) = &cfg.random_jobs {
+        let link_bps = cfg.link.rate.bits_per_s();
+        let mut load: f64 = placed.iter().map(|j: &PlacedJob| j.offered_load).sum();
+        let mut misses = 0;
+        while load < r.load && misses < 100 {
+            let workers = models::draw_workers(&mut rng) as usize;
+            let model = models::draw(&mut rng);
+            // A job that would overshoot the target by more than half its
+            // own load is skipped (small clusters: one job is a lot).
+            let extra =
+                ring_offered_load(workers.min(topo.hosts()), &model, link_bps, topo.hosts());
+            if load + extra > r.load + extra / 2.0 {
+                misses += 1;
+                continue;
+            }
+            let Ok(hosts) = slots.place(workers.min(topo.hosts()), true, &mut rng) else {
+                break; // the cluster is full: the load reached is reported
+            };
+            let job = JobConfig {
+                workers: hosts.len(),
+                model,
+                algorithm: r.algorithm.clone(),
+                trees: r.trees,
+                close: true,
+                only_tree: None,
+            };
+            load += ring_offered_load(hosts.len(), &model, link_bps, topo.hosts());
+            placed.push(setup_job(cfg, topo, job, hosts)?);
+        }
+    }
+    Ok(placed)
+}
+
+/// Aggregation memory share per job at each switch: `memory / jobs`.
+fn memory_caps(cfg: &ScenarioConfig, topo: &Topology, jobs: &[PlacedJob]) -> Vec<f64> {
+    let mut jobs_at = vec![0u32; topo.nodes.len()];
+    for job in jobs {
+        if let Comm::Ina { trees, .. } = &job.comm {
+            let mut switches: Vec<usize> = trees
+                .iter()
+                .flat_map(|t| t.switches.iter().copied())
+                .collect();
+            switches.sort_unstable();
+            switches.dedup();
+            for s in switches {
+                jobs_at[s] += 1;
+            }
+        }
+    }
+    jobs_at
+        .iter()
+        .map(|&n| cfg.switch_memory as f64 / n.max(1) as f64)
+        .collect()
+}
+
+/// Starts one aggregation round of job `j`: one flow per tree.
+fn start_round(
+    engine: &mut FlowEngine,
+    job: &PlacedJob,
+    j: usize,
+    memory: &[f64],
+    now: f64,
+) -> Result<usize, String> {
+    let Comm::Ina { trees, mode } = &job.comm else {
+        unreachable!("INA jobs only")
+    };
+    let per_tree = wire_bytes(
+        job.config
+            .model
+            .gradient_bytes()
+            .div_ceil(trees.len() as u64),
+    );
+    for (t, tree) in trees.iter().enumerate() {
+        // Partial aggregation: leave out the most loaded workers' links.
+        let skip = ((1.0 - mode.quorum) * tree.access.len() as f64).floor() as usize;
+        let mut excluded = Vec::new();
+        if skip > 0 {
+            let mut by_load: Vec<(usize, usize)> = tree
+                .access
+                .iter()
+                .enumerate()
+                .map(|(w, a)| (engine.active_flows(a[0]) + engine.active_flows(a[1]), w))
+                .collect();
+            by_load.sort_unstable_by(|a, b| b.cmp(a));
+            excluded = by_load[..skip]
+                .iter()
+                .flat_map(|&(_, w)| tree.access[w])
+                .collect();
+        }
+        let links: Vec<u32> = tree
+            .links
+            .iter()
+            .copied()
+            .filter(|l| !excluded.contains(l))
+            .collect();
+        // cwnd_cap: the smallest memory share on the tree, per round trip.
+        let share = tree
+            .switches
+            .iter()
+            .map(|&s| memory[s])
+            .fold(f64::INFINITY, f64::min);
+        let cap = share * 8.0 / tree.round_trip_s.max(1e-9);
+        let tag = ((j as u64 + 1) << 40) | TREE | t as u64;
+        let id = engine.start_flow(now, &links, per_tree, tree.round_trip_s / 2.0, cap, tag)?;
+        // A worker deals its packets round robin over the trees: at its
+        // access link the trees together are one sender, so they split one
+        // fair share (greedy ones: NO_CC_WEIGHT shares).
+        let weight = if mode.congestion_control {
+            1.0
+        } else {
+            NO_CC_WEIGHT
+        };
+        engine.set_weight(id, weight / trees.len() as f64);
+    }
+    Ok(trees.len())
+}
+
+/// Runs `cfg`; `progress` gets the simulated fraction done (0..=1).
+pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<ScenarioResult, String> {
+    let t0 = std::time::Instant::now();
+    let topo = Topology::parse(&cfg.topology, cfg.link)?;
+    let jobs = place_jobs(cfg, &topo)?;
+    let mut engine = FlowEngine::new(&link_capacities(&topo))?;
+    // DCTCP and PANAMA keep about K packets queued at a busy link; traffic
+    // without congestion control fills the buffer.
+    engine.set_queues(
+        cfg.ecn_k as f64 * PACKET_BYTES as f64,
+        cfg.link.buffer as f64,
+    );
+    let link_bps = cfg.link.rate.bits_per_s();
+
+    // Background flows, all scheduled up front.
+    let mut background = Vec::new();
+    if cfg.background_load > 0.0 {
+        let share = cfg.background_load / cfg.distributions.len() as f64;
+        for (d, cdf) in cfg.distributions.iter().enumerate() {
+            let traffic = PoissonTraffic::new(topo.hosts() as u32, link_bps, share, cdf.clone())?;
+            background.extend(
+                traffic.generate(cfg.duration_s, &mut Rng::derive(cfg.seed, 100 + d as u64)),
+            );
+        }
+    }
+    for (i, f) in background.iter().enumerate() {
+        let r = route(
+            &topo,
+            f.src as usize,
+            f.dst as usize,
+            mix(cfg.seed ^ i as u64),
+        );
+        engine.start_flow(
+            f.start_s,
+            &r.links,
+            wire_bytes(f.bytes),
+            r.latency_s,
+            f64::INFINITY,
+            BACKGROUND | i as u64,
+        )?;
+    }
+
+    // Persistent long flows, big enough to outlast the run, between hosts
+    // that run no worker (PANAMA Fig. 9: other nodes generate them), or
+    // any hosts if fewer than two are idle.
+    let mut pairs = Rng::derive(cfg.seed, 4);
+    let mut idle: Vec<usize> = (0..topo.hosts())
+        .filter(|h| !jobs.iter().any(|j| j.hosts.contains(h)))
+        .collect();
+    if idle.len() < 2 {
+        idle = (0..topo.hosts()).collect();
+    }
+    for i in 0..cfg.long_flows {
+        let n = idle.len() as u64;
+        let a = pairs.below(n) as usize;
+        let (src, dst) = (
+            idle[a],
+            idle[(a + 1 + pairs.below(n - 1) as usize) % n as usize],
+        );
+        let r = route(&topo, src, dst, mix(cfg.seed ^ LONG ^ i as u64));
+        let bytes = (link_bps / 8.0 * cfg.duration_s * 2.0) as u64;
+        engine.start_flow(
+            0.0,
+            &r.links,
+            bytes,
+            r.latency_s,
+            f64::INFINITY,
+            LONG | i as u64,
+        )?;
+    }
+
+    // Jobs start computing at a random offset within one iteration.
+    let memory = memory_caps(cfg, &topo, &jobs);
+    let mut rng = Rng::derive(cfg.seed, 3);
+    let mut iteration_start = vec![0.0; jobs.len()];
+    let mut iterations = vec![Vec::new(); jobs.len()];
+    let mut trees_left = vec![0usize; jobs.len()];
+    let mut running: Vec<Option<RunningDag>> = (0..jobs.len()).map(|_| None).collect();
+    for (j, job) in jobs.iter().enumerate() {
+        let offset = rng.next_f64() * job.config.model.compute_s;
+        iteration_start[j] = offset;
+        engine.timer(offset + job.config.model.compute_s, j as u64);
+    }
+    engine.timer(cfg.duration_s, END_TIMER);
+
+    let mut flows = Vec::with_capacity(background.len());
+    let mut reported = 0.0;
+    while let Some(event) = engine.next_event() {
+        let now = match event {
+            Event::Timer {
+                token: END_TIMER, ..
+            } => break,
+            Event::Timer { token, time_s } => {
+                // Compute done: the allreduce starts.
+                let j = token as usize;
+                match &jobs[j].comm {
+                    Comm::Dag(dag) => {
+                        let mut run =
+                            RunningDag::new(&topo, dag, (j as u64 + 1) << 40, mix(j as u64))?;
+                        run.start(&mut engine, time_s)?;
+                        running[j] = Some(run);
+                    }
+                    Comm::Ina { .. } => {
+                        trees_left[j] = start_round(&mut engine, &jobs[j], j, &memory, time_s)?
+                    }
+                }
+                time_s
+            }
+            Event::Delivered {
+                tag,
+                start_s,
+                time_s,
+                ..
+            } => {
+                if tag & LONG != 0 {
+                    // A persistent flow outlived its budget: nothing to record.
+                } else if tag & BACKGROUND != 0 {
+                    let bytes = background[(tag & !BACKGROUND) as usize].bytes;
+                    flows.push(FlowRecord {
+                        bytes,
+                        fct_s: time_s - start_s,
+                    });
+                } else {
+                    let j = (tag >> 40) as usize - 1;
+                    let done = if tag & TREE != 0 {
+                        trees_left[j] -= 1;
+                        trees_left[j] == 0
+                    } else {
+                        running[j]
+                            .as_mut()
+                            .expect("a running allreduce")
+                            .delivered(&mut engine, tag, time_s)?
+                    };
+                    if done {
+                        running[j] = None;
+                        iterations[j].push(time_s - iteration_start[j]);
+                        iteration_start[j] = time_s;
+                        engine.timer(time_s + jobs[j].config.model.compute_s, j as u64);
+                    }
+                }
+                time_s
+            }
+        };
+        if now - reported >= cfg.duration_s / 100.0 {
+            reported = now;
+            progress((now / cfg.duration_s).min(1.0));
+        }
+    }
+    progress(1.0);
+    let link_utilisation = engine
+        .link_bytes()
+        .iter()
+        .zip(&topo.links)
+        .map(|(bytes, l)| bytes * 8.0 / (l.rate.bits_per_s() * cfg.duration_s))
+        .collect();
+    Ok(ScenarioResult {
+        duration_s: cfg.duration_s,
+        unfinished_flows: background.len() - flows.len(),
+        flows,
+        jobs,
+        iterations,
+        link_utilisation,
+        background_load: cfg.background_load,
+        events: engine.events(),
+        wall_s: t0.elapsed().as_secs_f64(),
+    })
+}

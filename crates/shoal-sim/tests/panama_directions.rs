@@ -1,0 +1,51 @@
+//! PANAMA's directions on a reduced configuration (k=8 fat-tree, 128
+//! hosts): at high load PANAMA's p99 short-flow FCT and training time beat
+//! ring allreduce's; Fig. 10's fairness.
+
+use shoal_sim::panama::{fig10, fig8_point, Variant};
+use shoal_sim::scenario::ScenarioConfig;
+
+fn reduced() -> ScenarioConfig {
+    let pairs: Vec<(String, String)> = [
+        ("topology", "fattree:k=8"),
+        ("duration", "1.5s"),
+        ("background.load", "0.2"),
+        ("slots_per_host", "2"),
+        ("chunk_bytes", "64MiB"),
+        ("random_jobs.trees", "4"),
+        ("seed", "5"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    ScenarioConfig::from_pairs(&pairs).unwrap()
+}
+
+#[test]
+fn panama_beats_ring_at_high_load() {
+    let base = reduced();
+    let ring = fig8_point(&base, Variant::Ring, 0.8).unwrap();
+    let panama = fig8_point(&base, Variant::Panama, 0.8).unwrap();
+    eprintln!("ring   {}", ring.to_json());
+    eprintln!("panama {}", panama.to_json());
+    assert_eq!(ring.jobs, panama.jobs, "same jobs for both");
+    assert!(ring.total_load > 0.6, "load reached: {}", ring.total_load);
+    assert!(panama.p99_short_fct_s < ring.p99_short_fct_s);
+    assert!(panama.mean_iteration_s < ring.mean_iteration_s);
+}
+
+#[test]
+fn aggregation_shares_fairly_only_with_congestion_control() {
+    let fair = fig10(true).unwrap();
+    let unfair = fig10(false).unwrap();
+    // Before 0.25 s the background flow has the link; after, half (PANAMA)
+    // or 1/(1 + NO_CC_WEIGHT) of it (no congestion control).
+    let at = |s: &shoal_sim::panama::Fig10Series, t: f64| {
+        let i = s.time_s.iter().position(|&x| (x - t).abs() < 1e-9).unwrap();
+        (s.background_bps[i], s.aggregation_bps[i])
+    };
+    assert_eq!(at(&fair, 0.2), (10e9, 0.0));
+    assert_eq!(at(&fair, 0.5), (5e9, 5e9));
+    let (bg, agg) = at(&unfair, 0.5);
+    assert!(bg < 1e9 && agg > 9e9, "{bg} {agg}");
+}

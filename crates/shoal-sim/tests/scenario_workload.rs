@@ -1,0 +1,121 @@
+//! Workloads: CDF sampling, Poisson load, models, placement.
+
+use shoal_sim::workload::{models, place_close, FlowSizeCdf, PoissonTraffic, Rng};
+
+fn sample_mean(cdf: &FlowSizeCdf, n: usize, seed: u64) -> f64 {
+    let mut rng = Rng::new(seed);
+    (0..n).map(|_| cdf.sample(&mut rng) as f64).sum::<f64>() / n as f64
+}
+
+#[test]
+fn cdf_means_are_the_tables_means() {
+    // Hand-computed from the tables (packets x 1460 B): web search 1141.0
+    // packets, data mining 5116.6 packets.
+    let web = FlowSizeCdf::web_search();
+    let mining = FlowSizeCdf::data_mining();
+    assert!(
+        (web.mean_bytes() / 1460.0 - 1141.0).abs() < 1.0,
+        "{}",
+        web.mean_bytes() / 1460.0
+    );
+    assert!(
+        (mining.mean_bytes() / 1460.0 - 5116.6).abs() < 1.0,
+        "{}",
+        mining.mean_bytes() / 1460.0
+    );
+    // Sampling matches within 3% (heavy tails: many samples).
+    for cdf in [&web, &mining] {
+        let mean = sample_mean(cdf, 2_000_000, 7);
+        let err = (mean - cdf.mean_bytes()).abs() / cdf.mean_bytes();
+        assert!(
+            err < 0.03,
+            "{}: sampled mean {mean} vs {} ({err})",
+            cdf.name(),
+            cdf.mean_bytes()
+        );
+    }
+}
+
+#[test]
+fn cdf_sampling_follows_the_table_quantiles() {
+    let web = FlowSizeCdf::web_search();
+    let mut rng = Rng::new(3);
+    let n = 200_000;
+    let sizes: Vec<u64> = (0..n).map(|_| web.sample(&mut rng)).collect();
+    // P[size <= 53 packets] = 0.53 in the table.
+    let below = sizes.iter().filter(|&&s| s <= 53 * 1460).count() as f64 / n as f64;
+    assert!((below - 0.53).abs() < 0.01, "{below}");
+    assert!(sizes
+        .iter()
+        .all(|&s| (6 * 1460..=20000 * 1460).contains(&s)));
+}
+
+#[test]
+fn bad_cdf_tables_are_rejected() {
+    assert!(FlowSizeCdf::new("x", vec![(10.0, 0.0), (5.0, 1.0)]).is_err());
+    assert!(FlowSizeCdf::new("x", vec![(10.0, 0.0), (20.0, 0.9)]).is_err());
+    assert!(FlowSizeCdf::by_name("nope")
+        .unwrap_err()
+        .contains("websearch"));
+}
+
+#[test]
+fn poisson_traffic_offers_the_target_load() {
+    let hosts = 128;
+    let bps = 10e9;
+    for (load, cdf) in [
+        (0.2, FlowSizeCdf::web_search()),
+        (0.5, FlowSizeCdf::data_mining()),
+    ] {
+        let traffic = PoissonTraffic::new(hosts, bps, load, cdf).unwrap();
+        let duration = 4.0;
+        let flows = traffic.generate(duration, &mut Rng::new(11));
+        let bytes: f64 = flows.iter().map(|f| f.bytes as f64).sum();
+        let offered = bytes * 8.0 / (duration * hosts as f64 * bps);
+        assert!(
+            (offered - load).abs() / load < 0.05,
+            "offered {offered} for target {load}"
+        );
+        // Arrival count is Poisson: within 3 sigma of the mean.
+        let expected = traffic.arrivals_per_s() * duration;
+        assert!((flows.len() as f64 - expected).abs() < 3.0 * expected.sqrt() + 1.0);
+        assert!(flows
+            .iter()
+            .all(|f| f.src != f.dst && f.src < hosts && f.dst < hosts));
+        assert!(flows.windows(2).all(|w| w[0].start_s <= w[1].start_s));
+    }
+    assert!(PoissonTraffic::new(16, 10e9, 1.5, FlowSizeCdf::web_search()).is_err());
+}
+
+#[test]
+fn models_have_fp32_gradients_and_paper_range_ratios() {
+    let vgg = models::by_name("VGG16").unwrap();
+    assert_eq!(vgg.gradient_bytes(), 138_357_544 * 4);
+    for m in models::MODELS {
+        // Communication / (communication + compute) at 10 Gb/s: the paper's
+        // Fig. 1a puts the P100 values in 0.11 .. 0.70.
+        let comm = m.gradient_bytes() as f64 * 8.0 / 10e9;
+        let ratio = comm / (comm + m.compute_s);
+        assert!((0.10..=0.70).contains(&ratio), "{}: {ratio}", m.name);
+    }
+    assert!(models::by_name("gpt").is_err());
+    let mut rng = Rng::new(1);
+    assert!((0..1000)
+        .map(|_| models::draw_workers(&mut rng))
+        .all(|w| (16..=96).contains(&w)));
+}
+
+#[test]
+fn placement_is_as_close_as_possible() {
+    let mut free = vec![true; 64];
+    // Occupy hosts 3 and 20: a 16-worker job should take 4..=19 (span 15).
+    free[3] = false;
+    free[20] = false;
+    let job = place_close(&mut free, 16).unwrap();
+    assert_eq!(job, (4..20).collect::<Vec<u32>>());
+    assert!(job.iter().all(|&h| !free[h as usize]));
+    // Next job: the 43 free ids left are 0..=2 and 21..=63; 40 fit in 21..=60.
+    let next = place_close(&mut free, 40).unwrap();
+    assert_eq!(next, (21..61).collect::<Vec<u32>>());
+    assert!(place_close(&mut free, 10).unwrap_err().contains("only 6"));
+}

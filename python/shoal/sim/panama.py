@@ -1,0 +1,180 @@
+"""``shoal sim panama --out DIR``: reproduce PANAMA's section 7 (Figs. 8, 9, 10) on the flow engine.
+
+Fig. 8: p99 short-flow FCT, long-flow throughput and training (iteration) time against total
+load, for Ideal, Ring-AllReduce, SwitchML*-like, PANAMA, PANAMA-0.88/0.94 (one random set of
+jobs per load, the same for every variant). Fig. 9: aggregation time with 4 trees vs each single
+tree vs ring on a k=4 fat-tree under growing long-flow load. Fig. 10: an aggregation flow and a
+background flow on one link, with and without PANAMA's congestion control.
+Results go to ``DIR/fig8.json``, ``fig9.json``, ``fig10.json`` (and PNGs with matplotlib).
+The paper's numbers and ours side by side: docs/sim.md ("PANAMA").
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from shoal.sim.run import ProgressBar, run_pairs
+
+#: The paper's headline ratios vs Ring-AllReduce at 80% load (section 7).
+PAPER = {"p99_short_fct": 4.5, "long_throughput": 1.33, "training_time": 1.34}
+VARIANTS = ("ideal", "ring", "switchml", "panama", "panama-0.88", "panama-0.94")
+LOADS = (0.2, 0.4, 0.6, 0.8)
+
+
+def base_pairs(k: int, duration: str, seed: int) -> list[tuple[str, str]]:
+    """The paper's setup (k-ary fat-tree at 10 Gb/s, K = 85, 64 MB per switch, > 40 MB aggregated,
+    20% web search + data mining background) plus our choices (docs/sim.md)."""
+    return [
+        ("topology", f"fattree:k={k}"),
+        ("link", "10gbit"),
+        ("latency", "1us"),
+        ("ecn_k", "85"),
+        ("switch_memory", "64MB"),
+        ("ina_min_bytes", "40MB"),
+        ("background.load", "0.2"),
+        ("background.distribution", "websearch,datamining"),
+        ("slots_per_host", "2"),
+        ("chunk_bytes", "64MiB"),
+        ("random_jobs.trees", "4"),
+        ("duration", duration),
+        ("seed", str(seed)),
+    ]
+
+
+def fig8(k: int, duration: str, seed: int, loads: tuple[float, ...], variants: tuple[str, ...]) -> dict[str, Any]:
+    """Every (variant, load) point, and the ratios vs ring at the highest load."""
+    from shoal._shoal import sim_panama_fig8_json
+
+    pairs = base_pairs(k, duration, seed)
+    points: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
+    bar = ProgressBar("fig. 8")
+    todo = [(v, load) for load in loads for v in variants]
+    for i, (v, load) in enumerate(todo):
+        bar(i / len(todo))
+        points[v].append(json.loads(sim_panama_fig8_json(pairs, v, load)))
+    bar(1.0)
+    result: dict[str, Any] = {"k": k, "duration": duration, "seed": seed, "points": points, "paper": PAPER}
+    if "ring" in points and "panama" in points:
+        ring, pan = points["ring"][-1], points["panama"][-1]
+        result["ours_vs_ring_at_max_load"] = {
+            "p99_short_fct": ring["p99_short_fct_s"] / pan["p99_short_fct_s"],
+            "long_throughput": pan["long_throughput_bps"] / ring["long_throughput_bps"],
+            "training_time": ring["mean_iteration_s"] / pan["mean_iteration_s"],
+        }
+    return result
+
+
+def fig9(seed: int, long_flows: tuple[int, ...] = (0, 2, 4, 8, 12)) -> dict[str, Any]:
+    """Aggregation time of one 8-worker job on a k=4 fat-tree (Fig. 3's topology) as long flows grow."""
+    cases: dict[str, list[tuple[str, str]]] = {"panama": [], "ring": []}
+    cases |= {f"panama-agg{t + 1}": [("jobs.0.tree", str(t))] for t in range(4)}
+    result: dict[str, Any] = {"long_flows": list(long_flows), "mean_comm_s": {}}
+    bar = ProgressBar("fig. 9")
+    for i, (name, extra) in enumerate(cases.items()):
+        bar(i / len(cases))
+        algorithm = "ring" if name == "ring" else "panama"
+        times: list[float] = []
+        for n in long_flows:
+            pairs = [
+                ("topology", "fattree:k=4"),
+                ("duration", "3s"),
+                ("seed", str(seed)),
+                ("long_flows", str(n)),
+                ("jobs.0.workers", "8"),
+                ("jobs.0.model", "vgg16"),
+                ("jobs.0.algorithm", algorithm),
+                ("jobs.0.trees", "4"),
+                ("jobs.0.placement", "random"),
+                ("chunk_bytes", "64MiB"),
+                *extra,
+            ]
+            times.append(run_pairs(pairs)["jobs"][0]["mean_comm_s"])
+        result["mean_comm_s"][name] = times
+    bar(1.0)
+    return result
+
+
+def fig10() -> dict[str, Any]:
+    """Rates on a link shared by a background flow and an aggregation flow joining at 0.25 s."""
+    from shoal._shoal import sim_panama_fig10_json
+
+    return {
+        "panama": json.loads(sim_panama_fig10_json(True)),
+        "no_congestion_control": json.loads(sim_panama_fig10_json(False)),
+    }
+
+
+def plot(out: Path, f8: dict[str, Any], f9: dict[str, Any], f10: dict[str, Any]) -> str:
+    """Best effort PNGs of the three figures."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no plots (pip install matplotlib)"
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    metrics = [("p99_short_fct_s", "p99 short FCT (s)"), ("long_throughput_bps", "long-flow throughput (b/s)")]
+    metrics.append(("mean_iteration_s", "training iteration time (s)"))
+    for ax, (key, label) in zip(axes, metrics):
+        for v, pts in f8["points"].items():
+            ax.plot([p["target_load"] for p in pts], [p[key] for p in pts], marker="o", label=v)
+        ax.set_xlabel("total load")
+        ax.set_ylabel(label)
+    axes[0].legend(fontsize="small")
+    fig.savefig(out / "fig8.png")
+    fig, ax = plt.subplots()
+    for name, times in f9["mean_comm_s"].items():
+        ax.plot(f9["long_flows"], times, marker="o", label=name)
+    ax.set_xlabel("long flows")
+    ax.set_ylabel("aggregation time per iteration (s)")
+    ax.legend(fontsize="small")
+    fig.savefig(out / "fig9.png")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, (name, s) in zip(axes, f10.items()):
+        ax.plot(s["time_s"], s["background_bps"], label="background")
+        ax.plot(s["time_s"], s["aggregation_bps"], label="aggregation")
+        ax.set_title(name)
+        ax.set_xlabel("time (s)")
+    axes[0].set_ylabel("rate (b/s)")
+    axes[0].legend()
+    fig.savefig(out / "fig10.png")
+    return f"plots: {out}/fig8.png, fig9.png, fig10.png"
+
+
+def main(args: list[str]) -> int:
+    """``shoal sim panama --out DIR [--k K] [--duration T] [--seed S] [--loads ...] [--variants ...]``."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="shoal sim panama", description="Reproduce PANAMA's Figs. 8-10 (flow engine).")
+    p.add_argument("--out", type=Path, required=True, help="directory for fig8/9/10.json and plots")
+    p.add_argument("--k", type=int, default=8, help="fat-tree k for Fig. 8 (paper: 16; default 8, see docs/sim.md)")
+    p.add_argument("--duration", default="2s", help="simulated time per Fig. 8 point (default 2s)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--loads", type=float, nargs="+", default=list(LOADS), help="total loads (default 0.2 .. 0.8)")
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), help=f"default: {' '.join(VARIANTS)}")
+    try:
+        ns = p.parse_args(args)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2
+    ns.out.mkdir(parents=True, exist_ok=True)
+    try:
+        f8 = fig8(ns.k, ns.duration, ns.seed, tuple(ns.loads), tuple(ns.variants))
+        f9 = fig9(ns.seed)
+        f10 = fig10()
+    except ValueError as e:
+        print(f"shoal sim panama: {e}", file=sys.stderr)
+        return 2
+    for name, data in (("fig8", f8), ("fig9", f9), ("fig10", f10)):
+        (ns.out / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
+    print(plot(ns.out, f8, f9, f10), file=sys.stderr)
+    ours = f8.get("ours_vs_ring_at_max_load")
+    if ours:
+        print(
+            "PANAMA vs ring at the highest load (ours / paper): "
+            + ", ".join(f"{key} {ours[key]:.2f}x / {PAPER[key]}x" for key in PAPER)
+        )
+    return 0

@@ -1,0 +1,139 @@
+"""``shoal sim run CONFIG.toml --out DIR``: a whole scenario on the flow engine.
+
+The TOML file is flattened to dotted ``(key, value)`` pairs (``background.load``,
+``jobs.0.model``) for the Rust side (crates/shoal-sim/src/scenario). The report
+goes to ``DIR/report.json``; plots to ``DIR/*.png`` when matplotlib is present.
+See docs/sim.md ("Scenarios") for the keys.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """Reads a TOML file (tomllib on Python >= 3.11, else the tomli package)."""
+    import importlib
+
+    # tomllib is in the standard library from 3.11; tomli is its backport.
+    # Imported by name: the type checker targets 3.10, which has neither.
+    try:
+        toml: Any = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")
+    except ImportError:
+        raise ValueError("reading TOML needs Python >= 3.11 or the tomli package (pip install tomli)") from None
+    with open(path, "rb") as f:
+        try:
+            table: dict[str, Any] = toml.load(f)
+        except toml.TOMLDecodeError as e:
+            raise ValueError(f"{path}: {e}") from None
+    return table
+
+
+def flatten(table: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """TOML tables to dotted pairs: arrays of tables are numbered, arrays of values comma-joined."""
+    pairs: list[tuple[str, str]] = []
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            pairs += flatten(value, f"{name}.")
+        elif isinstance(value, list) and all(isinstance(v, dict) for v in value):
+            for i, v in enumerate(value):
+                pairs += flatten(v, f"{name}.{i}.")
+        elif isinstance(value, list):
+            pairs.append((name, ",".join(str(v) for v in value)))
+        elif isinstance(value, bool):
+            pairs.append((name, "true" if value else "false"))
+        else:
+            pairs.append((name, str(value)))
+    return pairs
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr (only on a terminal unless forced)."""
+
+    def __init__(self, label: str, enabled: bool | None = None) -> None:
+        self.label = label
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.shown = -1
+
+    def __call__(self, fraction: float) -> None:
+        percent = int(fraction * 100)
+        if not self.enabled or percent == self.shown:
+            return
+        self.shown = percent
+        bar = "#" * (percent // 4)
+        end = "\n" if percent >= 100 else ""
+        print(f"\r{self.label} [{bar:25s}] {percent:3d}%", end=end, file=sys.stderr, flush=True)
+
+
+def run_pairs(pairs: list[tuple[str, str]], progress: ProgressBar | None = None) -> dict[str, Any]:
+    """Runs a scenario from flat pairs; returns the report. ValueError names a bad key or value."""
+    from shoal._shoal import sim_run_json
+
+    report: dict[str, Any] = json.loads(sim_run_json(pairs, progress))
+    return report
+
+
+def plot_report(report: dict[str, Any], out: Path) -> str:
+    """Best effort: FCT percentiles by size and iteration times as PNGs; says what it did."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed: no plots (pip install matplotlib)"
+    fct = report["background"]["fct_s"]
+    buckets = [b for b in ("short", "all", "long") if fct[b]["count"]]
+    fig, ax = plt.subplots()
+    ax.bar([f"{b} mean" for b in buckets], [fct[b]["mean"] for b in buckets])
+    ax.bar([f"{b} p99" for b in buckets], [fct[b]["p99"] for b in buckets])
+    ax.set_yscale("log")
+    ax.set_ylabel("flow completion time (s)")
+    fig.savefig(out / "fct.png")
+    fig, ax = plt.subplots()
+    for i, job in enumerate(report["jobs"]):
+        ax.plot(job["iterations_s"], marker="o", label=f"job {i}: {job['model']} x{job['workers']} {job['algorithm']}")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("iteration time (s)")
+    ax.legend(fontsize="small")
+    fig.savefig(out / "iterations.png")
+    return f"plots: {out / 'fct.png'}, {out / 'iterations.png'}"
+
+
+def run(config: Path, out: Path, progress: bool | None = None) -> dict[str, Any]:
+    """Runs the scenario of TOML file `config`; writes ``out/report.json`` (and plots); returns the report."""
+    report = run_pairs(flatten(load_toml(config)), ProgressBar(f"shoal sim run {config.name}", progress))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(plot_report(report, out), file=sys.stderr)
+    return report
+
+
+def main(args: list[str]) -> int:
+    """``shoal sim run CONFIG.toml --out DIR``."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="shoal sim run", description="Run a network scenario (flow engine).")
+    p.add_argument("config", type=Path, help="scenario TOML file (docs/sim.md, 'Scenarios')")
+    p.add_argument("--out", type=Path, required=True, help="directory for report.json and plots")
+    try:
+        ns = p.parse_args(args)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2
+    try:
+        report = run(ns.config, ns.out)
+    except (ValueError, OSError) as e:
+        print(f"shoal sim run: {e}", file=sys.stderr)
+        return 2
+    fct = report["background"]["fct_s"]
+    print(
+        f"{report['background']['flows']} background flows: short p99 FCT {fct['short']['p99'] * 1e3:.3f} ms, "
+        f"long-flow throughput {report['background']['long_throughput_bps'] / 1e9:.2f} Gb/s; "
+        f"{len(report['jobs'])} jobs, mean iteration {report['mean_iteration_s']:.3f} s; "
+        f"report in {ns.out / 'report.json'}"
+    )
+    return 0

@@ -1,0 +1,75 @@
+"""``shoal sim run`` and ``shoal sim panama`` end to end (flow engine)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shoal.sim.run import flatten, run_pairs
+
+TINY = """
+topology = "fattree:k=4"
+duration = "3s"
+seed = 3
+
+[background]
+load = 0.2
+distribution = ["websearch", "datamining"]
+
+[[jobs]]
+workers = 4
+model = "resnet50"
+algorithm = "ring"
+
+[[jobs]]
+workers = 4
+model = "vgg16"
+algorithm = "panama"
+trees = 2
+"""
+
+
+def test_flatten_numbers_tables_and_joins_lists() -> None:
+    table = {"a": 1, "b": {"c": [1, 2]}, "jobs": [{"x": True}, {"x": "y"}]}
+    assert flatten(table) == [("a", "1"), ("b.c", "1,2"), ("jobs.0.x", "true"), ("jobs.1.x", "y")]
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib")
+def test_tiny_scenario_through_the_cli(tmp_path: Path) -> None:
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "shoal.cli", "sim", "run", str(config), "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["background"]["flows"] > 100
+    assert report["background"]["fct_s"]["short"]["p99"] > 0
+    assert [j["algorithm"] for j in report["jobs"]] == ["ring", "panama"]
+    # Every job iterated, no faster than its compute time.
+    assert all(j["iterations_s"] and j["mean_iteration_s"] > 0.29 for j in report["jobs"])
+    assert "short p99 FCT" in proc.stdout
+
+
+def test_bad_scenario_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown scenario key"):
+        run_pairs([("topolgy", "fattree:k=4")])
+    config = tmp_path / "bad.toml"
+    config.write_text('topology = "fattree:k=4"\n[[jobs]]\nworkers = 4\nmodel = "gpt"\n')
+    cmd = [sys.executable, "-m", "shoal.cli", "sim", "run", str(config), "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "unknown model" in proc.stderr
+
+
+def test_panama_fairness_figure() -> None:
+    from shoal.sim.panama import fig10
+
+    series = fig10()
+    fair, unfair = series["panama"], series["no_congestion_control"]
+    i = fair["time_s"].index(0.5)
+    assert fair["background_bps"][i] == pytest.approx(5e9)
+    assert unfair["background_bps"][i] < 1e9
