@@ -10,7 +10,7 @@
 //! cache for a plan once per call shape.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use shoal_plan::algorithms::{self, Algorithm, CostParams};
@@ -207,6 +207,9 @@ pub struct Selector {
     cheapest: Mutex<Lru<(CallShape, usize), (Choice, f64)>>,
     /// `REGISTRATIONS` when `cheapest` was last cleared.
     registrations: AtomicUsize,
+    /// Whether the cost model may pick algorithms that read peers' memory
+    /// (all ranks on one host over shm); set once at init.
+    shared_memory: AtomicBool,
     /// Registered algorithms' cost factors per (id, group size), asked once.
     factors: Mutex<HashMap<(u32, usize), Option<CostFactors>>>,
 }
@@ -236,6 +239,7 @@ impl Selector {
             cheapest: Mutex::new(Lru::new(CHOICES_CACHED)),
             factors: Mutex::new(HashMap::new()),
             registrations: AtomicUsize::new(REGISTRATIONS.load(Ordering::Acquire)),
+            shared_memory: AtomicBool::new(false),
         })
     }
 
@@ -285,6 +289,12 @@ impl Selector {
         Ok(self.cheapest(shape, elem_size, source)?.1)
     }
 
+    /// Lets the cost model pick the shared-memory (`shm_`) algorithms.
+    pub fn allow_shared_memory(&self, on: bool) {
+        self.shared_memory.store(on, Ordering::Relaxed);
+        self.cheapest.lock().unwrap().clear();
+    }
+
     /// The cost parameters in use.
     pub fn cost(&self) -> CostParams {
         *self.cost.lock().unwrap()
@@ -314,6 +324,7 @@ impl Selector {
         let cost = self.cost();
         let builtin = algorithms::for_collective(shape.collective)
             .filter(|a| a.handles(shape))
+            .filter(|a| !a.reads_peers() || self.shared_memory.load(Ordering::Relaxed))
             .map(|a| (Choice::Builtin(a), (a.cost)(shape, elem_size, &cost)))
             .min_by(|x, y| x.1.total_cmp(&y.1));
         let mut best = builtin.ok_or_else(|| {

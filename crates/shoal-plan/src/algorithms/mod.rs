@@ -61,12 +61,23 @@ impl Algorithm {
     /// Whether the generator handles calls of this shape: every algorithm
     /// takes a single count, those in [`TAKE_COUNTS`] per-rank counts too.
     pub fn handles(&self, shape: &CallShape) -> bool {
-        shape.counts.is_none()
+        let counts_ok = shape.counts.is_none()
             || TAKE_COUNTS
                 .iter()
-                .any(|&(c, name)| c == self.collective && name == self.name)
+                .any(|&(c, name)| c == self.collective && name == self.name);
+        counts_ok && (!self.reads_peers() || shape.layout().0 == 1)
+    }
+
+    /// Whether the algorithm reads its peers' memory (the `shm_` ones; see
+    /// `phases::shared`): it runs only when every rank is on one host and
+    /// the transport is shared memory.
+    pub fn reads_peers(&self) -> bool {
+        self.name.starts_with(SHARED_MEMORY_PREFIX)
     }
 }
+
+/// Names of the algorithms that read peers' memory start with this.
+pub const SHARED_MEMORY_PREFIX: &str = "shm_";
 
 /// The algorithms whose generators take per-rank counts
 /// ([`CallShape::counts`]): allgatherv, reduce_scatter with counts, alltoallv.
@@ -131,6 +142,11 @@ static REGISTRY: &[Algorithm] = &[
     scatter::linear::ALGORITHM,
     scatter::binomial::ALGORITHM,
     barrier::dissemination::ALGORITHM,
+    allreduce::shm_flat::ALGORITHM,
+    allreduce::shm_sharded::ALGORITHM,
+    broadcast::shm_read::ALGORITHM,
+    allgather::shm_read::ALGORITHM,
+    reduce_scatter::shm_read::ALGORITHM,
 ];
 
 /// The algorithms of one collective.
