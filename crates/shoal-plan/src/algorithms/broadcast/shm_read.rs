@@ -23,6 +23,9 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
     }
     // The copy comes first: in place it is a no-op on the exposed memory.
     let copied = p.copy(Region::input(0, n), output, vec![]);
+    if w == 1 {
+        return p;
+    }
     let exposed = p.expose(INPUTS, Region::input(0, n), vec![copied]);
     p.release(INPUTS, (w - 1) as u32, vec![exposed]);
     p
