@@ -13,19 +13,20 @@ import shoal
 
 DTYPES = ("float32", "float64", "int32", "bfloat16", "float16")
 OPS = ("sum", "prod", "min", "max")
-COLLECTIVES = ("allreduce", "reduce_scatter", "broadcast", "allgather")
+COLLECTIVES = ("allreduce", "reduce_scatter", "broadcast", "allgather", "reduce", "gather", "scatter", "alltoall")
 
 
 def cases(counts: list[int]) -> list[Case]:
     p = shoal.size()
     out = []
     for coll in COLLECTIVES:
-        reduces = coll in ("allreduce", "reduce_scatter")
+        reduces = coll in ("allreduce", "reduce_scatter", "reduce")
+        rooted = coll in ("broadcast", "reduce", "gather", "scatter")
         for algo in (a for a in shoal.algorithms(coll) if a.startswith("shm_")):
             for dt in DTYPES:
                 for op in OPS if reduces else ["sum"]:
                     for count in counts:
-                        root = (count + 1) % p if coll == "broadcast" else 0
+                        root = (count + 1) % p if rooted else 0
                         out.append(Case(coll, algo, dt, op, count, root))
     return out
 

@@ -312,10 +312,7 @@ fn step_from(f: &Field<'_>) -> Result<Step, String> {
             let flag = u32_field(f, "flag")?;
             let offset = f.get("offset")?.usize()?;
             let dst = region_from(&f.get("dst")?)?;
-            let reduce = kind == "peer_read_reduce";
-            let mut p = Plan::new(0);
-            p.peer_read(peer, flag, offset, dst, reduce, vec![]);
-            p.steps.pop().expect("just pushed").op
+            Op::peer_read(peer, flag, offset, dst, kind == "peer_read_reduce")
         }
         "release" => Op::Release {
             flag: u32_field(f, "flag")?,
@@ -726,7 +723,7 @@ mod tests {
         let err = |text: &str| CallPlans::from_json(text).unwrap_err();
         assert_eq!(
             err(&good.replace("\"copy\"", "\"cpy\"")),
-            "ranks[0].steps[0].op: unknown op \"cpy\"; valid: send, recv, recv_reduce, copy, reduce"
+            "ranks[0].steps[0].op: unknown op \"cpy\"; valid: send, recv, recv_reduce, copy, reduce, expose, peer_read, peer_read_reduce, release"
         );
         assert_eq!(
             err(&good.replace("\"output\"", "\"out\"")),

@@ -346,7 +346,27 @@ pub enum Op {
 }
 
 impl Op {
-    /// The peer whose exposed region a shared-memory read step reads.
+    /// A [`Op::PeerRead`] (`reduce` false) or [`Op::PeerReadReduce`].
+    pub fn peer_read(peer: usize, flag: u32, offset: usize, dst: Region, reduce: bool) -> Op {
+        if reduce {
+            Op::PeerReadReduce {
+                peer,
+                flag,
+                offset,
+                dst,
+            }
+        } else {
+            Op::PeerRead {
+                peer,
+                flag,
+                offset,
+                dst,
+            }
+        }
+    }
+
+    /// `(peer, flag, offset, dst, reduces)` of a [`Op::PeerRead`] or
+    /// [`Op::PeerReadReduce`].
     pub fn read_peer(&self) -> Option<(usize, u32, usize, Region, bool)> {
         match *self {
             Op::PeerRead {
@@ -427,22 +447,7 @@ impl Plan {
         reduce: bool,
         deps: Vec<usize>,
     ) -> usize {
-        let op = if reduce {
-            Op::PeerReadReduce {
-                peer,
-                flag,
-                offset,
-                dst,
-            }
-        } else {
-            Op::PeerRead {
-                peer,
-                flag,
-                offset,
-                dst,
-            }
-        };
-        self.push(op, deps)
+        self.push(Op::peer_read(peer, flag, offset, dst, reduce), deps)
     }
     pub fn release(&mut self, flag: u32, reads: u32, deps: Vec<usize>) -> usize {
         self.push(Op::Release { flag, reads }, deps)

@@ -147,6 +147,10 @@ static REGISTRY: &[Algorithm] = &[
     broadcast::shm_read::ALGORITHM,
     allgather::shm_read::ALGORITHM,
     reduce_scatter::shm_read::ALGORITHM,
+    reduce::shm_read::ALGORITHM,
+    gather::shm_read::ALGORITHM,
+    scatter::shm_read::ALGORITHM,
+    alltoall::shm_read::ALGORITHM,
 ];
 
 /// The algorithms of one collective.

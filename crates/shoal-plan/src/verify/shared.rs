@@ -49,10 +49,10 @@ fn rank_exposures(rank: usize, plan: &Plan) -> Result<HashMap<u32, Exposure>, Ve
                     },
                 );
             }
-            Op::Release { flag, .. } => {
-                if released.insert(flag, i).is_some() || !exposed.contains_key(&flag) {
-                    return fail(ErrorKind::Unreleased { flag });
-                }
+            Op::Release { flag, .. }
+                if released.insert(flag, i).is_some() || !exposed.contains_key(&flag) =>
+            {
+                return fail(ErrorKind::Unreleased { flag });
             }
             _ => {}
         }
