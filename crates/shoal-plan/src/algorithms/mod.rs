@@ -65,7 +65,8 @@ impl Algorithm {
             || TAKE_COUNTS
                 .iter()
                 .any(|&(c, name)| c == self.collective && name == self.name);
-        counts_ok && (!self.reads_peers() || shape.layout().0 == 1)
+        let shared_ok = shape.layout().0 == 1 && shape.world <= MAX_SHARED_WORLD;
+        counts_ok && (!self.reads_peers() || shared_ok)
     }
 
     /// Whether the algorithm reads its peers' memory (the `shm_` ones; see
@@ -78,6 +79,11 @@ impl Algorithm {
 
 /// Names of the algorithms that read peers' memory start with this.
 pub const SHARED_MEMORY_PREFIX: &str = "shm_";
+
+/// The most ranks the shared-memory algorithms serve: a rank exposes at most
+/// this many flags at once (the shm transport's `EXPOSED_FLAGS`), and
+/// `allreduce/shm_sharded` uses one per rank.
+pub const MAX_SHARED_WORLD: usize = 16;
 
 /// The algorithms whose generators take per-rank counts
 /// ([`CallShape::counts`]): allgatherv, reduce_scatter with counts, alltoallv.

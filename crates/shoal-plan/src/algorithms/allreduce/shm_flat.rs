@@ -34,5 +34,6 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
 
 fn cost(shape: &CallShape, elem_size: usize, params: &CostParams) -> f64 {
     let bytes = (shape.count * elem_size) as f64;
-    read_cost(params, shape.world - 1, bytes, true)
+    // The reads, then waiting for the peers' reads and the copy out.
+    read_cost(params, shape.world - 1, bytes, true) + params.alpha_local + bytes * params.beta_local
 }

@@ -1,13 +1,14 @@
-//! Shared-memory allreduce for large messages: every rank exposes its
-//! Input; rank `r` reduces shard `r` of all of them, read straight from the
-//! peers' memory (the executor reduces each cache-sized piece as it reads
-//! it), into scratch and exposes it; then every rank copies the finished
-//! shards straight from their owners into Output. Each byte is read once
-//! per phase, with no intermediate messages. Ranks of one host only.
+//! Shared-memory allreduce for large messages. Rank `r` owns shard `r` of
+//! the vector: it exposes each other shard `q` of its Input under flag `q`,
+//! reduces its own shard in place in Output, reading shard `r` straight from
+//! every peer's memory (the executor reduces each cache-sized piece as it
+//! reads it), then exposes the finished shard under flag `r`; every rank
+//! then copies the finished shards straight from their owners into Output.
+//! Each byte crosses once per phase, with no intermediate buffer. Shard `r`
+//! is computed by rank `r` alone and copied by the others, so all ranks hold
+//! the same bits. Ranks of one host only.
 
-use crate::algorithms::phases::shared::{
-    cost as read_cost, reduce_in_rank_order, shard, INPUTS, RESULTS,
-};
+use crate::algorithms::phases::shared::{cost as read_cost, shard};
 use crate::algorithms::{Algorithm, CostParams};
 use crate::plan::{CallShape, Collective, Plan, Region};
 
@@ -21,36 +22,36 @@ pub const ALGORITHM: Algorithm = Algorithm {
 fn generate(shape: &CallShape, rank: usize) -> Plan {
     let (w, n) = (shape.world, shape.count);
     let mut p = Plan::new(rank);
+    let shard_of = |q: usize| {
+        let (s, e) = shard(n, w, q);
+        (s, e - s)
+    };
+    let (start, len) = shard_of(rank);
+    // Flag q: shard q of the Input for rank q to reduce (q != rank), then
+    // this rank's finished shard (q == rank).
+    let mut lent = vec![usize::MAX; w];
+    for q in (0..w).filter(|&q| q != rank) {
+        let (s, l) = shard_of(q);
+        lent[q] = p.expose(q as u32, Region::input(s, l), vec![]);
+    }
+    let mine = Region::output(start, len);
+    // In place this copy is a no-op; the peers never read this shard of ours.
+    let mut last = p.copy(Region::input(start, len), mine, vec![]);
+    for q in (0..w).filter(|&q| q != rank) {
+        last = p.peer_read(q, rank as u32, 0, mine, true, vec![last]);
+    }
     if w == 1 {
-        p.copy(Region::input(0, n), Region::output(0, n), vec![]);
         return p;
     }
-    let (start, end) = shard(n, w, rank);
-    p.scratch_len = end - start;
-    let acc = Region::scratch(0, end - start);
-    let exposed = p.expose(INPUTS, Region::input(0, n), vec![]);
-    let own = Region::input(start, end - start);
-    let reduced = reduce_in_rank_order(&mut p, w, start, own, acc, vec![]);
-    let result = p.expose(RESULTS, acc, vec![reduced]);
-    // Output may be the Input the peers still read: write it only after.
-    let inputs_free = p.release(INPUTS, (w - 1) as u32, vec![exposed]);
-    p.copy(
-        acc,
-        Region::output(start, end - start),
-        vec![reduced, inputs_free],
-    );
+    let result = p.expose(rank as u32, mine, vec![last]);
     for q in (0..w).filter(|&q| q != rank) {
-        let (s, e) = shard(n, w, q);
-        p.peer_read(
-            q,
-            RESULTS,
-            0,
-            Region::output(s, e - s),
-            false,
-            vec![inputs_free],
-        );
+        // Output shard q is Input shard q in place: overwrite it only once
+        // rank q has read it.
+        let (s, l) = shard_of(q);
+        let free = p.release(q as u32, 1, vec![lent[q]]);
+        p.peer_read(q, q as u32, 0, Region::output(s, l), false, vec![free]);
     }
-    p.release(RESULTS, (w - 1) as u32, vec![result]);
+    p.release(rank as u32, (w - 1) as u32, vec![result]);
     p
 }
 

@@ -43,7 +43,9 @@ pub fn shard(n: usize, world: usize, q: usize) -> (usize, usize) {
 }
 
 /// Cost of reading `bytes` from each of `peers` ranks of this host and
-/// reducing them (`reduce`), after one flag round trip.
+/// reducing them (`reduce`), after one flag round trip (the owner's Release
+/// waits for the readers' counts: that round trip is the same `alpha_local`
+/// and overlaps the reads, so it is not counted twice).
 pub fn cost(params: &crate::algorithms::CostParams, peers: usize, bytes: f64, reduce: bool) -> f64 {
     let per_byte = params.beta_local + if reduce { params.gamma } else { 0.0 };
     params.alpha_local + peers as f64 * bytes * per_byte
