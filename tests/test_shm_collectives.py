@@ -40,3 +40,21 @@ def test_shm_algorithm_over_tcp_is_a_clear_error() -> None:
     proc = launch(2, "shm_die.py", "-1", "shm_flat", env={"SHOAL_TRANSPORT": "tcp"}, check=False)
     assert proc.returncode != 0
     assert "reads peers' memory" in proc.stdout + proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("others", "odd"),
+    [
+        ("allreduce:algo=shm_flat", "broadcast:algo=shm_read"),
+        ("allreduce:algo=shm_sharded", "allreduce:algo=shm_sharded,count=999"),
+        ("allreduce:algo=shm_flat", "allreduce:algo=recursive_doubling"),
+    ],
+    ids=["kind", "count", "algorithm"],
+)
+def test_mismatched_shm_calls_raise_on_every_rank(others: str, odd: str) -> None:
+    env = {"SHOAL_TRANSPORT": "shm", "SHOAL_TIMEOUT": "60"}
+    results = spawn_ranks(3, "mismatch.py", "calls", others, odd, "2", env=env)
+    for r, res in enumerate(results):
+        m = re.search(r"RAISED (\w+) at round \d+: (.*)", res.stdout)
+        assert m, f"rank {r} did not raise:\n{res.stdout}\n{res.stderr}"
+        assert "mismatch" in m[2].lower(), (r, m[2])

@@ -229,7 +229,8 @@ impl Run<'_> {
             ref op => {
                 let (peer, flag, ..) = op.read_peer().expect("a shared-memory read");
                 let stamp = self.stamp();
-                !matches!(w.exposed(self.global(peer), flag, stamp), Ok(None))
+                let exposed = w.exposed(self.global(peer), flag, stamp, &self.ctx.sig);
+                !matches!(exposed, Ok(None))
             }
         }
     }
@@ -264,7 +265,8 @@ impl Run<'_> {
         }
         let (peer, flag, offset, dst, reduce) = op.read_peer().expect("a shared-memory read");
         let g = self.global(peer);
-        let Some((addr, exposed)) = w.exposed(g, flag, self.stamp()).map_err(fail)? else {
+        let found = w.exposed(g, flag, self.stamp(), &self.ctx.sig);
+        let Some((addr, exposed)) = found.map_err(fail)? else {
             return Ok(false);
         };
         let esize = self.ctx.dtype.size();
@@ -320,9 +322,21 @@ impl Run<'_> {
     fn blocked(&self) -> Blocked {
         let steps = &self.cp.plan.steps;
         let mut on = Vec::new();
-        for &(_, s) in &self.pending {
+        let waiting = self.pending.iter().map(|&(_, s)| s);
+        for s in waiting.chain(self.shared_waiting.iter().copied()) {
             if let Some((peer, _)) = peer_of(&steps[s].op) {
                 let g = self.global(peer);
+                if !on.contains(&g) {
+                    on.push(g);
+                }
+            }
+        }
+        // A Release waits for whichever peers read the region: any of them.
+        let releasing =
+            (self.shared_waiting.iter()).any(|&s| matches!(steps[s].op, Op::Release { .. }));
+        if releasing {
+            let me = self.global(self.cp.plan.rank);
+            for &g in self.ctx.members.iter().filter(|&&g| g != me) {
                 if !on.contains(&g) {
                     on.push(g);
                 }
@@ -434,7 +448,7 @@ impl Run<'_> {
             Op::Expose { flag, src } => {
                 let (s, len) = self.resolve(src);
                 let w = self.window(step)?;
-                w.expose(flag, self.stamp(), s as u64, len)
+                w.expose(flag, self.stamp(), &self.ctx.sig, s as u64, len)
                     .map_err(|e| self.step_error(step, &e))?;
                 self.complete(step);
             }

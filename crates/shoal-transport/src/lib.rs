@@ -285,11 +285,19 @@ pub trait SharedWindow {
     /// Whether this rank may read every local peer's memory.
     fn can_read_all(&self) -> bool;
     /// Publishes `len` bytes at `addr` of this process under `flag` for the
-    /// call `stamp`, with no reads done yet, and wakes the local peers.
-    fn expose(&self, flag: u32, stamp: u64, addr: u64, len: usize) -> Result<()>;
+    /// call `stamp` with signature `sig`, with no reads done yet, and wakes
+    /// the local peers.
+    fn expose(&self, flag: u32, stamp: u64, sig: &CallSig, addr: u64, len: usize) -> Result<()>;
     /// The address and byte length `peer` exposed under `flag` for `stamp`,
-    /// or `None` while it has not.
-    fn exposed(&self, peer: usize, flag: u32, stamp: u64) -> Result<Option<(u64, usize)>>;
+    /// or `None` while it has not; `TransportError::Mismatch` when the peer
+    /// exposed it in a call whose signature differs from `sig`.
+    fn exposed(
+        &self,
+        peer: usize,
+        flag: u32,
+        stamp: u64,
+        sig: &CallSig,
+    ) -> Result<Option<(u64, usize)>>;
     /// Reads `dst.len()` bytes at `addr` of `peer`'s memory.
     fn read(&self, peer: usize, addr: u64, dst: &mut [u8]) -> Result<()>;
     /// Counts one finished read of `peer`'s `flag` region and wakes `peer`.

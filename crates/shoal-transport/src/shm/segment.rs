@@ -61,6 +61,9 @@ pub(super) struct ExposedFlag {
     pub(super) len: AtomicU64,
     /// Reads finished by peers since the owner exposed the region.
     pub(super) reads: AtomicU32,
+    /// The call's signature (`CallSig`, packed), so a peer in another call
+    /// with the same number reports a mismatch instead of reading.
+    pub(super) sig: [AtomicU64; 3],
 }
 
 const _: () = assert!(std::mem::size_of::<Control>() <= CONTROL_SIZE);

@@ -16,7 +16,7 @@ use std::time::Duration;
 use super::segment::{Mapping, EXPOSED_FLAGS};
 use super::{io, io_err, ShmTransport};
 use crate::doorbell::{wait_on, Doorbell};
-use crate::{cma, Result, SharedWindow};
+use crate::{cma, CallSig, Result, SharedWindow, TransportError};
 
 /// A local peer as the window sees it.
 pub(super) struct WindowPeer {
@@ -54,9 +54,12 @@ impl SharedWindow for ShmTransport {
             .all(|(r, p)| r == self.rank || p.as_ref().is_some_and(|p| p.readable))
     }
 
-    fn expose(&self, flag: u32, stamp: u64, addr: u64, len: usize) -> Result<()> {
+    fn expose(&self, flag: u32, stamp: u64, sig: &CallSig, addr: u64, len: usize) -> Result<()> {
         let e = &self.own.control().exposed[flag_index(flag)?];
         e.reads.store(0, Ordering::Relaxed);
+        for (word, value) in e.sig.iter().zip(pack(sig)) {
+            word.store(value, Ordering::Relaxed);
+        }
         e.addr.store(addr, Ordering::Relaxed);
         e.len.store(len as u64, Ordering::Relaxed);
         e.stamp.store(stamp, Ordering::Release);
@@ -66,11 +69,27 @@ impl SharedWindow for ShmTransport {
         Ok(())
     }
 
-    fn exposed(&self, peer: usize, flag: u32, stamp: u64) -> Result<Option<(u64, usize)>> {
+    fn exposed(
+        &self,
+        peer: usize,
+        flag: u32,
+        stamp: u64,
+        sig: &CallSig,
+    ) -> Result<Option<(u64, usize)>> {
         let p = self.window_peer(peer)?;
         let e = &p.map.control().exposed[flag_index(flag)?];
         if e.stamp.load(Ordering::Acquire) != stamp {
             return Ok(None);
+        }
+        let theirs = unpack([0, 1, 2].map(|i| e.sig[i].load(Ordering::Relaxed)));
+        if theirs != *sig {
+            return Err(TransportError::Mismatch {
+                rank: self.rank,
+                peer,
+                seq: stamp as u32,
+                ours: Some(*sig),
+                theirs,
+            });
         }
         let addr = e.addr.load(Ordering::Relaxed);
         Ok(Some((addr, e.len.load(Ordering::Relaxed) as usize)))
@@ -96,5 +115,46 @@ impl SharedWindow for ShmTransport {
 
     fn wait_until(&self, timeout: Duration, ready: &mut dyn FnMut() -> bool) -> Result<()> {
         wait_on(&self.bell, timeout, || Ok(self.poll()? | ready()))
+    }
+}
+
+/// A signature as three words of an [`super::segment::ExposedFlag`].
+fn pack(s: &CallSig) -> [u64; 3] {
+    let head = u64::from(s.kind) | u64::from(s.dtype) << 8 | u64::from(s.op) << 16;
+    [
+        head | u64::from(s.algo) << 32,
+        u64::from(s.root) | u64::from(s.history) << 32,
+        s.count,
+    ]
+}
+
+fn unpack(w: [u64; 3]) -> CallSig {
+    CallSig {
+        kind: w[0] as u8,
+        dtype: (w[0] >> 8) as u8,
+        op: (w[0] >> 16) as u8,
+        algo: (w[0] >> 32) as u32,
+        root: w[1] as u32,
+        history: (w[1] >> 32) as u32,
+        count: w[2],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signatures_survive_packing() {
+        let s = CallSig {
+            kind: 3,
+            dtype: 250,
+            op: 7,
+            algo: 0xdead_beef,
+            root: 0xffff_fffe,
+            count: u64::MAX - 5,
+            history: 0x1234_5678,
+        };
+        assert_eq!(unpack(pack(&s)), s);
     }
 }
