@@ -58,3 +58,10 @@ def test_mismatched_shm_calls_raise_on_every_rank(others: str, odd: str) -> None
         m = re.search(r"RAISED (\w+) at round \d+: (.*)", res.stdout)
         assert m, f"rank {r} did not raise:\n{res.stdout}\n{res.stderr}"
         assert "mismatch" in m[2].lower(), (r, m[2])
+
+
+def test_shm_algorithm_across_hosts_is_a_clear_error() -> None:
+    results = spawn_ranks(2, "shm_die.py", "-1", "shm_flat", rank_env=lambda r: {"SHOAL_HOST_ID": "ab"[r]})
+    for r, res in enumerate(results):
+        assert res.returncode != 0, r
+        assert "needs every rank on one host" in res.stdout + res.stderr, res.stdout[-2000:] + res.stderr[-2000:]

@@ -256,6 +256,12 @@ impl Selector {
         match explicit {
             Some(name) => {
                 let choice = find(shape.collective, name)?;
+                if let Choice::Builtin(a) = choice {
+                    if let Some(why) = a.refuses(shape).filter(|_| shape.counts.is_none()) {
+                        let (c, name) = (shape.collective, a.name);
+                        return Err(Error::invalid(format!("{c} algorithm '{name}' {why}")));
+                    }
+                }
                 if !handles(choice, shape) {
                     return Err(Error::invalid(format!(
                         "{} algorithm '{}' takes no per-rank counts; {}",

@@ -61,12 +61,26 @@ impl Algorithm {
     /// Whether the generator handles calls of this shape: every algorithm
     /// takes a single count, those in [`TAKE_COUNTS`] per-rank counts too.
     pub fn handles(&self, shape: &CallShape) -> bool {
+        self.refuses(shape).is_none()
+    }
+
+    /// Why the generator cannot make plans for `shape`, e.g. `takes no
+    /// per-rank counts`; `None` when it can.
+    pub fn refuses(&self, shape: &CallShape) -> Option<String> {
         let counts_ok = shape.counts.is_none()
             || TAKE_COUNTS
                 .iter()
                 .any(|&(c, name)| c == self.collective && name == self.name);
+        if !counts_ok {
+            return Some("takes no per-rank counts".into());
+        }
         let shared_ok = shape.layout().0 == 1 && shape.world <= MAX_SHARED_WORLD;
-        counts_ok && (!self.reads_peers() || shared_ok)
+        (self.reads_peers() && !shared_ok).then(|| {
+            format!(
+                "reads peers' memory: it needs every rank on one host (ranks_per_host = world) \
+                 and at most {MAX_SHARED_WORLD} ranks"
+            )
+        })
     }
 
     /// Whether the algorithm reads its peers' memory (the `shm_` ones; see
