@@ -49,9 +49,11 @@ def check_well_formed(events: list[Event], n: int) -> None:
         assert args["blocked_us"] >= 0 and args["blocked_us"] <= e["dur"] + EPS_US, e
         if e["cat"] == "step":
             assert e["tid"] > 0 and e["name"] == args["kind"], e
-            assert args["kind"] in ("send", "recv", "recv_reduce", "copy", "reduce"), e
+            kinds = ("send", "recv", "recv_reduce", "copy", "reduce")
+            shared = ("expose", "peer_read", "peer_read_reduce", "release")
+            assert args["kind"] in kinds + shared, e
             assert args["bytes"] >= 0, e
-            if args["kind"] in ("send", "recv", "recv_reduce"):
+            if args["kind"] in ("send", "recv", "recv_reduce", "peer_read", "peer_read_reduce"):
                 assert args["peer"] != e["pid"] and 0 <= args["peer"] < n, e
         else:
             assert e["tid"] == 0 and args["status"] == "ok", e
@@ -94,8 +96,8 @@ def check_clocks_aligned(events: list[Event], n: int) -> None:
     first_send: dict[tuple[int, int, int], float] = {}
     first_arrival: dict[tuple[int, int, int], float] = {}
     for e in events:
-        if e.get("cat") != "step" or "peer" not in e["args"]:
-            continue
+        if e.get("cat") != "step" or e["args"].get("kind") not in ("send", "recv", "recv_reduce"):
+            continue  # messages only: shared-memory reads pair with an Expose, not a send
         a = e["args"]
         if a["kind"] == "send":
             key = (a["seq"], e["pid"], a["peer"])

@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use shoal_plan::{Buf, Op, Plan, Region};
-use shoal_transport::{Blocked, CallSig, RecvInto, ReqId, Tag, Transport};
+use shoal_transport::{Blocked, CallSig, RecvInto, ReqId, SharedWindow, Tag, Transport};
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, ErrorKind, Result};
@@ -27,6 +27,10 @@ use crate::trace::{StepKind, StepTimer, Tracing};
 /// enough that calls deadlocked on each other fail fast, late enough that
 /// healthy calls rarely send it.
 const BLOCKED_AFTER: Duration = Duration::from_millis(100);
+
+/// Bytes a reduce-while-reading step reads from a peer at a time: small
+/// enough that the piece is still in L1/L2 when it is reduced.
+const READ_PIECE: usize = 32 << 10;
 
 /// A plan with the dependency graph inverted once, so it can be cached and
 /// executed many times.
@@ -93,6 +97,8 @@ struct Run<'a> {
     remaining: Vec<u32>,
     ready: VecDeque<usize>,
     pending: Vec<(ReqId, usize)>,
+    /// Posted shared-memory steps (reads, Releases) waiting on a peer.
+    shared_waiting: Vec<usize>,
     done: usize,
     /// Times the steps when this process traces (`SHOAL_TRACE`).
     timer: Option<StepTimer<'a>>,
@@ -122,6 +128,7 @@ pub fn execute(
             .filter(|&i| cp.dep_counts[i] == 0)
             .collect(),
         pending: Vec::new(),
+        shared_waiting: Vec::new(),
         done: 0,
         timer: tracing
             .recorder()
@@ -163,7 +170,7 @@ impl Run<'_> {
                 .transport
                 .progress()
                 .map_err(|e| self.transport_error(&e))?;
-            if self.reap()? || moved {
+            if self.reap()? || self.run_shared()? || moved {
                 last_progress = Instant::now();
                 told_blocked = false;
                 continue;
@@ -177,14 +184,130 @@ impl Run<'_> {
                 told_blocked = true;
             }
             let waiting_since = self.timer.is_some().then(Instant::now);
-            self.ctx
-                .transport
-                .wait(Duration::from_millis(50))
-                .map_err(|e| self.transport_error(&e))?;
+            self.wait(Duration::from_millis(50))?;
             if let (Some(timer), Some(since)) = (&mut self.timer, waiting_since) {
                 timer.blocked(since.elapsed());
             }
         }
+    }
+
+    /// Waits for the transport, or for the peers the shared-memory steps
+    /// wait on (spinning, yielding, then sleeping; see `SharedWindow`).
+    fn wait(&self, timeout: Duration) -> Result<()> {
+        let t = self.ctx.transport;
+        let result = match (self.shared_waiting.is_empty(), t.shared()) {
+            (false, Some(w)) => {
+                let mut ready = || self.shared_waiting.iter().any(|&s| self.shared_ready(w, s));
+                w.wait_until(timeout, &mut ready)
+            }
+            _ => t.wait(timeout),
+        };
+        result.map_err(|e| self.transport_error(&e))
+    }
+
+    /// The call's stamp on exposed regions: peers take only this call's.
+    fn stamp(&self) -> u64 {
+        (u64::from(self.ctx.comm) << 32) | u64::from(self.ctx.seq)
+    }
+
+    fn window(&self, step: usize) -> Result<&dyn SharedWindow> {
+        match self.ctx.transport.shared() {
+            Some(w) if w.can_read_all() => Ok(w),
+            _ => Err(Error::invalid(format!(
+                "{} step {step}: the algorithm reads peers' memory, which needs every rank on \
+                 this host over shm with process_vm_readv permitted (same user, Yama \
+                 ptrace_scope 0 or 1)",
+                (self.ctx.describe)()
+            ))),
+        }
+    }
+
+    /// Whether a waiting shared-memory step can run now.
+    fn shared_ready(&self, w: &dyn SharedWindow, step: usize) -> bool {
+        match self.cp.plan.steps[step].op {
+            Op::Release { flag, reads } => w.reads_done(flag).is_ok_and(|n| n >= reads),
+            ref op => {
+                let (peer, flag, ..) = op.read_peer().expect("a shared-memory read");
+                let stamp = self.stamp();
+                let exposed = w.exposed(self.global(peer), flag, stamp, &self.ctx.sig);
+                !matches!(exposed, Ok(None))
+            }
+        }
+    }
+
+    /// Runs the waiting shared-memory steps that can go; whether any did.
+    fn run_shared(&mut self) -> Result<bool> {
+        if self.shared_waiting.is_empty() {
+            return Ok(false);
+        }
+        let mut any = false;
+        let mut i = 0;
+        while i < self.shared_waiting.len() {
+            let step = self.shared_waiting[i];
+            if self.try_shared(step)? {
+                self.shared_waiting.swap_remove(i);
+                self.complete(step);
+                any = true;
+            } else {
+                i += 1;
+            }
+        }
+        Ok(any)
+    }
+
+    /// Runs a read or Release if its peer is there; whether it ran.
+    fn try_shared(&mut self, step: usize) -> Result<bool> {
+        let w = self.window(step)?;
+        let fail = |e: shoal_transport::TransportError| self.step_error(step, &e);
+        let op = self.cp.plan.steps[step].op.clone();
+        if let Op::Release { flag, reads } = op {
+            return Ok(w.reads_done(flag).map_err(fail)? >= reads);
+        }
+        let (peer, flag, offset, dst, reduce) = op.read_peer().expect("a shared-memory read");
+        let g = self.global(peer);
+        let found = w.exposed(g, flag, self.stamp(), &self.ctx.sig);
+        let Some((addr, exposed)) = found.map_err(fail)? else {
+            return Ok(false);
+        };
+        let esize = self.ctx.dtype.size();
+        let (d, len) = self.resolve(dst);
+        if (offset * esize) + len > exposed {
+            return Err(Error::invalid(format!(
+                "{} step {step}: reads {len} bytes at {} of the {exposed} bytes rank {g} exposed",
+                (self.ctx.describe)(),
+                offset * esize
+            )));
+        }
+        let addr = addr + (offset * esize) as u64;
+        // SAFETY: dst is in bounds (resolve) and written only by this step.
+        let dst = unsafe { std::slice::from_raw_parts_mut(d, len) };
+        if reduce {
+            self.read_reduce(w, g, addr, dst).map_err(fail)?;
+        } else {
+            w.read(g, addr, dst).map_err(fail)?;
+        }
+        w.read_done(g, flag).map_err(fail)?;
+        Ok(true)
+    }
+
+    /// `dst (op)= peer's bytes at addr`, a cache-sized piece at a time, so
+    /// each piece is reduced while it is still in cache.
+    fn read_reduce(
+        &self,
+        w: &dyn SharedWindow,
+        peer: usize,
+        addr: u64,
+        dst: &mut [u8],
+    ) -> shoal_transport::Result<()> {
+        let esize = self.ctx.dtype.size();
+        let piece = (READ_PIECE / esize).max(1) * esize;
+        let mut stage = vec![0u8; piece.min(dst.len())];
+        for (i, d) in dst.chunks_mut(piece).enumerate() {
+            let s = &mut stage[..d.len()];
+            w.read(peer, addr + (i * piece) as u64, s)?;
+            reduce_into(self.ctx.dtype, self.ctx.op, d, s);
+        }
+        Ok(())
     }
 
     /// Tells the transport the call is over (its late messages are mismatches).
@@ -199,9 +322,21 @@ impl Run<'_> {
     fn blocked(&self) -> Blocked {
         let steps = &self.cp.plan.steps;
         let mut on = Vec::new();
-        for &(_, s) in &self.pending {
+        let waiting = self.pending.iter().map(|&(_, s)| s);
+        for s in waiting.chain(self.shared_waiting.iter().copied()) {
             if let Some((peer, _)) = peer_of(&steps[s].op) {
                 let g = self.global(peer);
+                if !on.contains(&g) {
+                    on.push(g);
+                }
+            }
+        }
+        // A Release waits for whichever peers read the region: any of them.
+        let releasing =
+            (self.shared_waiting.iter()).any(|&s| matches!(steps[s].op, Op::Release { .. }));
+        if releasing {
+            let me = self.global(self.cp.plan.rank);
+            for &g in self.ctx.members.iter().filter(|&&g| g != me) {
                 if !on.contains(&g) {
                     on.push(g);
                 }
@@ -310,6 +445,20 @@ impl Run<'_> {
                 };
                 self.post_recv(step, peer, tag, into)?;
             }
+            Op::Expose { flag, src } => {
+                let (s, len) = self.resolve(src);
+                let w = self.window(step)?;
+                w.expose(flag, self.stamp(), &self.ctx.sig, s as u64, len)
+                    .map_err(|e| self.step_error(step, &e))?;
+                self.complete(step);
+            }
+            Op::PeerRead { .. } | Op::PeerReadReduce { .. } | Op::Release { .. } => {
+                if self.try_shared(step)? {
+                    self.complete(step);
+                } else {
+                    self.shared_waiting.push(step);
+                }
+            }
         }
         Ok(())
     }
@@ -397,21 +546,23 @@ impl Run<'_> {
 
     /// The first `n` steps in flight, e.g. `step 3 (recv 10 elements from rank 2)`.
     fn pending_steps(&self, n: usize) -> String {
-        if self.pending.is_empty() {
+        let steps: Vec<usize> = (self.pending.iter().map(|&(_, s)| s))
+            .chain(self.shared_waiting.iter().copied())
+            .collect();
+        if steps.is_empty() {
             return "none".into();
         }
-        let waiting: Vec<String> = self
-            .pending
+        let waiting: Vec<String> = steps
             .iter()
             .take(n)
-            .map(|&(_, s)| {
+            .map(|&s| {
                 format!(
                     "step {s} ({})",
                     describe_step(&self.cp.plan.steps[s].op, self.ctx.members)
                 )
             })
             .collect();
-        let more = self.pending.len().saturating_sub(n);
+        let more = steps.len().saturating_sub(n);
         if more > 0 {
             return format!("{} and {more} more", waiting.join(", "));
         }
@@ -440,7 +591,8 @@ fn peer_of(op: &Op) -> Option<(usize, u32)> {
         Op::Send { peer, tag, .. }
         | Op::Recv { peer, tag, .. }
         | Op::RecvReduce { peer, tag, .. } => Some((peer, tag)),
-        Op::Copy { .. } | Op::Reduce { .. } => None,
+        Op::PeerRead { peer, .. } | Op::PeerReadReduce { peer, .. } => Some((peer, 0)),
+        Op::Copy { .. } | Op::Reduce { .. } | Op::Expose { .. } | Op::Release { .. } => None,
     }
 }
 
@@ -452,6 +604,10 @@ fn step_summary(op: &Op) -> (StepKind, Option<usize>, usize) {
         Op::RecvReduce { peer, dst, .. } => (StepKind::RecvReduce, Some(peer), dst.len),
         Op::Copy { src, .. } => (StepKind::Copy, None, src.len),
         Op::Reduce { src, .. } => (StepKind::Reduce, None, src.len),
+        Op::Expose { src, .. } => (StepKind::Expose, None, src.len),
+        Op::PeerRead { peer, dst, .. } => (StepKind::PeerRead, Some(peer), dst.len),
+        Op::PeerReadReduce { peer, dst, .. } => (StepKind::PeerReadReduce, Some(peer), dst.len),
+        Op::Release { .. } => (StepKind::Release, None, 0),
     }
 }
 
@@ -471,5 +627,21 @@ fn describe_step(op: &Op, members: &[usize]) -> String {
         }
         Op::Copy { src, .. } => format!("copy {} elements", src.len),
         Op::Reduce { src, .. } => format!("reduce {} elements", src.len),
+        Op::Expose { flag, src } => format!("expose {} elements as flag {flag}", src.len),
+        Op::PeerRead {
+            peer, flag, dst, ..
+        } => format!(
+            "read {} elements of rank {}'s flag {flag}",
+            dst.len, members[*peer]
+        ),
+        Op::PeerReadReduce {
+            peer, flag, dst, ..
+        } => format!(
+            "read-reduce {} elements of rank {}'s flag {flag}",
+            dst.len, members[*peer]
+        ),
+        Op::Release { flag, reads } => {
+            format!("wait for {reads} peer reads of flag {flag}")
+        }
     }
 }

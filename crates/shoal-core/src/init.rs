@@ -73,6 +73,8 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
     let partners = calibration_partners(&rdzv);
     let cost_source = unmeasured_cost_source(&config, rdzv.info.world_size);
     let selector = Selector::new(&config.algo, cost)?;
+    let one_host = !multi_host && config.transport != TransportChoice::Tcp;
+    selector.allow_shared_memory(one_host && shared_memory_readable(&transport));
     let local_ranks = rdzv.hosts.local_ranks.clone();
     let host_of = rdzv.hosts.host_of.clone();
     let ina = Ina::join_from_env(
@@ -337,4 +339,10 @@ fn tcp_address(config: &Config, rdzv: &Rendezvous) -> Result<IpAddr> {
             "cannot tell which address other hosts reach this rank at: set SHOAL_TCP_ADDR",
         )
     })
+}
+
+/// Whether this rank may read every local peer's memory through the shm
+/// transport (the shared-memory algorithms need it).
+fn shared_memory_readable(transport: &dyn shoal_transport::Transport) -> bool {
+    transport.shared().is_some_and(|w| w.can_read_all())
 }

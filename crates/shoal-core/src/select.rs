@@ -12,7 +12,7 @@
 //! cache for a plan once per call shape.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use shoal_plan::algorithms::{self, Algorithm, CostParams};
@@ -211,6 +211,9 @@ pub struct Selector {
     cheapest: Mutex<Lru<(CallShape, usize), (Choice, f64)>>,
     /// `REGISTRATIONS` when `cheapest` was last cleared.
     registrations: AtomicUsize,
+    /// Whether the cost model may pick algorithms that read peers' memory
+    /// (all ranks on one host over shm); set once at init.
+    shared_memory: AtomicBool,
     /// Registered algorithms' cost factors per (id, group size), asked once.
     factors: Mutex<HashMap<(u32, usize), Option<CostFactors>>>,
     /// Measured choices, consulted before the cost model; set once at init
@@ -244,6 +247,7 @@ impl Selector {
             factors: Mutex::new(HashMap::new()),
             registrations: AtomicUsize::new(REGISTRATIONS.load(Ordering::Acquire)),
             tables: RwLock::new(None),
+            shared_memory: AtomicBool::new(false),
         })
     }
 
@@ -272,6 +276,12 @@ impl Selector {
         match explicit {
             Some(name) => {
                 let choice = find(shape.collective, name)?;
+                if let Choice::Builtin(a) = choice {
+                    if let Some(why) = a.refuses(shape).filter(|_| shape.counts.is_none()) {
+                        let (c, name) = (shape.collective, a.name);
+                        return Err(Error::invalid(format!("{c} algorithm '{name}' {why}")));
+                    }
+                }
                 if !handles(choice, shape) {
                     return Err(Error::invalid(format!(
                         "{} algorithm '{}' takes no per-rank counts; {}",
@@ -306,6 +316,12 @@ impl Selector {
         Ok(self.cheapest(shape, elem_size, source)?.1)
     }
 
+    /// Lets the cost model pick the shared-memory (`shm_`) algorithms.
+    pub fn allow_shared_memory(&self, on: bool) {
+        self.shared_memory.store(on, Ordering::Relaxed);
+        self.cheapest.lock().unwrap().clear();
+    }
+
     /// The cost parameters in use.
     pub fn cost(&self) -> CostParams {
         *self.cost.lock().unwrap()
@@ -335,6 +351,7 @@ impl Selector {
         let cost = self.cost();
         let builtin = algorithms::for_collective(shape.collective)
             .filter(|a| a.handles(shape))
+            .filter(|a| !a.reads_peers() || self.shared_memory.load(Ordering::Relaxed))
             .map(|a| (Choice::Builtin(a), (a.cost)(shape, elem_size, &cost)))
             .min_by(|x, y| x.1.total_cmp(&y.1));
         let mut best = builtin.ok_or_else(|| {

@@ -228,6 +228,10 @@ pub fn accesses(op: &Op) -> (Vec<Region>, Vec<Region>) {
         Op::Send { src, .. } => (vec![src], vec![]),
         Op::Recv { dst, .. } | Op::RecvReduce { dst, .. } => (vec![], vec![dst]),
         Op::Copy { src, dst } | Op::Reduce { src, dst } => (vec![src], vec![dst]),
+        // What an Expose lends to its readers until its Release is checked
+        // by `verify::shared`; at the step itself nothing is touched.
+        Op::Expose { .. } | Op::Release { .. } => (vec![], vec![]),
+        Op::PeerRead { dst, .. } | Op::PeerReadReduce { dst, .. } => (vec![], vec![dst]),
     }
 }
 

@@ -130,6 +130,35 @@ fn step_json(step: &Step) -> String {
             region_json(src),
             region_json(dst)
         ),
+        Op::Expose { flag, src } => format!(
+            "\"op\": \"expose\", \"flag\": {flag}, \"src\": {}",
+            region_json(src)
+        ),
+        Op::PeerRead {
+            peer,
+            flag,
+            offset,
+            dst,
+        }
+        | Op::PeerReadReduce {
+            peer,
+            flag,
+            offset,
+            dst,
+        } => {
+            let kind = if matches!(step.op, Op::PeerRead { .. }) {
+                "peer_read"
+            } else {
+                "peer_read_reduce"
+            };
+            format!(
+                "\"op\": \"{kind}\", \"peer\": {peer}, \"flag\": {flag}, \"offset\": {offset}, \"dst\": {}",
+                region_json(dst)
+            )
+        }
+        Op::Release { flag, reads } => {
+            format!("\"op\": \"release\", \"flag\": {flag}, \"reads\": {reads}")
+        }
     };
     format!("{{{body}, \"deps\": [{deps}]}}")
 }
@@ -274,9 +303,24 @@ fn step_from(f: &Field<'_>) -> Result<Step, String> {
                 Op::Reduce { src, dst }
             }
         }
+        "expose" => Op::Expose {
+            flag: u32_field(f, "flag")?,
+            src: region_from(&f.get("src")?)?,
+        },
+        "peer_read" | "peer_read_reduce" => {
+            let peer = f.get("peer")?.usize()?;
+            let flag = u32_field(f, "flag")?;
+            let offset = f.get("offset")?.usize()?;
+            let dst = region_from(&f.get("dst")?)?;
+            Op::peer_read(peer, flag, offset, dst, kind == "peer_read_reduce")
+        }
+        "release" => Op::Release {
+            flag: u32_field(f, "flag")?,
+            reads: u32_field(f, "reads")?,
+        },
         other => {
             return Err(format!(
-                "{}.op: unknown op {other:?}; valid: send, recv, recv_reduce, copy, reduce",
+                "{}.op: unknown op {other:?}; valid: send, recv, recv_reduce, copy, reduce, expose, peer_read, peer_read_reduce, release",
                 f.path
             ))
         }
@@ -290,6 +334,12 @@ fn step_from(f: &Field<'_>) -> Result<Step, String> {
             .collect::<Result<_, _>>()?,
     };
     Ok(Step { op, deps })
+}
+
+/// A 32-bit unsigned field (flags, read counts).
+fn u32_field(f: &Field<'_>, name: &str) -> Result<u32, String> {
+    let v = f.get(name)?;
+    u32::try_from(v.usize()?).map_err(|_| format!("{}: {name} is 32-bit", v.path))
 }
 
 fn region_from(f: &Field<'_>) -> Result<Region, String> {
@@ -673,7 +723,7 @@ mod tests {
         let err = |text: &str| CallPlans::from_json(text).unwrap_err();
         assert_eq!(
             err(&good.replace("\"copy\"", "\"cpy\"")),
-            "ranks[0].steps[0].op: unknown op \"cpy\"; valid: send, recv, recv_reduce, copy, reduce"
+            "ranks[0].steps[0].op: unknown op \"cpy\"; valid: send, recv, recv_reduce, copy, reduce, expose, peer_read, peer_read_reduce, release"
         );
         assert_eq!(
             err(&good.replace("\"output\"", "\"out\"")),

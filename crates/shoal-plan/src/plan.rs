@@ -313,6 +313,77 @@ pub enum Op {
         src: Region,
         dst: Region,
     },
+    /// Offers `src` to the ranks on this host under `flag` (a number unique
+    /// per exposing rank within the plan): they read it with [`Op::PeerRead`]
+    /// / [`Op::PeerReadReduce`] until the matching [`Op::Release`]. Completes
+    /// at once; the region must not be written until that Release is done.
+    Expose {
+        flag: u32,
+        src: Region,
+    },
+    /// Waits until `peer` exposed `flag`, then copies `dst.len` elements
+    /// from `offset` (relative to the exposed region) of it into `dst`.
+    PeerRead {
+        peer: usize,
+        flag: u32,
+        offset: usize,
+        dst: Region,
+    },
+    /// Like [`Op::PeerRead`], but `dst = dst (op) peer's elements`, reduced
+    /// while reading.
+    PeerReadReduce {
+        peer: usize,
+        flag: u32,
+        offset: usize,
+        dst: Region,
+    },
+    /// Waits until `reads` peer reads of this rank's `flag` region are done;
+    /// after it the exposed region may be written again.
+    Release {
+        flag: u32,
+        reads: u32,
+    },
+}
+
+impl Op {
+    /// A [`Op::PeerRead`] (`reduce` false) or [`Op::PeerReadReduce`].
+    pub fn peer_read(peer: usize, flag: u32, offset: usize, dst: Region, reduce: bool) -> Op {
+        if reduce {
+            Op::PeerReadReduce {
+                peer,
+                flag,
+                offset,
+                dst,
+            }
+        } else {
+            Op::PeerRead {
+                peer,
+                flag,
+                offset,
+                dst,
+            }
+        }
+    }
+
+    /// `(peer, flag, offset, dst, reduces)` of a [`Op::PeerRead`] or
+    /// [`Op::PeerReadReduce`].
+    pub fn read_peer(&self) -> Option<(usize, u32, usize, Region, bool)> {
+        match *self {
+            Op::PeerRead {
+                peer,
+                flag,
+                offset,
+                dst,
+            } => Some((peer, flag, offset, dst, false)),
+            Op::PeerReadReduce {
+                peer,
+                flag,
+                offset,
+                dst,
+            } => Some((peer, flag, offset, dst, true)),
+            _ => None,
+        }
+    }
 }
 
 /// One step and the indices (into `Plan::steps`) of the steps it waits on.
@@ -362,5 +433,23 @@ impl Plan {
     }
     pub fn reduce(&mut self, src: Region, dst: Region, deps: Vec<usize>) -> usize {
         self.push(Op::Reduce { src, dst }, deps)
+    }
+    pub fn expose(&mut self, flag: u32, src: Region, deps: Vec<usize>) -> usize {
+        self.push(Op::Expose { flag, src }, deps)
+    }
+    /// A [`Op::PeerRead`] (`reduce` false) or [`Op::PeerReadReduce`].
+    pub fn peer_read(
+        &mut self,
+        peer: usize,
+        flag: u32,
+        offset: usize,
+        dst: Region,
+        reduce: bool,
+        deps: Vec<usize>,
+    ) -> usize {
+        self.push(Op::peer_read(peer, flag, offset, dst, reduce), deps)
+    }
+    pub fn release(&mut self, flag: u32, reads: u32, deps: Vec<usize>) -> usize {
+        self.push(Op::Release { flag, reads }, deps)
     }
 }

@@ -12,6 +12,9 @@
 //! 3. [`races`]: no two unordered steps of a rank touch overlapping regions
 //!    where one writes (Input and Output count as one buffer when the call
 //!    may be in place, and Input must not be read after Output is written);
+//!    [`shared`]: shared-memory reads name an exposed flag of a rank on the
+//!    same host, in bounds; each Release follows its Expose and counts its
+//!    reads; nothing writes an exposed region before its Release;
 //! 4. [`exec`]: running all ranks completes (else the stuck steps are named);
 //! 5. [`expect`]: each Output holds the collective's result;
 //! 6. [`reproducible`]: for allreduce, every rank combines each element in
@@ -25,6 +28,7 @@ mod expect;
 mod matching;
 mod races;
 mod reproducible;
+mod shared;
 mod structure;
 
 pub use error::{ErrorKind, OpText, Problem, RegionText, Stuck, VerifyError};
@@ -39,6 +43,7 @@ pub fn verify_plans(shape: &CallShape, plans: &[Plan]) -> Result<(), VerifyError
     let matches = matching::match_messages(plans)?;
     for plan in plans {
         races::check(shape, plan)?;
+        shared::check(shape, plan, &matches)?;
     }
     let memories = exec::run(&mut exec::Contributions, shape, plans, &matches)?;
     expect::check(shape, &memories)?;

@@ -33,7 +33,10 @@ fn verify_collective(collective: Collective) {
             for count in COUNTS {
                 for &chunk in chunks(count) {
                     // Block layouts of 1, 2 and 3 ranks per host (topology-aware algorithms).
-                    for local in [1, 2, 3].into_iter().filter(|l| world % l == 0) {
+                    // ... and all ranks on one host (shared-memory algorithms).
+                    let mut locals = vec![1, 2, 3, world];
+                    locals.dedup();
+                    for local in locals.into_iter().filter(|l| world % l == 0) {
                         for root in roots(collective, world) {
                             let shape = CallShape {
                                 collective,
@@ -44,6 +47,9 @@ fn verify_collective(collective: Collective) {
                                 ranks_per_host: local,
                                 counts: None,
                             };
+                            if !alg.handles(&shape) {
+                                continue;
+                            }
                             if let Err(e) = verify(alg, &shape) {
                                 panic!("{collective}:{} {shape:?}: {e}", alg.name);
                             }

@@ -188,9 +188,9 @@ impl PyCallPlans {
 pub fn builtin_plans(shape: ShapeTuple, algorithm: &str) -> PyResult<PyCallPlans> {
     let shape = shape_from(shape)?;
     let alg = algorithms::find(shape.collective, algorithm).map_err(invalid)?;
-    if !alg.handles(&shape) {
+    if let Some(why) = alg.refuses(&shape) {
         return Err(invalid(format!(
-            "{} algorithm '{}' takes no per-rank counts",
+            "{} algorithm '{}' {why}",
             shape.collective, alg.name
         )));
     }

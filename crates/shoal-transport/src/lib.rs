@@ -270,4 +270,42 @@ pub trait Transport: Send + Sync {
     /// What `peer` last said it waits for since this rank asked it (or
     /// told unasked, being blocked on this rank); `None` if nothing.
     fn answer(&self, peer: usize) -> Option<Answer>;
+
+    /// The shared-memory window over the ranks of this host, when this
+    /// transport has one (shm); plans with shared-memory steps need it.
+    fn shared(&self) -> Option<&dyn SharedWindow> {
+        None
+    }
+}
+
+/// Exposed regions of the ranks on one host, read in place (see
+/// `shm::window`). Flags are small per-call numbers; `stamp` names the call
+/// (`comm << 32 | seq`), so a region exposed for another call is not taken.
+pub trait SharedWindow {
+    /// Whether this rank may read every local peer's memory.
+    fn can_read_all(&self) -> bool;
+    /// Publishes `len` bytes at `addr` of this process under `flag` for the
+    /// call `stamp` with signature `sig`, with no reads done yet, and wakes
+    /// the local peers.
+    fn expose(&self, flag: u32, stamp: u64, sig: &CallSig, addr: u64, len: usize) -> Result<()>;
+    /// The address and byte length `peer` exposed under `flag` for `stamp`,
+    /// or `None` while it has not; `TransportError::Mismatch` when the peer
+    /// exposed it in a call whose signature differs from `sig`.
+    fn exposed(
+        &self,
+        peer: usize,
+        flag: u32,
+        stamp: u64,
+        sig: &CallSig,
+    ) -> Result<Option<(u64, usize)>>;
+    /// Reads `dst.len()` bytes at `addr` of `peer`'s memory.
+    fn read(&self, peer: usize, addr: u64, dst: &mut [u8]) -> Result<()>;
+    /// Counts one finished read of `peer`'s `flag` region and wakes `peer`.
+    fn read_done(&self, peer: usize, flag: u32) -> Result<()>;
+    /// Finished peer reads of this rank's `flag` region since it was exposed.
+    fn reads_done(&self, flag: u32) -> Result<u32>;
+    /// Waits until `ready()` holds, something arrives, or `timeout` passes:
+    /// spins yielding, then sleeps on the doorbell. Errors when a peer died
+    /// or the job aborted.
+    fn wait_until(&self, timeout: Duration, ready: &mut dyn FnMut() -> bool) -> Result<()>;
 }

@@ -226,6 +226,10 @@ fn wrap(via: Via, id: ReqId) -> ReqId {
 }
 
 impl Transport for Routed {
+    fn shared(&self) -> Option<&dyn crate::SharedWindow> {
+        self.shm.as_ref().and_then(|s| s.shared())
+    }
+
     fn rank(&self) -> usize {
         self.rank
     }

@@ -37,6 +37,10 @@ pub enum StepKind {
     RecvReduce,
     Copy,
     Reduce,
+    Expose,
+    PeerRead,
+    PeerReadReduce,
+    Release,
 }
 
 impl StepKind {
@@ -47,6 +51,10 @@ impl StepKind {
             StepKind::RecvReduce => "recv_reduce",
             StepKind::Copy => "copy",
             StepKind::Reduce => "reduce",
+            StepKind::Expose => "expose",
+            StepKind::PeerRead => "peer_read",
+            StepKind::PeerReadReduce => "peer_read_reduce",
+            StepKind::Release => "release",
         }
     }
 }

@@ -61,12 +61,43 @@ impl Algorithm {
     /// Whether the generator handles calls of this shape: every algorithm
     /// takes a single count, those in [`TAKE_COUNTS`] per-rank counts too.
     pub fn handles(&self, shape: &CallShape) -> bool {
-        shape.counts.is_none()
+        self.refuses(shape).is_none()
+    }
+
+    /// Why the generator cannot make plans for `shape`, e.g. `takes no
+    /// per-rank counts`; `None` when it can.
+    pub fn refuses(&self, shape: &CallShape) -> Option<String> {
+        let counts_ok = shape.counts.is_none()
             || TAKE_COUNTS
                 .iter()
-                .any(|&(c, name)| c == self.collective && name == self.name)
+                .any(|&(c, name)| c == self.collective && name == self.name);
+        if !counts_ok {
+            return Some("takes no per-rank counts".into());
+        }
+        let shared_ok = shape.layout().0 == 1 && shape.world <= MAX_SHARED_WORLD;
+        (self.reads_peers() && !shared_ok).then(|| {
+            format!(
+                "reads peers' memory: it needs every rank on one host (ranks_per_host = world) \
+                 and at most {MAX_SHARED_WORLD} ranks"
+            )
+        })
+    }
+
+    /// Whether the algorithm reads its peers' memory (the `shm_` ones; see
+    /// `phases::shared`): it runs only when every rank is on one host and
+    /// the transport is shared memory.
+    pub fn reads_peers(&self) -> bool {
+        self.name.starts_with(SHARED_MEMORY_PREFIX)
     }
 }
+
+/// Names of the algorithms that read peers' memory start with this.
+pub const SHARED_MEMORY_PREFIX: &str = "shm_";
+
+/// The most ranks the shared-memory algorithms serve: a rank exposes at most
+/// this many flags at once (the shm transport's `EXPOSED_FLAGS`), and
+/// `allreduce/shm_sharded` uses one per rank.
+pub const MAX_SHARED_WORLD: usize = 16;
 
 /// The algorithms whose generators take per-rank counts
 /// ([`CallShape::counts`]): allgatherv, reduce_scatter with counts, alltoallv.
@@ -131,6 +162,15 @@ static REGISTRY: &[Algorithm] = &[
     scatter::linear::ALGORITHM,
     scatter::binomial::ALGORITHM,
     barrier::dissemination::ALGORITHM,
+    allreduce::shm_flat::ALGORITHM,
+    allreduce::shm_sharded::ALGORITHM,
+    broadcast::shm_read::ALGORITHM,
+    allgather::shm_read::ALGORITHM,
+    reduce_scatter::shm_read::ALGORITHM,
+    reduce::shm_read::ALGORITHM,
+    gather::shm_read::ALGORITHM,
+    scatter::shm_read::ALGORITHM,
+    alltoall::shm_read::ALGORITHM,
 ];
 
 /// The algorithms of one collective.

@@ -83,6 +83,42 @@ pub enum ErrorKind {
     BarrierLeak {
         unseen: usize,
     },
+    /// Reads a flag that `peer` never exposes.
+    NotExposed {
+        peer: usize,
+        flag: u32,
+    },
+    /// Reads past the end of the peer's exposed region of `exposed` elements.
+    ExposedBounds {
+        exposed: usize,
+        offset: usize,
+        len: usize,
+    },
+    /// Reads the memory of a rank on another host.
+    OtherHost {
+        peer: usize,
+    },
+    /// Exposes `flag` a second time (step `first` did already).
+    DuplicateFlag {
+        flag: u32,
+        first: usize,
+    },
+    /// An Expose without a Release after it, or a Release without an Expose
+    /// before it.
+    Unreleased {
+        flag: u32,
+    },
+    /// Releases `flag` after `declared` reads, but the peers read it `actual` times.
+    ReleaseCount {
+        flag: u32,
+        declared: u32,
+        actual: usize,
+    },
+    /// Writes elements exposed by step `expose` before its Release.
+    WritesExposed {
+        expose: usize,
+        region: Region,
+    },
 }
 
 /// A step that is ready but whose message partner never becomes ready.
@@ -241,6 +277,40 @@ impl fmt::Display for ErrorKind {
                 f,
                 "can leave the barrier before rank {unseen} has entered it"
             ),
+            NotExposed { peer, flag } => write!(f, "rank {peer} never exposes flag {flag}"),
+            ExposedBounds {
+                exposed,
+                offset,
+                len,
+            } => write!(
+                f,
+                "reads [{offset}..{}] of a region of {exposed} exposed elements",
+                offset + len
+            ),
+            OtherHost { peer } => write!(
+                f,
+                "rank {peer} is on another host; only ranks on one host share memory"
+            ),
+            DuplicateFlag { flag, first } => {
+                write!(f, "flag {flag} is already exposed by step {first}")
+            }
+            Unreleased { flag } => write!(
+                f,
+                "flag {flag} needs one Expose and one Release after it (depending on it)"
+            ),
+            ReleaseCount {
+                flag,
+                declared,
+                actual,
+            } => write!(
+                f,
+                "releases flag {flag} after {declared} reads, but peers read it {actual} times"
+            ),
+            WritesExposed { expose, region } => write!(
+                f,
+                "writes {} exposed by step {expose} to the peers before its Release",
+                RegionText(region)
+            ),
         }
     }
 }
@@ -310,6 +380,28 @@ impl fmt::Display for OpText<'_> {
             Op::Reduce { src, dst } => {
                 write!(f, "Reduce {} into {}", RegionText(src), RegionText(dst))
             }
+            Op::Expose { flag, src } => write!(f, "Expose flag {flag} {}", RegionText(src)),
+            Op::PeerRead {
+                peer,
+                flag,
+                offset,
+                dst,
+            } => write!(
+                f,
+                "PeerRead rank {peer} flag {flag} at {offset} -> {}",
+                RegionText(dst)
+            ),
+            Op::PeerReadReduce {
+                peer,
+                flag,
+                offset,
+                dst,
+            } => write!(
+                f,
+                "PeerReadReduce rank {peer} flag {flag} at {offset} into {}",
+                RegionText(dst)
+            ),
+            Op::Release { flag, reads } => write!(f, "Release flag {flag} after {reads} reads"),
         }
     }
 }

@@ -109,13 +109,49 @@ pub fn run<D: Domain>(
         .iter()
         .map(|p| Memory::new(domain, shape, p))
         .collect();
-    while let Some((r, i)) = sched.ready.pop() {
+    // Posted shared-memory reads and Releases, retried once nothing else is ready.
+    let mut waiting: Vec<(usize, usize)> = Vec::new();
+    let mut reads_done: Vec<Vec<u32>> = plans.iter().map(|p| vec![0; p.steps.len()]).collect();
+    loop {
+        let Some((r, i)) = sched.ready.pop() else {
+            let before = waiting.len();
+            waiting.retain(|&(r, i)| {
+                !try_shared(
+                    domain,
+                    plans,
+                    matches,
+                    &mut mem,
+                    &mut sched,
+                    &mut reads_done,
+                    (r, i),
+                )
+            });
+            if waiting.len() == before {
+                break;
+            }
+            continue;
+        };
         match plans[r].steps[i].op {
             Op::Copy { src, dst } | Op::Reduce { src, dst } => {
                 let reduce = matches!(plans[r].steps[i].op, Op::Reduce { .. });
                 let values = mem[r].read(src);
                 mem[r].write(domain, dst, values, reduce);
                 sched.complete(r, i);
+            }
+            Op::Expose { .. } => sched.complete(r, i),
+            Op::PeerRead { .. } | Op::PeerReadReduce { .. } | Op::Release { .. } => {
+                sched.posted[r][i] = true;
+                if !try_shared(
+                    domain,
+                    plans,
+                    matches,
+                    &mut mem,
+                    &mut sched,
+                    &mut reads_done,
+                    (r, i),
+                ) {
+                    waiting.push((r, i));
+                }
             }
             _ => {
                 sched.posted[r][i] = true;
@@ -134,6 +170,40 @@ pub fn run<D: Domain>(
         }));
     }
     Ok(mem)
+}
+
+/// Runs a posted shared-memory step if it can go: a read once its peer's
+/// Expose is done (the owner's memory cannot change until the Release, which
+/// waits for this read), a Release once all its reads are. `reads_done`
+/// counts finished reads per Expose step.
+fn try_shared<D: Domain>(
+    domain: &mut D,
+    plans: &[Plan],
+    matches: &Matches,
+    mem: &mut [Memory<D::Value>],
+    sched: &mut Scheduler,
+    reads_done: &mut [Vec<u32>],
+    (r, i): (usize, usize),
+) -> bool {
+    let op = &plans[r].steps[i].op;
+    if let Op::Release { flag, reads } = *op {
+        let expose = matches.exposures[r][&flag].expose;
+        if reads_done[r][expose] < reads {
+            return false;
+        }
+        sched.complete(r, i);
+        return true;
+    }
+    let (peer, flag, offset, dst, reduce) = op.read_peer().expect("a shared-memory read");
+    let e = matches.exposures[peer][&flag];
+    if !sched.done[peer][e.expose] {
+        return false;
+    }
+    let values = mem[peer].read(e.src.sub(offset, dst.len));
+    mem[r].write(domain, dst, values, reduce);
+    reads_done[peer][e.expose] += 1;
+    sched.complete(r, i);
+    true
 }
 
 /// Moves a message between the two ends, whichever is the sender.
@@ -220,7 +290,8 @@ impl Scheduler {
                 if !self.posted[r][i] || self.done[r][i] || out.len() == SHOWN {
                     continue;
                 }
-                let (p, j) = matches.partner(r, i).expect("matched");
+                // A Release waits on its own reads, named by its Expose.
+                let (p, j) = matches.partner(r, i).unwrap_or((r, i));
                 let partner_waits_on = plans[p].steps[j]
                     .deps
                     .iter()

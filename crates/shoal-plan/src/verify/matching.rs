@@ -4,14 +4,27 @@
 use std::collections::HashMap;
 
 use super::error::{ErrorKind, VerifyError};
-use crate::plan::{Op, Plan};
+use crate::plan::{Op, Plan, Region};
 
-/// For each rank and step, the (rank, step) of its message partner.
-pub struct Matches(pub Vec<Vec<Option<(usize, usize)>>>);
+/// For each rank and step, the (rank, step) of its message partner (for a
+/// PeerRead or PeerReadReduce: the Expose it reads).
+pub struct Matches {
+    partners: Vec<Vec<Option<(usize, usize)>>>,
+    /// Per rank, its exposed flags (see [`super::shared`]).
+    pub exposures: Vec<HashMap<u32, Exposure>>,
+}
+
+/// One flag a rank exposes: its Expose and Release steps and the region.
+#[derive(Clone, Copy, Debug)]
+pub struct Exposure {
+    pub expose: usize,
+    pub release: usize,
+    pub src: Region,
+}
 
 impl Matches {
     pub fn partner(&self, rank: usize, step: usize) -> Option<(usize, usize)> {
-        self.0[rank][step]
+        self.partners[rank][step]
     }
 }
 
@@ -85,7 +98,12 @@ pub fn match_messages(plans: &[Plan]) -> Result<Matches, VerifyError> {
             partners[rank][i] = Some((end.peer, j));
         }
     }
-    Ok(Matches(partners))
+    let exposures = super::shared::exposures(plans)?;
+    super::shared::match_reads(plans, &exposures, &mut partners)?;
+    Ok(Matches {
+        partners,
+        exposures,
+    })
 }
 
 /// Sends and receives of one rank by (peer, tag); a reused pair is an error.

@@ -157,13 +157,13 @@ fn intersect(a: &Region, b: &Region) -> Region {
 }
 
 /// Transitive dependencies as one bitset row per step.
-struct Order {
+pub(super) struct Order {
     words: usize,
     ancestors: Vec<u64>,
 }
 
 impl Order {
-    fn of(plan: &Plan) -> Order {
+    pub(super) fn of(plan: &Plan) -> Order {
         let n = plan.steps.len();
         let words = n.div_ceil(64);
         let mut ancestors = vec![0u64; n * words];
@@ -181,7 +181,7 @@ impl Order {
     }
 
     /// Whether step `a` (< `b`) is a transitive dependency of `b`.
-    fn before(&self, a: usize, b: usize) -> bool {
+    pub(super) fn before(&self, a: usize, b: usize) -> bool {
         self.ancestors[b * self.words + a / 64] & (1 << (a % 64)) != 0
     }
 }

@@ -40,7 +40,10 @@ pub fn check_plan(shape: &CallShape, rank: usize, plan: &Plan) -> Result<(), Ver
 }
 
 fn check_op(shape: &CallShape, plan: &Plan, op: &Op) -> Option<ErrorKind> {
-    let (reads, writes) = accesses(op);
+    let (mut reads, writes) = accesses(op);
+    if let Op::Expose { src, .. } = *op {
+        reads.push(src);
+    }
     for region in reads.iter().chain(&writes) {
         let buf_len = buffer_len(shape, plan, region.buf);
         if region.end() > buf_len {
@@ -58,6 +61,10 @@ fn check_op(shape: &CallShape, plan: &Plan, op: &Op) -> Option<ErrorKind> {
             (peer >= shape.world || peer == plan.rank).then_some(ErrorKind::BadPeer { peer })
         }
         Op::Copy { src, dst } | Op::Reduce { src, dst } => local_op(src, dst),
+        Op::PeerRead { peer, .. } | Op::PeerReadReduce { peer, .. } => {
+            (peer >= shape.world || peer == plan.rank).then_some(ErrorKind::BadPeer { peer })
+        }
+        Op::Expose { .. } | Op::Release { .. } => None,
     }
 }
 

@@ -40,6 +40,7 @@
 mod engine;
 mod ring;
 mod segment;
+mod window;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -109,6 +110,9 @@ pub struct ShmTransport {
     own: Arc<Mapping>,
     bell: Doorbell,
     inner: Mutex<Inner>,
+    /// Per global rank, the local peers whose exposed regions this rank may
+    /// read ([`window`]).
+    window: Vec<Option<window::WindowPeer>>,
 }
 
 impl ShmTransport {
@@ -160,6 +164,15 @@ impl ShmTransport {
             }
             maps.push((r, map, peer_pid));
         }
+        let mut window: Vec<Option<window::WindowPeer>> = (0..cfg.world).map(|_| None).collect();
+        for (r, map, peer_pid) in maps.iter().filter(|(r, ..)| *r != cfg.rank) {
+            window[*r] = Some(window::WindowPeer {
+                readable: may_read(map, *peer_pid),
+                bell: map.bell(),
+                map: map.clone(),
+                pid: *peer_pid,
+            });
+        }
         store
             .set(&format!("{}/mapped", key(cfg.rank)), b"1")
             .map_err(io)?;
@@ -186,6 +199,7 @@ impl ShmTransport {
             own,
             bell,
             inner: Mutex::new(inner),
+            window,
         })
     }
 
@@ -255,6 +269,10 @@ impl ShmTransport {
 impl Transport for ShmTransport {
     fn rank(&self) -> usize {
         self.rank
+    }
+
+    fn shared(&self) -> Option<&dyn crate::SharedWindow> {
+        Some(self)
     }
 
     fn world(&self) -> usize {

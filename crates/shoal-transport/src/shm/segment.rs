@@ -41,6 +41,29 @@ pub(super) struct Control {
     /// rank in local slot `s` (it probed that it may; written before the
     /// setup barrier).
     pub(super) cma_from: [AtomicU8; CMA_SLOTS],
+    /// The regions this rank exposes to shared-memory collective steps
+    /// (see [`super::window`]), one per plan flag.
+    pub(super) exposed: [ExposedFlag; EXPOSED_FLAGS],
+}
+
+/// How many flags a plan may expose at once (`Op::Expose { flag }`, flag
+/// below this).
+pub const EXPOSED_FLAGS: usize = 16;
+
+/// One exposed region: written by its owner, `reads` bumped by readers. A
+/// cache line each, so readers of one flag do not slow the owner's others.
+#[repr(C, align(64))]
+pub(super) struct ExposedFlag {
+    /// The call (`comm << 32 | seq`) the region belongs to; stored last, so a
+    /// reader that sees its call's stamp sees `addr` and `len` too.
+    pub(super) stamp: AtomicU64,
+    pub(super) addr: AtomicU64,
+    pub(super) len: AtomicU64,
+    /// Reads finished by peers since the owner exposed the region.
+    pub(super) reads: AtomicU32,
+    /// The call's signature (`CallSig`, packed), so a peer in another call
+    /// with the same number reports a mismatch instead of reading.
+    pub(super) sig: [AtomicU64; 3],
 }
 
 const _: () = assert!(std::mem::size_of::<Control>() <= CONTROL_SIZE);

@@ -6,3 +6,5 @@ pub mod hierarchical;
 pub mod rabenseifner;
 pub mod recursive_doubling;
 pub mod ring;
+pub mod shm_flat;
+pub mod shm_sharded;

@@ -1,3 +1,4 @@
 //! Alltoall algorithms.
 
 pub mod pairwise;
+pub mod shm_read;

@@ -7,4 +7,5 @@
 pub mod butterfly;
 pub mod linear;
 pub mod ring;
+pub mod shared;
 pub mod tree;

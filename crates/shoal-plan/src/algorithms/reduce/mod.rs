@@ -2,3 +2,4 @@
 
 pub mod binomial;
 pub mod direct;
+pub mod shm_read;

@@ -2,3 +2,4 @@
 
 pub mod halving;
 pub mod ring;
+pub mod shm_read;

@@ -2,3 +2,4 @@
 
 pub mod binomial;
 pub mod linear;
+pub mod shm_read;

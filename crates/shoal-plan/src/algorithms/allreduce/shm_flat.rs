@@ -1,0 +1,39 @@
+//! Shared-memory allreduce for small messages: every rank exposes its
+//! Input and reduces all of them, read straight from the peers' memory in
+//! rank order, into a scratch accumulator; once its peers are done reading
+//! its Input it copies the result to Output (which may be the Input). One
+//! flag round, no messages. Ranks of one host only.
+
+use crate::algorithms::phases::shared::{cost as read_cost, reduce_in_rank_order, INPUTS};
+use crate::algorithms::{Algorithm, CostParams};
+use crate::plan::{CallShape, Collective, Plan, Region};
+
+pub const ALGORITHM: Algorithm = Algorithm {
+    name: "shm_flat",
+    collective: Collective::Allreduce,
+    generate,
+    cost,
+};
+
+fn generate(shape: &CallShape, rank: usize) -> Plan {
+    let (w, n) = (shape.world, shape.count);
+    let mut p = Plan::new(rank);
+    let input = Region::input(0, n);
+    if w == 1 {
+        p.copy(input, Region::output(0, n), vec![]);
+        return p;
+    }
+    p.scratch_len = n;
+    let acc = Region::scratch(0, n);
+    let exposed = p.expose(INPUTS, input, vec![]);
+    let reduced = reduce_in_rank_order(&mut p, w, 0, input, acc, vec![]);
+    let released = p.release(INPUTS, (w - 1) as u32, vec![exposed]);
+    p.copy(acc, Region::output(0, n), vec![reduced, released]);
+    p
+}
+
+fn cost(shape: &CallShape, elem_size: usize, params: &CostParams) -> f64 {
+    let bytes = (shape.count * elem_size) as f64;
+    // The reads, then waiting for the peers' reads and the copy out.
+    read_cost(params, shape.world - 1, bytes, true) + params.alpha_local + bytes * params.beta_local
+}
