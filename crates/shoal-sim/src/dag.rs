@@ -18,6 +18,12 @@
 //! time in this model (the network dominates at the sizes simulated);
 //! `reduce_bytes` records the bytes each rank reduces, for engines or
 //! reports that want to charge them.
+//!
+//! Shared-memory steps (`shm_*` algorithms, all ranks on one host) become
+//! messages too: a `PeerRead`/`PeerReadReduce` is a message from the
+//! exposing peer to the reader that starts once the peer's `Expose` and the
+//! reader's own dependencies are satisfied, and a `Release` waits for the
+//! reads of its flag. These are the only deps not received by `src_rank`.
 
 use std::collections::HashMap;
 
@@ -123,6 +129,9 @@ pub fn build(spec: &DagSpec, placement: Option<Vec<usize>>) -> Result<Collective
     }
     let algo = algorithms::find(spec.collective, &spec.algorithm)?;
     let shape = spec.shape();
+    if let Some(why) = algo.refuses(&shape) {
+        return Err(format!("{} cannot serve this call: {why}", algo.name));
+    }
     let elem = spec.elem_size as u64;
     let plans: Vec<_> = (0..spec.world)
         .map(|r| (algo.generate)(&shape, r))
@@ -151,6 +160,8 @@ pub fn build(spec: &DagSpec, placement: Option<Vec<usize>>) -> Result<Collective
             }
         }
     }
+    let sends = messages.len();
+    let mut reads = SharedReads::collect(&plans, elem, &mut messages);
 
     // Pass 2: each step's message frontier; sends take theirs as deps.
     let mut reduce_bytes = vec![0; spec.world];
@@ -158,7 +169,7 @@ pub fn build(spec: &DagSpec, placement: Option<Vec<usize>>) -> Result<Collective
     for plan in &plans {
         let rank = plan.rank;
         let mut frontier: Vec<Vec<usize>> = Vec::with_capacity(plan.steps.len());
-        for step in &plan.steps {
+        for (index, step) in plan.steps.iter().enumerate() {
             let mut f: Vec<usize> = Vec::new();
             for &d in &step.deps {
                 if !matches!(plan.steps[d].op, Op::Send { .. }) {
@@ -189,19 +200,36 @@ pub fn build(spec: &DagSpec, placement: Option<Vec<usize>>) -> Result<Collective
                     continue;
                 }
                 Op::Copy { .. } => {}
+                Op::Expose { flag, .. } => {
+                    reads.exposed_after.insert((rank, *flag), f.clone());
+                }
+                Op::PeerRead { dst, .. } | Op::PeerReadReduce { dst, .. } => {
+                    let id = reads.by_step[&(rank, index)];
+                    f.sort_unstable();
+                    f.dedup();
+                    messages[id].deps = std::mem::take(&mut f);
+                    f.push(id);
+                    if matches!(step.op, Op::PeerReadReduce { .. }) {
+                        reduce_bytes[rank] += dst.len as u64 * elem;
+                    }
+                }
+                Op::Release { flag, .. } => {
+                    f.extend(reads.of_flag.get(&(rank, *flag)).into_iter().flatten());
+                }
             }
             f.sort_unstable();
             f.dedup();
             frontier.push(f);
         }
     }
-    if matched != messages.len() {
+    if matched != sends {
         return Err(format!(
             "{} of {} messages are never received",
-            messages.len() - matched,
-            messages.len()
+            sends - matched,
+            sends
         ));
     }
+    reads.add_expose_deps(&plans, &mut messages)?;
     Ok(CollectiveDag {
         collective: spec.collective,
         algorithm: algo.name.to_string(),
@@ -211,6 +239,74 @@ pub fn build(spec: &DagSpec, placement: Option<Vec<usize>>) -> Result<Collective
         placement,
         reduce_bytes,
     })
+}
+
+/// The peer reads of shared-memory plans, as messages from exposer to reader.
+#[derive(Default)]
+struct SharedReads {
+    /// `(reader, step index)` -> message id.
+    by_step: HashMap<(usize, usize), usize>,
+    /// `(exposer, flag)` -> the messages reading that region.
+    of_flag: HashMap<(usize, u32), Vec<usize>>,
+    /// `(exposer, flag)` -> messages delivered before the Expose completes.
+    exposed_after: HashMap<(usize, u32), Vec<usize>>,
+}
+
+impl SharedReads {
+    /// One message per `PeerRead`/`PeerReadReduce`, appended to `messages`.
+    fn collect(plans: &[shoal_plan::Plan], elem: u64, messages: &mut Vec<Message>) -> SharedReads {
+        let mut reads = SharedReads::default();
+        for plan in plans {
+            for (index, step) in plan.steps.iter().enumerate() {
+                if let Op::PeerRead {
+                    peer, flag, dst, ..
+                }
+                | Op::PeerReadReduce {
+                    peer, flag, dst, ..
+                } = &step.op
+                {
+                    let id = messages.len();
+                    messages.push(Message {
+                        id,
+                        src_rank: *peer,
+                        dst_rank: plan.rank,
+                        bytes: dst.len as u64 * elem,
+                        deps: Vec::new(),
+                    });
+                    reads.by_step.insert((plan.rank, index), id);
+                    reads.of_flag.entry((*peer, *flag)).or_default().push(id);
+                }
+            }
+        }
+        reads
+    }
+
+    /// A read also waits for what its region's Expose waited for.
+    fn add_expose_deps(
+        &self,
+        plans: &[shoal_plan::Plan],
+        messages: &mut [Message],
+    ) -> Result<(), String> {
+        for plan in plans {
+            for (index, step) in plan.steps.iter().enumerate() {
+                if let Op::PeerRead { peer, flag, .. } | Op::PeerReadReduce { peer, flag, .. } =
+                    &step.op
+                {
+                    let exposed = self.exposed_after.get(&(*peer, *flag)).ok_or_else(|| {
+                        format!(
+                            "rank {} reads flag {flag} of {peer}, which never exposes it",
+                            plan.rank
+                        )
+                    })?;
+                    let deps = &mut messages[self.by_step[&(plan.rank, index)]].deps;
+                    deps.extend_from_slice(exposed);
+                    deps.sort_unstable();
+                    deps.dedup();
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl CollectiveDag {
@@ -273,7 +369,8 @@ mod tests {
     fn every_registered_algorithm_builds() {
         for algo in algorithms::registry() {
             let mut spec = DagSpec::new(algo.collective, algo.name, 8, 8192);
-            spec.ranks_per_host = 2;
+            // shared-memory algorithms serve one host only
+            spec.ranks_per_host = if algo.reads_peers() { 8 } else { 2 };
             let dag = build(&spec, None).unwrap();
             if algo.collective != Collective::Barrier {
                 assert!(dag.total_bytes() > 0, "{}", algo.name);
