@@ -8,12 +8,13 @@ use std::time::Duration;
 use shoal_plan::Collective;
 use shoal_transport::auth::{random_bytes, to_hex};
 use shoal_transport::tcp::congestion_in_effect;
+use shoal_transport::routed::Net;
 use shoal_transport::{KvStore, Routed, RoutedConfig};
 use tracing::info;
 
 use crate::calibrate::{calibrate, describe, parse_cost, Partners};
 use crate::comm::{CollArgs, Communicator, Engine};
-use crate::config::{Config, TransportChoice};
+use crate::config::{Config, RemoteChoice, TransportChoice};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::exec::CallBuffers;
@@ -192,7 +193,9 @@ fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Routed> {
     let key = rdzv.secret.key.derive("transport");
     let local_ranks = rdzv.hosts.local_ranks.clone();
     let mut cfg = RoutedConfig::new(rank, world, local_ranks, &job, key);
-    cfg.use_shm = config.transport != TransportChoice::Tcp;
+    cfg.use_shm = !matches!(config.transport, TransportChoice::Tcp | TransportChoice::Ucx);
+    cfg.net = if uses_ucx(config) { Net::Ucx } else { Net::Tcp };
+    cfg.ucx_lib = config.ucx_lib.clone();
     cfg.ring_size = config.shm_ring_bytes;
     cfg.cma_threshold = config.shm_cma_bytes;
     cfg.timeout = config.timeout;
@@ -209,6 +212,14 @@ fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Routed> {
         }
         Error::runtime(format!("transport setup on rank {rank}: {e}"))
     })
+}
+
+/// Whether UCX carries some peers: every one (`SHOAL_TRANSPORT=ucx`) or,
+/// under `auto`, those of other hosts (`SHOAL_REMOTE_TRANSPORT=ucx`).
+fn uses_ucx(config: &Config) -> bool {
+    config.transport == TransportChoice::Ucx
+        || (config.transport == TransportChoice::Auto
+            && config.remote_transport == RemoteChoice::Ucx)
 }
 
 /// Rank 0's account of the job at init (`SHOAL_LOG=info`): the version,
@@ -233,10 +244,16 @@ fn report_setup(config: &Config, rdzv: &Rendezvous, transport: &Routed) {
             .unwrap_or_else(|e| format!("unknown ({e})"));
         format!("tcp, congestion control {cc}")
     };
+    let ucx = || match transport.ucx_version() {
+        Some((a, b, c)) => format!("ucx {a}.{b}.{c} (UCX_TLS picks the path)"),
+        None => "ucx".to_string(),
+    };
     let same_host = if local_peers.is_empty() {
         "none".to_string()
     } else if config.transport == TransportChoice::Tcp {
         format!("{} (SHOAL_TRANSPORT=tcp)", tcp())
+    } else if config.transport == TransportChoice::Ucx {
+        format!("{} (SHOAL_TRANSPORT=ucx)", ucx())
     } else {
         format!(
             "shm, {} KiB rings, {}",
@@ -250,6 +267,8 @@ fn report_setup(config: &Config, rdzv: &Rendezvous, transport: &Routed) {
     );
     let other_hosts = if remote_peers == 0 {
         "none".to_string()
+    } else if uses_ucx(config) {
+        ucx()
     } else {
         tcp()
     };
