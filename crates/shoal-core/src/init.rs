@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use shoal_plan::Collective;
 use shoal_transport::auth::{random_bytes, to_hex};
-use shoal_transport::tcp::congestion_in_effect;
 use shoal_transport::routed::Net;
+use shoal_transport::tcp::congestion_in_effect;
 use shoal_transport::{KvStore, Routed, RoutedConfig};
 use tracing::info;
 
@@ -49,6 +49,11 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
     // meets (strangers refused) is logged too.
     let rank = detect(&explicit, &env)?.rank;
     log::install(log_settings, Who::Rank(rank))?;
+    if uses_ucx(&config) {
+        // Before the rendezvous: a machine without UCX fails at once, with
+        // the package to install, whatever the world size.
+        shoal_transport::ucx::probe_library(&config.ucx_lib).map_err(Error::runtime)?;
+    }
     let rdzv = establish(&explicit, &env, config.timeout, config.host_id.as_deref())?;
     let multi_host = rdzv.hosts.num_hosts() > 1;
     if config.transport == TransportChoice::Shm && multi_host {
@@ -193,7 +198,10 @@ fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Routed> {
     let key = rdzv.secret.key.derive("transport");
     let local_ranks = rdzv.hosts.local_ranks.clone();
     let mut cfg = RoutedConfig::new(rank, world, local_ranks, &job, key);
-    cfg.use_shm = !matches!(config.transport, TransportChoice::Tcp | TransportChoice::Ucx);
+    cfg.use_shm = !matches!(
+        config.transport,
+        TransportChoice::Tcp | TransportChoice::Ucx
+    );
     cfg.net = if uses_ucx(config) { Net::Ucx } else { Net::Tcp };
     cfg.ucx_lib = config.ucx_lib.clone();
     cfg.ring_size = config.shm_ring_bytes;
