@@ -49,7 +49,7 @@ use crate::{
     Answer, Blocked, CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError,
 };
 use engine::{on_ep_error, ErrArg, ErrList, Inner, Peer};
-use ffi::{ErrHandler, Ucp, UCP_ERR_HANDLING_MODE_PEER};
+use ffi::{ErrHandler, Ucp, UCP_ERR_HANDLING_MODE_NONE, UCP_ERR_HANDLING_MODE_PEER};
 
 pub use ffi::DEFAULT_LIB;
 
@@ -58,6 +58,12 @@ pub use ffi::DEFAULT_LIB;
 pub const DEFAULT_RNDV_BYTES: usize = 64 << 10;
 /// Longest sleep of `wait` between polls of the worker.
 pub const NAP: Duration = Duration::from_micros(200);
+
+/// UCX's shared-memory transports report dead peers only when asked to
+/// (off by default in UCX 1.13); without that, endpoints in error-handling
+/// mode *peer* find no shared-memory path. Applied unless `UCX_<NAME>` is set.
+const SHM_PEER_ERRORS: &[(&str, &str)] =
+    &[("POSIX_ERROR_HANDLING", "y"), ("SYSV_ERROR_HANDLING", "y")];
 
 const CLASS_PAYLOAD: u64 = 1 << 63;
 const SENDER_MASK: u64 = 0x7fff_ffff << 32;
@@ -136,7 +142,9 @@ impl UcxTransport {
     /// published).
     pub fn connect(cfg: &UcxConfig, store: &dyn KvStore) -> Result<UcxTransport> {
         let ucp = Arc::new(Ucp::load(&cfg.lib).map_err(TransportError::Io)?);
-        let ctx = ucp.init(&[], cfg.peers.len()).map_err(TransportError::Io)?;
+        let ctx = ucp
+            .init(SHM_PEER_ERRORS, cfg.peers.len())
+            .map_err(TransportError::Io)?;
         let built = Self::build(cfg, store, &ucp, ctx);
         if built.is_err() {
             // SAFETY: nothing else holds the context (the worker, if any,
@@ -200,14 +208,12 @@ impl UcxTransport {
                     cb: Some(on_ep_error),
                     arg: &*arg as *const ErrArg as *mut _,
                 };
-                // SAFETY: a live worker; `arg` is kept with the endpoint.
-                let ep = unsafe {
-                    ucp.connect(worker, &record[4..], UCP_ERR_HANDLING_MODE_PEER, handler)
-                }
-                .map_err(|e| io_err(&format!("connecting to rank {r}: {e}")))?;
+                let local = cfg.local_ranks.contains(&r);
+                let ep = connect_peer(ucp, worker, &record[4..], handler, local)
+                    .map_err(|e| io_err(&format!("connecting to rank {r}: {e}")))?;
                 peers[r] = Some(Peer {
                     ep: Some(ep),
-                    local_pid: cfg.local_ranks.contains(&r).then_some(pid),
+                    local_pid: local.then_some(pid),
                     _err_arg: arg,
                 });
             }
@@ -403,6 +409,34 @@ impl Drop for UcxTransport {
             (self.ucp.worker_destroy)(worker);
             (self.ucp.cleanup)(self.ctx);
         }
+    }
+}
+
+/// An endpoint to the worker at `address` that reports its peer's failure.
+/// A rank of this host may also do without (its pid is watched instead):
+/// a UCX whose shared-memory transports cannot report failures then still
+/// connects over them.
+fn connect_peer(
+    ucp: &Ucp,
+    worker: ffi::Worker,
+    address: &[u8],
+    handler: ErrHandler,
+    local: bool,
+) -> std::result::Result<ffi::Ep, String> {
+    let arg = handler.arg;
+    // SAFETY: a live worker; the handler's argument is kept with the endpoint.
+    let peer = unsafe { ucp.connect(worker, address, UCP_ERR_HANDLING_MODE_PEER, handler) };
+    match peer {
+        Err(e) if local => {
+            tracing::debug!("ucx: {e}; connecting without peer-failure reports (pid watched)");
+            let handler = ErrHandler {
+                cb: Some(on_ep_error),
+                arg,
+            };
+            // SAFETY: as above.
+            unsafe { ucp.connect(worker, address, UCP_ERR_HANDLING_MODE_NONE, handler) }
+        }
+        other => other,
     }
 }
 
