@@ -53,7 +53,8 @@ impl SetupRecord {
 
     fn decode(text: &str) -> Option<SetupRecord> {
         let (world, rest) = text.strip_prefix("world=")?.split_once(" transport=")?;
-        let (transport, net) = rest.split_once(" net=")?;
+        // (a record without `net` is from a build before UCX: tcp)
+        let (transport, net) = rest.split_once(" net=").unwrap_or((rest, "tcp"));
         let ucx = match net {
             "ucx" => true,
             "tcp" => false,
@@ -209,15 +210,37 @@ mod tests {
         ] {
             assert_eq!(SetupRecord::decode(&r.encode()), Some(r));
         }
+        assert_eq!(
+            SetupRecord::decode("world=2 transport=shm"),
+            Some(SetupRecord {
+                world: 2,
+                shm: true,
+                ucx: false
+            })
+        );
         for bad in [
             "",
             "world=x transport=shm",
             "world=2 transport=udp net=tcp",
             "world=2 transport=tcp net=ucx",
-            "world=2 transport=shm",
             "world=2",
         ] {
             assert_eq!(SetupRecord::decode(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn ranks_disagreeing_on_the_network_transport_are_named_on_any_host() {
+        let rec = |ucx| SetupRecord {
+            world: 4,
+            shm: true,
+            ucx,
+        };
+        let e = compare(2, rec(true), 0, rec(false), false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rank 2 uses ucx but rank 0 uses tcp"), "{e}");
+        assert!(e.contains("SHOAL_REMOTE_TRANSPORT"), "{e}");
+        assert!(compare(2, rec(true), 0, rec(true), false).is_ok());
     }
 }
