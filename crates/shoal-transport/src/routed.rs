@@ -12,11 +12,11 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use crate::auth::Key;
-use crate::doorbell::{wait_on, wait_on_napping, Doorbell};
+use crate::doorbell::{wait_on, Doorbell};
 use crate::setup::{agree, SetupRecord};
 use crate::shm::{ShmConfig, ShmTransport, DEFAULT_CMA_THRESHOLD, DEFAULT_RING_SIZE};
 use crate::tcp::{Congestion, TcpConfig, TcpTransport};
-use crate::ucx::{UcxConfig, UcxTransport};
+use crate::ucx::{wait_busy, UcxConfig, UcxTransport};
 use crate::{
     Answer, Blocked, CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError,
 };
@@ -328,8 +328,8 @@ impl Transport for Routed {
     }
 
     fn wait(&self, timeout: Duration) -> Result<()> {
-        if self.ucx.is_some() {
-            return wait_on_napping(&self.bell, timeout, crate::ucx::NAP, || self.progress());
+        if let Some(u) = &self.ucx {
+            return wait_busy(&self.bell, timeout, || self.progress(), || u.busy());
         }
         wait_on(&self.bell, timeout, || self.progress())
     }

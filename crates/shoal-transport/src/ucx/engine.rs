@@ -94,6 +94,12 @@ pub(super) struct Inner {
     payloads: Vec<Payload>,
     next_payload: u32,
     last_liveness: Instant,
+    /// Whether the last poll saw UCX handle events: a large message
+    /// crosses in many fragments (shared-memory FIFO copies, TCP segments,
+    /// rendezvous steps) before anything completes, and a rank that napped
+    /// between them would throttle the transfer. Not progress, though
+    /// (the stall timeout must still run out on a stuck call).
+    pub(super) busy: bool,
     pub(super) closed: bool,
 }
 
@@ -122,6 +128,7 @@ impl Inner {
             payloads: Vec::new(),
             next_payload: 0,
             last_liveness: Instant::now(),
+            busy: false,
             closed: false,
         }
     }
@@ -274,11 +281,13 @@ impl Inner {
     /// One round of progress; returns whether anything changed for the
     /// caller (`Waiting` and `Query` frames are talk, not progress).
     pub(super) fn poll(&mut self) -> bool {
+        self.busy = false;
         for _ in 0..PROGRESS_ROUNDS {
             // SAFETY: a live worker, used under the mutex.
             if unsafe { (self.ucp.worker_progress)(self.worker) } == 0 {
                 break;
             }
+            self.busy = true;
         }
         let mut changed = self.reap_sends();
         changed |= self.take_frames();

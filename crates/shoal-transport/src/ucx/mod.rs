@@ -59,12 +59,6 @@ pub const DEFAULT_RNDV_BYTES: usize = 64 << 10;
 /// Longest sleep of `wait` between polls of the worker.
 pub const NAP: Duration = Duration::from_micros(200);
 
-/// UCX's shared-memory transports report dead peers only when asked to
-/// (off by default in UCX 1.13); without that, endpoints in error-handling
-/// mode *peer* find no shared-memory path. Applied unless `UCX_<NAME>` is set.
-const SHM_PEER_ERRORS: &[(&str, &str)] =
-    &[("POSIX_ERROR_HANDLING", "y"), ("SYSV_ERROR_HANDLING", "y")];
-
 const CLASS_PAYLOAD: u64 = 1 << 63;
 const SENDER_MASK: u64 = 0x7fff_ffff << 32;
 
@@ -142,9 +136,7 @@ impl UcxTransport {
     /// published).
     pub fn connect(cfg: &UcxConfig, store: &dyn KvStore) -> Result<UcxTransport> {
         let ucp = Arc::new(Ucp::load(&cfg.lib).map_err(TransportError::Io)?);
-        let ctx = ucp
-            .init(SHM_PEER_ERRORS, cfg.peers.len())
-            .map_err(TransportError::Io)?;
+        let ctx = ucp.init(&[], cfg.peers.len()).map_err(TransportError::Io)?;
         let built = Self::build(cfg, store, &ucp, ctx);
         if built.is_err() {
             // SAFETY: nothing else holds the context (the worker, if any,
@@ -239,6 +231,11 @@ impl UcxTransport {
     /// Whether `peer` is reached through this transport.
     pub fn reaches(&self, peer: usize) -> bool {
         self.lock().peers.get(peer).is_some_and(|p| p.is_some())
+    }
+
+    /// Whether UCX was moving data at the last poll (see `Inner::busy`).
+    pub fn busy(&self) -> bool {
+        self.lock().busy
     }
 
     /// The UCX version in use.
@@ -349,7 +346,7 @@ impl Transport for UcxTransport {
     }
 
     fn wait(&self, timeout: Duration) -> Result<()> {
-        wait_on_napping(&self.bell, timeout, NAP, || self.poll())
+        wait_busy(&self.bell, timeout, || self.poll(), || self.busy())
     }
 
     fn abort(&self, reason: &str) {
@@ -409,6 +406,31 @@ impl Drop for UcxTransport {
             (self.ucp.worker_destroy)(worker);
             (self.ucp.cleanup)(self.ctx);
         }
+    }
+}
+
+/// `Transport::wait` for a side with UCX: as [`wait_on_napping`] with
+/// [`NAP`], but while `busy` (UCX moving a message's fragments) it polls
+/// without sleeping.
+pub(crate) fn wait_busy(
+    bell: &Doorbell,
+    timeout: Duration,
+    mut poll: impl FnMut() -> Result<bool>,
+    busy: impl Fn() -> bool,
+) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if poll()? {
+            return Ok(());
+        }
+        if !busy() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            return wait_on_napping(bell, left, NAP, poll);
+        }
+        if Instant::now() >= deadline {
+            return Ok(());
+        }
+        std::thread::yield_now();
     }
 }
 
