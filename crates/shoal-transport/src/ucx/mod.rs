@@ -19,12 +19,14 @@
 //! takes every control message out of UCX as soon as it arrives (probe,
 //! then receive into the heap), so a sender never waits on the receiver's
 //! matching; it matches headers with [`crate::matching::Matcher`] exactly as
-//! shm and tcp do (mismatches, lengths, finished calls, blocked calls); and
-//! once a `Rndv` header meets a receive, it posts the payload's receive
-//! straight into the receive's buffer. UCX then moves large payloads by its
-//! rendezvous protocol: zero-copy (RDMA, CMA, or pipelined over TCP) with no
-//! staging copy in shoal. Standalone point-to-point sends always ride inline
-//! (as on shm, so two ranks that both send first cannot deadlock).
+//! shm and tcp do (mismatches, lengths, finished calls, blocked calls), and
+//! posts a `Rndv` header's payload receive at once: straight into the
+//! matched receive's buffer (collective plans post receives ahead, so this
+//! is the usual case), else into the heap, as tcp does with unexpected
+//! messages. UCX moves large payloads by its rendezvous protocol: zero-copy
+//! (RDMA, CMA) with no staging copy in shoal. Standalone point-to-point
+//! sends always ride inline (as on shm, so two ranks that both send first
+//! cannot deadlock).
 //!
 //! UCX tag layout: bit 63 the class (0 control, 1 payload), bits 32..62 the
 //! sender's rank, bits 0..31 the payload id.
@@ -33,7 +35,8 @@
 //! or its keepalive) and, for ranks on this host, a pid check every 50 ms
 //! (UCX's shared-memory keepalive is slower). Abort and bye are control
 //! frames, as on tcp. `wait` polls: UCX progresses only when the worker is
-//! driven, so it spins briefly and then naps in short sleeps ([`NAP`]).
+//! driven, so it spins briefly and then naps in short sleeps ([`NAP`]),
+//! never while UCX is moving a message's fragments.
 
 mod engine;
 mod ffi;
