@@ -7,7 +7,11 @@ loaded (scripts/test.sh installs it: apt-get install libucx0)."""
 from __future__ import annotations
 
 import ctypes
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from conftest import init_with, launch, spawn_ranks
@@ -113,3 +117,15 @@ def test_remote_transport_must_be_tcp_or_ucx() -> None:
     proc = init_with({"SHOAL_REMOTE_TRANSPORT": "ib"})
     assert proc.returncode != 0
     assert "SHOAL_REMOTE_TRANSPORT" in proc.stderr and "tcp, ucx" in proc.stderr, proc.stderr[-2000:]
+
+
+@needs_ucx
+def test_bench_runs_over_ucx(tmp_path: Path) -> None:
+    """`shoal bench --transport ucx` checks the results and names the UCX path in its table."""
+    cmd = [sys.executable, "-m", "shoal.cli", "bench", "allreduce", "-n", "2", "--sizes", "8,256K"]
+    cmd += ["--transport", "ucx", "--repeats", "1", "--no-plot", "--no-progress", "--no-roofline"]
+    cmd += ["--out", str(tmp_path / "b")]
+    proc = subprocess.run(cmd, env={**os.environ, "UCX_TLS": "sm,self"}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = (tmp_path / "b" / "table.txt").read_text()
+    assert "transport ucx (UCX_TLS=sm,self)" in table, table

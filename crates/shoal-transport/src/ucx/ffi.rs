@@ -6,10 +6,10 @@
 //! Struct layouts, field-mask bits and constants were checked against the
 //! headers of UCX 1.13.1 (`/usr/include/ucp/api/ucp.h`, `ucp_def.h`) with a
 //! C program printing `sizeof`/`offsetof`; the sizes are asserted below.
-//! Every field used was present, at the same offset, since UCX 1.10 (the
-//! `*_nbx` calls arrived in 1.10), and UCP keeps its ABI within major
+//! The `*_nbx` calls arrived in UCX 1.10, and UCP keeps its ABI within major
 //! version 1 by growing structs only at their end behind `field_mask` bits,
-//! so the binding accepts UCP 1.10 to 1.x at load ([`MIN_VERSION`]).
+//! so the binding accepts UCP 1.10 to 1.x at load ([`MIN_VERSION`]); only
+//! 1.13.1 was checked against its headers and tested.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::ptr;
