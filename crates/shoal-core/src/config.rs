@@ -50,7 +50,19 @@ pub const VARIABLES: &[Variable] = &[
     var(
         "SHOAL_TRANSPORT",
         "auto",
-        "auto, shm or tcp",
+        "auto, shm, tcp or ucx",
+        "shoal-core config.rs",
+    ),
+    var(
+        "SHOAL_REMOTE_TRANSPORT",
+        "tcp",
+        "what auto uses between hosts: tcp or ucx",
+        "shoal-core config.rs",
+    ),
+    var(
+        "SHOAL_UCX_LIB",
+        "libucp.so.0",
+        "the UCP library the ucx transport loads",
         "shoal-core config.rs",
     ),
     var(
@@ -262,14 +274,29 @@ pub enum TransportChoice {
     Shm,
     /// TCP for every pair, also on one host.
     Tcp,
+    /// UCX for every pair (UCX picks shared memory, TCP, InfiniBand... per `UCX_TLS`).
+    Ucx,
+}
+
+/// What carries the ranks of other hosts under `SHOAL_TRANSPORT=auto`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoteChoice {
+    Tcp,
+    Ucx,
 }
 
 #[derive(Clone, Debug)]
 pub struct Config {
     /// `SHOAL_TIMEOUT` (seconds, default 300, at most a year): longest time any wait may make no progress.
     pub timeout: Duration,
-    /// `SHOAL_TRANSPORT` (auto | shm | tcp, default auto).
+    /// `SHOAL_TRANSPORT` (auto | shm | tcp | ucx, default auto).
     pub transport: TransportChoice,
+    /// `SHOAL_REMOTE_TRANSPORT` (tcp | ucx, default tcp): what `auto`
+    /// uses between hosts (shared memory stays within a host).
+    pub remote_transport: RemoteChoice,
+    /// `SHOAL_UCX_LIB` (default libucp.so.0): the UCP library loaded when a
+    /// transport uses UCX.
+    pub ucx_lib: String,
     /// `SHOAL_ALGO` (default empty): per-collective algorithm overrides, `allreduce:ring,broadcast:pc`.
     pub algo: String,
     /// `SHOAL_CHUNK_BYTES` (default 1048576, at least 64): pipelining piece size of chunked algorithms.
@@ -385,6 +412,8 @@ impl Config {
             tune_builtin: flag(env, "SHOAL_TUNE_BUILTIN", true)?,
             timeout: seconds(env, "SHOAL_TIMEOUT", 300.0, MAX_TIMEOUT_SECS, "a year")?,
             transport: parse_transport(env)?,
+            remote_transport: parse_remote_transport(env)?,
+            ucx_lib: value(env, "SHOAL_UCX_LIB").unwrap_or_else(|| "libucp.so.0".to_string()),
             algo,
             chunk_bytes: whole(env, "SHOAL_CHUNK_BYTES", 1_048_576, 64, MAX_CHUNK_BYTES)?,
             shm_ring_bytes: whole(env, "SHOAL_SHM_RING_BYTES", 4_194_304, 4096, MAX_RING_BYTES)?,
@@ -583,8 +612,19 @@ fn parse_transport(env: &dyn Fn(&str) -> Option<String>) -> Result<TransportChoi
         None | Some("auto") => Ok(TransportChoice::Auto),
         Some("shm") => Ok(TransportChoice::Shm),
         Some("tcp") => Ok(TransportChoice::Tcp),
+        Some("ucx") => Ok(TransportChoice::Ucx),
         Some(other) => Err(Error::invalid(format!(
-            "SHOAL_TRANSPORT={other:?} is not a transport; valid: auto, shm, tcp"
+            "SHOAL_TRANSPORT={other:?} is not a transport; valid: auto, shm, tcp, ucx"
+        ))),
+    }
+}
+
+fn parse_remote_transport(env: &dyn Fn(&str) -> Option<String>) -> Result<RemoteChoice> {
+    match value(env, "SHOAL_REMOTE_TRANSPORT").as_deref() {
+        None | Some("tcp") => Ok(RemoteChoice::Tcp),
+        Some("ucx") => Ok(RemoteChoice::Ucx),
+        Some(other) => Err(Error::invalid(format!(
+            "SHOAL_REMOTE_TRANSPORT={other:?} is not a transport between hosts; valid: tcp, ucx"
         ))),
     }
 }
@@ -629,7 +669,7 @@ pub(crate) mod tests {
         let e = Config::from_env(&env_of(&[("SHOAL_TIMEOUT", "soon")])).unwrap_err();
         assert!(e.message.contains("SHOAL_TIMEOUT"));
         let e = Config::from_env(&env_of(&[("SHOAL_TRANSPORT", "ib")])).unwrap_err();
-        assert!(e.message.contains("auto, shm, tcp"));
+        assert!(e.message.contains("auto, shm, tcp, ucx"));
     }
 
     #[test]

@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use shoal_plan::Collective;
 use shoal_transport::auth::{random_bytes, to_hex};
+use shoal_transport::routed::Net;
 use shoal_transport::tcp::congestion_in_effect;
 use shoal_transport::{KvStore, Routed, RoutedConfig};
 use tracing::info;
 
 use crate::calibrate::{calibrate, describe, parse_cost, Partners};
 use crate::comm::{CollArgs, Communicator, Engine};
-use crate::config::{Config, TransportChoice};
+use crate::config::{Config, RemoteChoice, TransportChoice};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::exec::CallBuffers;
@@ -49,6 +50,11 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
     // meets (strangers refused) is logged too.
     let rank = detect(&explicit, &env)?.rank;
     log::install(log_settings, Who::Rank(rank))?;
+    if uses_ucx(&config) {
+        // Before the rendezvous: a machine without UCX fails at once, with
+        // the package to install, whatever the world size.
+        shoal_transport::ucx::probe_library(&config.ucx_lib).map_err(Error::runtime)?;
+    }
     let rdzv = establish(&explicit, &env, config.timeout, config.host_id.as_deref())?;
     let multi_host = rdzv.hosts.num_hosts() > 1;
     if config.transport == TransportChoice::Shm && multi_host {
@@ -203,7 +209,12 @@ fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Routed> {
     let key = rdzv.secret.key.derive("transport");
     let local_ranks = rdzv.hosts.local_ranks.clone();
     let mut cfg = RoutedConfig::new(rank, world, local_ranks, &job, key);
-    cfg.use_shm = config.transport != TransportChoice::Tcp;
+    cfg.use_shm = !matches!(
+        config.transport,
+        TransportChoice::Tcp | TransportChoice::Ucx
+    );
+    cfg.net = if uses_ucx(config) { Net::Ucx } else { Net::Tcp };
+    cfg.ucx_lib = config.ucx_lib.clone();
     cfg.ring_size = config.shm_ring_bytes;
     cfg.cma_threshold = config.shm_cma_bytes;
     cfg.timeout = config.timeout;
@@ -220,6 +231,14 @@ fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Routed> {
         }
         Error::runtime(format!("transport setup on rank {rank}: {e}"))
     })
+}
+
+/// Whether UCX carries some peers: every one (`SHOAL_TRANSPORT=ucx`) or,
+/// under `auto`, those of other hosts (`SHOAL_REMOTE_TRANSPORT=ucx`).
+fn uses_ucx(config: &Config) -> bool {
+    config.transport == TransportChoice::Ucx
+        || (config.transport == TransportChoice::Auto
+            && config.remote_transport == RemoteChoice::Ucx)
 }
 
 /// Rank 0's account of the job at init (`SHOAL_LOG=info`): the version,
@@ -244,10 +263,16 @@ fn report_setup(config: &Config, rdzv: &Rendezvous, transport: &Routed) {
             .unwrap_or_else(|e| format!("unknown ({e})"));
         format!("tcp, congestion control {cc}")
     };
+    let ucx = || match transport.ucx_version() {
+        Some((a, b, c)) => format!("ucx {a}.{b}.{c} (UCX_TLS picks the path)"),
+        None => "ucx".to_string(),
+    };
     let same_host = if local_peers.is_empty() {
         "none".to_string()
     } else if config.transport == TransportChoice::Tcp {
         format!("{} (SHOAL_TRANSPORT=tcp)", tcp())
+    } else if config.transport == TransportChoice::Ucx {
+        format!("{} (SHOAL_TRANSPORT=ucx)", ucx())
     } else {
         format!(
             "shm, {} KiB rings, {}",
@@ -261,6 +286,8 @@ fn report_setup(config: &Config, rdzv: &Rendezvous, transport: &Routed) {
     );
     let other_hosts = if remote_peers == 0 {
         "none".to_string()
+    } else if uses_ucx(config) {
+        ucx()
     } else {
         tcp()
     };

@@ -133,6 +133,17 @@ const NAP: Duration = Duration::from_millis(20);
 pub(crate) fn wait_on(
     bell: &Doorbell,
     timeout: Duration,
+    poll: impl FnMut() -> Result<bool>,
+) -> Result<()> {
+    wait_on_napping(bell, timeout, NAP, poll)
+}
+
+/// [`wait_on`] with sleeps of at most `nap`: short for a side nobody rings
+/// (UCX progresses only when polled), so its messages are seen promptly.
+pub(crate) fn wait_on_napping(
+    bell: &Doorbell,
+    timeout: Duration,
+    nap: Duration,
     mut poll: impl FnMut() -> Result<bool>,
 ) -> Result<()> {
     let start = Instant::now();
@@ -155,7 +166,7 @@ pub(crate) fn wait_on(
         if now >= deadline {
             return Ok(());
         }
-        bell.sleep(seen, (deadline - now).min(NAP));
+        bell.sleep(seen, (deadline - now).min(nap));
         if bell.seq() != seen {
             poll()?;
             return Ok(());

@@ -21,6 +21,7 @@ pub mod routed;
 mod setup;
 pub mod shm;
 pub mod tcp;
+pub mod ucx;
 
 pub use doorbell::Doorbell;
 pub use routed::{Routed, RoutedConfig};
@@ -29,6 +30,7 @@ pub use shm::{ShmConfig, ShmTransport};
 /// the bootstrap crate; re-exported so transport users need one import.
 pub use shoal_bootstrap::{auth, KvStore};
 pub use tcp::{Congestion, TcpConfig, TcpTransport};
+pub use ucx::{UcxConfig, UcxTransport};
 
 /// Identifies a message between one sender and one receiver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

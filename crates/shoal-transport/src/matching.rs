@@ -815,6 +815,11 @@ impl Matcher {
         }
     }
 
+    /// Whether `peer` died (or its channel broke).
+    pub fn is_down(&self, peer: usize) -> bool {
+        self.peers.get(&peer).is_some_and(|q| q.down.is_some())
+    }
+
     pub fn said_bye(&self, peer: usize) -> bool {
         self.peers.get(&peer).is_some_and(|q| q.bye)
     }

@@ -1,8 +1,12 @@
-//! The transport the core uses: shm for ranks on this host, tcp for the rest.
+//! The transport the core uses: shm for ranks on this host, and for the rest
+//! tcp, or UCX when asked ([`Net::Ucx`]; without shm, UCX reaches every rank).
 //!
-//! Both sides ring one [`Doorbell`] (the shm segment's, which tcp's I/O
-//! threads ring too), so `wait` sleeps once and wakes on either. Request ids
-//! are the inner id shifted left by one with the low bit naming the side.
+//! Shm and tcp ring one [`Doorbell`] (the shm segment's, which tcp's I/O
+//! threads ring too), so `wait` sleeps once and wakes on either; UCX rings
+//! nothing (it moves only when polled), so with a UCX side `wait` naps
+//! briefly instead ([`crate::ucx::NAP`]). Request ids are the inner id
+//! shifted left by one with the low bit naming the side (shm, or the network
+//! side: tcp or UCX, never both).
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
@@ -12,6 +16,7 @@ use crate::doorbell::{wait_on, Doorbell};
 use crate::setup::{agree, SetupRecord};
 use crate::shm::{ShmConfig, ShmTransport, DEFAULT_CMA_THRESHOLD, DEFAULT_RING_SIZE};
 use crate::tcp::{Congestion, TcpConfig, TcpTransport};
+use crate::ucx::{wait_busy, UcxConfig, UcxTransport};
 use crate::{
     Answer, Blocked, CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError,
 };
@@ -40,6 +45,17 @@ pub struct RoutedConfig {
     pub timeout: Duration,
     /// Congestion control of the tcp connections (`None`: the system's).
     pub tcp_congestion: Option<Congestion>,
+    /// What carries the ranks not reached over shm.
+    pub net: Net,
+    /// The UCP library a UCX side loads.
+    pub ucx_lib: String,
+}
+
+/// The transport for the ranks not reached over shared memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Net {
+    Tcp,
+    Ucx,
 }
 
 impl RoutedConfig {
@@ -62,6 +78,8 @@ impl RoutedConfig {
             bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             timeout: Duration::from_secs(60),
             tcp_congestion: None,
+            net: Net::Tcp,
+            ucx_lib: crate::ucx::DEFAULT_LIB.to_string(),
         }
     }
 }
@@ -69,7 +87,8 @@ impl RoutedConfig {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Via {
     Shm = 0,
-    Tcp = 1,
+    /// tcp or UCX, whichever this transport has.
+    Net = 1,
 }
 
 /// Routes each peer to shm or tcp; see the module docs.
@@ -78,6 +97,7 @@ pub struct Routed {
     world: usize,
     shm: Option<ShmTransport>,
     tcp: Option<TcpTransport>,
+    ucx: Option<UcxTransport>,
     /// Side reaching each global rank (`None`: self or unreachable).
     route: Vec<Option<Via>>,
     bell: Doorbell,
@@ -104,6 +124,7 @@ impl Routed {
         let mine = SetupRecord {
             world: cfg.world,
             shm: cfg.use_shm,
+            ucx: cfg.net == Net::Ucx,
         };
         let mut checked = locals.clone();
         if !checked.contains(&0) {
@@ -128,6 +149,17 @@ impl Routed {
         let remote: Vec<usize> = (0..cfg.world)
             .filter(|&r| r != cfg.rank && (shm.is_none() || !locals.contains(&r)))
             .collect();
+        if cfg.net == Net::Ucx && !remote.is_empty() {
+            drop(bell);
+            let mut c = UcxConfig::new(cfg.rank, cfg.world, remote, &cfg.job_id);
+            c.local_ranks = locals;
+            c.timeout = cfg.timeout;
+            c.lib = cfg.ucx_lib.clone();
+            let ucx = UcxTransport::connect(&c, store)?;
+            let mut routed = Routed::new(cfg.rank, cfg.world, shm, None);
+            routed.add_ucx(ucx);
+            return Ok(routed);
+        }
         let tcp = if remote.is_empty() {
             None
         } else {
@@ -143,6 +175,17 @@ impl Routed {
         };
         drop(bell);
         Ok(Routed::new(cfg.rank, cfg.world, shm, tcp))
+    }
+
+    /// Routes to `ucx` every rank shm does not reach (there is no tcp side).
+    pub fn add_ucx(&mut self, ucx: UcxTransport) {
+        assert!(self.tcp.is_none(), "a Routed has one network side");
+        for (p, via) in self.route.iter_mut().enumerate() {
+            if via.is_none() && ucx.reaches(p) {
+                *via = Some(Via::Net);
+            }
+        }
+        self.ucx = Some(ucx);
     }
 
     /// Combines transports built elsewhere. For `wait` to wake promptly on
@@ -164,7 +207,7 @@ impl Routed {
             .map(|p| match (&shm, &tcp) {
                 _ if p == rank => None,
                 (Some(s), _) if s.reaches(p) => Some(Via::Shm),
-                (_, Some(_)) => Some(Via::Tcp),
+                (_, Some(_)) => Some(Via::Net),
                 _ => None,
             })
             .collect();
@@ -173,8 +216,18 @@ impl Routed {
             world,
             shm,
             tcp,
+            ucx: None,
             route,
             bell,
+        }
+    }
+
+    /// The network side: tcp or UCX.
+    fn net(&self) -> Option<&dyn Transport> {
+        match (&self.tcp, &self.ucx) {
+            (Some(t), _) => Some(t),
+            (None, Some(u)) => Some(u),
+            (None, None) => None,
         }
     }
 
@@ -183,7 +236,7 @@ impl Routed {
         let t = |via: Via| -> Option<&dyn Transport> {
             match via {
                 Via::Shm => self.shm.as_ref().map(|s| s as &dyn Transport),
-                Via::Tcp => self.tcp.as_ref().map(|t| t as &dyn Transport),
+                Via::Net => self.net(),
             }
         };
         match self.route.get(peer).copied().flatten() {
@@ -199,7 +252,7 @@ impl Routed {
         let t: Option<&dyn Transport> = if req & 1 == 0 {
             self.shm.as_ref().map(|s| s as &dyn Transport)
         } else {
-            self.tcp.as_ref().map(|t| t as &dyn Transport)
+            self.net()
         };
         t.ok_or_else(|| TransportError::Io(format!("unknown request {req}")))
     }
@@ -218,6 +271,14 @@ impl Routed {
         if let Some(t) = &self.tcp {
             t.close();
         }
+        if let Some(u) = &self.ucx {
+            u.close();
+        }
+    }
+
+    /// The UCX version, when a UCX side exists.
+    pub fn ucx_version(&self) -> Option<(u32, u32, u32)> {
+        self.ucx.as_ref().map(|u| u.version())
     }
 }
 
@@ -264,13 +325,16 @@ impl Transport for Routed {
         if let Some(s) = &self.shm {
             changed |= s.progress()?;
         }
-        if let Some(t) = &self.tcp {
+        if let Some(t) = self.net() {
             changed |= t.progress()?;
         }
         Ok(changed)
     }
 
     fn wait(&self, timeout: Duration) -> Result<()> {
+        if let Some(u) = &self.ucx {
+            return wait_busy(&self.bell, timeout, || self.progress(), || u.busy());
+        }
         wait_on(&self.bell, timeout, || self.progress())
     }
 
@@ -278,14 +342,14 @@ impl Transport for Routed {
         if let Some(s) = &self.shm {
             s.abort(reason);
         }
-        if let Some(t) = &self.tcp {
+        if let Some(t) = self.net() {
             t.abort(reason);
         }
     }
 
     fn finish_call(&self, comm: u32, seq: u32, sig: CallSig) -> Result<()> {
         let shm = self.shm.as_ref().map(|s| s.finish_call(comm, seq, sig));
-        let tcp = self.tcp.as_ref().map(|t| t.finish_call(comm, seq, sig));
+        let tcp = self.net().map(|t| t.finish_call(comm, seq, sig));
         shm.unwrap_or(Ok(())).and(tcp.unwrap_or(Ok(())))
     }
 
@@ -294,7 +358,7 @@ impl Transport for Routed {
         if let Some(s) = &self.shm {
             s.set_blocked(b);
         }
-        if let Some(t) = &self.tcp {
+        if let Some(t) = self.net() {
             t.set_blocked(b);
         }
     }

@@ -19,30 +19,56 @@ pub(crate) struct SetupRecord {
     pub world: usize,
     /// Whether this rank reaches the ranks of its host over shared memory.
     pub shm: bool,
+    /// Whether the ranks it does not reach over shared memory go over UCX
+    /// (else TCP); every rank of a job must agree.
+    pub ucx: bool,
 }
 
 impl SetupRecord {
-    fn transport(&self) -> &'static str {
-        if self.shm {
-            "shm"
+    /// What carries the ranks not reached over shared memory.
+    fn net(&self) -> &'static str {
+        if self.ucx {
+            "ucx"
         } else {
             "tcp"
         }
     }
 
+    fn transport(&self) -> &'static str {
+        if self.shm {
+            "shm"
+        } else {
+            self.net()
+        }
+    }
+
     fn encode(&self) -> String {
-        format!("world={} transport={}", self.world, self.transport())
+        format!(
+            "world={} transport={} net={}",
+            self.world,
+            self.transport(),
+            self.net()
+        )
     }
 
     fn decode(text: &str) -> Option<SetupRecord> {
-        let (world, transport) = text.strip_prefix("world=")?.split_once(" transport=")?;
+        let (world, rest) = text.strip_prefix("world=")?.split_once(" transport=")?;
+        // (a record without `net` is from a build before UCX: tcp)
+        let (transport, net) = rest.split_once(" net=").unwrap_or((rest, "tcp"));
+        let ucx = match net {
+            "ucx" => true,
+            "tcp" => false,
+            _ => return None,
+        };
+        let shm = match transport {
+            "shm" => true,
+            "tcp" | "ucx" if transport == net => false,
+            _ => return None,
+        };
         Some(SetupRecord {
             world: world.parse().ok()?,
-            shm: match transport {
-                "shm" => true,
-                "tcp" => false,
-                _ => return None,
-            },
+            shm,
+            ucx,
         })
     }
 }
@@ -113,6 +139,14 @@ fn compare(
             lo_says.world, hi_says.world
         )));
     }
+    if theirs.ucx != mine.ucx {
+        return Err(setup_error(format!(
+            "ranks disagree on the transport between hosts: rank {hi} uses {} but rank {lo} \
+             uses {} (SHOAL_TRANSPORT and SHOAL_REMOTE_TRANSPORT must be alike on every rank)",
+            hi_says.net(),
+            lo_says.net()
+        )));
+    }
     if theirs.shm != mine.shm && same_host {
         return Err(setup_error(format!(
             "ranks of one host disagree on the transport: rank {hi} uses {} but rank {lo} \
@@ -156,21 +190,57 @@ mod tests {
             SetupRecord {
                 world: 3,
                 shm: true,
+                ucx: false,
             },
             SetupRecord {
                 world: 1,
                 shm: false,
+                ucx: false,
+            },
+            SetupRecord {
+                world: 2,
+                shm: true,
+                ucx: true,
+            },
+            SetupRecord {
+                world: 2,
+                shm: false,
+                ucx: true,
             },
         ] {
             assert_eq!(SetupRecord::decode(&r.encode()), Some(r));
         }
+        assert_eq!(
+            SetupRecord::decode("world=2 transport=shm"),
+            Some(SetupRecord {
+                world: 2,
+                shm: true,
+                ucx: false
+            })
+        );
         for bad in [
             "",
             "world=x transport=shm",
-            "world=2 transport=udp",
+            "world=2 transport=udp net=tcp",
+            "world=2 transport=tcp net=ucx",
             "world=2",
         ] {
             assert_eq!(SetupRecord::decode(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn ranks_disagreeing_on_the_network_transport_are_named_on_any_host() {
+        let rec = |ucx| SetupRecord {
+            world: 4,
+            shm: true,
+            ucx,
+        };
+        let e = compare(2, rec(true), 0, rec(false), false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rank 2 uses ucx but rank 0 uses tcp"), "{e}");
+        assert!(e.contains("SHOAL_REMOTE_TRANSPORT"), "{e}");
+        assert!(compare(2, rec(true), 0, rec(true), false).is_ok());
     }
 }

@@ -22,6 +22,13 @@ macro_rules! both {
             fn tcp() {
                 super::$name(super::Kind::Tcp);
             }
+            #[test]
+            fn ucx() {
+                match super::ucx_missing() {
+                    Some(why) => eprintln!("skipped: {why}"),
+                    None => super::$name(super::Kind::Ucx),
+                }
+            }
         }
     };
 }

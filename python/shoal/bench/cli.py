@@ -73,7 +73,11 @@ def parser(prog: str = "shoal bench", nprocs_option: bool = True) -> argparse.Ar
         help="shoal algorithm to run, a comma-separated list, or 'all' for every one plus automatic selection "
         "('ina' too for allreduce when a switch is configured)",
     )
-    p.add_argument("--transport", choices=("shm", "tcp"), help="SHOAL_TRANSPORT of the shoal ranks (default auto)")
+    p.add_argument(
+        "--transport",
+        choices=("shm", "tcp", "ucx"),
+        help="SHOAL_TRANSPORT of the shoal ranks (default auto; ucx: UCX_TLS picks its path)",
+    )
     p.add_argument("--dtype", default="float32", choices=check.DTYPES)
     p.add_argument("--op", default="sum", choices=check.OPS, help="reduction (allreduce, reduce, reduce_scatter)")
     p.add_argument("--root", type=int, default=0, help="root of broadcast and reduce")

@@ -24,7 +24,10 @@ class ShoalBackend(Backend):
         self.size = self.group.size
 
     def info(self) -> dict[str, Any]:
-        return {"version": shoal.__version__, "transport": os.environ.get("SHOAL_TRANSPORT", "auto")}
+        transport = os.environ.get("SHOAL_TRANSPORT", "auto")
+        if transport == "ucx":  # which UCX path ran is what the figure means
+            transport += f" (UCX_TLS={os.environ.get('UCX_TLS', 'all')})"
+        return {"version": shoal.__version__, "transport": transport}
 
     def make_call(
         self, lay: check.Layout, inp: np.ndarray, out: np.ndarray | None, op: str, root: int, algo: str | None

@@ -499,7 +499,7 @@ fn push_chunk(ring: &Ring, pos: u64, op: &mut SendOp, room: usize) -> usize {
 
 /// Why `pid` is dead, or `None` while it runs. A zombie counts as dead: it
 /// will never write again but `kill(pid, 0)` still succeeds on it.
-fn pid_dead(pid: i32) -> Option<&'static str> {
+pub(crate) fn pid_dead(pid: i32) -> Option<&'static str> {
     // SAFETY: signal 0 only checks existence.
     if unsafe { libc::kill(pid, 0) } != 0
         && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)

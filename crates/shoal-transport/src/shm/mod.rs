@@ -52,6 +52,7 @@ use crate::setup::wait_for_rank;
 use crate::{
     Answer, Blocked, CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError,
 };
+pub(crate) use engine::pid_dead;
 use engine::{Inner, SendOp};
 use segment::{
     create_segment, may_read, open_segment, seg_path, Mapping, Unlink, CMA_SLOTS, CONTROL_SIZE,

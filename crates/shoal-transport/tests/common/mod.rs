@@ -33,6 +33,12 @@ pub fn job_id(name: &str) -> String {
 pub enum Kind {
     Shm,
     Tcp,
+    Ucx,
+}
+
+/// Why the UCX tests cannot run here (`libucp` missing), or `None`.
+pub fn ucx_missing() -> Option<String> {
+    shoal_transport::ucx::probe_library(shoal_transport::ucx::DEFAULT_LIB).err()
 }
 
 pub const TIMEOUT: Duration = Duration::from_secs(20);
@@ -54,6 +60,12 @@ pub fn build(
         Kind::Tcp => {
             let c = TcpConfig::new(rank, world, (0..world).collect(), job, test_key());
             Box::new(TcpTransport::connect(&c, store).unwrap())
+        }
+        Kind::Ucx => {
+            let peers = (0..world).collect();
+            let mut c = UcxConfig::new(rank, world, peers, job);
+            c.local_ranks = (0..world).collect();
+            Box::new(UcxTransport::connect(&c, store).unwrap())
         }
     }
 }

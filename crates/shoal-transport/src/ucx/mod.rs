@@ -1,0 +1,486 @@
+//! UCX transport: shoal's messages over UCP's tagged API, so one transport
+//! reaches InfiniBand, RoCE, shared memory and TCP (whatever `UCX_TLS`
+//! allows and the machine has).
+//!
+//! UCP is loaded at run time ([`ffi`]); without `libucp` only building this
+//! transport fails, with an error naming the package to install.
+//!
+//! Every rank creates one single-threaded UCP worker, publishes its address
+//! (and its pid) in the job's store, and opens an endpoint to every peer in
+//! error-handling mode *peer*, so UCX reports a peer that died or became
+//! unreachable on that endpoint instead of hanging.
+//!
+//! A message travels as shoal's usual 64-byte frame header ([`crate::frame`],
+//! with the tag and call signature that matching checks), sent as a UCX
+//! tagged message in the *control* class. A small message (below
+//! [`UcxConfig::rndv_bytes`]) rides in the same UCX message as its header; a
+//! larger collective message sends a `Rndv` header naming a payload id, and
+//! its payload as a separate UCX message tagged with that id. The receiver
+//! takes every control message out of UCX as soon as it arrives (probe,
+//! then receive into the heap), so a sender never waits on the receiver's
+//! matching; it matches headers with [`crate::matching::Matcher`] exactly as
+//! shm and tcp do (mismatches, lengths, finished calls, blocked calls), and
+//! posts a `Rndv` header's payload receive at once: straight into the
+//! matched receive's buffer (collective plans post receives ahead, so this
+//! is the usual case), else into the heap, as tcp does with unexpected
+//! messages. UCX moves large payloads by its rendezvous protocol: zero-copy
+//! (RDMA, CMA) with no staging copy in shoal. Standalone point-to-point
+//! sends always ride inline (as on shm, so two ranks that both send first
+//! cannot deadlock).
+//!
+//! UCX tag layout: bit 63 the class (0 control, 1 payload), bits 32..62 the
+//! sender's rank, bits 0..31 the payload id.
+//!
+//! Peers die two ways: UCX's endpoint error callback (a broken connection,
+//! or its keepalive) and, for ranks on this host, a pid check every 50 ms
+//! (UCX's shared-memory keepalive is slower). Abort and bye are control
+//! frames, as on tcp. `wait` polls: UCX progresses only when the worker is
+//! driven, so it spins briefly and then naps in short sleeps ([`NAP`]),
+//! never while UCX is moving a message's fragments.
+
+mod engine;
+mod ffi;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::doorbell::{wait_on_napping, Doorbell};
+use crate::frame::{waiting, Header, Kind, RndvInfo, HEADER_LEN};
+use crate::matching::Matcher;
+use crate::setup::wait_for_rank;
+use crate::{
+    Answer, Blocked, CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError,
+};
+use engine::{on_ep_error, ErrArg, ErrList, Inner, Peer};
+use ffi::{ErrHandler, Ucp, UCP_ERR_HANDLING_MODE_NONE, UCP_ERR_HANDLING_MODE_PEER};
+
+pub use ffi::DEFAULT_LIB;
+
+/// Collective messages of at least this many bytes send their payload as
+/// a separate UCX message received straight into the posted buffer.
+pub const DEFAULT_RNDV_BYTES: usize = 64 << 10;
+/// Longest sleep of `wait` between polls of the worker.
+pub const NAP: Duration = Duration::from_micros(200);
+
+const CLASS_PAYLOAD: u64 = 1 << 63;
+const SENDER_MASK: u64 = 0x7fff_ffff << 32;
+
+fn ctl_tag(rank: usize) -> u64 {
+    (rank as u64) << 32
+}
+
+fn payload_tag(rank: usize, id: u32) -> u64 {
+    CLASS_PAYLOAD | ((rank as u64) << 32) | id as u64
+}
+
+fn sender_of(tag: u64) -> usize {
+    ((tag & SENDER_MASK) >> 32) as usize
+}
+
+/// Settings of a [`UcxTransport`].
+#[derive(Clone, Debug)]
+pub struct UcxConfig {
+    pub rank: usize,
+    pub world: usize,
+    /// The ranks this transport connects to (besides `rank`).
+    pub peers: Vec<usize>,
+    /// Ranks on this host, whose pids are watched.
+    pub local_ranks: Vec<usize>,
+    /// Unique per job; names store keys.
+    pub job_id: String,
+    /// Limit for setup (the store's) and for flushing sends on close.
+    pub timeout: Duration,
+    /// The UCP library to load (`SHOAL_UCX_LIB`).
+    pub lib: String,
+    /// See [`DEFAULT_RNDV_BYTES`].
+    pub rndv_bytes: usize,
+}
+
+impl UcxConfig {
+    pub fn new(rank: usize, world: usize, peers: Vec<usize>, job_id: &str) -> UcxConfig {
+        UcxConfig {
+            rank,
+            world,
+            peers,
+            local_ranks: vec![rank],
+            job_id: job_id.to_string(),
+            timeout: Duration::from_secs(60),
+            lib: DEFAULT_LIB.to_string(),
+            rndv_bytes: DEFAULT_RNDV_BYTES,
+        }
+    }
+}
+
+/// Loads `path` and reports its UCX version, or why it cannot be used.
+pub fn probe_library(path: &str) -> std::result::Result<(u32, u32, u32), String> {
+    Ucp::load(path).map(|u| u.version)
+}
+
+/// The UCX transport; see the module docs.
+pub struct UcxTransport {
+    rank: usize,
+    world: usize,
+    timeout: Duration,
+    rndv_bytes: usize,
+    bell: Doorbell,
+    ucp: Arc<Ucp>,
+    ctx: ffi::Context,
+    inner: Mutex<Inner>,
+}
+
+// SAFETY: the context is only cleaned up in `Drop`; everything else UCX
+// lives in `inner`, behind its mutex.
+unsafe impl Send for UcxTransport {}
+unsafe impl Sync for UcxTransport {}
+
+impl UcxTransport {
+    /// Loads UCP, creates this rank's worker, publishes its address, and
+    /// opens an endpoint to every peer (blocking on `store` until each has
+    /// published).
+    pub fn connect(cfg: &UcxConfig, store: &dyn KvStore) -> Result<UcxTransport> {
+        let ucp = Arc::new(Ucp::load(&cfg.lib).map_err(TransportError::Io)?);
+        let ctx = ucp.init(&[], cfg.peers.len()).map_err(TransportError::Io)?;
+        let built = Self::build(cfg, store, &ucp, ctx);
+        if built.is_err() {
+            // SAFETY: nothing else holds the context (the worker, if any,
+            // was destroyed by `build`).
+            unsafe { (ucp.cleanup)(ctx) };
+        }
+        let mut inner = built?;
+        if let Err(e) = inner.wire_up(store, &cfg.job_id, &cfg.peers, cfg.timeout) {
+            inner.shut_down();
+            // SAFETY: the endpoints are closed; nothing uses these again.
+            unsafe {
+                (ucp.worker_destroy)(inner.worker);
+                (ucp.cleanup)(ctx);
+            }
+            return Err(e);
+        }
+        Ok(UcxTransport {
+            rank: cfg.rank,
+            world: cfg.world,
+            timeout: cfg.timeout,
+            rndv_bytes: cfg.rndv_bytes.max(1),
+            bell: Doorbell::new(),
+            ucp,
+            ctx,
+            inner: Mutex::new(inner),
+        })
+    }
+
+    fn build(
+        cfg: &UcxConfig,
+        store: &dyn KvStore,
+        ucp: &Arc<Ucp>,
+        ctx: ffi::Context,
+    ) -> Result<Inner> {
+        let worker = ucp.worker(ctx).map_err(TransportError::Io)?;
+        let key = |r: usize| format!("{}/ucx/{r}", cfg.job_id);
+        let connected = (|| {
+            let mut record = std::process::id().to_le_bytes().to_vec();
+            record.extend(ucp.address(worker).map_err(TransportError::Io)?);
+            store
+                .set(&key(cfg.rank), &record)
+                .map_err(|e| io_err(&format!("publishing the worker address: store: {e}")))?;
+            let errs: ErrList = Arc::default();
+            let mut peers: Vec<Option<Peer>> = (0..cfg.world).map(|_| None).collect();
+            for &r in cfg
+                .peers
+                .iter()
+                .filter(|&&r| r != cfg.rank && r < cfg.world)
+            {
+                let record = wait_for_rank(store, &key(r), r)?;
+                if record.len() <= 4 {
+                    return Err(io_err(&format!("rank {r} published a malformed address")));
+                }
+                let pid = i32::from_le_bytes(record[..4].try_into().unwrap());
+                let arg = Box::new(ErrArg {
+                    peer: r,
+                    errs: errs.clone(),
+                    ucp: ucp.clone(),
+                });
+                let handler = ErrHandler {
+                    cb: Some(on_ep_error),
+                    arg: &*arg as *const ErrArg as *mut _,
+                };
+                let local = cfg.local_ranks.contains(&r);
+                let ep = connect_peer(ucp, worker, &record[4..], handler, local)
+                    .map_err(|e| io_err(&format!("connecting to rank {r}: {e}")))?;
+                peers[r] = Some(Peer {
+                    ep: Some(ep),
+                    local_pid: local.then_some(pid),
+                    _err_arg: arg,
+                });
+            }
+            let matcher = Matcher::new(cfg.rank, cfg.peers.iter().copied());
+            Ok(Inner::new(
+                ucp.clone(),
+                worker,
+                cfg.rank,
+                matcher,
+                peers,
+                errs,
+            ))
+        })();
+        if connected.is_err() {
+            // SAFETY: no endpoint survives a failed setup (dropping the
+            // partial peer list leaks their endpoints to the worker, which
+            // destroys them).
+            unsafe { (ucp.worker_destroy)(worker) };
+        }
+        connected
+    }
+
+    /// Whether `peer` is reached through this transport.
+    pub fn reaches(&self, peer: usize) -> bool {
+        self.lock().peers.get(peer).is_some_and(|p| p.is_some())
+    }
+
+    /// Whether UCX was moving data at the last poll (see `Inner::busy`).
+    pub fn busy(&self) -> bool {
+        self.lock().busy
+    }
+
+    /// The UCX version in use.
+    pub fn version(&self) -> (u32, u32, u32) {
+        self.ucp.version
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn poll(&self) -> Result<bool> {
+        let mut g = self.lock();
+        let changed = g.poll();
+        g.matcher.health()?;
+        Ok(changed)
+    }
+
+    /// Pushes pending sends, says bye to every peer, and closes the
+    /// endpoints. Called by `Drop` too.
+    pub fn close(&self) {
+        if self.lock().closed {
+            return;
+        }
+        let peers: Vec<usize> = (0..self.world).filter(|&p| self.reaches(p)).collect();
+        {
+            let mut g = self.lock();
+            for p in peers {
+                let bye = Header::control(Kind::Bye, 0).encode().to_vec();
+                g.send_frame(p, bye, None);
+            }
+        }
+        let deadline = Instant::now() + self.timeout.min(Duration::from_secs(10));
+        loop {
+            let mut g = self.lock();
+            g.poll();
+            if !g.sending() || Instant::now() >= deadline || g.matcher.health().is_err() {
+                break;
+            }
+            drop(g);
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        self.lock().shut_down();
+    }
+}
+
+impl Transport for UcxTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world(&self) -> usize {
+        self.world
+    }
+
+    unsafe fn isend(
+        &self,
+        peer: usize,
+        tag: Tag,
+        sig: CallSig,
+        data: *const u8,
+        len: usize,
+    ) -> Result<ReqId> {
+        let mut g = self.lock();
+        if g.closed {
+            return Err(io_err("transport is closed"));
+        }
+        let id = g.matcher.add_send(peer)?;
+        if len >= self.rndv_bytes && sig.kind != CallSig::P2P_KIND {
+            // The payload goes first, so its id is known for the header;
+            // UCX keeps it (or, for rendezvous, its descriptor) until the
+            // receiver posts the receive the header leads to.
+            let pid = g.send_payload(peer, data, len, id);
+            let info = RndvInfo {
+                word: 0,
+                cookie: pid as u64,
+            };
+            g.send_frame(
+                peer,
+                info.encode(&Header::rndv(tag, sig, len)).to_vec(),
+                None,
+            );
+        } else {
+            let mut frame = Vec::with_capacity(HEADER_LEN + len);
+            frame.extend_from_slice(&Header::data(tag, sig, len).encode());
+            if len > 0 {
+                // SAFETY: the caller guarantees `data[..len]` is valid.
+                frame.extend_from_slice(std::slice::from_raw_parts(data, len));
+            }
+            g.send_frame(peer, frame, Some(id));
+        }
+        Ok(id)
+    }
+
+    unsafe fn irecv(&self, peer: usize, tag: Tag, sig: CallSig, into: RecvInto) -> Result<ReqId> {
+        let mut g = self.lock();
+        g.matcher.post_recv(peer, tag, sig, into)
+    }
+
+    fn test(&self, req: ReqId) -> Result<bool> {
+        let mut g = self.lock();
+        g.poll();
+        g.matcher.test(req)
+    }
+
+    fn progress(&self) -> Result<bool> {
+        self.poll()
+    }
+
+    fn wait(&self, timeout: Duration) -> Result<()> {
+        wait_busy(&self.bell, timeout, || self.poll(), || self.busy())
+    }
+
+    fn abort(&self, reason: &str) {
+        let peers: Vec<usize> = (0..self.world).filter(|&p| self.reaches(p)).collect();
+        let mut g = self.lock();
+        g.matcher.set_fatal(TransportError::Aborted {
+            peer: self.rank,
+            reason: reason.to_string(),
+        });
+        let mut frame = Header::control(Kind::Abort, reason.len()).encode().to_vec();
+        frame.extend_from_slice(reason.as_bytes());
+        for p in peers {
+            g.send_frame(p, frame.clone(), None);
+        }
+        // Push the frames out now: an aborting process may exit right after.
+        let deadline = Instant::now() + Duration::from_millis(200);
+        while g.sending() && Instant::now() < deadline {
+            g.poll();
+        }
+    }
+
+    fn finish_call(&self, comm: u32, seq: u32, sig: CallSig) -> Result<()> {
+        self.lock().matcher.finish_call(comm, seq, sig)
+    }
+
+    fn set_blocked(&self, b: &Blocked) {
+        let mut g = self.lock();
+        g.matcher.set_blocked(b);
+        let frame = waiting(Some(b));
+        for &peer in &b.on {
+            g.send_frame(peer, frame.to_vec(), None);
+        }
+    }
+
+    fn ask(&self, peer: usize) -> Result<()> {
+        let mut g = self.lock();
+        g.matcher.forget_answer(peer);
+        let query = Header::control(Kind::Query, 0).encode().to_vec();
+        if !g.send_frame(peer, query, None) {
+            return Err(io_err(&format!("rank {peer} is not reachable")));
+        }
+        Ok(())
+    }
+
+    fn answer(&self, peer: usize) -> Option<Answer> {
+        self.lock().matcher.answer(peer)
+    }
+}
+
+impl Drop for UcxTransport {
+    fn drop(&mut self) {
+        self.close();
+        let worker = self.lock().worker;
+        // SAFETY: the endpoints are closed and no request is left; nothing
+        // uses the worker or the context after this.
+        unsafe {
+            (self.ucp.worker_destroy)(worker);
+            (self.ucp.cleanup)(self.ctx);
+        }
+    }
+}
+
+/// `Transport::wait` for a side with UCX: as [`wait_on_napping`] with
+/// [`NAP`], but while `busy` (UCX moving a message's fragments) it polls
+/// without sleeping.
+pub(crate) fn wait_busy(
+    bell: &Doorbell,
+    timeout: Duration,
+    mut poll: impl FnMut() -> Result<bool>,
+    busy: impl Fn() -> bool,
+) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if poll()? {
+            return Ok(());
+        }
+        if !busy() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            return wait_on_napping(bell, left, NAP, poll);
+        }
+        if Instant::now() >= deadline {
+            return Ok(());
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// An endpoint to the worker at `address` that reports its peer's failure.
+/// A rank of this host may also do without (its pid is watched instead):
+/// a UCX whose shared-memory transports cannot report failures then still
+/// connects over them.
+fn connect_peer(
+    ucp: &Ucp,
+    worker: ffi::Worker,
+    address: &[u8],
+    handler: ErrHandler,
+    local: bool,
+) -> std::result::Result<ffi::Ep, String> {
+    let arg = handler.arg;
+    // SAFETY: a live worker; the handler's argument is kept with the endpoint.
+    let peer = unsafe { ucp.connect(worker, address, UCP_ERR_HANDLING_MODE_PEER, handler) };
+    match peer {
+        Err(e) if local => {
+            tracing::debug!("ucx: {e}; connecting without peer-failure reports (pid watched)");
+            let handler = ErrHandler {
+                cb: Some(on_ep_error),
+                arg,
+            };
+            // SAFETY: as above.
+            unsafe { ucp.connect(worker, address, UCP_ERR_HANDLING_MODE_NONE, handler) }
+        }
+        other => other,
+    }
+}
+
+fn io_err(msg: &str) -> TransportError {
+    TransportError::Io(format!("ucx: {msg}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_keep_class_sender_and_id_apart() {
+        let t = payload_tag(0x1234, 0xdead_beef);
+        assert_eq!(sender_of(t), 0x1234);
+        assert_eq!(t & CLASS_PAYLOAD, CLASS_PAYLOAD);
+        assert_eq!(t as u32, 0xdead_beef);
+        let c = ctl_tag(7);
+        assert_eq!(sender_of(c), 7);
+        assert_eq!(c & CLASS_PAYLOAD, 0);
+    }
+}
