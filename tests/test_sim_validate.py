@@ -13,11 +13,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_testbed import NO_NETNS, needs_netns, tbcli
 
-from shoal.sim import validate
+from shoal.sim import plan, validate
 
 NAME = f"shoal-v{os.getpid()}"
 
@@ -49,6 +50,19 @@ def test_bad_arguments_are_named() -> None:
     with pytest.raises(ValueError, match="bad size"):
         validate.parse_size("lots")
     assert validate.parse_size("4MiB") == 4 << 20 and validate.parse_size("1M") == 1 << 20
+    with pytest.raises(ValueError, match="packet engine only"):
+        plan(
+            "allreduce", algo="ring", ranks=2, size="1MiB", topology="star:hosts=2", engine="flow", host_overhead="1us"
+        )
+
+
+def test_host_overhead_adds_per_step() -> None:
+    # 2 ranks, 2 steps of one message each: the overhead is paid twice on the critical path.
+    args: dict[str, Any] = {"algo": "ring", "ranks": 2, "size": "1MiB", "topology": "star:hosts=2", "link": "1gbit"}
+    base = plan("allreduce", **args)["time_s"]
+    slow = plan("allreduce", **args, host_overhead="500us")
+    assert slow["host_overhead_s"] == pytest.approx(500e-6)
+    assert slow["time_s"] - base == pytest.approx(2 * 500e-6, rel=0.02)
 
 
 @needs_netns
