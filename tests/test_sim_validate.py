@@ -39,9 +39,13 @@ def test_saved_measurements_table(tmp_path: Path) -> None:
     rows = json.loads((tmp_path / "validate.json").read_text())["rows"]
     assert {r["algo"] for r in rows} == {"ring", "ina"} and all(r["bytes"] == 1 << 20 for r in rows)
     for r in rows:
-        for engine in ("packet", "flow"):
-            assert r[f"{engine}_s"] > 0
-            assert r[f"{engine}_err"] == pytest.approx((r[f"{engine}_s"] - r["median_s"]) / r["median_s"])
+        for model in ("packet", "packet+o", "flow"):
+            assert r[f"{model}_s"] > 0
+            assert r[f"{model}_err"] == pytest.approx((r[f"{model}_s"] - r["median_s"]) / r["median_s"])
+    by_algo = {r["algo"]: r for r in rows}
+    # The host overhead lengthens the plan-based allreduce; the aggregation protocol has no messages to charge.
+    assert by_algo["ring"]["packet+o_s"] > by_algo["ring"]["packet_s"]
+    assert by_algo["ina"]["packet+o_s"] == by_algo["ina"]["packet_s"]
 
 
 def test_bad_arguments_are_named() -> None:
@@ -76,7 +80,11 @@ def test_live_two_hosts(tmp_path: Path) -> None:
             "--engines", "packet", "--out", str(tmp_path),
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr
-        (row,) = json.loads((tmp_path / "validate.json").read_text())["rows"]
+        report = json.loads((tmp_path / "validate.json").read_text())
+        (row,) = report["rows"]
+        (calibration,) = report["calibration"]
+        assert calibration["steps"] == 2 and 0 < calibration["host_overhead_s"] < 0.1
+        assert row["packet+o_s"] > row["packet_s"]
         assert (row["algo"], row["hosts"], row["bytes"], row["errors"]) == ("ring", 2, 1 << 20, 0)
         # Neither the testbed nor the simulator can beat the wire; both stay within sane reach of it.
         assert 0.95 * RING2_WIRE_S < row["median_s"] < 20 * RING2_WIRE_S
