@@ -184,6 +184,7 @@ def sim_plan_json(
     engine: str = "packet",
     ranks_per_host: int = 1,
     seed: int = 0,
+    host_overhead: str | None = None,
 ) -> str:
     """Simulates one collective call (shoal sim plan); the report as a JSON object string; ValueError on bad input."""
 

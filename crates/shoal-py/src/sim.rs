@@ -9,7 +9,7 @@ use shoal_sim::plan::PlanRequest;
 /// a JSON object string (`time_s`, `events`, `events_per_s`, `wall_s`, ...).
 /// `ValueError` names a bad argument. Releases the GIL while simulating.
 #[pyfunction]
-#[pyo3(signature = (collective, algo, ranks, size, topology, link=None, latency=None, buffer=None, engine="packet", ranks_per_host=1, seed=0))]
+#[pyo3(signature = (collective, algo, ranks, size, topology, link=None, latency=None, buffer=None, engine="packet", ranks_per_host=1, seed=0, host_overhead=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn sim_plan_json(
     py: Python<'_>,
@@ -24,6 +24,7 @@ pub fn sim_plan_json(
     engine: &str,
     ranks_per_host: usize,
     seed: u64,
+    host_overhead: Option<String>,
 ) -> PyResult<String> {
     let request = PlanRequest {
         collective,
@@ -37,6 +38,7 @@ pub fn sim_plan_json(
         engine: engine.to_string(),
         ranks_per_host,
         seed,
+        host_overhead,
     };
     py.allow_threads(|| request.run())
         .map(|report| report.to_json())

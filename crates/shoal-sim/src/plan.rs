@@ -8,7 +8,7 @@ use crate::dag::{build, DagSpec};
 use crate::engine::{simulate_collective, simulate_ina, Engine, Options, Outcome};
 use crate::packet::InaJob;
 use crate::topology::{LinkSpec, Topology};
-use crate::units::parse_bytes;
+use crate::units::{parse_bytes, parse_time, seconds};
 
 /// One `shoal sim plan` request, as typed.
 #[derive(Clone, Debug)]
@@ -25,6 +25,9 @@ pub struct PlanRequest {
     pub engine: String,
     pub ranks_per_host: usize,
     pub seed: u64,
+    /// Host software time per message ("450us"; packet engine only, see
+    /// `PacketConfig::host_overhead`).
+    pub host_overhead: Option<String>,
 }
 
 impl Default for PlanRequest {
@@ -41,6 +44,7 @@ impl Default for PlanRequest {
             engine: "packet".into(),
             ranks_per_host: 1,
             seed: 0,
+            host_overhead: None,
         }
     }
 }
@@ -86,6 +90,12 @@ impl PlanRequest {
         }
         let mut opts = Options::default();
         opts.packet.seed = self.seed;
+        if let Some(o) = &self.host_overhead {
+            if engine != Engine::Packet {
+                return Err("--host-overhead is modelled by the packet engine only".into());
+            }
+            opts.packet.host_overhead = parse_time(o)?;
+        }
         let outcome = if self.algo == "ina" {
             if collective != Collective::Allreduce {
                 return Err(format!(
@@ -134,6 +144,11 @@ impl PlanReport {
         field("topology", q(&self.topology));
         field("hosts", self.hosts.to_string());
         field("engine", q(o.engine.name()));
+        let overhead = r.host_overhead.as_deref().map_or(Ok(0), parse_time);
+        field(
+            "host_overhead_s",
+            format!("{:e}", seconds(overhead.unwrap_or(0))),
+        );
         field("time_s", format!("{:e}", o.time_s()));
         field("events", o.events.to_string());
         field("events_per_s", format!("{:.0}", o.events_per_s()));

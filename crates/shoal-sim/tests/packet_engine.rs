@@ -205,3 +205,21 @@ fn completions_drive_closed_loops() {
         assert!(w[1] - w[0] - 100 * PS_PER_US <= first, "{ends:?}");
     }
 }
+
+#[test]
+fn host_overhead_delays_every_message_once() {
+    // 2-rank ring allreduce of two 1460-byte blocks: reduce-scatter then
+    // allgather, one single-packet message each way per step. Each message
+    // waits the overhead after its dependencies, then crosses the star in
+    // two serialisations (1500 B at 10 Gb/s: 1.2 us) and two latencies.
+    let overhead = 100 * PS_PER_US;
+    let cfg = PacketConfig {
+        host_overhead: overhead,
+        ..PacketConfig::default()
+    };
+    let out = collective("star:hosts=2", "ring", 2, 2 * 1460, cfg);
+    let crossing = 2 * 1_200_000 + 2 * PS_PER_US;
+    assert_eq!(out.time, 2 * (overhead + crossing));
+    let without = collective("star:hosts=2", "ring", 2, 2 * 1460, PacketConfig::default());
+    assert!(without.time < 2 * crossing + PS_PER_US, "{}", without.time);
+}

@@ -31,11 +31,13 @@ def plan(
     engine: str = "packet",
     ranks_per_host: int = 1,
     seed: int = 0,
+    host_overhead: str | None = None,
 ) -> dict[str, Any]:
     """Simulates one call of `collective` with algorithm `algo` on `ranks` ranks of `size` bytes each.
 
     `topology` is ``fattree:k=K``, ``leafspine:leaves=L,spines=S,hosts=H`` or ``star:hosts=N``;
-    `link`, `latency` and `buffer` set every link (``"10gbit"``, ``"1us"``, ``"600KB"``).
+    `link`, `latency` and `buffer` set every link (``"10gbit"``, ``"1us"``, ``"600KB"``);
+    `host_overhead` (``"450us"``, packet engine) delays every message by the hosts' software time.
     Returns the report: ``time_s`` (simulated), ``events``, ``events_per_s``, ``wall_s`` and
     what was simulated. Raises ``ValueError`` naming a bad argument.
     """
@@ -55,6 +57,7 @@ def plan(
         engine=engine,
         ranks_per_host=ranks_per_host,
         seed=seed,
+        host_overhead=host_overhead,
     )
     result: dict[str, Any] = json.loads(report)
     return result

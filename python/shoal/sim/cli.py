@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Callable
 
-from shoal.sim import ENGINES, panama, plan, run
+from shoal.sim import ENGINES, panama, plan, run, validate
 
 
 def _plan(args: list[str]) -> int:
@@ -30,6 +30,7 @@ def _plan(args: list[str]) -> int:
     p.add_argument("--engine", choices=ENGINES, default="packet", help="simulation engine (default packet)")
     p.add_argument("--ranks-per-host", type=int, default=1, help="ranks per host, in contiguous blocks (default 1)")
     p.add_argument("--seed", type=int, default=0, help="ECMP hash seed (default 0)")
+    p.add_argument("--host-overhead", help="host software time per message, e.g. 450us (packet engine; default 0)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     try:
         ns = p.parse_args(args)
@@ -48,6 +49,7 @@ def _plan(args: list[str]) -> int:
             engine=ns.engine,
             ranks_per_host=ns.ranks_per_host,
             seed=ns.seed,
+            host_overhead=ns.host_overhead,
         )
     except ValueError as e:
         print(f"shoal sim plan: {e}", file=sys.stderr)
@@ -69,6 +71,7 @@ SUBCOMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "plan": (_plan, "simulated time of one collective call (shoal sim plan allreduce --algo ring ...)"),
     "run": (lambda a: run.main(a), "a whole scenario from a TOML file (shoal sim run CONFIG.toml --out DIR)"),
     "panama": (lambda a: panama.main(a), "reproduce PANAMA's Figs. 8-10 (shoal sim panama --out DIR)"),
+    "validate": (lambda a: validate.main(a), "simulated vs measured testbed times (shoal sim validate)"),
 }
 
 USAGE = "usage: shoal sim <subcommand> [args]\n\nsubcommands:\n" + "".join(

@@ -10,7 +10,7 @@ use shoal_sim::plan::PlanRequest;
 
 const USAGE: &str = "usage: shoal-sim plan COLLECTIVE --algo NAME --ranks N --size BYTES \
 --topology T [--link RATE] [--latency TIME] [--buffer BYTES] [--engine packet|flow] \
-[--ranks-per-host N] [--seed S] [--json]";
+[--ranks-per-host N] [--seed S] [--host-overhead TIME] [--json]";
 
 fn parse(args: &[String]) -> Result<(PlanRequest, bool), String> {
     let mut req = PlanRequest::default();
@@ -45,6 +45,7 @@ fn parse(args: &[String]) -> Result<(PlanRequest, bool), String> {
             "--engine" => req.engine = value,
             "--ranks-per-host" => req.ranks_per_host = number(&value)? as usize,
             "--seed" => req.seed = number(&value)?,
+            "--host-overhead" => req.host_overhead = Some(value),
             other => return Err(format!("unknown option {other}\n{USAGE}")),
         }
     }

@@ -34,6 +34,7 @@ const FLOW_START: u8 = 3;
 const COLL_START: u8 = 4;
 const INA_TIMER: u8 = 5;
 const INA_START: u8 = 6;
+const MSG_READY: u8 = 7;
 
 /// `Packet::ina`: not an aggregation packet, a contribution going up, a
 /// result coming down.
@@ -63,6 +64,15 @@ pub struct PacketConfig {
     pub loss: f64,
     /// Aggregation memory per switch in bytes (default 64 MB, PANAMA's).
     pub ina_memory: u64,
+    /// Host software time per collective message (default 0): a message
+    /// whose dependencies are delivered reaches its connection this much
+    /// later. It stands for what a real rank does between a receive
+    /// completing and the next send starting (being woken, posting the
+    /// send, reducing the piece), which dominates small and mid-size calls
+    /// on a loaded host; measured on the testbed as the time of an 8-byte
+    /// allreduce over its number of steps (docs/sim.md, "Against the
+    /// testbed"). Transfers already under way overlap it.
+    pub host_overhead: Time,
 }
 
 impl Default for PacketConfig {
@@ -76,6 +86,7 @@ impl Default for PacketConfig {
             seed: 0,
             loss: 0.0,
             ina_memory: 64_000_000,
+            host_overhead: 0,
         }
     }
 }
@@ -255,6 +266,9 @@ pub struct PacketSim {
     rng: u64,
     /// Completions not yet returned by `run_until_completion`.
     completions: VecDeque<Completion>,
+    /// Messages (collective, message) waiting out `host_overhead`, in the
+    /// order their `MSG_READY` events fire (one constant delay keeps it FIFO).
+    overhead_wait: VecDeque<(u32, u32)>,
 }
 
 impl PacketSim {
@@ -305,6 +319,7 @@ impl PacketSim {
             ina_stats: InaStats::default(),
             rng: mix(cfg.seed ^ 0x5eed),
             completions: VecDeque::new(),
+            overhead_wait: VecDeque::new(),
         }
     }
 
@@ -388,6 +403,10 @@ impl PacketSim {
                 COLL_START => self.start_collective(e.index as usize),
                 INA_TIMER => self.ina_timer(e.index),
                 INA_START => self.ina_try_send(e.index),
+                MSG_READY => {
+                    let (c, m) = self.overhead_wait.pop_front().expect("a message waits");
+                    self.post_message(c as usize, m as usize);
+                }
                 k => unreachable!("unknown event kind {k}"),
             }
             true
@@ -512,7 +531,19 @@ impl PacketSim {
             self.complete(Completion::Collective(c));
         }
         for m in roots {
+            self.message_ready(c, m);
+        }
+    }
+
+    /// Message `m` of collective `c` has its dependencies: post it now, or
+    /// after the host's software overhead.
+    fn message_ready(&mut self, c: usize, m: usize) {
+        if self.cfg.host_overhead == 0 {
             self.post_message(c, m);
+        } else {
+            self.overhead_wait.push_back((c as u32, m as u32));
+            let at = self.now() + self.cfg.host_overhead;
+            self.queue.schedule(at, MSG_READY, 0);
         }
     }
 
@@ -563,7 +594,9 @@ impl PacketSim {
                 }
                 // Same-host messages complete at once: loop, not recurse.
                 let msg = &run.dag.messages[d];
-                if run.dag.placement[msg.src_rank] == run.dag.placement[msg.dst_rank] {
+                if self.cfg.host_overhead > 0 {
+                    self.message_ready(c, d);
+                } else if run.dag.placement[msg.src_rank] == run.dag.placement[msg.dst_rank] {
                     self.stats.delivered_bytes += msg.bytes;
                     ready.push(d);
                 } else {
