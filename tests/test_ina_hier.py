@@ -91,7 +91,7 @@ def test_switch_killed_mid_hierarchical_allreduce_falls_back_and_stays_correct()
     }
     procs = [
         subprocess.Popen(
-            [sys.executable, str(WORKERS / "ina_hier.py"), "150"],
+            [sys.executable, str(WORKERS / "ina_hier.py"), "60"],
             env={**common, "RANK": str(r), "LOCAL_RANK": str(r), "SHOAL_HOST_ID": f"host{r // 2}"},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
