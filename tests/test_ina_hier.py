@@ -6,11 +6,13 @@ against numpy, the selector's choice, and the fallback when the switch dies."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from conftest import WORKERS, free_port, spawn_ranks
@@ -67,51 +69,102 @@ def test_shoal_algo_forces_hierarchical_ina() -> None:
         assert metric(url, "shoal_switch_jobs_admitted_total") == 3  # the world's, two shards'
 
 
-def test_switch_killed_mid_hierarchical_allreduce_falls_back_and_stays_correct() -> None:
-    """SIGKILL the switch while shards are in flight: every rank agrees to redo the call on host
-    algorithms, says so, and every result stays exact."""
-    port, metrics = free_port(), free_port()
-    url = f"http://127.0.0.1:{metrics}/metrics"
-    env = {
-        "INA_DTYPES": "float32",
-        "INA_OPS": "sum",
-        "INA_COUNTS": "100003",
-        "SHOAL_INA_TIMEOUT": "1",
-        "SHOAL_INA_RETRY_CALLS": "0",  # no re-admission: the rest runs on host algorithms
-    }
-    sw = start_switch(port, metrics)
-    base = {"SHOAL_SWITCH": f"127.0.0.1:{port}", "SHOAL_CALIBRATE": "0", **env}
+def start_hosts(hosts: int, local: int, env: dict[str, str], *args: str) -> list[subprocess.Popen[str]]:
+    """Starts the ranks of `ina_hier.py` on emulated hosts without waiting (for tests that kill the switch)."""
     common = {
         **os.environ,
-        **base,
-        "WORLD_SIZE": "4",
+        "SHOAL_CALIBRATE": "0",
+        **env,
+        "WORLD_SIZE": str(hosts * local),
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(free_port()),
         "SHOAL_JOB_ID": uuid.uuid4().hex,
     }
-    procs = [
+    return [
         subprocess.Popen(
-            [sys.executable, str(WORKERS / "ina_hier.py"), "60"],
-            env={**common, "RANK": str(r), "LOCAL_RANK": str(r), "SHOAL_HOST_ID": f"host{r // 2}"},
+            [sys.executable, str(WORKERS / "ina_hier.py"), *args],
+            env={**common, "RANK": str(r), "LOCAL_RANK": str(r % local), "SHOAL_HOST_ID": f"host{r // local}"},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for r in range(4)
+        for r in range(hosts * local)
     ]
+
+
+def wait_for(url: str, name: str, at_least: float) -> None:
+    deadline = time.monotonic() + 30
+    while metric(url, name) < at_least and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def finish(procs: list[subprocess.Popen[str]]) -> str:
+    """Waits for the ranks; all their output (killed after 120 s)."""
     try:
-        deadline = time.monotonic() + 30
-        while metric(url, "shoal_switch_aggregations_total") < 20 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        sw.kill()  # the daemon dies mid-allreduce
-        sw.wait()
         outs = [p.communicate(timeout=120) for p in procs]
     finally:
-        stop_switch(sw)
         for p in procs:
             if p.poll() is None:
                 p.kill()
     text = "".join(o + e for o, e in outs)
     assert all(p.returncode == 0 for p in procs), text
+    return text
+
+
+CALLS = {"INA_DTYPES": "float32", "INA_OPS": "sum", "INA_COUNTS": "100003", "SHOAL_INA_TIMEOUT": "1"}
+
+
+def test_switch_killed_mid_hierarchical_allreduce_falls_back_and_stays_correct() -> None:
+    """SIGKILL the switch while shards are in flight: every rank agrees to redo the call on host
+    algorithms, says so, and every result stays exact."""
+    port, metrics = free_port(), free_port()
+    url = f"http://127.0.0.1:{metrics}/metrics"
+    sw = start_switch(port, metrics)
+    # No re-admission: the rest runs on host algorithms.
+    env = {**CALLS, "SHOAL_SWITCH": f"127.0.0.1:{port}", "SHOAL_INA_RETRY_CALLS": "0"}
+    procs = start_hosts(2, 2, env, "60")
+    try:
+        wait_for(url, "shoal_switch_aggregations_total", 20)
+        sw.kill()  # the daemon dies mid-allreduce
+        sw.wait()
+        text = finish(procs)
+    finally:
+        stop_switch(sw)
     assert text.count("OK ina_hier") == 4, text
     assert "falls back to host algorithms" in text, text
+
+
+def test_after_a_switch_restart_the_shard_jobs_are_joined_again(tmp_path: Path) -> None:
+    """The switch dies and comes back: after the back-off the job is re-admitted (its retry call goes
+    through flat ina) and the next hierarchical calls join fresh shard jobs on the new switch, which
+    then sums the shards (the traces' last switch call of every rank is a shard's, and worked)."""
+    port, metrics = free_port(), free_port()
+    url = f"http://127.0.0.1:{metrics}/metrics"
+    first = start_switch(port, metrics)
+    env = {
+        **CALLS,
+        "SHOAL_SWITCH": f"127.0.0.1:{port}",
+        "SHOAL_INA_RETRY_CALLS": "4",
+        "SHOAL_TRACE": str(tmp_path),
+    }
+    procs = start_hosts(2, 2, env, "50")
+    try:
+        wait_for(url, "shoal_switch_aggregations_total", 20)
+        first.kill()
+        first.wait()
+        second = start_switch(port, metrics)
+        try:
+            text = finish(procs)
+            admitted = metric(url, "shoal_switch_jobs_admitted_total")
+        finally:
+            stop_switch(second)
+    finally:
+        stop_switch(first)
+    assert text.count("OK ina_hier") == 4, text
+    assert "falls back to host algorithms" in text, text
+    assert admitted >= 3, (admitted, text)  # the world's job again and both shards' afresh
+    for rank in range(4):
+        events = json.loads((tmp_path / f"rank-{rank}.json").read_text())
+        last = [e for e in events if e.get("cat") == "ina"][-1]["args"]
+        shard_bytes = 4 * (100003 // 2 + (rank % 2 == 0))  # local rank 0 has the odd element
+        assert last["status"] == "ok" and last["bytes"] == shard_bytes, (rank, last)
