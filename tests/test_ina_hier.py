@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from conftest import WORKERS, free_port, spawn_ranks
 from test_ina import metric, start_switch, stop_switch, switch
 
 
-def host_env(local: int) -> object:
+def host_env(local: int) -> Callable[[int], dict[str, str]]:
     """Puts ranks on hosts of `local` ranks each, in blocks."""
     return lambda r: {"SHOAL_HOST_ID": f"host{r // local}"}
 
@@ -28,7 +29,7 @@ def run_hosts(
     hosts: int, local: int, switch_addr: str, *args: str, env: dict[str, str] | None = None
 ) -> list[subprocess.CompletedProcess[str]]:
     full = {"SHOAL_SWITCH": switch_addr, "SHOAL_CALIBRATE": "0", **(env or {})}
-    return spawn_ranks(hosts * local, "ina_hier.py", *args, env=full, timeout=120, rank_env=host_env(local))  # type: ignore[arg-type]
+    return spawn_ranks(hosts * local, "ina_hier.py", *args, env=full, timeout=120, rank_env=host_env(local))
 
 
 def outputs(procs: list[subprocess.CompletedProcess[str]]) -> str:
@@ -168,3 +169,13 @@ def test_after_a_switch_restart_the_shard_jobs_are_joined_again(tmp_path: Path) 
         last = [e for e in events if e.get("cat") == "ina"][-1]["args"]
         shard_bytes = 4 * (100003 // 2 + (rank % 2 == 0))  # local rank 0 has the odd element
         assert last["status"] == "ok" and last["bytes"] == shard_bytes, (rank, last)
+
+
+def test_a_sub_group_runs_hierarchical_ina_with_shard_jobs_of_its_own() -> None:
+    with switch() as (addr, url):
+        env = {"SHOAL_SWITCH": addr, "SHOAL_CALIBRATE": "0"}
+        procs = spawn_ranks(6, "ina_hier_group.py", env=env, timeout=120, rank_env=host_env(3))
+        text = outputs(procs)
+        assert text.count("OK ina_hier group") == 6 and "falls back" not in text, text
+        # The world's job, the group's (joined with its first switch call) and the group's two shards'.
+        assert metric(url, "shoal_switch_jobs_admitted_total") == 4
