@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use shoal_plan::algorithms::allreduce::hierarchical_ina;
 use shoal_plan::{Buf, CallShape, Collective, Op, Plan, Region};
 use shoal_transport::{CallSig, Transport};
 
@@ -13,9 +14,11 @@ use crate::config::Config;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{execute, CallBuffers, CallContext, CompiledPlan};
-use crate::ina::{self, Ina, INA, INA_ALGO_ID};
+use crate::ina::{
+    self, Ina, ShardJob, HIERARCHICAL_INA, HIERARCHICAL_INA_ALGO_ID, INA, INA_ALGO_ID,
+};
 use crate::lru::Lru;
-use crate::provider::{self, PlanExecutor, ProviderId, Switch};
+use crate::provider::{self, HierarchicalSwitch, PlanExecutor, ProviderId, Switch};
 use crate::reduce::divide;
 use crate::select::{Choice, PlanSource, Selector};
 use crate::trace::Tracing;
@@ -166,6 +169,8 @@ pub struct Communicator {
     /// A sub-group's own switch job, joined at its first allreduce that
     /// could use the switch (the world's is the engine's).
     group_ina: OnceLock<std::result::Result<Ina, String>>,
+    /// This rank's shard job of `hierarchical_ina` (joined at first use).
+    shard_job: ShardJob,
 }
 
 /// Raw call buffers that may travel to the async worker thread; the job
@@ -199,6 +204,20 @@ struct Prepared {
     /// Through the switch: the sequence number reserved for the ranks'
     /// agreement on whether it worked (`cp` is then the fallback plan).
     ina_agree_seq: Option<u32>,
+    /// `hierarchical_ina`: the host phases around the switch call.
+    hier: Option<HostPhases>,
+}
+
+/// The host phases of `hierarchical_ina` for one call: reduce-scatter into
+/// this rank's shard, then (after the switch summed it over the hosts)
+/// allgather, each with a sequence number of its own.
+struct HostPhases {
+    reduce_scatter: (Arc<CompiledPlan>, u32),
+    allgather: (Arc<CompiledPlan>, u32),
+    /// This rank's shard of the output, in elements.
+    shard: (usize, usize),
+    /// (shard index = local rank, host index, hosts): the shard's switch job.
+    job: (usize, usize, usize),
 }
 
 impl Prepared {
@@ -240,6 +259,7 @@ impl Communicator {
             busiest_host,
             state: Mutex::new(CommState::default()),
             group_ina: OnceLock::new(),
+            shard_job: ShardJob::default(),
         }
     }
 
@@ -322,9 +342,12 @@ impl Communicator {
         source: Option<&dyn PlanSource>,
     ) -> Result<String> {
         let (args, shape) = self.inspected(collective, count, dtype, root, explicit)?;
-        if self.provider_for(&args, &shape, source)? == ProviderId::Switch {
-            return Ok(INA.to_string());
+        match self.provider_for(&args, &shape, source)? {
+            ProviderId::Switch => return Ok(INA.to_string()),
+            ProviderId::HierarchicalSwitch => return Ok(HIERARCHICAL_INA.to_string()),
+            ProviderId::Plans => {}
         }
+        let explicit = explicit.filter(|&a| !ina::is_switch_algorithm(a));
         let choice = self
             .engine
             .selector
@@ -381,10 +404,125 @@ impl Communicator {
     }
 
     fn run_prepared(&self, p: &Prepared, bufs: CallBuffers) -> Result<()> {
-        match (p.provider, p.ina_agree_seq) {
-            (ProviderId::Switch, Some(agree_seq)) => self.run_via_switch(p, agree_seq, bufs),
+        match (p.provider, p.ina_agree_seq, &p.hier) {
+            (ProviderId::Switch, Some(agree_seq), _) => self.run_via_switch(p, agree_seq, bufs),
+            (ProviderId::HierarchicalSwitch, Some(agree_seq), Some(phases)) => {
+                self.run_hierarchical_switch(p, phases, agree_seq, bufs)
+            }
             _ => self.run_plan(p, bufs),
         }
+    }
+
+    /// `hierarchical_ina`: the host reduce-scatter, the shard through its
+    /// switch job, the host allgather; then, like `run_via_switch`, the
+    /// ranks agree whether the switch worked for all of them, and if not
+    /// redo the call with the host plan from the saved contribution and
+    /// stop using the switch. The host phases run whatever the switch did
+    /// (a rank whose switch call failed gathers a shard the agreement will
+    /// discard), so no rank waits for a phase another skipped.
+    fn run_hierarchical_switch(
+        &self,
+        p: &Prepared,
+        phases: &HostPhases,
+        agree_seq: u32,
+        bufs: CallBuffers,
+    ) -> Result<()> {
+        let mut contribution = self.engine.ina_backup.lock().unwrap();
+        contribution.clear();
+        // SAFETY: the input buffer was validated by prepare.
+        contribution
+            .extend_from_slice(unsafe { std::slice::from_raw_parts(bufs.input, bufs.input_bytes) });
+        let saved = CallBuffers {
+            input: contribution.as_ptr(),
+            input_bytes: contribution.len(),
+            ..bufs
+        };
+        let (rs, rs_seq) = &phases.reduce_scatter;
+        self.run_phase(p, rs, *rs_seq, saved)?;
+        let esize = p.dtype.size();
+        let (offset, len) = phases.shard;
+        // SAFETY: the output buffer was validated by prepare; the shard lies in it.
+        let shard =
+            unsafe { std::slice::from_raw_parts_mut(bufs.output.add(offset * esize), len * esize) };
+        let recorder = self.engine.tracing.recorder();
+        let started = recorder.map(|r| r.now());
+        let outcome = self.shard_allreduce(shard, p, phases.job);
+        if let (Some(r), Some(start)) = (recorder, started) {
+            r.ina(
+                start,
+                shard.len(),
+                outcome.is_ok(),
+                self.shard_job.last_call(),
+            );
+        }
+        let (ag, ag_seq) = &phases.allgather;
+        self.run_phase(p, ag, *ag_seq, bufs)?;
+        if self.agree(outcome.is_ok(), agree_seq, p.sig.history)? {
+            if let Ok(ina) = self.ina() {
+                ina.succeeded();
+            }
+            if let Some(n) = p.divide_by {
+                // SAFETY: as above.
+                let out = unsafe { std::slice::from_raw_parts_mut(bufs.output, bufs.output_bytes) };
+                divide(p.dtype, out, n);
+            }
+            return Ok(());
+        }
+        let reason = outcome
+            .err()
+            .unwrap_or_else(|| "another rank could not use the switch".into());
+        self.shard_job.reset();
+        if let Ok(ina) = self.ina() {
+            ina.disable(&reason);
+        }
+        ina::warn(&format!(
+            "allreduce falls back to host algorithms: {reason}"
+        ));
+        self.run_plan(p, saved)
+    }
+
+    /// This rank's shard summed over the hosts through its shard's switch job.
+    fn shard_allreduce(
+        &self,
+        shard: &mut [u8],
+        p: &Prepared,
+        job: (usize, usize, usize),
+    ) -> std::result::Result<(), String> {
+        let ina = self.ina()?;
+        if let Some(reason) = ina.unusable() {
+            return Err(reason);
+        }
+        let peers = || {
+            self.engine
+                .transport
+                .progress()
+                .map(drop)
+                .map_err(|e| e.to_string())
+        };
+        self.shard_job
+            .allreduce(ina, job, shard, p.dtype, p.op, &peers)
+    }
+
+    /// Runs one host phase of a call (its own plan and sequence number).
+    fn run_phase(
+        &self,
+        p: &Prepared,
+        cp: &CompiledPlan,
+        seq: u32,
+        bufs: CallBuffers,
+    ) -> Result<()> {
+        let ctx = CallContext {
+            transport: &*self.engine.transport,
+            members: &self.members,
+            comm: self.id,
+            seq,
+            sig: p.sig,
+            dtype: p.dtype,
+            op: p.op,
+            timeout: self.engine.config.timeout,
+            describe: &|| p.describe(),
+        };
+        self.engine.run(cp, &ctx, bufs)
     }
 
     /// Allreduce through the switch; then the ranks agree (a one-byte host
@@ -512,12 +650,8 @@ impl Communicator {
         choice: Choice,
         source: Option<&dyn PlanSource>,
     ) -> Result<Arc<CompiledPlan>> {
-        let key = (shape, choice.id(), self.rank);
-        if let Some(cp) = self.engine.plans.lock().unwrap().get(&key) {
-            return Ok(cp);
-        }
-        let plan = match choice {
-            Choice::Builtin(alg) => (alg.generate)(&key.0, self.rank),
+        self.cached_plan(shape, choice.id(), |shape| match choice {
+            Choice::Builtin(alg) => Ok((alg.generate)(shape, self.rank)),
             Choice::Registered(alg) => {
                 let source = source.ok_or_else(|| {
                     Error::invalid(format!(
@@ -525,14 +659,28 @@ impl Communicator {
                         alg.collective, alg.name
                     ))
                 })?;
-                let plan = source.plan(alg, &key.0, self.rank)?;
-                shoal_plan::verify::check_plan(&key.0, self.rank, &plan).map_err(|e| {
+                let plan = source.plan(alg, shape, self.rank)?;
+                shoal_plan::verify::check_plan(shape, self.rank, &plan).map_err(|e| {
                     Error::invalid(format!("{} algorithm '{}': {e}", alg.collective, alg.name))
                 })?;
-                plan
+                Ok(plan)
             }
-        };
-        let cp = Arc::new(CompiledPlan::new(plan));
+        })
+    }
+
+    /// The plan of this rank for a call shape and plan id, from the cache or
+    /// built by `build` (outside the cache's lock) and cached.
+    fn cached_plan(
+        &self,
+        shape: CallShape,
+        id: u32,
+        build: impl FnOnce(&CallShape) -> Result<Plan>,
+    ) -> Result<Arc<CompiledPlan>> {
+        let key = (shape, id, self.rank);
+        if let Some(cp) = self.engine.plans.lock().unwrap().get(&key) {
+            return Ok(cp);
+        }
+        let cp = Arc::new(CompiledPlan::new(build(&key.0)?));
         self.engine.plans.lock().unwrap().insert(key, cp.clone());
         Ok(cp)
     }
@@ -581,8 +729,9 @@ impl Communicator {
         self.join_group_switch(args);
         let provider = self.provider_for(args, &shape, source)?;
         let provider = self.retry_switch(args, provider);
-        let via_switch = provider == ProviderId::Switch;
-        let host_choice = explicit.filter(|&a| a != INA);
+        let via_switch = provider != ProviderId::Plans;
+        let hierarchical = provider == ProviderId::HierarchicalSwitch;
+        let host_choice = explicit.filter(|&a| !ina::is_switch_algorithm(a));
         let choice = self
             .engine
             .selector
@@ -600,7 +749,11 @@ impl Communicator {
                 .unwrap() as u8,
             dtype: args.dtype.index(),
             op: op.index(),
-            algo: if via_switch { INA_ALGO_ID } else { algo_id },
+            algo: match provider {
+                ProviderId::Switch => INA_ALGO_ID,
+                ProviderId::HierarchicalSwitch => HIERARCHICAL_INA_ALGO_ID,
+                ProviderId::Plans => algo_id,
+            },
             root: args.root as u32,
             count: sig_count(&shape),
             history: 0,
@@ -608,6 +761,11 @@ impl Communicator {
         let has_output = shape.buffer_len(self.rank, Buf::Output) > 0;
         let divide_by = (op == ReduceOp::Avg && has_output).then_some(self.size());
         let cp = self.plan(shape.clone(), choice, source)?;
+        let phases = if hierarchical {
+            Some(self.host_phases(&shape)?)
+        } else {
+            None
+        };
         let mut st = self.state.lock().unwrap();
         // Every member folds the same calls in the same order.
         sig.history = st.history;
@@ -618,22 +776,33 @@ impl Communicator {
             seq
         };
         // Numbered in the order they run (the transport counts a call's
-        // messages as late once a later call finished): through the switch,
-        // the agreement on its outcome first, then the host plan, which runs
-        // only if the switch failed.
+        // messages as late once a later call finished): the host phases of
+        // `hierarchical_ina`; through the switch, the agreement on its
+        // outcome, then the host plan, which runs only if the switch failed.
+        let hier = phases.map(|(rs, ag, shard, job)| HostPhases {
+            reduce_scatter: (rs, next_seq()),
+            allgather: (ag, next_seq()),
+            shard,
+            job,
+        });
         let first = next_seq();
         let (seq, ina_agree_seq) = if via_switch {
             (next_seq(), Some(first))
         } else {
             (first, None)
         };
-        tracing::debug!(comm = self.id, seq, count = args.count, dtype = %args.dtype, "{} runs {}", args.collective, if via_switch { INA } else { choice.name() });
+        let algorithm = match provider {
+            ProviderId::Switch => INA,
+            ProviderId::HierarchicalSwitch => HIERARCHICAL_INA,
+            ProviderId::Plans => choice.name(),
+        };
+        tracing::debug!(comm = self.id, seq, count = args.count, dtype = %args.dtype, "{} runs {algorithm}", args.collective);
         Ok(Prepared {
             cp,
             seq,
             sig,
             collective: args.collective,
-            algorithm: if via_switch { INA } else { choice.name() },
+            algorithm,
             count: args.count,
             counts: shape.counts.clone(),
             root: args.root,
@@ -644,7 +813,41 @@ impl Communicator {
             in_place,
             provider,
             ina_agree_seq,
+            hier,
         })
+    }
+
+    /// The host phases of `hierarchical_ina` for a call: their plans, this
+    /// rank's shard, and its shard's switch job (local rank, host, hosts).
+    #[allow(clippy::type_complexity)]
+    fn host_phases(
+        &self,
+        shape: &CallShape,
+    ) -> Result<(
+        Arc<CompiledPlan>,
+        Arc<CompiledPlan>,
+        (usize, usize),
+        (usize, usize, usize),
+    )> {
+        use shoal_plan::algorithms::algorithm_id;
+        let phase = |name| algorithm_id(Collective::Allreduce, name);
+        let rank = self.rank;
+        let rs = self.cached_plan(
+            shape.clone(),
+            phase("hierarchical_ina/reduce_scatter"),
+            |s| Ok(hierarchical_ina::reduce_scatter(s, rank)),
+        )?;
+        let ag = self.cached_plan(shape.clone(), phase("hierarchical_ina/allgather"), |s| {
+            Ok(hierarchical_ina::allgather(s, rank))
+        })?;
+        let (hosts, local) = shape.layout();
+        let j = rank % local;
+        Ok((
+            rs,
+            ag,
+            hierarchical_ina::shard(shape, j),
+            (j, rank / local, hosts),
+        ))
     }
 
     /// While the switch is away, every allreduce it could run counts
@@ -693,18 +896,25 @@ impl Communicator {
     ) -> Result<ProviderId> {
         if args.collective != Collective::Allreduce {
             return match args.algorithm.as_deref() {
-                Some(INA) => Err(Error::invalid(format!(
-                    "algorithm 'ina' is for allreduce only, not {}",
+                Some(a) if ina::is_switch_algorithm(a) => Err(Error::invalid(format!(
+                    "algorithm '{a}' is for allreduce only, not {}",
                     args.collective
                 ))),
                 _ => Ok(ProviderId::Plans),
             };
         }
+        let by_name = |name| match name {
+            INA => ProviderId::Switch,
+            HIERARCHICAL_INA => ProviderId::HierarchicalSwitch,
+            _ => ProviderId::Plans,
+        };
         match args.algorithm.as_deref() {
-            Some(INA) => return Ok(ProviderId::Switch),
-            Some(_) => return Ok(ProviderId::Plans),
-            None if self.engine.selector.ina_forced() => return Ok(ProviderId::Switch),
-            None => {}
+            Some(name) => return Ok(by_name(name)),
+            None => {
+                if let Some(name) = self.engine.selector.switch_forced() {
+                    return Ok(by_name(name));
+                }
+            }
         }
         let plans = PlanExecutor {
             selector: &self.engine.selector,
@@ -716,8 +926,10 @@ impl Communicator {
             per_link: self.busiest_host,
             plans: &plans,
         };
+        let hierarchical = HierarchicalSwitch(&switch);
         // Listed plans first: a tie keeps the host algorithms.
-        let cheapest = provider::cheapest(&[&plans, &switch], shape, args.dtype.size())?;
+        let cheapest =
+            provider::cheapest(&[&plans, &switch, &hierarchical], shape, args.dtype.size())?;
         Ok(cheapest.unwrap_or(ProviderId::Plans))
     }
 
@@ -996,7 +1208,10 @@ fn sig_count(shape: &CallShape) -> u64 {
 /// host algorithm.
 fn switch_eligible(args: &CollArgs) -> bool {
     args.collective == Collective::Allreduce
-        && matches!(args.algorithm.as_deref(), None | Some(INA))
+        && args
+            .algorithm
+            .as_deref()
+            .is_none_or(ina::is_switch_algorithm)
         && ina::wire_types(args.dtype, args.op).is_some()
 }
 

@@ -43,6 +43,18 @@ pub const INA: &str = "ina";
 pub const INA_ALGO_ID: u32 =
     shoal_plan::algorithms::algorithm_id(shoal_plan::Collective::Allreduce, INA);
 
+/// Hierarchical allreduce with the switch as the inter-host step:
+/// `algorithm="hierarchical_ina"`, `SHOAL_ALGO=allreduce:hierarchical_ina`.
+pub const HIERARCHICAL_INA: &str = shoal_plan::algorithms::allreduce::hierarchical_ina::NAME;
+/// Its id in message signatures (its host phases and its fallback's agreement).
+pub const HIERARCHICAL_INA_ALGO_ID: u32 =
+    shoal_plan::algorithms::algorithm_id(shoal_plan::Collective::Allreduce, HIERARCHICAL_INA);
+
+/// Whether `name` is one of the algorithms the switch runs.
+pub fn is_switch_algorithm(name: &str) -> bool {
+    name == INA || name == HIERARCHICAL_INA
+}
+
 /// This rank's membership in the switch job.
 pub struct Ina {
     client: Mutex<InaClient>,
@@ -208,6 +220,31 @@ impl Ina {
         }
     }
 
+    /// The switch job of shard `shard` of hierarchical allreduce: local rank
+    /// `shard` of every host, `host` of `hosts` (see [`ShardJob`]). Its keys
+    /// and store keys are derived from this job's and the shard's, and the
+    /// attempt's, so a job joined again after a failure starts afresh.
+    fn join_shard(&self, shard: usize, host: usize, hosts: usize, attempt: u32) -> Membership {
+        let name = format!("shard {shard} attempt {attempt}");
+        let mut config = self.config.clone();
+        config.rank = host;
+        config.world = hosts;
+        config.keys.job = self.config.keys.job.derive(&name);
+        let store = self.store.scope(&format!("shard{shard}a{attempt}"));
+        match InaClient::join(&config, &store) {
+            Ok(client) => Ok(Ina {
+                client: Mutex::new(client),
+                state: Mutex::new(Recovery::default()),
+                config,
+                store,
+                retry: self.retry,
+            }),
+            Err(e) => Err(format!(
+                "in-network aggregation unavailable to {name} of hierarchical allreduce: {e}"
+            )),
+        }
+    }
+
     /// Counts one allreduce the switch could run while it is away; true
     /// when this call is the retry (it then goes through the switch, which
     /// re-admits the job first). Every rank counts the same calls.
@@ -281,6 +318,66 @@ impl Ina {
             .unwrap()
             .allreduce_checked(buf, dt, op, peers)
             .map_err(|e| e.to_string())
+    }
+}
+
+/// This rank's switch job in hierarchical allreduce (`hierarchical_ina`):
+/// after the host's reduce-scatter, local rank `j` of every host holds its
+/// host's sum of shard `j`, and those ranks sum it through a switch job of
+/// their own, one job per shard, so every local rank drives the network at
+/// once and the switch's threads serve the shards side by side. The job is
+/// joined at the first call that needs it (every rank makes that call, so
+/// each shard's ranks join together) and dropped after a failed call, to be
+/// joined afresh when the communicator's switch is back (`ina.rs`'s
+/// back-off decides that for the whole communicator).
+#[derive(Default)]
+pub struct ShardJob {
+    joined: Mutex<Option<Membership>>,
+    /// Joins so far: each one under keys of its own.
+    attempts: Mutex<u32>,
+}
+
+impl ShardJob {
+    /// Sums `buf` (this rank's shard) over the hosts through the shard's
+    /// switch job, joining it first if needed (`base` is the communicator's
+    /// membership: its switches, keys and store scope). Avg is summed here
+    /// and divided by the caller, who knows the whole group's size.
+    pub fn allreduce(
+        &self,
+        base: &Ina,
+        (shard, host, hosts): (usize, usize, usize),
+        buf: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+        peers: PeerCheck<'_>,
+    ) -> std::result::Result<(), String> {
+        let mut joined = self.joined.lock().unwrap();
+        if joined.is_none() {
+            let mut attempts = self.attempts.lock().unwrap();
+            *attempts += 1;
+            *joined = Some(base.join_shard(shard, host, hosts, *attempts));
+        }
+        let job = joined.as_ref().unwrap().as_ref().map_err(Clone::clone)?;
+        let op = if op == ReduceOp::Avg {
+            ReduceOp::Sum
+        } else {
+            op
+        };
+        job.allreduce(buf, dtype, op, peers)
+    }
+
+    /// A call failed on some rank: the next one joins a fresh job (the old
+    /// one's slots may hold a half-done call; dropping it releases them).
+    pub fn reset(&self) {
+        *self.joined.lock().unwrap() = None;
+    }
+
+    /// What the last switch call did on the wire (for traces).
+    pub fn last_call(&self) -> shoal_ina::CallStats {
+        match &*self.joined.lock().unwrap() {
+            Some(Ok(job)) => job.last_call(),
+            _ => Default::default(),
+        }
     }
 }
 
@@ -361,6 +458,21 @@ pub fn unsupported(dtype: DType, op: ReduceOp) -> String {
 /// share a host share its link: `per_link` of them send through the busiest.
 pub fn cost(bytes: usize, per_link: usize, params: &CostParams) -> f64 {
     2.0 * params.alpha + (bytes * per_link.max(1)) as f64 * params.beta
+}
+
+/// Hierarchical allreduce through the switch (`hierarchical_ina`) on
+/// `hosts` hosts of `local` ranks: a ring reduce-scatter and a ring
+/// allgather of `bytes` inside each host (shared memory, `alpha_local`,
+/// `beta_local`), and between them every local rank sends its shard to the
+/// switch at once, so a host's link carries the `bytes` once (against flat
+/// `ina`'s `local` times).
+pub fn hierarchical_cost(bytes: usize, local: usize, params: &CostParams) -> f64 {
+    let local = local.max(1);
+    let shard = bytes.div_ceil(local) as f64;
+    let steps = (local - 1) as f64;
+    let host_rs = steps * (params.alpha_local + shard * (params.beta_local + params.gamma));
+    let host_ag = steps * (params.alpha_local + shard * params.beta_local);
+    host_rs + host_ag + cost(bytes.div_ceil(local), local, params)
 }
 
 /// A runtime warning (a switch that cannot be used, a fallback), once per

@@ -1,7 +1,8 @@
-//! Providers of collectives: who runs a call. Two exist: the plan executor
+//! Providers of collectives: who runs a call. Three exist: the plan executor
 //! (built-in algorithms and those registered from Python, chosen among by
-//! the [`Selector`]) and the switch (in-network aggregation, allreduce
-//! only). Each one says whether it can run a call and what the call would
+//! the [`Selector`]), the switch (in-network aggregation, allreduce only)
+//! and the switch behind the hosts' shared memory (hierarchical allreduce
+//! with the switch as its inter-host step). Each one says whether it can run a call and what the call would
 //! cost; [`cheapest`] merges their estimates per call shape, UCC-style, so a
 //! provider wins exactly the sizes where it is cheapest.
 //!
@@ -24,6 +25,9 @@ pub enum ProviderId {
     Plans,
     /// The switch; the ranks then agree on its outcome.
     Switch,
+    /// Host reduce-scatter, the switch per shard, host allgather
+    /// (`hierarchical_ina`); the ranks then agree on its outcome.
+    HierarchicalSwitch,
 }
 
 impl ProviderId {
@@ -32,7 +36,7 @@ impl ProviderId {
     /// not used again); a plan's failure is the call's.
     pub fn fallback(self) -> Option<ProviderId> {
         match self {
-            ProviderId::Switch => Some(ProviderId::Plans),
+            ProviderId::Switch | ProviderId::HierarchicalSwitch => Some(ProviderId::Plans),
             ProviderId::Plans => None,
         }
     }
@@ -103,6 +107,18 @@ pub struct Switch<'a> {
     pub plans: &'a PlanExecutor<'a>,
 }
 
+impl Switch<'_> {
+    /// Every switch allreduce ends with the ranks agreeing on its outcome:
+    /// a one-byte host allreduce, which decides for small messages.
+    fn agreement(&self, shape: &CallShape) -> Result<f64> {
+        let agreement = CallShape {
+            count: 1,
+            ..shape.clone()
+        };
+        self.plans.cost(&agreement, 1)
+    }
+}
+
 impl Provider for Switch<'_> {
     fn id(&self) -> ProviderId {
         ProviderId::Switch
@@ -113,14 +129,29 @@ impl Provider for Switch<'_> {
     fn cost(&self, shape: &CallShape, elem_size: usize) -> Result<f64> {
         let params: CostParams = self.plans.selector.cost();
         let bytes = shape.count * elem_size;
-        // Every switch allreduce ends with the ranks agreeing on its outcome:
-        // a one-byte host allreduce, which decides for small messages.
-        let agreement = CallShape {
-            count: 1,
-            ..shape.clone()
-        };
-        let agree = self.plans.cost(&agreement, 1)?;
-        Ok(ina::cost(bytes, self.per_link, &params) + agree)
+        Ok(ina::cost(bytes, self.per_link, &params) + self.agreement(shape)?)
+    }
+}
+
+/// The switch as the inter-host step of hierarchical allreduce: runs where
+/// the switch does and the members sit on several hosts in equal blocks of
+/// more than one rank (with one rank per host it is `Switch`'s call plus
+/// nothing; on one host the switch has nothing to add up).
+pub struct HierarchicalSwitch<'a>(pub &'a Switch<'a>);
+
+impl Provider for HierarchicalSwitch<'_> {
+    fn id(&self) -> ProviderId {
+        ProviderId::HierarchicalSwitch
+    }
+    fn can_run(&self, shape: &CallShape, _: usize) -> bool {
+        let (hosts, local) = shape.layout();
+        self.0.usable && hosts > 1 && local > 1
+    }
+    fn cost(&self, shape: &CallShape, elem_size: usize) -> Result<f64> {
+        let params: CostParams = self.0.plans.selector.cost();
+        let bytes = shape.count * elem_size;
+        let (_, local) = shape.layout();
+        Ok(ina::hierarchical_cost(bytes, local, &params) + self.0.agreement(shape)?)
     }
 }
 
@@ -197,8 +228,48 @@ mod tests {
     }
 
     #[test]
+    fn hierarchical_switch_runs_with_several_ranks_per_host_and_wins_large_calls() {
+        let selector = Selector::new("", crate::select::TCP_COST).unwrap();
+        let plans = PlanExecutor {
+            selector: &selector,
+            source: None,
+        };
+        let switch = Switch {
+            usable: true,
+            per_link: 2,
+            plans: &plans,
+        };
+        let hierarchical = HierarchicalSwitch(&switch);
+        let all: [&dyn Provider; 3] = [&plans, &switch, &hierarchical];
+        let two_per_host = |count| CallShape {
+            ranks_per_host: 2,
+            ..shape(count)
+        };
+        // 16 MiB of float32 on 2 hosts x 2 ranks: the host link carries the
+        // buffer once (not twice, as with flat ina).
+        let big = two_per_host(4 << 20);
+        assert!(hierarchical.can_run(&big, 4));
+        assert!(hierarchical.cost(&big, 4).unwrap() < switch.cost(&big, 4).unwrap());
+        assert_eq!(
+            cheapest(&all, &big, 4).unwrap(),
+            Some(ProviderId::HierarchicalSwitch)
+        );
+        // One rank per host: nothing to reduce inside a host.
+        assert!(!hierarchical.can_run(&shape(4 << 20), 4));
+        // Small calls stay on host algorithms (latency decides).
+        assert_eq!(
+            cheapest(&all, &two_per_host(8), 4).unwrap(),
+            Some(ProviderId::Plans)
+        );
+    }
+
+    #[test]
     fn only_the_switch_falls_back_and_to_the_plans() {
         assert_eq!(ProviderId::Switch.fallback(), Some(ProviderId::Plans));
+        assert_eq!(
+            ProviderId::HierarchicalSwitch.fallback(),
+            Some(ProviderId::Plans)
+        );
         assert_eq!(ProviderId::Plans.fallback(), None);
     }
 }

@@ -66,7 +66,7 @@ static REGISTRATIONS: AtomicUsize = AtomicUsize::new(0);
 /// already has is refused, so a name means one algorithm on every rank.
 pub fn register(collective: Collective, name: &str) -> Result<Registered> {
     let clash = algorithms::find(collective, name).is_ok()
-        || (collective == Collective::Allreduce && name == crate::ina::INA);
+        || (collective == Collective::Allreduce && crate::ina::is_switch_algorithm(name));
     if clash {
         return Err(Error::invalid(format!(
             "{collective} already has a built-in algorithm '{name}'"
@@ -199,8 +199,9 @@ impl Choice {
 
 pub struct Selector {
     overrides: HashMap<Collective, Choice>,
-    /// `SHOAL_ALGO=allreduce:ina`: allreduce goes through the switch.
-    ina_forced: bool,
+    /// `SHOAL_ALGO=allreduce:ina` (or `hierarchical_ina`): allreduce goes
+    /// through the switch, by that algorithm.
+    switch_forced: Option<&'static str>,
     /// Replaced once by the calibration at init; read on every call.
     cost: Mutex<CostParams>,
     /// The automatic choice per call shape and element size (a tuning
@@ -225,7 +226,7 @@ impl Selector {
     /// `spec` is the `SHOAL_ALGO` syntax: `collective:algorithm` pairs separated by commas.
     pub fn new(spec: &str, cost: CostParams) -> Result<Selector> {
         let mut overrides = HashMap::new();
-        let mut ina_forced = false;
+        let mut switch_forced = None;
         for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (coll, algo) = item.split_once(':').ok_or_else(|| {
                 Error::invalid(format!(
@@ -233,15 +234,17 @@ impl Selector {
                 ))
             })?;
             let collective = parse_collective(coll.trim())?;
-            if collective == Collective::Allreduce && algo.trim() == crate::ina::INA {
-                ina_forced = true;
+            if collective == Collective::Allreduce && crate::ina::is_switch_algorithm(algo.trim()) {
+                switch_forced = [crate::ina::INA, crate::ina::HIERARCHICAL_INA]
+                    .into_iter()
+                    .find(|&a| a == algo.trim());
                 continue;
             }
             overrides.insert(collective, find(collective, algo.trim())?);
         }
         Ok(Selector {
             overrides,
-            ina_forced,
+            switch_forced,
             cost: Mutex::new(cost),
             cheapest: Mutex::new(Lru::new(CHOICES_CACHED)),
             factors: Mutex::new(HashMap::new()),
@@ -301,9 +304,9 @@ impl Selector {
         }
     }
 
-    /// Whether `SHOAL_ALGO` sends allreduce through the switch.
-    pub fn ina_forced(&self) -> bool {
-        self.ina_forced
+    /// The switch algorithm `SHOAL_ALGO` sends allreduce through, if any.
+    pub fn switch_forced(&self) -> Option<&'static str> {
+        self.switch_forced
     }
 
     /// The estimated time of the cheapest plan algorithm for a call.
@@ -506,6 +509,7 @@ pub(crate) mod tests {
             .message
             .contains("already has a built-in algorithm 'ring'"));
         assert!(register(c, "ina").is_err());
+        assert!(register(c, "hierarchical_ina").is_err());
         let alg = register(c, "test_free").unwrap();
         assert!(register(c, "test_free")
             .unwrap_err()

@@ -59,7 +59,10 @@ impl PyCall {
                 .check(dtype_parsed)
                 .map_err(|e| bad_field(name, "op", op, e))?;
         }
-        if let Some(alg) = algorithm.as_deref().filter(|&a| a != shoal_core::ina::INA) {
+        if let Some(alg) = algorithm
+            .as_deref()
+            .filter(|&a| !shoal_core::ina::is_switch_algorithm(a))
+        {
             // Built-in or registered from Python (shoal.algo.register).
             shoal_core::select::find(kind, alg)
                 .map_err(|e| bad_field(name, "algorithm", alg, e.message))?;

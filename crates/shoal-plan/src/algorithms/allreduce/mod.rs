@@ -3,6 +3,7 @@
 pub mod binomial;
 pub mod direct;
 pub mod hierarchical;
+pub mod hierarchical_ina;
 pub mod rabenseifner;
 pub mod recursive_doubling;
 pub mod ring;
