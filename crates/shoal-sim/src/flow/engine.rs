@@ -75,6 +75,10 @@ enum State {
     Free,
 }
 
+/// The flow id of the tick that runs a deferred recompute
+/// ([`FlowEngine::set_rate_interval`]); never a real flow's.
+const TICK: u32 = u32::MAX;
+
 /// Links kept inline in a flow (a fat-tree route needs 6); longer link
 /// sets (an aggregation tree) are stored on the heap.
 pub const MAX_HOPS: usize = 8;
@@ -184,6 +188,11 @@ pub struct FlowEngine {
     fill_links: Vec<LinkFill>,
     recomputes: u64,
     events: u64,
+    /// Minimum simulated time between recomputes (0: exact), the time of
+    /// the last one, and whether a tick to run the next one is queued.
+    rate_interval_s: f64,
+    last_recompute_s: f64,
+    tick_queued: bool,
 }
 
 fn time_key(t: f64) -> u64 {
@@ -227,6 +236,9 @@ impl FlowEngine {
             fill_links: vec![LinkFill::default(); n],
             recomputes: 0,
             events: 0,
+            rate_interval_s: 0.0,
+            last_recompute_s: f64::NEG_INFINITY,
+            tick_queued: false,
         })
     }
 
@@ -386,6 +398,16 @@ impl FlowEngine {
         }
     }
 
+    /// Recompute rates at most every `interval_s` of simulated time
+    /// (default 0: at every instant a flow starts or ends, exact max-min).
+    /// In between, a new flow waits at rate 0 and an ended flow's share
+    /// stays unused: each start and end takes effect up to `interval_s`
+    /// late. For large scenarios, where every recompute is the whole
+    /// network, this trades that bounded lag for speed.
+    pub fn set_rate_interval(&mut self, interval_s: f64) {
+        self.rate_interval_s = interval_s.max(0.0);
+    }
+
     /// Flows now transmitting on a link.
     pub fn active_flows(&self, link: u32) -> usize {
         self.links[link as usize].active.len()
@@ -416,14 +438,23 @@ impl FlowEngine {
         loop {
             let next_time = self.queue.peek_time().map(f64::from_bits);
             if !self.dirty.is_empty() && next_time.is_none_or(|t| t > self.now) {
-                self.recompute();
-                continue;
+                let due = self.last_recompute_s + self.rate_interval_s;
+                if self.now >= due {
+                    self.last_recompute_s = self.now;
+                    self.recompute();
+                    continue;
+                }
+                if !self.tick_queued {
+                    self.tick_queued = true;
+                    self.push(due, Kind::Start(TICK));
+                }
             }
             let (t, bits) = self.queue.pop()?;
             let kind = Kind::decode(bits);
             self.now = f64::from_bits(t);
             self.events += 1;
             match kind {
+                Kind::Start(TICK) => self.tick_queued = false,
                 Kind::Start(id) => self.activate(id),
                 Kind::Finish(id, version) => self.finish(id, version),
                 Kind::Deliver(id) => {

@@ -97,6 +97,11 @@ pub struct ScenarioConfig {
     pub chunk_bytes: u64,
     pub duration_s: f64,
     pub seed: u64,
+    /// Rates are recomputed at most this often (0: at every start and end,
+    /// exact). With background traffic on a large fabric every flow shares
+    /// a link with every other through some chain, so each recompute is
+    /// the whole network: batching them is what makes k = 16 affordable.
+    pub rate_interval_s: f64,
 }
 
 impl Default for ScenarioConfig {
@@ -117,6 +122,7 @@ impl Default for ScenarioConfig {
             chunk_bytes: 1 << 20,
             duration_s: 0.1,
             seed: 1,
+            rate_interval_s: 0.0,
         }
     }
 }
@@ -158,6 +164,7 @@ impl ScenarioConfig {
                 "chunk_bytes" => cfg.chunk_bytes = parse_bytes(v)?,
                 "duration" => cfg.duration_s = seconds(parse_time(v)?),
                 "seed" => cfg.seed = number(key, v)?,
+                "rate_interval" => cfg.rate_interval_s = seconds(parse_time(v)?),
                 "long_flows" => cfg.long_flows = number(key, v)?,
                 "background.load" => cfg.background_load = fraction(key, v)?,
                 "background.distribution" => {

@@ -276,6 +276,7 @@ pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scenar
         cfg.ecn_k as f64 * PACKET_BYTES as f64,
         cfg.link.buffer as f64,
     );
+    engine.set_rate_interval(cfg.rate_interval_s);
     let link_bps = cfg.link.rate.bits_per_s();
 
     // Background flows, all scheduled up front.
