@@ -163,8 +163,8 @@ def main(args: list[str]) -> int:
 
     p = argparse.ArgumentParser(prog="shoal sim panama", description="Reproduce PANAMA's Figs. 8-10 (flow engine).")
     p.add_argument("--out", type=Path, required=True, help="directory for fig8/9/10.json and plots")
-    p.add_argument("--k", type=int, default=8, help="fat-tree k for Fig. 8 (paper: 16; default 8, see docs/sim.md)")
-    p.add_argument("--duration", default="2s", help="simulated time per Fig. 8 point (default 2s)")
+    p.add_argument("--k", type=int, default=16, help="fat-tree k for Fig. 8 (default 16, the paper's 1024 hosts)")
+    p.add_argument("--duration", default="1s", help="simulated time per Fig. 8 point (default 1s; see docs/sim.md)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--jobs", type=int, default=2, help="Fig. 8 points simulated at once, on threads (default 2)")
     p.add_argument("--loads", type=float, nargs="+", default=list(LOADS), help="total loads (default 0.2 .. 0.8)")
