@@ -101,6 +101,8 @@ def fig9(seed: int, long_flows: tuple[int, ...] = (0, 2, 4, 8, 12)) -> dict[str,
                 ("jobs.0.trees", "4"),
                 ("jobs.0.placement", "random"),
                 ("chunk_bytes", "64MiB"),
+                # Every tree its own window (PANAMA's): trees on disjoint core links each get a share.
+                ("tree_share", "each"),
                 *extra,
             ]
             times.append(run_pairs(pairs)["jobs"][0]["mean_comm_s"])
