@@ -3,7 +3,7 @@
 //! algorithm name). This is the interface both engines consume.
 //!
 //! Semantics: message `m` leaves rank `m.src_rank` for `m.dst_rank` once
-//! every message in `m.deps` has been *delivered* (all its bytes received;
+//! every message in `dag.deps(m)` has been *delivered* (all its bytes received;
 //! deps are always messages received by `m.src_rank`). The collective is
 //! done when every message is delivered.
 //!
@@ -19,17 +19,19 @@
 //! `reduce_bytes` records the bytes each rank reduces, for engines or
 //! reports that want to charge them.
 //!
-//! Shared-memory steps (`shm_*` algorithms, all ranks on one host) become
-//! messages too: a `PeerRead`/`PeerReadReduce` is a message from the
-//! exposing peer to the reader that starts once the peer's `Expose` and the
-//! reader's own dependencies are satisfied, and a `Release` waits for the
-//! reads of its flag. These are the only deps not received by `src_rank`.
+//! Shared-memory plans (`shm_*` algorithms, all ranks on one host) become
+//! messages too, in [`shared`]: a `PeerRead`/`PeerReadReduce` is a message
+//! from the exposing peer to the reader that starts once the peer's
+//! `Expose` and the reader's own dependencies are satisfied, and a
+//! `Release` waits for the reads of its flag. These are the only deps not
+//! received by `src_rank`.
 
-use std::collections::HashMap;
+mod shared;
 
-use shoal_plan::{algorithms, CallShape, Collective, Op};
+use shoal_plan::{algorithms, CallShape, Collective, Op, Plan};
 
-/// One point-to-point transfer of a collective.
+/// One point-to-point transfer of a collective. Its dependencies are
+/// [`CollectiveDag::deps`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message {
     /// Index in [`CollectiveDag::messages`].
@@ -37,8 +39,6 @@ pub struct Message {
     pub src_rank: usize,
     pub dst_rank: usize,
     pub bytes: u64,
-    /// Messages that must be delivered (at `src_rank`) before this one starts.
-    pub deps: Vec<usize>,
 }
 
 /// All messages of one collective call and where its ranks run.
@@ -50,6 +50,12 @@ pub struct CollectiveDag {
     /// Bytes each rank contributes (count x element size).
     pub bytes_per_rank: u64,
     pub messages: Vec<Message>,
+    /// The dependencies of every message in one array (CSR): those of
+    /// message `m` are `dep_ids[dep_offsets[m]..dep_offsets[m + 1]]`,
+    /// sorted. At 1024 ranks there are millions of messages, and a `Vec`
+    /// each was most of the cost of building the DAG.
+    pub dep_offsets: Vec<u32>,
+    pub dep_ids: Vec<u32>,
     /// `placement[rank]`: the host the rank runs on.
     pub placement: Vec<usize>,
     /// Bytes reduced locally by each rank (not charged by the engines).
@@ -132,180 +138,287 @@ pub fn build(spec: &DagSpec, placement: Option<Vec<usize>>) -> Result<Collective
     if let Some(why) = algo.refuses(&shape) {
         return Err(format!("{} cannot serve this call: {why}", algo.name));
     }
-    let elem = spec.elem_size as u64;
-    let plans: Vec<_> = (0..spec.world)
-        .map(|r| (algo.generate)(&shape, r))
-        .collect();
-
-    // Pass 1: one message per Send, keyed by (src, dst, tag) for matching.
-    let mut messages = Vec::new();
-    let mut by_key = HashMap::new();
-    for plan in &plans {
-        for step in &plan.steps {
-            if let Op::Send { peer, tag, src } = &step.op {
-                let id = messages.len();
-                if by_key.insert((plan.rank, *peer, *tag), id).is_some() {
-                    return Err(format!(
-                        "plan of rank {} sends tag {tag} to {peer} twice",
-                        plan.rank
-                    ));
-                }
-                messages.push(Message {
-                    id,
-                    src_rank: plan.rank,
-                    dst_rank: *peer,
-                    bytes: src.len as u64 * elem,
-                    deps: Vec::new(),
-                });
-            }
-        }
-    }
-    let sends = messages.len();
-    let mut reads = SharedReads::collect(&plans, elem, &mut messages);
-
-    // Pass 2: each step's message frontier; sends take theirs as deps.
-    let mut reduce_bytes = vec![0; spec.world];
-    let mut matched = 0;
-    for plan in &plans {
-        let rank = plan.rank;
-        let mut frontier: Vec<Vec<usize>> = Vec::with_capacity(plan.steps.len());
-        for (index, step) in plan.steps.iter().enumerate() {
-            let mut f: Vec<usize> = Vec::new();
-            for &d in &step.deps {
-                if !matches!(plan.steps[d].op, Op::Send { .. }) {
-                    f.extend_from_slice(&frontier[d]);
-                }
-            }
-            match &step.op {
-                Op::Recv { peer, tag, dst } | Op::RecvReduce { peer, tag, dst } => {
-                    let id = *by_key.get(&(*peer, rank, *tag)).ok_or_else(|| {
-                        format!("rank {rank} receives tag {tag} from {peer}, which never sends it")
-                    })?;
-                    if messages[id].bytes != dst.len as u64 * elem {
-                        return Err(format!("message {id}: send and receive lengths differ"));
-                    }
-                    matched += 1;
-                    f.push(id);
-                    if matches!(step.op, Op::RecvReduce { .. }) {
-                        reduce_bytes[rank] += dst.len as u64 * elem;
-                    }
-                }
-                Op::Reduce { dst, .. } => reduce_bytes[rank] += dst.len as u64 * elem,
-                Op::Send { peer, tag, .. } => {
-                    let id = by_key[&(rank, *peer, *tag)];
-                    f.sort_unstable();
-                    f.dedup();
-                    messages[id].deps = f;
-                    frontier.push(Vec::new());
-                    continue;
-                }
-                Op::Copy { .. } => {}
-                Op::Expose { flag, .. } => {
-                    reads.exposed_after.insert((rank, *flag), f.clone());
-                }
-                Op::PeerRead { dst, .. } | Op::PeerReadReduce { dst, .. } => {
-                    let id = reads.by_step[&(rank, index)];
-                    f.sort_unstable();
-                    f.dedup();
-                    messages[id].deps = std::mem::take(&mut f);
-                    f.push(id);
-                    if matches!(step.op, Op::PeerReadReduce { .. }) {
-                        reduce_bytes[rank] += dst.len as u64 * elem;
-                    }
-                }
-                Op::Release { flag, .. } => {
-                    f.extend(reads.of_flag.get(&(rank, *flag)).into_iter().flatten());
-                }
-            }
-            f.sort_unstable();
-            f.dedup();
-            frontier.push(f);
-        }
-    }
-    if matched != sends {
-        return Err(format!(
-            "{} of {} messages are never received",
-            sends - matched,
-            sends
-        ));
-    }
-    reads.add_expose_deps(&plans, &mut messages)?;
+    let (messages, dep_offsets, dep_ids, reduce_bytes) = if algo.reads_peers() {
+        let plans: Vec<Plan> = (0..spec.world)
+            .map(|r| (algo.generate)(&shape, r))
+            .collect();
+        shared::build(&plans, spec.elem_size as u64)?
+    } else {
+        messages_of(spec, &shape, algo.generate)?
+    };
     Ok(CollectiveDag {
         collective: spec.collective,
         algorithm: algo.name.to_string(),
         world: spec.world,
         bytes_per_rank: spec.bytes,
         messages,
+        dep_offsets,
+        dep_ids,
         placement,
         reduce_bytes,
     })
 }
 
-/// The peer reads of shared-memory plans, as messages from exposer to reader.
-#[derive(Default)]
-struct SharedReads {
-    /// `(reader, step index)` -> message id.
-    by_step: HashMap<(usize, usize), usize>,
-    /// `(exposer, flag)` -> the messages reading that region.
-    of_flag: HashMap<(usize, u32), Vec<usize>>,
-    /// `(exposer, flag)` -> messages delivered before the Expose completes.
-    exposed_after: HashMap<(usize, u32), Vec<usize>>,
+/// Messages, dependencies (CSR offsets and ids) and bytes reduced per rank.
+type Parts = (Vec<Message>, Vec<u32>, Vec<u32>, Vec<u64>);
+
+/// The messages of a plan of sends and receives (every algorithm but the
+/// shared-memory ones).
+fn messages_of(
+    spec: &DagSpec,
+    shape: &CallShape,
+    generate: fn(&CallShape, usize) -> Plan,
+) -> Result<Parts, String> {
+    let mut builder = Builder::new(spec.world, spec.elem_size as u64);
+    for_each_plan(
+        spec.world,
+        |rank| generate(shape, rank),
+        |plan| builder.add_plan(&plan),
+    )?;
+    builder.finish()
 }
 
-impl SharedReads {
-    /// One message per `PeerRead`/`PeerReadReduce`, appended to `messages`.
-    fn collect(plans: &[shoal_plan::Plan], elem: u64, messages: &mut Vec<Message>) -> SharedReads {
-        let mut reads = SharedReads::default();
-        for plan in plans {
-            for (index, step) in plan.steps.iter().enumerate() {
-                if let Op::PeerRead {
-                    peer, flag, dst, ..
-                }
-                | Op::PeerReadReduce {
-                    peer, flag, dst, ..
-                } = &step.op
-                {
-                    let id = messages.len();
-                    messages.push(Message {
-                        id,
-                        src_rank: *peer,
-                        dst_rank: plan.rank,
-                        bytes: dst.len as u64 * elem,
-                        deps: Vec::new(),
-                    });
-                    reads.by_step.insert((plan.rank, index), id);
-                    reads.of_flag.entry((*peer, *flag)).or_default().push(id);
-                }
-            }
-        }
-        reads
+/// Calls `consume` on the plan of every rank, in rank order. Generating
+/// the plans is most of the cost of a large DAG, and each rank's is
+/// independent: with more than one core, worker threads generate them
+/// (rank `r` on worker `r mod T`) while this thread consumes them in order.
+/// Plans travel through bounded channels, so only a few are alive at a
+/// time (holding all 1024 ranks' plans took more memory than the DAG).
+fn for_each_plan<G, C>(world: usize, generate: G, mut consume: C) -> Result<(), String>
+where
+    G: Fn(usize) -> Plan + Sync,
+    C: FnMut(Plan) -> Result<(), String>,
+{
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = cores.min(4).min(world / 64);
+    if workers < 2 {
+        return (0..world).try_for_each(|rank| consume(generate(rank)));
     }
-
-    /// A read also waits for what its region's Expose waited for.
-    fn add_expose_deps(
-        &self,
-        plans: &[shoal_plan::Plan],
-        messages: &mut [Message],
-    ) -> Result<(), String> {
-        for plan in plans {
-            for (index, step) in plan.steps.iter().enumerate() {
-                if let Op::PeerRead { peer, flag, .. } | Op::PeerReadReduce { peer, flag, .. } =
-                    &step.op
-                {
-                    let exposed = self.exposed_after.get(&(*peer, *flag)).ok_or_else(|| {
-                        format!(
-                            "rank {} reads flag {flag} of {peer}, which never exposes it",
-                            plan.rank
-                        )
-                    })?;
-                    let deps = &mut messages[self.by_step[&(plan.rank, index)]].deps;
-                    deps.extend_from_slice(exposed);
-                    deps.sort_unstable();
-                    deps.dedup();
-                }
-            }
+    std::thread::scope(|scope| {
+        let generate = &generate;
+        let receivers: Vec<_> = (0..workers)
+            .map(|w| {
+                let (tx, rx) = std::sync::mpsc::sync_channel(16);
+                scope.spawn(move || {
+                    for rank in (w..world).step_by(workers) {
+                        if tx.send(generate(rank)).is_err() {
+                            return; // the consumer stopped on an error
+                        }
+                    }
+                });
+                rx
+            })
+            .collect();
+        for rank in 0..world {
+            let plan = receivers[rank % workers]
+                .recv()
+                .map_err(|_| format!("generating the plan of rank {rank} failed"))?;
+            consume(plan)?;
         }
         Ok(())
+    })
+}
+
+/// A receive step, before it is matched to its send.
+struct Receive {
+    peer: u32,
+    rank: u32,
+    tag: u32,
+    bytes: u64,
+}
+
+/// Turns plans, fed in rank order, into messages. Receives are numbered
+/// as they come (a *receive handle*) and dependencies are collected as
+/// handles; [`Builder::finish`] matches every receive to its send by
+/// (sender, receiver, tag) and rewrites the handles as message ids. No
+/// hashing: each sender's messages are sorted by (receiver, tag) once and
+/// found by binary search, and a receiver mostly asks the same few senders.
+struct Builder {
+    world: usize,
+    elem: u64,
+    messages: Vec<Message>,
+    /// (receiver, tag, id) of every message, in id order, so the messages
+    /// of sender `r` are `send_keys[first_send[r]..first_send[r + 1]]`.
+    send_keys: Vec<(u32, u32, u32)>,
+    first_send: Vec<u32>,
+    receives: Vec<Receive>,
+    /// Dependencies of each message as receive handles (CSR).
+    dep_offsets: Vec<u32>,
+    dep_handles: Vec<u32>,
+    reduce_bytes: Vec<u64>,
+    /// Per step of the current plan, the receive handles it builds on
+    /// (CSR, reused from plan to plan).
+    front_offsets: Vec<u32>,
+    front: Vec<u32>,
+    scratch: Vec<u32>,
+}
+
+impl Builder {
+    fn new(world: usize, elem: u64) -> Self {
+        Builder {
+            world,
+            elem,
+            messages: Vec::new(),
+            send_keys: Vec::new(),
+            first_send: vec![0],
+            receives: Vec::new(),
+            dep_offsets: vec![0],
+            dep_handles: Vec::new(),
+            reduce_bytes: vec![0; world],
+            front_offsets: Vec::new(),
+            front: Vec::new(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Walks one plan's steps in order: a step's frontier is the union of
+    /// its non-send dependencies' frontiers, plus its own receive; a send
+    /// takes its frontier as the message's dependencies.
+    fn add_plan(&mut self, plan: &Plan) -> Result<(), String> {
+        let rank = plan.rank;
+        self.front_offsets.clear();
+        self.front.clear();
+        self.front_offsets.push(0);
+        for step in &plan.steps {
+            let f = &mut self.scratch;
+            f.clear();
+            for &d in &step.deps {
+                let (from, to) = (self.front_offsets[d], self.front_offsets[d + 1]);
+                f.extend_from_slice(&self.front[from as usize..to as usize]);
+            }
+            match &step.op {
+                Op::Recv { peer, tag, dst } | Op::RecvReduce { peer, tag, dst } => {
+                    let bytes = dst.len as u64 * self.elem;
+                    f.push(self.receives.len() as u32);
+                    self.receives.push(Receive {
+                        peer: *peer as u32,
+                        rank: rank as u32,
+                        tag: *tag,
+                        bytes,
+                    });
+                    if matches!(step.op, Op::RecvReduce { .. }) {
+                        self.reduce_bytes[rank] += bytes;
+                    }
+                }
+                Op::Reduce { dst, .. } => self.reduce_bytes[rank] += dst.len as u64 * self.elem,
+                Op::Send { peer, tag, src } => {
+                    let id = self.messages.len();
+                    self.messages.push(Message {
+                        id,
+                        src_rank: rank,
+                        dst_rank: *peer,
+                        bytes: src.len as u64 * self.elem,
+                    });
+                    self.send_keys.push((*peer as u32, *tag, id as u32));
+                    f.sort_unstable();
+                    f.dedup();
+                    self.dep_handles.extend_from_slice(f);
+                    self.dep_offsets.push(self.dep_handles.len() as u32);
+                    f.clear(); // a send's buffer is free at once: no frontier
+                }
+                Op::Copy { .. } => {}
+                Op::Expose { .. }
+                | Op::PeerRead { .. }
+                | Op::PeerReadReduce { .. }
+                | Op::Release { .. } => {
+                    // algorithms that read peers go through `shared::build`
+                    return Err(format!(
+                        "rank {rank}: a shared-memory step in a plan of messages"
+                    ));
+                }
+            }
+            f.sort_unstable();
+            f.dedup();
+            self.front.extend_from_slice(f);
+            self.front_offsets.push(self.front.len() as u32);
+        }
+        self.first_send.push(self.messages.len() as u32);
+        Ok(())
+    }
+
+    /// Matches receives to sends and rewrites dependencies as message ids.
+    fn finish(mut self) -> Result<Parts, String> {
+        for r in 0..self.world {
+            let (from, to) = (self.first_send[r] as usize, self.first_send[r + 1] as usize);
+            let keys = &mut self.send_keys[from..to];
+            keys.sort_unstable();
+            if let Some(w) = keys
+                .windows(2)
+                .find(|w| w[0].0 == w[1].0 && w[0].1 == w[1].1)
+            {
+                return Err(format!(
+                    "plan of rank {r} sends tag {} to {} twice",
+                    w[0].1, w[0].0
+                ));
+            }
+        }
+        let mut message_of = Vec::with_capacity(self.receives.len());
+        for rcv in &self.receives {
+            let id = self.find_send(rcv).ok_or_else(|| {
+                format!(
+                    "rank {} receives tag {} from {}, which never sends it",
+                    rcv.rank, rcv.tag, rcv.peer
+                )
+            })?;
+            if self.messages[id as usize].bytes != rcv.bytes {
+                return Err(format!("message {id}: send and receive lengths differ"));
+            }
+            message_of.push(id);
+        }
+        if message_of.len() != self.messages.len() {
+            return Err(format!(
+                "{} of {} messages are never received",
+                self.messages.len().abs_diff(message_of.len()),
+                self.messages.len()
+            ));
+        }
+        // Handles -> ids, sorted and without repeats, compacted in place.
+        let mut write = 0;
+        for m in 0..self.messages.len() {
+            let (from, to) = (
+                self.dep_offsets[m] as usize,
+                self.dep_offsets[m + 1] as usize,
+            );
+            self.dep_offsets[m] = write as u32;
+            for i in from..to {
+                self.dep_handles[write + i - from] = message_of[self.dep_handles[i] as usize];
+            }
+            let deps = &mut self.dep_handles[write..write + to - from];
+            deps.sort_unstable();
+            let mut kept = 0;
+            for i in 0..deps.len() {
+                if i == 0 || deps[i] != deps[kept - 1] {
+                    deps[kept] = deps[i];
+                    kept += 1;
+                }
+            }
+            write += kept;
+        }
+        let n = self.messages.len();
+        self.dep_offsets[n] = write as u32;
+        self.dep_handles.truncate(write);
+        Ok((
+            self.messages,
+            self.dep_offsets,
+            self.dep_handles,
+            self.reduce_bytes,
+        ))
+    }
+
+    /// The message a receive takes: sent by its peer to its rank with its tag.
+    fn find_send(&self, rcv: &Receive) -> Option<u32> {
+        let peer = rcv.peer as usize;
+        if peer >= self.world {
+            return None;
+        }
+        let (from, to) = (
+            self.first_send[peer] as usize,
+            self.first_send[peer + 1] as usize,
+        );
+        let keys = &self.send_keys[from..to];
+        keys.binary_search_by_key(&(rcv.rank, rcv.tag), |&(dst, tag, _)| (dst, tag))
+            .ok()
+            .map(|i| keys[i].2)
     }
 }
 
@@ -315,17 +428,22 @@ impl CollectiveDag {
         self.messages.iter().map(|m| m.bytes).sum()
     }
 
+    /// The messages that must be delivered before message `m` starts.
+    pub fn deps(&self, m: usize) -> &[u32] {
+        &self.dep_ids[self.dep_offsets[m] as usize..self.dep_offsets[m + 1] as usize]
+    }
+
     /// Messages with no dependencies: they start at time 0.
     pub fn roots(&self) -> impl Iterator<Item = &Message> {
-        self.messages.iter().filter(|m| m.deps.is_empty())
+        self.messages.iter().filter(|m| self.deps(m.id).is_empty())
     }
 
     /// `dependents[m]`: the messages that list `m` in their deps.
     pub fn dependents(&self) -> Vec<Vec<usize>> {
         let mut out = vec![Vec::new(); self.messages.len()];
         for m in &self.messages {
-            for &d in &m.deps {
-                out[d].push(m.id);
+            for &d in self.deps(m.id) {
+                out[d as usize].push(m.id);
             }
         }
         out
@@ -350,15 +468,20 @@ mod tests {
         assert_eq!(dag.roots().count(), 4, "one first send per rank");
         // Every dep is a message received by the sender.
         for m in &dag.messages {
-            for &d in &m.deps {
-                assert_eq!(dag.messages[d].dst_rank, m.src_rank);
+            for &d in dag.deps(m.id) {
+                assert_eq!(dag.messages[d as usize].dst_rank, m.src_rank);
             }
         }
         // Longest dependency chain: 2(p-1) messages.
         let mut depth = vec![0; dag.messages.len()];
         for _ in 0..dag.messages.len() {
             for m in &dag.messages {
-                depth[m.id] = 1 + m.deps.iter().map(|&d| depth[d]).max().unwrap_or(0);
+                depth[m.id] = 1 + dag
+                    .deps(m.id)
+                    .iter()
+                    .map(|&d| depth[d as usize])
+                    .max()
+                    .unwrap_or(0);
             }
         }
         assert_eq!(depth.iter().max(), Some(&6));

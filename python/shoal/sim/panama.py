@@ -22,6 +22,7 @@ from shoal.sim.run import ProgressBar, run_pairs
 PAPER = {"p99_short_fct": 4.5, "long_throughput": 1.33, "training_time": 1.34}
 VARIANTS = ("ideal", "ring", "switchml", "panama", "panama-0.88", "panama-0.94")
 LOADS = (0.2, 0.4, 0.6, 0.8)
+RATE_INTERVAL = "50us"
 
 
 def base_pairs(k: int, duration: str, seed: int) -> list[tuple[str, str]]:
@@ -41,30 +42,46 @@ def base_pairs(k: int, duration: str, seed: int) -> list[tuple[str, str]]:
         ("random_jobs.trees", "4"),
         ("duration", duration),
         ("seed", str(seed)),
+        # Rates recomputed at most every 50 us (docs/sim.md, "PANAMA"): 9x
+        # faster at k=16, at a few percent on FCTs and iteration times.
+        ("rate_interval", RATE_INTERVAL),
     ]
 
 
-def fig8(k: int, duration: str, seed: int, loads: tuple[float, ...], variants: tuple[str, ...]) -> dict[str, Any]:
-    """Every (variant, load) point, and the ratios vs ring at the highest load."""
+def fig8(
+    k: int, duration: str, seed: int, loads: tuple[float, ...], variants: tuple[str, ...], jobs: int = 1
+) -> dict[str, Any]:
+    """Every (variant, load) point, and the ratios vs ring at the highest load. `jobs` points run at
+    once, on threads (the simulator releases the GIL): the points are independent."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from shoal._shoal import sim_panama_fig8_json
 
     pairs = base_pairs(k, duration, seed)
     points: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     bar = ProgressBar("fig. 8")
     todo = [(v, load) for load in loads for v in variants]
-    for i, (v, load) in enumerate(todo):
-        bar(i / len(todo))
-        points[v].append(json.loads(sim_panama_fig8_json(pairs, v, load)))
+    bar(0.0)
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(sim_panama_fig8_json, pairs, v, load) for v, load in todo]
+        for i, ((v, _), future) in enumerate(zip(todo, futures)):
+            points[v].append(json.loads(future.result()))
+            bar((i + 1) / len(todo))
     bar(1.0)
     result: dict[str, Any] = {"k": k, "duration": duration, "seed": seed, "points": points, "paper": PAPER}
     if "ring" in points and "panama" in points:
         ring, pan = points["ring"][-1], points["panama"][-1]
         result["ours_vs_ring_at_max_load"] = {
-            "p99_short_fct": ring["p99_short_fct_s"] / pan["p99_short_fct_s"],
-            "long_throughput": pan["long_throughput_bps"] / ring["long_throughput_bps"],
-            "training_time": ring["mean_iteration_s"] / pan["mean_iteration_s"],
+            "p99_short_fct": _ratio(ring["p99_short_fct_s"], pan["p99_short_fct_s"]),
+            "long_throughput": _ratio(pan["long_throughput_bps"], ring["long_throughput_bps"]),
+            "training_time": _ratio(ring["mean_iteration_s"], pan["mean_iteration_s"]),
         }
     return result
+
+
+def _ratio(a: float, b: float) -> float | None:
+    """a / b, or None when b is 0 (e.g. no job finished an iteration in a short run)."""
+    return a / b if b else None
 
 
 def fig9(seed: int, long_flows: tuple[int, ...] = (0, 2, 4, 8, 12)) -> dict[str, Any]:
@@ -80,7 +97,7 @@ def fig9(seed: int, long_flows: tuple[int, ...] = (0, 2, 4, 8, 12)) -> dict[str,
         for n in long_flows:
             pairs = [
                 ("topology", "fattree:k=4"),
-                ("duration", "3s"),
+                ("duration", "8s"),  # a single tree under 12 long flows needs ~2.3 s per round
                 ("seed", str(seed)),
                 ("long_flows", str(n)),
                 ("jobs.0.workers", "8"),
@@ -89,6 +106,8 @@ def fig9(seed: int, long_flows: tuple[int, ...] = (0, 2, 4, 8, 12)) -> dict[str,
                 ("jobs.0.trees", "4"),
                 ("jobs.0.placement", "random"),
                 ("chunk_bytes", "64MiB"),
+                # Every tree its own window (PANAMA's): trees on disjoint core links each get a share.
+                ("tree_share", "each"),
                 *extra,
             ]
             times.append(run_pairs(pairs)["jobs"][0]["mean_comm_s"])
@@ -151,9 +170,10 @@ def main(args: list[str]) -> int:
 
     p = argparse.ArgumentParser(prog="shoal sim panama", description="Reproduce PANAMA's Figs. 8-10 (flow engine).")
     p.add_argument("--out", type=Path, required=True, help="directory for fig8/9/10.json and plots")
-    p.add_argument("--k", type=int, default=8, help="fat-tree k for Fig. 8 (paper: 16; default 8, see docs/sim.md)")
-    p.add_argument("--duration", default="2s", help="simulated time per Fig. 8 point (default 2s)")
+    p.add_argument("--k", type=int, default=16, help="fat-tree k for Fig. 8 (default 16, the paper's 1024 hosts)")
+    p.add_argument("--duration", default="1s", help="simulated time per Fig. 8 point (default 1s; see docs/sim.md)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--jobs", type=int, default=2, help="Fig. 8 points simulated at once, on threads (default 2)")
     p.add_argument("--loads", type=float, nargs="+", default=list(LOADS), help="total loads (default 0.2 .. 0.8)")
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), help=f"default: {' '.join(VARIANTS)}")
     try:
@@ -162,7 +182,7 @@ def main(args: list[str]) -> int:
         return e.code if isinstance(e.code, int) else 2
     ns.out.mkdir(parents=True, exist_ok=True)
     try:
-        f8 = fig8(ns.k, ns.duration, ns.seed, tuple(ns.loads), tuple(ns.variants))
+        f8 = fig8(ns.k, ns.duration, ns.seed, tuple(ns.loads), tuple(ns.variants), ns.jobs)
         f9 = fig9(ns.seed)
         f10 = fig10()
     except ValueError as e:
@@ -175,6 +195,6 @@ def main(args: list[str]) -> int:
     if ours:
         print(
             "PANAMA vs ring at the highest load (ours / paper): "
-            + ", ".join(f"{key} {ours[key]:.2f}x / {PAPER[key]}x" for key in PAPER)
+            + ", ".join(f"{key} {'n/a' if ours[key] is None else f'{ours[key]:.2f}x'} / {PAPER[key]}x" for key in PAPER)
         )
     return 0

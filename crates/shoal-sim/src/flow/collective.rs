@@ -52,7 +52,7 @@ impl DagProgress {
         let dependents_of =
             |m: usize| &reverse[rev_offsets[m] as usize..rev_offsets[m + 1] as usize];
         // Kahn's algorithm gives the new order.
-        let mut waiting: Vec<u32> = dag.messages.iter().map(|m| m.deps.len() as u32).collect();
+        let mut waiting: Vec<u32> = (0..n).map(|m| dag.deps(m).len() as u32).collect();
         let mut original: Vec<u32> = (0..n as u32)
             .filter(|&m| waiting[m as usize] == 0)
             .collect();
@@ -93,7 +93,9 @@ impl DagProgress {
             src_rank: (0..n).map(|i| message(i).src_rank as u32).collect(),
             dst_rank: (0..n).map(|i| message(i).dst_rank as u32).collect(),
             bytes: (0..n).map(|i| wire_bytes(message(i).bytes)).collect(),
-            waiting: (0..n).map(|i| message(i).deps.len() as u32).collect(),
+            waiting: (0..n)
+                .map(|i| dag.deps(original[i] as usize).len() as u32)
+                .collect(),
             original,
             offsets,
             dependents,
@@ -145,20 +147,18 @@ impl DagProgress {
 fn reverse_edges(dag: &CollectiveDag) -> (Vec<u32>, Vec<u32>) {
     let n = dag.messages.len();
     let mut offsets = vec![0u32; n + 1];
-    for m in &dag.messages {
-        for &d in &m.deps {
-            offsets[d + 1] += 1;
-        }
+    for &d in &dag.dep_ids {
+        offsets[d as usize + 1] += 1;
     }
     for i in 0..n {
         offsets[i + 1] += offsets[i];
     }
     let mut fill = offsets.clone();
     let mut reverse = vec![0u32; offsets[n] as usize];
-    for m in &dag.messages {
-        for &d in &m.deps {
-            reverse[fill[d] as usize] = m.id as u32;
-            fill[d] += 1;
+    for m in 0..n {
+        for &d in dag.deps(m) {
+            reverse[fill[d as usize] as usize] = m as u32;
+            fill[d as usize] += 1;
         }
     }
     (offsets, reverse)

@@ -8,10 +8,8 @@
 //! fluid model does not otherwise see). Starts and ends at one instant are
 //! batched: the rates are recomputed once, just before time advances.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
 use super::maxmin::{FillInput, LinkFill, WaterFill};
+use super::queue::EventQueue;
 
 /// A flow handle, valid until the flow is delivered (slots are reused).
 pub type FlowId = u32;
@@ -65,10 +63,9 @@ impl Kind {
     }
 }
 
-/// Queue entry: (time as ordered bits, packed kind). Equal times pop in
-/// kind order (starts, finishes, deliveries, timers), then by id: the order
-/// is fixed by the inputs, so runs are deterministic.
-type Entry = Reverse<(u64, u64)>;
+// Queue entries are (time as ordered bits, packed kind). Equal times pop
+// in kind order (starts, finishes, deliveries, timers), then by id: the
+// order is fixed by the inputs, so runs are deterministic.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
@@ -77,6 +74,10 @@ enum State {
     Done,
     Free,
 }
+
+/// The flow id of the tick that runs a deferred recompute
+/// ([`FlowEngine::set_rate_interval`]); never a real flow's.
+const TICK: u32 = u32::MAX;
 
 /// Links kept inline in a flow (a fat-tree route needs 6); longer link
 /// sets (an aggregation tree) are stored on the heap.
@@ -176,7 +177,7 @@ pub struct FlowEngine {
     links: Vec<Link>,
     flows: Vec<Flow>,
     free_slots: Vec<u32>,
-    queue: BinaryHeap<Entry>,
+    queue: EventQueue,
     /// Tokens of pending timers, by slot; free slots are reused.
     timers: Vec<u64>,
     free_timers: Vec<u32>,
@@ -187,6 +188,11 @@ pub struct FlowEngine {
     fill_links: Vec<LinkFill>,
     recomputes: u64,
     events: u64,
+    /// Minimum simulated time between recomputes (0: exact), the time of
+    /// the last one, and whether a tick to run the next one is queued.
+    rate_interval_s: f64,
+    last_recompute_s: f64,
+    tick_queued: bool,
 }
 
 fn time_key(t: f64) -> u64 {
@@ -216,7 +222,7 @@ impl FlowEngine {
                 .collect(),
             flows: Vec::new(),
             free_slots: Vec::new(),
-            queue: BinaryHeap::new(),
+            queue: EventQueue::default(),
             timers: Vec::new(),
             free_timers: Vec::new(),
             dirty: Vec::new(),
@@ -230,6 +236,9 @@ impl FlowEngine {
             fill_links: vec![LinkFill::default(); n],
             recomputes: 0,
             events: 0,
+            rate_interval_s: 0.0,
+            last_recompute_s: f64::NEG_INFINITY,
+            tick_queued: false,
         })
     }
 
@@ -248,7 +257,7 @@ impl FlowEngine {
     }
 
     fn push(&mut self, at: f64, kind: Kind) {
-        self.queue.push(Reverse((time_key(at), kind.encode())));
+        self.queue.push(time_key(at), kind.encode());
     }
 
     /// Schedules a flow of `bytes` over `path` (link ids) at time `at`
@@ -389,6 +398,16 @@ impl FlowEngine {
         }
     }
 
+    /// Recompute rates at most every `interval_s` of simulated time
+    /// (default 0: at every instant a flow starts or ends, exact max-min).
+    /// In between, a new flow waits at rate 0 and an ended flow's share
+    /// stays unused: each start and end takes effect up to `interval_s`
+    /// late. For large scenarios, where every recompute is the whole
+    /// network, this trades that bounded lag for speed.
+    pub fn set_rate_interval(&mut self, interval_s: f64) {
+        self.rate_interval_s = interval_s.max(0.0);
+    }
+
     /// Flows now transmitting on a link.
     pub fn active_flows(&self, link: u32) -> usize {
         self.links[link as usize].active.len()
@@ -417,16 +436,25 @@ impl FlowEngine {
     /// nothing is left to happen.
     pub fn next_event(&mut self) -> Option<Event> {
         loop {
-            let next_time = self.queue.peek().map(|Reverse((t, _))| f64::from_bits(*t));
+            let next_time = self.queue.peek_time().map(f64::from_bits);
             if !self.dirty.is_empty() && next_time.is_none_or(|t| t > self.now) {
-                self.recompute();
-                continue;
+                let due = self.last_recompute_s + self.rate_interval_s;
+                if self.now >= due {
+                    self.last_recompute_s = self.now;
+                    self.recompute();
+                    continue;
+                }
+                if !self.tick_queued {
+                    self.tick_queued = true;
+                    self.push(due, Kind::Start(TICK));
+                }
             }
-            let Reverse((t, bits)) = self.queue.pop()?;
+            let (t, bits) = self.queue.pop()?;
             let kind = Kind::decode(bits);
             self.now = f64::from_bits(t);
             self.events += 1;
             match kind {
+                Kind::Start(TICK) => self.tick_queued = false,
                 Kind::Start(id) => self.activate(id),
                 Kind::Finish(id, version) => self.finish(id, version),
                 Kind::Deliver(id) => {
@@ -567,6 +595,10 @@ impl FlowEngine {
             self.set_rate(id, rate);
             return;
         }
+        self.settle_lone_flows();
+        if self.component.flows.is_empty() {
+            return;
+        }
         self.build_component();
         let c = &mut self.component;
         for &l in &c.links {
@@ -589,6 +621,34 @@ impl FlowEngine {
             self.set_rate(id, rate);
         }
         self.component.rates = rates;
+    }
+
+    /// Takes out of the component the flows alone on every link they
+    /// cross and sets their rates directly, to exactly what the filling
+    /// would give them (weight x the lowest of their links' and cap's
+    /// levels). A batch of starts at one instant walks many disjoint
+    /// groups of flows at once (a ring's thousand messages, most of them
+    /// alone on their path); only the flows that share links need the heap.
+    fn settle_lone_flows(&mut self) {
+        let mut flows = std::mem::take(&mut self.component.flows);
+        flows.retain(|&id| {
+            let f = &self.flows[id as usize];
+            let links = f.links();
+            if links
+                .iter()
+                .any(|&l| self.links[l as usize].active.len() != 1)
+            {
+                return true;
+            }
+            let weight = f.weight;
+            let level = links
+                .iter()
+                .map(|&l| self.links[l as usize].capacity_bps / weight)
+                .fold(f.cap_bps / weight, f64::min);
+            self.set_rate(id, weight * level);
+            false
+        });
+        self.component.flows = flows;
     }
 
     fn build_component(&mut self) {

@@ -3,6 +3,7 @@
 //!
 //! - [`maxmin`]: water-filling over one component;
 //! - [`engine`]: flows, events, and the incremental recomputation;
+//! - [`queue`]: the event queue (a radix heap on time);
 //! - [`network`]: link capacities and routes from a [`crate::topology::Topology`];
 //! - [`collective`]: a collective's message DAG run on the engine.
 
@@ -10,6 +11,7 @@ pub mod collective;
 pub mod engine;
 pub mod maxmin;
 pub mod network;
+pub mod queue;
 
 pub use collective::{plan_outcome, simulate, CollectiveRun};
 pub use engine::{Event, FlowEngine, FlowId};

@@ -353,7 +353,11 @@ impl PacketSim {
         }
         let id = self.collectives.len();
         self.collectives.push(CollectiveRun {
-            waiting: dag.messages.iter().map(|m| m.deps.len() as u32).collect(),
+            waiting: dag
+                .messages
+                .iter()
+                .map(|m| dag.deps(m.id).len() as u32)
+                .collect(),
             dependents: dag.dependents(),
             dag,
             delivered: 0,

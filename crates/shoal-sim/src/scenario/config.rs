@@ -97,6 +97,18 @@ pub struct ScenarioConfig {
     pub chunk_bytes: u64,
     pub duration_s: f64,
     pub seed: u64,
+    /// Rates are recomputed at most this often (0: at every start and end,
+    /// exact). With background traffic on a large fabric every flow shares
+    /// a link with every other through some chain, so each recompute is
+    /// the whole network: batching them is what makes k = 16 affordable.
+    pub rate_interval_s: f64,
+    /// How a job's aggregation trees share the links: `false` ("split",
+    /// default): together one fair share on every link, as one sender
+    /// dealing packets round robin; `true` ("each"): a full share per tree
+    /// on every link, as PANAMA's independent per-tree windows behave, so
+    /// trees on disjoint core links each get their own share (Fig. 9), at
+    /// the price of T shares at a worker's NIC against other traffic.
+    pub tree_share_each: bool,
 }
 
 impl Default for ScenarioConfig {
@@ -117,6 +129,8 @@ impl Default for ScenarioConfig {
             chunk_bytes: 1 << 20,
             duration_s: 0.1,
             seed: 1,
+            rate_interval_s: 0.0,
+            tree_share_each: false,
         }
     }
 }
@@ -158,6 +172,14 @@ impl ScenarioConfig {
                 "chunk_bytes" => cfg.chunk_bytes = parse_bytes(v)?,
                 "duration" => cfg.duration_s = seconds(parse_time(v)?),
                 "seed" => cfg.seed = number(key, v)?,
+                "rate_interval" => cfg.rate_interval_s = seconds(parse_time(v)?),
+                "tree_share" => {
+                    cfg.tree_share_each = match v.trim() {
+                        "split" => false,
+                        "each" => true,
+                        other => return Err(format!("tree_share = {other:?}: use split or each")),
+                    }
+                }
                 "long_flows" => cfg.long_flows = number(key, v)?,
                 "background.load" => cfg.background_load = fraction(key, v)?,
                 "background.distribution" => {

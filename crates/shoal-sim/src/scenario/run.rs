@@ -122,10 +122,20 @@ fn setup_job(
     let comm = match &job.algorithm {
         Algorithm::Plan(name) => plan(name)?,
         Algorithm::Ina(_) if bytes <= cfg.ina_min_bytes => plan(&cfg.fallback)?,
-        Algorithm::Ina(mode) => Comm::Ina {
-            trees: build_trees(topo, &hosts, job.trees)?,
-            mode: *mode,
-        },
+        Algorithm::Ina(mode) => {
+            let mut trees = build_trees(topo, &hosts, job.trees)?;
+            // PANAMA Fig. 9's Agg1..Agg4: all the data on one of the trees.
+            if let Some(t) = job.only_tree {
+                if t >= trees.len() {
+                    return Err(format!(
+                        "tree {t} asked for, but the job has {} trees",
+                        trees.len()
+                    ));
+                }
+                trees = vec![trees.swap_remove(t)];
+            }
+            Comm::Ina { trees, mode: *mode }
+        }
     };
     let link_bps = cfg.link.rate.bits_per_s();
     Ok(PlacedJob {
@@ -208,6 +218,7 @@ fn start_round(
     job: &PlacedJob,
     j: usize,
     memory: &[f64],
+    tree_share_each: bool,
     now: f64,
 ) -> Result<usize, String> {
     let Comm::Ina { trees, mode } = &job.comm else {
@@ -259,7 +270,14 @@ fn start_round(
         } else {
             NO_CC_WEIGHT
         };
-        engine.set_weight(id, weight / trees.len() as f64);
+        // With `tree_share = each`, every tree is its own sender (its own
+        // window), a full share on every link.
+        let split = if tree_share_each {
+            1.0
+        } else {
+            trees.len() as f64
+        };
+        engine.set_weight(id, weight / split);
     }
     Ok(trees.len())
 }
@@ -276,6 +294,7 @@ pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scenar
         cfg.ecn_k as f64 * PACKET_BYTES as f64,
         cfg.link.buffer as f64,
     );
+    engine.set_rate_interval(cfg.rate_interval_s);
     let link_bps = cfg.link.rate.bits_per_s();
 
     // Background flows, all scheduled up front.
@@ -367,7 +386,14 @@ pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scenar
                         running[j] = Some(run);
                     }
                     Comm::Ina { .. } => {
-                        trees_left[j] = start_round(&mut engine, &jobs[j], j, &memory, time_s)?
+                        trees_left[j] = start_round(
+                            &mut engine,
+                            &jobs[j],
+                            j,
+                            &memory,
+                            cfg.tree_share_each,
+                            time_s,
+                        )?
                     }
                 }
                 time_s
