@@ -20,7 +20,7 @@ import shoal
 FLOATS = ("float32", "float64", "float16", "bfloat16")
 INTS = ("int8", "uint8", "int32", "int64")
 BIG = int(os.environ.get("BIG_COUNT", "1048583"))  # a prime a little above a million
-ONE_HOST_SHM = os.environ.get("SHOAL_TRANSPORT") != "tcp" and "SHOAL_HOST_ID" not in os.environ
+ONE_HOST_SHM = os.environ.get("SHOAL_TRANSPORT") not in ("tcp", "ucx") and "SHOAL_HOST_ID" not in os.environ
 
 
 def ops_for(dtype: str) -> list[str]:

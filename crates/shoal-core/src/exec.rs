@@ -206,8 +206,10 @@ impl Run<'_> {
     }
 
     /// The call's stamp on exposed regions: peers take only this call's.
+    /// Never 0: a fresh segment's entries read 0, and the first call of the
+    /// first communicator (comm 0, seq 0) must not find them "exposed".
     fn stamp(&self) -> u64 {
-        (u64::from(self.ctx.comm) << 32) | u64::from(self.ctx.seq)
+        ((u64::from(self.ctx.comm) << 32) | u64::from(self.ctx.seq)).wrapping_add(1)
     }
 
     fn window(&self, step: usize) -> Result<&dyn SharedWindow> {
