@@ -21,7 +21,7 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
     if w == 1 {
         return p;
     }
-    let exposed = p.expose(INPUTS, input, vec![]);
+    let exposed = p.expose_slot(INPUTS, input, vec![]);
     for q in (0..w).filter(|&q| q != rank) {
         p.peer_read(q, INPUTS, 0, Region::output(q * n, n), false, vec![]);
     }

@@ -25,7 +25,7 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
     }
     p.scratch_len = n;
     let acc = Region::scratch(0, n);
-    let exposed = p.expose(INPUTS, input, vec![]);
+    let exposed = p.expose_slot(INPUTS, input, vec![]);
     let reduced = reduce_in_rank_order(&mut p, w, 0, input, acc, vec![]);
     let released = p.release(INPUTS, (w - 1) as u32, vec![exposed]);
     p.copy(acc, Region::output(0, n), vec![reduced, released]);

@@ -24,7 +24,7 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
     if w == 1 {
         return p;
     }
-    let exposed = p.expose(INPUTS, Region::input(0, w * n), vec![]);
+    let exposed = p.expose_slot(INPUTS, Region::input(0, w * n), vec![]);
     for q in (0..w).filter(|&q| q != rank) {
         p.peer_read(q, INPUTS, rank * n, Region::output(q * n, n), false, vec![]);
     }

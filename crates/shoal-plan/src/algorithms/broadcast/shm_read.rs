@@ -26,7 +26,7 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
     if w == 1 {
         return p;
     }
-    let exposed = p.expose(INPUTS, Region::input(0, n), vec![copied]);
+    let exposed = p.expose_slot(INPUTS, Region::input(0, n), vec![copied]);
     p.release(INPUTS, (w - 1) as u32, vec![exposed]);
     p
 }

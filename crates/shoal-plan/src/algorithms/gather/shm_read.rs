@@ -23,7 +23,7 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
             p.peer_read(q, INPUTS, 0, Region::output(q * n, n), false, vec![]);
         }
     } else {
-        let exposed = p.expose(INPUTS, input, vec![]);
+        let exposed = p.expose_slot(INPUTS, input, vec![]);
         p.release(INPUTS, 1, vec![exposed]);
     }
     p

@@ -24,7 +24,7 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
         let reduced = reduce_in_rank_order(&mut p, w, 0, input, acc, vec![]);
         p.copy(acc, Region::output(0, n), vec![reduced]);
     } else {
-        let exposed = p.expose(INPUTS, input, vec![]);
+        let exposed = p.expose_slot(INPUTS, input, vec![]);
         p.release(INPUTS, 1, vec![exposed]);
     }
     p

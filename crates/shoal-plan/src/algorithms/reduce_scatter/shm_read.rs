@@ -22,7 +22,7 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
         p.copy(own, output, vec![]);
         return p;
     }
-    let exposed = p.expose(INPUTS, Region::input(0, w * n), vec![]);
+    let exposed = p.expose_slot(INPUTS, Region::input(0, w * n), vec![]);
     reduce_in_rank_order(&mut p, w, rank * n, own, output, vec![]);
     p.release(INPUTS, (w - 1) as u32, vec![exposed]);
     p

@@ -23,7 +23,7 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
     }
     p.copy(Region::input(rank * n, n), output, vec![]);
     if w > 1 {
-        let exposed = p.expose(INPUTS, Region::input(0, w * n), vec![]);
+        let exposed = p.expose_slot(INPUTS, Region::input(0, w * n), vec![]);
         p.release(INPUTS, (w - 1) as u32, vec![exposed]);
     }
     p
