@@ -702,6 +702,7 @@ pub(crate) mod tests {
             ("SHOAL_SHM_RING_BYTES", "100", "at least 4096"),
             ("SHOAL_SHM_RING_BYTES", "99999999999", "at most"),
             ("SHOAL_SHM_CMA_BYTES", "-1", "whole number"),
+            ("SHOAL_SHM_SLOT_BYTES", "2097152", "at most"),
             ("SHOAL_CALIBRATE", "2", "0 or 1"),
             ("SHOAL_CALIBRATE", "maybe", "0 or 1"),
             ("SHOAL_INA_TIMEOUT", "soon", "seconds"),
