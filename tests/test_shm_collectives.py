@@ -11,6 +11,8 @@ from conftest import launch, spawn_ranks
 
 # Odd counts everywhere; the large one (more than one 32 KiB read piece per
 # shard) only where the world is small enough to stay quick on 2 cores.
+# With the default 16 KiB slots (SHOAL_SHM_SLOT_BYTES) counts up to 1023 go
+# through the slots (Inputs of every dtype fit), 65537 is exposed in place.
 COUNTS = {1: "1,7", 2: "0,1,7,1023,65537", 3: "1,7,1023,65537", 4: "1,7,1023", 5: "1,7,1023", 8: "1,7"}
 
 
@@ -20,11 +22,29 @@ def test_shm_algorithms_exact(world: int) -> None:
     assert proc.stdout.count("OK ") == world, proc.stdout[-2000:]
 
 
-@pytest.mark.parametrize("algorithm", ["shm_flat", "shm_sharded"])
-def test_killed_rank_makes_the_others_raise_quickly(algorithm: str) -> None:
+@pytest.mark.parametrize(
+    ("world", "slot_bytes"),
+    # 64-byte slots: 7 elements of 4 or 8 bytes fit, 15 of 8 do not, so
+    # one run mixes slot and in-place exposures (and reduce_scatter's world*n
+    # Input straddles the slot); 0 turns slots off.
+    [(3, "64"), (4, "64"), (3, "0")],
+    ids=["slot-64B-w3", "slot-64B-w4", "slots-off-w3"],
+)
+def test_shm_algorithms_exact_across_the_slot_size(world: int, slot_bytes: str) -> None:
+    env = {"SHOAL_TRANSPORT": "shm", "SHOAL_SHM_SLOT_BYTES": slot_bytes}
+    proc = launch(world, "shm_collectives.py", "1,7,15,16,33", env=env, timeout=120)
+    assert proc.stdout.count("OK ") == world, proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "count"),
+    # 3 elements: exposed through the slots; 65536: in place.
+    [("shm_flat", 3), ("shm_flat", 1 << 16), ("shm_sharded", 1 << 16)],
+)
+def test_killed_rank_makes_the_others_raise_quickly(algorithm: str, count: int) -> None:
     victim = 1
     env = {"SHOAL_TRANSPORT": "shm", "SHOAL_TIMEOUT": "120"}
-    results = spawn_ranks(3, "shm_die.py", str(victim), algorithm, env=env)
+    results = spawn_ranks(3, "shm_die.py", str(victim), algorithm, str(count), env=env)
     assert results[victim].returncode == -9
     for r, res in enumerate(results):
         if r == victim:

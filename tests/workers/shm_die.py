@@ -1,5 +1,6 @@
 """Rank `victim` dies (SIGKILL) in the middle of a series of shared-memory
-allreduces (`algorithm` from argv); the others must raise naming it, quickly."""
+allreduces (`algorithm` from argv, of `count` float32, default 65536); the
+others must raise naming it, quickly."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import numpy as np
 import shoal
 
 victim, algorithm = int(sys.argv[1]), sys.argv[2]
+count = int(sys.argv[3]) if len(sys.argv) > 3 else 1 << 16
 shoal.init()
 r = shoal.rank()
-x = np.ones(1 << 16, dtype=np.float32)
+x = np.ones(count, dtype=np.float32)
 start = time.monotonic()
 try:
     for i in range(10_000):

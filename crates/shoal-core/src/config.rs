@@ -126,6 +126,12 @@ pub const VARIABLES: &[Variable] = &[
         "shoal-core config.rs",
     ),
     var(
+        "SHOAL_SHM_SLOT_BYTES",
+        "16384",
+        "per-rank shared slot for small shared-memory collectives (0: off)",
+        "shoal-core config.rs",
+    ),
+    var(
         "SHOAL_HOST_ID",
         "",
         "ranks with equal ids share memory (default: the hostname)",
@@ -306,6 +312,10 @@ pub struct Config {
     /// `SHOAL_SHM_CMA_BYTES` (default 1048576): shared-memory messages this
     /// large are read once from the sender's memory (0: always through the ring).
     pub shm_cma_bytes: usize,
+    /// `SHOAL_SHM_SLOT_BYTES` (default 16384, at most 1 MiB): each of a rank's two
+    /// shared slot buffers; shared-memory collective steps exposing this
+    /// little are copied there and read with plain loads (0: never).
+    pub shm_slot_bytes: usize,
     /// `SHOAL_HOST_ID` (default: the hostname): ranks with equal ids share memory.
     pub host_id: Option<String>,
     /// `SHOAL_TCP_ADDR` (default: the address that reaches the store, else 127.0.0.1):
@@ -418,6 +428,7 @@ impl Config {
             chunk_bytes: whole(env, "SHOAL_CHUNK_BYTES", 1_048_576, 64, MAX_CHUNK_BYTES)?,
             shm_ring_bytes: whole(env, "SHOAL_SHM_RING_BYTES", 4_194_304, 4096, MAX_RING_BYTES)?,
             shm_cma_bytes: whole(env, "SHOAL_SHM_CMA_BYTES", 1_048_576, 0, usize::MAX)?,
+            shm_slot_bytes: whole(env, "SHOAL_SHM_SLOT_BYTES", 16_384, 0, 1 << 20)?,
             host_id: env("SHOAL_HOST_ID").filter(|s| !s.is_empty()),
             tcp_addr: parse_tcp_addr(env)?,
             tcp_congestion: parse_congestion(env)?,
@@ -691,6 +702,7 @@ pub(crate) mod tests {
             ("SHOAL_SHM_RING_BYTES", "100", "at least 4096"),
             ("SHOAL_SHM_RING_BYTES", "99999999999", "at most"),
             ("SHOAL_SHM_CMA_BYTES", "-1", "whole number"),
+            ("SHOAL_SHM_SLOT_BYTES", "2097152", "at most"),
             ("SHOAL_CALIBRATE", "2", "0 or 1"),
             ("SHOAL_CALIBRATE", "maybe", "0 or 1"),
             ("SHOAL_INA_TIMEOUT", "soon", "seconds"),

@@ -14,7 +14,9 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use shoal_plan::{Buf, Op, Plan, Region};
-use shoal_transport::{Blocked, CallSig, RecvInto, ReqId, SharedWindow, Tag, Transport};
+use shoal_transport::{
+    Blocked, CallSig, Exposed, RecvInto, ReqId, SharedWindow, SlotExpose, Tag, Transport,
+};
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, ErrorKind, Result};
@@ -97,8 +99,11 @@ struct Run<'a> {
     remaining: Vec<u32>,
     ready: VecDeque<usize>,
     pending: Vec<(ReqId, usize)>,
-    /// Posted shared-memory steps (reads, Releases) waiting on a peer.
+    /// Posted shared-memory steps (reads, Releases, slot Exposes) waiting
+    /// on a peer.
     shared_waiting: Vec<usize>,
+    /// This call's exposure through the rank's slot: its flag and buffer.
+    slot: Option<(u32, usize)>,
     done: usize,
     /// Times the steps when this process traces (`SHOAL_TRACE`).
     timer: Option<StepTimer<'a>>,
@@ -129,6 +134,7 @@ pub fn execute(
             .collect(),
         pending: Vec::new(),
         shared_waiting: Vec::new(),
+        slot: None,
         done: 0,
         timer: tracing
             .recorder()
@@ -228,6 +234,7 @@ impl Run<'_> {
     fn shared_ready(&self, w: &dyn SharedWindow, step: usize) -> bool {
         match self.cp.plan.steps[step].op {
             Op::Release { flag, reads } => w.reads_done(flag).is_ok_and(|n| n >= reads),
+            Op::Expose { .. } => !w.slot_busy(),
             ref op => {
                 let (peer, flag, ..) = op.read_peer().expect("a shared-memory read");
                 let stamp = self.stamp();
@@ -262,17 +269,27 @@ impl Run<'_> {
         let w = self.window(step)?;
         let fail = |e: shoal_transport::TransportError| self.step_error(step, &e);
         let op = self.cp.plan.steps[step].op.clone();
-        if let Op::Release { flag, reads } = op {
-            return Ok(w.reads_done(flag).map_err(fail)? >= reads);
+        match op {
+            Op::Release { flag, reads } => match self.slot {
+                // The slot's readers are awaited when it is reused instead.
+                Some((f, index)) if f == flag => {
+                    w.slot_release(index, reads).map_err(fail)?;
+                    return Ok(true);
+                }
+                _ => return Ok(w.reads_done(flag).map_err(fail)? >= reads),
+            },
+            Op::Expose { flag, src, .. } => return self.expose_slot(step, flag, src),
+            _ => {}
         }
         let (peer, flag, offset, dst, reduce) = op.read_peer().expect("a shared-memory read");
         let g = self.global(peer);
         let found = w.exposed(g, flag, self.stamp(), &self.ctx.sig);
-        let Some((addr, exposed)) = found.map_err(fail)? else {
+        let Some(found) = found.map_err(fail)? else {
             return Ok(false);
         };
         let esize = self.ctx.dtype.size();
         let (d, len) = self.resolve(dst);
+        let exposed = found.len();
         if (offset * esize) + len > exposed {
             return Err(Error::invalid(format!(
                 "{} step {step}: reads {len} bytes at {} of the {exposed} bytes rank {g} exposed",
@@ -280,15 +297,49 @@ impl Run<'_> {
                 offset * esize
             )));
         }
-        let addr = addr + (offset * esize) as u64;
         // SAFETY: dst is in bounds (resolve) and written only by this step.
         let dst = unsafe { std::slice::from_raw_parts_mut(d, len) };
-        if reduce {
-            self.read_reduce(w, g, addr, dst).map_err(fail)?;
-        } else {
-            w.read(g, addr, dst).map_err(fail)?;
+        match found {
+            Exposed::Slot { data, .. } => {
+                // SAFETY: the peer's slot holds `exposed` bytes (bounds
+                // checked above) and keeps them until this read is counted.
+                let src = unsafe { std::slice::from_raw_parts(data.add(offset * esize), len) };
+                if reduce {
+                    reduce_into(self.ctx.dtype, self.ctx.op, dst, src);
+                } else {
+                    dst.copy_from_slice(src);
+                }
+            }
+            Exposed::Memory { addr, .. } => {
+                let addr = addr + (offset * esize) as u64;
+                if reduce {
+                    self.read_reduce(w, g, addr, dst).map_err(fail)?;
+                } else {
+                    w.read(g, addr, dst).map_err(fail)?;
+                }
+            }
         }
-        w.read_done(g, flag).map_err(fail)?;
+        w.read_done(g, flag, found.slot()).map_err(fail)?;
+        Ok(true)
+    }
+
+    /// Exposes `src` through this rank's slot, or in place when it does not
+    /// fit; whether it could (false: the slot is still being read).
+    fn expose_slot(&mut self, step: usize, flag: u32, src: Region) -> Result<bool> {
+        let w = self.window(step)?;
+        let fail = |e: shoal_transport::TransportError| self.step_error(step, &e);
+        let (s, len) = self.resolve(src);
+        // SAFETY: the region lies inside its buffer (resolve).
+        let bytes = unsafe { std::slice::from_raw_parts(s as *const u8, len) };
+        match w.expose_slot(flag, self.stamp(), &self.ctx.sig, bytes) {
+            Ok(SlotExpose::Placed(index)) => self.slot = Some((flag, index)),
+            Ok(SlotExpose::Busy) => return Ok(false),
+            Ok(SlotExpose::TooBig) => {
+                w.expose(flag, self.stamp(), &self.ctx.sig, s as u64, len)
+                    .map_err(fail)?;
+            }
+            Err(e) => return Err(fail(e)),
+        }
         Ok(true)
     }
 
@@ -334,8 +385,8 @@ impl Run<'_> {
             }
         }
         // A Release waits for whichever peers read the region: any of them.
-        let releasing =
-            (self.shared_waiting.iter()).any(|&s| matches!(steps[s].op, Op::Release { .. }));
+        let releasing = (self.shared_waiting.iter())
+            .any(|&s| matches!(steps[s].op, Op::Release { .. } | Op::Expose { .. }));
         if releasing {
             let me = self.global(self.cp.plan.rank);
             for &g in self.ctx.members.iter().filter(|&&g| g != me) {
@@ -447,7 +498,8 @@ impl Run<'_> {
                 };
                 self.post_recv(step, peer, tag, into)?;
             }
-            Op::Expose { flag, src } => {
+            Op::Expose { slot: true, .. } => self.post_shared(step)?,
+            Op::Expose { flag, src, .. } => {
                 let (s, len) = self.resolve(src);
                 let w = self.window(step)?;
                 w.expose(flag, self.stamp(), &self.ctx.sig, s as u64, len)
@@ -455,12 +507,18 @@ impl Run<'_> {
                 self.complete(step);
             }
             Op::PeerRead { .. } | Op::PeerReadReduce { .. } | Op::Release { .. } => {
-                if self.try_shared(step)? {
-                    self.complete(step);
-                } else {
-                    self.shared_waiting.push(step);
-                }
+                self.post_shared(step)?
             }
+        }
+        Ok(())
+    }
+
+    /// Runs a shared-memory step now, or parks it until its peer is there.
+    fn post_shared(&mut self, step: usize) -> Result<()> {
+        if self.try_shared(step)? {
+            self.complete(step);
+        } else {
+            self.shared_waiting.push(step);
         }
         Ok(())
     }
@@ -629,7 +687,10 @@ fn describe_step(op: &Op, members: &[usize]) -> String {
         }
         Op::Copy { src, .. } => format!("copy {} elements", src.len),
         Op::Reduce { src, .. } => format!("reduce {} elements", src.len),
-        Op::Expose { flag, src } => format!("expose {} elements as flag {flag}", src.len),
+        Op::Expose { flag, src, slot } => {
+            let via = if *slot { " through its slot" } else { "" };
+            format!("expose {} elements as flag {flag}{via}", src.len)
+        }
         Op::PeerRead {
             peer, flag, dst, ..
         } => format!(

@@ -130,8 +130,9 @@ fn step_json(step: &Step) -> String {
             region_json(src),
             region_json(dst)
         ),
-        Op::Expose { flag, src } => format!(
-            "\"op\": \"expose\", \"flag\": {flag}, \"src\": {}",
+        Op::Expose { flag, src, slot } => format!(
+            "\"op\": \"{}\", \"flag\": {flag}, \"src\": {}",
+            if *slot { "expose_slot" } else { "expose" },
             region_json(src)
         ),
         Op::PeerRead {
@@ -303,9 +304,10 @@ fn step_from(f: &Field<'_>) -> Result<Step, String> {
                 Op::Reduce { src, dst }
             }
         }
-        "expose" => Op::Expose {
+        "expose" | "expose_slot" => Op::Expose {
             flag: u32_field(f, "flag")?,
             src: region_from(&f.get("src")?)?,
+            slot: kind == "expose_slot",
         },
         "peer_read" | "peer_read_reduce" => {
             let peer = f.get("peer")?.usize()?;
@@ -320,7 +322,7 @@ fn step_from(f: &Field<'_>) -> Result<Step, String> {
         },
         other => {
             return Err(format!(
-                "{}.op: unknown op {other:?}; valid: send, recv, recv_reduce, copy, reduce, expose, peer_read, peer_read_reduce, release",
+                "{}.op: unknown op {other:?}; valid: send, recv, recv_reduce, copy, reduce, expose, expose_slot, peer_read, peer_read_reduce, release",
                 f.path
             ))
         }
@@ -723,7 +725,7 @@ mod tests {
         let err = |text: &str| CallPlans::from_json(text).unwrap_err();
         assert_eq!(
             err(&good.replace("\"copy\"", "\"cpy\"")),
-            "ranks[0].steps[0].op: unknown op \"cpy\"; valid: send, recv, recv_reduce, copy, reduce, expose, peer_read, peer_read_reduce, release"
+            "ranks[0].steps[0].op: unknown op \"cpy\"; valid: send, recv, recv_reduce, copy, reduce, expose, expose_slot, peer_read, peer_read_reduce, release"
         );
         assert_eq!(
             err(&good.replace("\"output\"", "\"out\"")),

@@ -317,9 +317,17 @@ pub enum Op {
     /// per exposing rank within the plan): they read it with [`Op::PeerRead`]
     /// / [`Op::PeerReadReduce`] until the matching [`Op::Release`]. Completes
     /// at once; the region must not be written until that Release is done.
+    ///
+    /// With `slot`, the executor copies `src` into this rank's slot of the
+    /// host's shared segment when it fits (`SHOAL_SHM_SLOT_BYTES`): peers then
+    /// read it with plain loads instead of a syscall, and the Release waits
+    /// for nothing (the slot's readers are awaited when the slot is reused,
+    /// two calls later). Larger regions are exposed in place, so plans are
+    /// checked as if they always were. At most one slot exposure per plan.
     Expose {
         flag: u32,
         src: Region,
+        slot: bool,
     },
     /// Waits until `peer` exposed `flag`, then copies `dst.len` elements
     /// from `offset` (relative to the exposed region) of it into `dst`.
@@ -435,7 +443,13 @@ impl Plan {
         self.push(Op::Reduce { src, dst }, deps)
     }
     pub fn expose(&mut self, flag: u32, src: Region, deps: Vec<usize>) -> usize {
-        self.push(Op::Expose { flag, src }, deps)
+        let slot = false;
+        self.push(Op::Expose { flag, src, slot }, deps)
+    }
+    /// An [`Op::Expose`] through this rank's shared slot when it fits.
+    pub fn expose_slot(&mut self, flag: u32, src: Region, deps: Vec<usize>) -> usize {
+        let slot = true;
+        self.push(Op::Expose { flag, src, slot }, deps)
     }
     /// A [`Op::PeerRead`] (`reduce` false) or [`Op::PeerReadReduce`].
     pub fn peer_read(

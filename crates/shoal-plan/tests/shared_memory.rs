@@ -175,3 +175,54 @@ fn rejects_unknown_json_ops_with_the_valid_list() {
         "{err}"
     );
 }
+
+/// `plans()` with every rank's Input exposed through its shared slot.
+fn slot_plans() -> Vec<Plan> {
+    let mut p = plans();
+    for plan in &mut p {
+        let Op::Expose { ref mut slot, .. } = plan.steps[0].op else {
+            unreachable!("step 0 exposes")
+        };
+        *slot = true;
+    }
+    p
+}
+
+#[test]
+fn accepts_a_slot_exposure_and_round_trips_it_through_json() {
+    let shape = one_host(2, 4);
+    verify_plans(&shape, &slot_plans()).unwrap();
+    let call = json::CallPlans {
+        shape,
+        algorithm: None,
+        plans: slot_plans(),
+    };
+    let text = call.to_json();
+    assert!(text.contains("\"expose_slot\""), "{text}");
+    assert_eq!(
+        json::CallPlans::from_json(&text).unwrap().plans,
+        slot_plans()
+    );
+}
+
+#[test]
+fn rejects_a_second_slot_exposure() {
+    let mut p = slot_plans();
+    let e = p[0].expose_slot(1, Region::input(0, 1), vec![]);
+    p[0].release(1, 0, vec![e]);
+    let kind = kind_of(&one_host(2, 4), &p);
+    assert!(matches!(kind, ErrorKind::SecondSlot { first: 0 }), "{kind}");
+}
+
+#[test]
+fn checks_a_slot_exposure_as_if_in_place() {
+    // A region too large for the slot is exposed in place, so writing it
+    // before the Release stays an error with `slot` set.
+    let mut p = slot_plans();
+    p[0].steps[4].deps = vec![2];
+    let kind = kind_of(&one_host(2, 4), &p);
+    assert!(
+        matches!(kind, ErrorKind::WritesExposed { expose: 0, .. }),
+        "{kind}"
+    );
+}

@@ -280,6 +280,55 @@ pub trait Transport: Send + Sync {
     }
 }
 
+/// Where a peer's exposed region is (see [`SharedWindow::exposed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exposed {
+    /// `len` bytes at `addr` of the peer's own memory, read with
+    /// [`SharedWindow::read`] (a syscall).
+    Memory { addr: u64, len: usize },
+    /// `len` bytes copied into the peer's slot buffer `index`, mapped here at
+    /// `data`: read with plain loads. Valid until the read is counted.
+    Slot {
+        data: *const u8,
+        len: usize,
+        index: usize,
+    },
+}
+
+impl Exposed {
+    /// Bytes exposed.
+    pub fn len(&self) -> usize {
+        match *self {
+            Exposed::Memory { len, .. } | Exposed::Slot { len, .. } => len,
+        }
+    }
+
+    /// Whether no bytes are exposed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The slot buffer holding the region, if it is in one.
+    pub fn slot(&self) -> Option<usize> {
+        match *self {
+            Exposed::Slot { index, .. } => Some(index),
+            Exposed::Memory { .. } => None,
+        }
+    }
+}
+
+/// What [`SharedWindow::expose_slot`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotExpose {
+    /// Copied into slot buffer `index`.
+    Placed(usize),
+    /// The slot buffer to fill next is still read by peers (of the call
+    /// before the last one): try again when they are done.
+    Busy,
+    /// The region does not fit a slot buffer (or slots are off).
+    TooBig,
+}
+
 /// Exposed regions of the ranks on one host, read in place (see
 /// `shm::window`). Flags are small per-call numbers; `stamp` names the call
 /// (`comm << 32 | seq`), so a region exposed for another call is not taken.
@@ -290,20 +339,25 @@ pub trait SharedWindow {
     /// call `stamp` with signature `sig`, with no reads done yet, and wakes
     /// the local peers.
     fn expose(&self, flag: u32, stamp: u64, sig: &CallSig, addr: u64, len: usize) -> Result<()>;
-    /// The address and byte length `peer` exposed under `flag` for `stamp`,
-    /// or `None` while it has not; `TransportError::Mismatch` when the peer
-    /// exposed it in a call whose signature differs from `sig`.
-    fn exposed(
-        &self,
-        peer: usize,
-        flag: u32,
-        stamp: u64,
-        sig: &CallSig,
-    ) -> Result<Option<(u64, usize)>>;
+    /// Copies `src` into this rank's next slot buffer and publishes it under
+    /// `flag` like [`SharedWindow::expose`]; the owner need not wait for its
+    /// readers (they are awaited when the buffer is reused).
+    fn expose_slot(&self, flag: u32, stamp: u64, sig: &CallSig, src: &[u8]) -> Result<SlotExpose>;
+    /// Whether the slot buffer this rank fills next is still being read.
+    fn slot_busy(&self) -> bool;
+    /// Records that `reads` peer reads will be made of slot buffer `index`
+    /// (its plan's Release), after which the buffer may be filled again.
+    fn slot_release(&self, index: usize, reads: u32) -> Result<()>;
+    /// Where `peer` exposed `flag` for `stamp`, or `None` while it has not;
+    /// `TransportError::Mismatch` when the peer exposed it in a call whose
+    /// signature differs from `sig`.
+    fn exposed(&self, peer: usize, flag: u32, stamp: u64, sig: &CallSig)
+        -> Result<Option<Exposed>>;
     /// Reads `dst.len()` bytes at `addr` of `peer`'s memory.
     fn read(&self, peer: usize, addr: u64, dst: &mut [u8]) -> Result<()>;
-    /// Counts one finished read of `peer`'s `flag` region and wakes `peer`.
-    fn read_done(&self, peer: usize, flag: u32) -> Result<()>;
+    /// Counts one finished read of `peer`'s `flag` region (in slot buffer
+    /// `slot`, if it was in one) and wakes `peer`.
+    fn read_done(&self, peer: usize, flag: u32, slot: Option<usize>) -> Result<()>;
     /// Finished peer reads of this rank's `flag` region since it was exposed.
     fn reads_done(&self, flag: u32) -> Result<u32>;
     /// Waits until `ready()` holds, something arrives, or `timeout` passes:

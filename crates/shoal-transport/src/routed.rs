@@ -14,7 +14,9 @@ use std::time::Duration;
 use crate::auth::Key;
 use crate::doorbell::{wait_on, Doorbell};
 use crate::setup::{agree, SetupRecord};
-use crate::shm::{ShmConfig, ShmTransport, DEFAULT_CMA_THRESHOLD, DEFAULT_RING_SIZE};
+use crate::shm::{
+    ShmConfig, ShmTransport, DEFAULT_CMA_THRESHOLD, DEFAULT_RING_SIZE, DEFAULT_SLOT_SIZE,
+};
 use crate::tcp::{Congestion, TcpConfig, TcpTransport};
 use crate::ucx::{wait_busy, UcxConfig, UcxTransport};
 use crate::{
@@ -39,6 +41,8 @@ pub struct RoutedConfig {
     /// Shm messages of at least this many bytes are read straight from the
     /// sender's memory (single copy); 0 streams everything through the rings.
     pub cma_threshold: usize,
+    /// Bytes of each shm slot buffer (`ShmConfig::slot_size`).
+    pub slot_size: usize,
     /// Address tcp listens on and publishes.
     pub bind_ip: IpAddr,
     /// Limit for setup and for flushing on close.
@@ -75,6 +79,7 @@ impl RoutedConfig {
             use_shm: true,
             ring_size: DEFAULT_RING_SIZE,
             cma_threshold: DEFAULT_CMA_THRESHOLD,
+            slot_size: DEFAULT_SLOT_SIZE,
             bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             timeout: Duration::from_secs(60),
             tcp_congestion: None,
@@ -140,6 +145,7 @@ impl Routed {
                 ring_size: cfg.ring_size,
                 timeout: cfg.timeout,
                 cma_threshold: cfg.cma_threshold,
+                slot_size: cfg.slot_size,
             };
             Some(ShmTransport::connect(&c, store)?)
         } else {

@@ -103,6 +103,11 @@ pub enum ErrorKind {
         flag: u32,
         first: usize,
     },
+    /// A second Expose through the rank's slot (step `first` was one): a
+    /// plan owns one slot per call.
+    SecondSlot {
+        first: usize,
+    },
     /// An Expose without a Release after it, or a Release without an Expose
     /// before it.
     Unreleased {
@@ -294,6 +299,10 @@ impl fmt::Display for ErrorKind {
             DuplicateFlag { flag, first } => {
                 write!(f, "flag {flag} is already exposed by step {first}")
             }
+            SecondSlot { first } => write!(
+                f,
+                "step {first} already exposes through the rank's slot; a plan has one slot"
+            ),
             Unreleased { flag } => write!(
                 f,
                 "flag {flag} needs one Expose and one Release after it (depending on it)"
@@ -380,7 +389,10 @@ impl fmt::Display for OpText<'_> {
             Op::Reduce { src, dst } => {
                 write!(f, "Reduce {} into {}", RegionText(src), RegionText(dst))
             }
-            Op::Expose { flag, src } => write!(f, "Expose flag {flag} {}", RegionText(src)),
+            Op::Expose { flag, src, slot } => {
+                let via = if *slot { " via slot" } else { "" };
+                write!(f, "Expose flag {flag} {}{via}", RegionText(src))
+            }
             Op::PeerRead {
                 peer,
                 flag,

@@ -10,6 +10,10 @@
 //! no exposed element between the Expose and the Release. The symbolic
 //! execution ([`super::exec`]) then runs the reads against the owner's
 //! memory, so what they read is checked like any message.
+//!
+//! A slot exposure (`Expose { slot: true }`) is checked as if in place,
+//! since the executor exposes in place what does not fit the slot; a plan
+//! makes at most one, since it owns one slot buffer per call.
 
 use std::collections::HashMap;
 
@@ -31,10 +35,18 @@ pub fn exposures(plans: &[Plan]) -> Result<Vec<HashMap<u32, Exposure>>, VerifyEr
 fn rank_exposures(rank: usize, plan: &Plan) -> Result<HashMap<u32, Exposure>, VerifyError> {
     let mut exposed: HashMap<u32, Exposure> = HashMap::new();
     let mut released: HashMap<u32, usize> = HashMap::new();
+    let mut slot_step: Option<usize> = None;
     for (i, step) in plan.steps.iter().enumerate() {
         let fail = |kind| Err(VerifyError::at(rank, i, &step.op, kind));
         match step.op {
-            Op::Expose { flag, src } => {
+            Op::Expose { slot: true, .. } if slot_step.is_some() => {
+                let first = slot_step.unwrap_or_default();
+                return fail(ErrorKind::SecondSlot { first });
+            }
+            Op::Expose { flag, src, slot } => {
+                if slot {
+                    slot_step = Some(i);
+                }
                 if let Some(e) = exposed.get(&flag) {
                     let first = e.expose;
                     return fail(ErrorKind::DuplicateFlag { flag, first });

@@ -56,7 +56,7 @@ pub(crate) use engine::pid_dead;
 use engine::{Inner, SendOp};
 use segment::{
     create_segment, may_read, open_segment, seg_path, Mapping, Unlink, CMA_SLOTS, CONTROL_SIZE,
-    REASON_MAX, RING_HDR_SIZE,
+    REASON_MAX, RING_HDR_SIZE, SLOT_BUFFERS,
 };
 
 /// Default ring size per directed pair of local ranks.
@@ -68,6 +68,8 @@ pub const DEFAULT_RING_SIZE: usize = 4 << 20;
 /// what the copy it saves does. Plans split transfers into pieces of
 /// `SHOAL_CHUNK_BYTES`, so this only takes effect with pieces this large.
 pub const DEFAULT_CMA_THRESHOLD: usize = 1 << 20;
+/// Default bytes of each of a rank's two slot buffers (`ShmConfig::slot_size`).
+pub const DEFAULT_SLOT_SIZE: usize = 16 << 10;
 
 /// Settings of a [`ShmTransport`].
 #[derive(Clone, Debug)]
@@ -87,6 +89,10 @@ pub struct ShmConfig {
     /// streamed through the ring; 0 turns that off (for this rank's sends
     /// and receives).
     pub cma_threshold: usize,
+    /// Bytes of each of this rank's two slot buffers (rounded up to a cache
+    /// line): exposures this small are copied there and read by peers with
+    /// plain loads; 0 turns slots off. Equal on all local ranks.
+    pub slot_size: usize,
 }
 
 impl ShmConfig {
@@ -99,6 +105,7 @@ impl ShmConfig {
             ring_size: DEFAULT_RING_SIZE,
             timeout: Duration::from_secs(60),
             cma_threshold: DEFAULT_CMA_THRESHOLD,
+            slot_size: DEFAULT_SLOT_SIZE,
         }
     }
 }
@@ -114,6 +121,10 @@ pub struct ShmTransport {
     /// Per global rank, the local peers whose exposed regions this rank may
     /// read ([`window`]).
     window: Vec<Option<window::WindowPeer>>,
+    /// Bytes of each slot buffer ([`window`]); 0: no slots.
+    slot_size: usize,
+    /// The slot buffer this rank fills next.
+    next_slot: std::sync::atomic::AtomicUsize,
 }
 
 impl ShmTransport {
@@ -127,7 +138,9 @@ impl ShmTransport {
         let slot_of = |r: usize| locals.iter().position(|&x| x == r);
         let me = slot_of(cfg.rank).ok_or_else(|| io_err("local_ranks must contain this rank"))?;
         let ring_size = cfg.ring_size.max(4096).div_ceil(4096) * 4096;
-        let seg_len = CONTROL_SIZE + locals.len() * (RING_HDR_SIZE + ring_size);
+        let slot_size = cfg.slot_size.div_ceil(64) * 64;
+        let seg_len =
+            CONTROL_SIZE + locals.len() * (RING_HDR_SIZE + ring_size) + SLOT_BUFFERS * slot_size;
         let key = |r: usize| format!("{}/shm/{r}", cfg.job_id);
 
         let path = seg_path(&cfg.job_id, cfg.rank);
@@ -201,6 +214,8 @@ impl ShmTransport {
             bell,
             inner: Mutex::new(inner),
             window,
+            slot_size,
+            next_slot: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 

@@ -44,6 +44,30 @@ pub(super) struct Control {
     /// The regions this rank exposes to shared-memory collective steps
     /// (see [`super::window`]), one per plan flag.
     pub(super) exposed: [ExposedFlag; EXPOSED_FLAGS],
+    /// The headers of this rank's slot buffers (see [`super::window`]).
+    pub(super) slots: [SlotHdr; SLOT_BUFFERS],
+}
+
+/// Slot buffers per rank: a call fills one while peers may still read the
+/// other from the call before, so no call waits for the last one's readers.
+pub(super) const SLOT_BUFFERS: usize = 2;
+
+/// One slot buffer's header: written by its owner, `reads` bumped by readers.
+/// Free for reuse once `reads` reaches `expected`.
+#[repr(C, align(64))]
+pub(super) struct SlotHdr {
+    /// The call (`comm << 32 | seq`) whose data the buffer holds; stored
+    /// last, so a reader that sees it sees the data and the fields below.
+    pub(super) stamp: AtomicU64,
+    pub(super) len: AtomicU64,
+    /// The plan flag the data is exposed under.
+    pub(super) flag: AtomicU32,
+    /// Reads finished by peers since the owner filled the buffer.
+    pub(super) reads: AtomicU32,
+    /// Reads the owner's plan makes peers do (set at its Release; `u32::MAX`
+    /// until then). Zero in a fresh segment: both buffers start free.
+    pub(super) expected: AtomicU32,
+    pub(super) sig: [AtomicU64; 3],
 }
 
 /// How many flags a plan may expose at once (`Op::Expose { flag }`, flag
@@ -114,6 +138,14 @@ impl Mapping {
             size,
             _map: self.clone(),
         }
+    }
+
+    /// Slot buffer `index` of `size` bytes: the segment ends with them.
+    pub(super) fn slot_data(&self, index: usize, size: usize) -> *mut u8 {
+        let off = self.len - (SLOT_BUFFERS - index) * size;
+        assert!(index < SLOT_BUFFERS && off >= CONTROL_SIZE);
+        // SAFETY: in bounds (asserted).
+        unsafe { self.ptr.add(off) }
     }
 
     pub(super) fn bell(self: &Arc<Self>) -> Doorbell {

@@ -5,18 +5,25 @@
 //! `process_vm_readv` and count their finished reads there, and the owner
 //! waits for that count before it writes the region again.
 //!
+//! Small regions go through slots instead (`expose_slot`): the owner copies
+//! them into one of its two slot buffers at the end of its segment, which
+//! every local peer has mapped, and peers read them with plain loads. The
+//! owner does not wait for those reads: it alternates buffers, and before
+//! filling one again waits until the reads its last plan declared
+//! (`slot_release`) are counted, which by then is almost always so.
+//!
 //! Waits spin (yielding), then sleep on this rank's doorbell, which exposing
 //! and reading peers ring; each round polls the transport, so a peer that
 //! died or aborted fails the wait within its liveness period.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::segment::{Mapping, EXPOSED_FLAGS};
+use super::segment::{Mapping, SlotHdr, EXPOSED_FLAGS, SLOT_BUFFERS};
 use super::{io, io_err, ShmTransport};
 use crate::doorbell::{wait_on, Doorbell};
-use crate::{cma, CallSig, Result, SharedWindow, TransportError};
+use crate::{cma, CallSig, Exposed, Result, SharedWindow, SlotExpose, TransportError};
 
 /// A local peer as the window sees it.
 pub(super) struct WindowPeer {
@@ -69,30 +76,75 @@ impl SharedWindow for ShmTransport {
         Ok(())
     }
 
+    fn expose_slot(&self, flag: u32, stamp: u64, sig: &CallSig, src: &[u8]) -> Result<SlotExpose> {
+        flag_index(flag)?;
+        if src.len() > self.slot_size {
+            return Ok(SlotExpose::TooBig);
+        }
+        if self.slot_busy() {
+            return Ok(SlotExpose::Busy);
+        }
+        let index = self.next_slot.load(Ordering::Relaxed);
+        let h = &self.own.control().slots[index];
+        // SAFETY: the buffer is this rank's and no peer reads it (every read
+        // of its last content is counted); src fits (checked above).
+        unsafe {
+            let data = self.own.slot_data(index, self.slot_size);
+            std::ptr::copy_nonoverlapping(src.as_ptr(), data, src.len());
+        }
+        h.reads.store(0, Ordering::Relaxed);
+        h.expected.store(u32::MAX, Ordering::Relaxed);
+        h.flag.store(flag, Ordering::Relaxed);
+        h.len.store(src.len() as u64, Ordering::Relaxed);
+        for (word, value) in h.sig.iter().zip(pack(sig)) {
+            word.store(value, Ordering::Relaxed);
+        }
+        h.stamp.store(stamp, Ordering::Release);
+        self.next_slot
+            .store((index + 1) % SLOT_BUFFERS, Ordering::Relaxed);
+        for p in self.window.iter().flatten() {
+            p.bell.ring();
+        }
+        Ok(SlotExpose::Placed(index))
+    }
+
+    fn slot_busy(&self) -> bool {
+        let h = &self.own.control().slots[self.next_slot.load(Ordering::Relaxed)];
+        h.reads.load(Ordering::Acquire) < h.expected.load(Ordering::Acquire)
+    }
+
+    fn slot_release(&self, index: usize, reads: u32) -> Result<()> {
+        let h = self.own.control().slots.get(index);
+        let h = h.ok_or_else(|| io_err(&format!("no slot buffer {index}")))?;
+        h.expected.store(reads, Ordering::Release);
+        Ok(())
+    }
+
     fn exposed(
         &self,
         peer: usize,
         flag: u32,
         stamp: u64,
         sig: &CallSig,
-    ) -> Result<Option<(u64, usize)>> {
+    ) -> Result<Option<Exposed>> {
         let p = self.window_peer(peer)?;
-        let e = &p.map.control().exposed[flag_index(flag)?];
-        if e.stamp.load(Ordering::Acquire) != stamp {
-            return Ok(None);
+        let ctl = p.map.control();
+        let e = &ctl.exposed[flag_index(flag)?];
+        if e.stamp.load(Ordering::Acquire) == stamp {
+            self.same_call(peer, stamp, sig, &e.sig)?;
+            let addr = e.addr.load(Ordering::Relaxed);
+            let len = e.len.load(Ordering::Relaxed) as usize;
+            return Ok(Some(Exposed::Memory { addr, len }));
         }
-        let theirs = unpack([0, 1, 2].map(|i| e.sig[i].load(Ordering::Relaxed)));
-        if theirs != *sig {
-            return Err(TransportError::Mismatch {
-                rank: self.rank,
-                peer,
-                seq: stamp as u32,
-                ours: Some(*sig),
-                theirs,
-            });
+        for (index, h) in ctl.slots.iter().enumerate() {
+            if h.stamp.load(Ordering::Acquire) == stamp && h.flag.load(Ordering::Relaxed) == flag {
+                self.same_call(peer, stamp, sig, &h.sig)?;
+                let len = h.len.load(Ordering::Relaxed) as usize;
+                let data = p.map.slot_data(index, self.slot_size);
+                return Ok(Some(Exposed::Slot { data, len, index }));
+            }
         }
-        let addr = e.addr.load(Ordering::Relaxed);
-        Ok(Some((addr, e.len.load(Ordering::Relaxed) as usize)))
+        Ok(None)
     }
 
     fn read(&self, peer: usize, addr: u64, dst: &mut [u8]) -> Result<()> {
@@ -100,10 +152,14 @@ impl SharedWindow for ShmTransport {
         cma::read_exact(p.pid, addr, dst).map_err(io)
     }
 
-    fn read_done(&self, peer: usize, flag: u32) -> Result<()> {
+    fn read_done(&self, peer: usize, flag: u32, slot: Option<usize>) -> Result<()> {
         let p = self.window_peer(peer)?;
-        let e = &p.map.control().exposed[flag_index(flag)?];
-        e.reads.fetch_add(1, Ordering::AcqRel);
+        let ctl = p.map.control();
+        let reads = match slot {
+            Some(index) => &slot_hdr(ctl.slots.get(index), index)?.reads,
+            None => &ctl.exposed[flag_index(flag)?].reads,
+        };
+        reads.fetch_add(1, Ordering::AcqRel);
         p.bell.ring();
         Ok(())
     }
@@ -116,6 +172,34 @@ impl SharedWindow for ShmTransport {
     fn wait_until(&self, timeout: Duration, ready: &mut dyn FnMut() -> bool) -> Result<()> {
         wait_on(&self.bell, timeout, || Ok(self.poll()? | ready()))
     }
+}
+
+impl ShmTransport {
+    /// Errors unless the peer's exposure (signature words `words`) belongs
+    /// to a call with our signature.
+    fn same_call(
+        &self,
+        peer: usize,
+        stamp: u64,
+        sig: &CallSig,
+        words: &[AtomicU64; 3],
+    ) -> Result<()> {
+        let theirs = unpack([0, 1, 2].map(|i| words[i].load(Ordering::Relaxed)));
+        if theirs == *sig {
+            return Ok(());
+        }
+        Err(TransportError::Mismatch {
+            rank: self.rank,
+            peer,
+            seq: stamp as u32,
+            ours: Some(*sig),
+            theirs,
+        })
+    }
+}
+
+fn slot_hdr(h: Option<&SlotHdr>, index: usize) -> Result<&SlotHdr> {
+    h.ok_or_else(|| io_err(&format!("no slot buffer {index}")))
 }
 
 /// A signature as three words of an [`super::segment::ExposedFlag`].

@@ -2,7 +2,7 @@
 //! peer's straight from its memory into its block of Output. Ranks of one
 //! host only.
 
-use crate::algorithms::phases::shared::{cost as read_cost, INPUTS};
+use crate::algorithms::phases::shared::{cost as read_cost, Exposure, INPUTS};
 use crate::algorithms::{Algorithm, CostParams};
 use crate::plan::{CallShape, Collective, Plan, Region};
 
@@ -21,7 +21,7 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
     if w == 1 {
         return p;
     }
-    let exposed = p.expose(INPUTS, input, vec![]);
+    let exposed = p.expose_slot(INPUTS, input, vec![]);
     for q in (0..w).filter(|&q| q != rank) {
         p.peer_read(q, INPUTS, 0, Region::output(q * n, n), false, vec![]);
     }
@@ -31,5 +31,11 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
 
 fn cost(shape: &CallShape, elem_size: usize, params: &CostParams) -> f64 {
     let bytes = (shape.count * elem_size) as f64;
-    read_cost(params, shape.world - 1, bytes, false)
+    read_cost(
+        params,
+        shape.world - 1,
+        bytes,
+        false,
+        Exposure::of_slot(bytes),
+    )
 }

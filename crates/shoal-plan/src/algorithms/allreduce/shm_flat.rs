@@ -4,7 +4,9 @@
 //! its Input it copies the result to Output (which may be the Input). One
 //! flag round, no messages. Ranks of one host only.
 
-use crate::algorithms::phases::shared::{cost as read_cost, reduce_in_rank_order, INPUTS};
+use crate::algorithms::phases::shared::{
+    cost as read_cost, reduce_in_rank_order, Exposure, INPUTS,
+};
 use crate::algorithms::{Algorithm, CostParams};
 use crate::plan::{CallShape, Collective, Plan, Region};
 
@@ -25,7 +27,7 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
     }
     p.scratch_len = n;
     let acc = Region::scratch(0, n);
-    let exposed = p.expose(INPUTS, input, vec![]);
+    let exposed = p.expose_slot(INPUTS, input, vec![]);
     let reduced = reduce_in_rank_order(&mut p, w, 0, input, acc, vec![]);
     let released = p.release(INPUTS, (w - 1) as u32, vec![exposed]);
     p.copy(acc, Region::output(0, n), vec![reduced, released]);
@@ -34,6 +36,12 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
 
 fn cost(shape: &CallShape, elem_size: usize, params: &CostParams) -> f64 {
     let bytes = (shape.count * elem_size) as f64;
-    // The reads, then waiting for the peers' reads and the copy out.
-    read_cost(params, shape.world - 1, bytes, true) + params.alpha_local + bytes * params.beta_local
+    // The reads, then the copy out (after the peers' reads when in place).
+    let via = Exposure::of_slot(bytes);
+    let wait = if via == Exposure::Slot {
+        0.0
+    } else {
+        params.alpha_local
+    };
+    read_cost(params, shape.world - 1, bytes, true, via) + wait + bytes * params.beta_local
 }

@@ -8,7 +8,7 @@
 //! is computed by rank `r` alone and copied by the others, so all ranks hold
 //! the same bits. Ranks of one host only.
 
-use crate::algorithms::phases::shared::{cost as read_cost, shard};
+use crate::algorithms::phases::shared::{cost as read_cost, shard, Exposure};
 use crate::algorithms::{Algorithm, CostParams};
 use crate::plan::{CallShape, Collective, Plan, Region};
 
@@ -58,5 +58,7 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
 fn cost(shape: &CallShape, elem_size: usize, params: &CostParams) -> f64 {
     let w = shape.world;
     let shard_bytes = (shape.count * elem_size) as f64 / w as f64;
-    read_cost(params, w - 1, shard_bytes, true) + read_cost(params, w - 1, shard_bytes, false)
+    let via = Exposure::InPlace;
+    read_cost(params, w - 1, shard_bytes, true, via)
+        + read_cost(params, w - 1, shard_bytes, false, via)
 }

@@ -2,7 +2,7 @@
 //! copies it straight from the root's memory into its Output. Ranks of one
 //! host only.
 
-use crate::algorithms::phases::shared::{cost as read_cost, INPUTS};
+use crate::algorithms::phases::shared::{cost as read_cost, Exposure, INPUTS};
 use crate::algorithms::{Algorithm, CostParams};
 use crate::plan::{CallShape, Collective, Plan, Region};
 
@@ -26,7 +26,7 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
     if w == 1 {
         return p;
     }
-    let exposed = p.expose(INPUTS, Region::input(0, n), vec![copied]);
+    let exposed = p.expose_slot(INPUTS, Region::input(0, n), vec![copied]);
     p.release(INPUTS, (w - 1) as u32, vec![exposed]);
     p
 }
@@ -34,5 +34,11 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
 fn cost(shape: &CallShape, elem_size: usize, params: &CostParams) -> f64 {
     // Readers share the root's memory bandwidth.
     let bytes = (shape.count * elem_size) as f64;
-    read_cost(params, shape.world - 1, bytes, false)
+    read_cost(
+        params,
+        shape.world - 1,
+        bytes,
+        false,
+        Exposure::of_slot(bytes),
+    )
 }

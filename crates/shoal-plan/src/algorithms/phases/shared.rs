@@ -42,11 +42,65 @@ pub fn shard(n: usize, world: usize, q: usize) -> (usize, usize) {
     (q * n / world, (q + 1) * n / world)
 }
 
+/// The default of `SHOAL_SHM_SLOT_BYTES`: an `expose_slot` of at most this
+/// many bytes goes through the rank's shared slot (the cost model's guess;
+/// the executor decides with the configured size).
+pub const SLOT_BYTES: usize = 16 << 10;
+/// Bytes a reducing in-place read takes per `process_vm_readv` (the
+/// executor's piece size).
+const READ_PIECE: f64 = (32 << 10) as f64;
+/// One `process_vm_readv`, in units of `alpha_local`: a syscall that pins the
+/// peer's pages (about 1 us on the 2-vCPU dev VM, where alpha_local is 2 us).
+const SYSCALL: f64 = 0.5;
+/// A flag round through the slots (cache lines, no syscall, no doorbell
+/// once everyone polls), in units of `alpha_local`.
+const SLOT_ROUND: f64 = 0.25;
+
+/// How a rank's region reaches its peers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exposure {
+    /// Copied into the rank's slot, read with plain loads.
+    Slot,
+    /// Read in place with `process_vm_readv`.
+    InPlace,
+}
+
+impl Exposure {
+    /// What an `expose_slot` of `bytes` does (with the default slot size).
+    pub fn of_slot(bytes: f64) -> Exposure {
+        if bytes <= SLOT_BYTES as f64 {
+            Exposure::Slot
+        } else {
+            Exposure::InPlace
+        }
+    }
+}
+
 /// Cost of reading `bytes` from each of `peers` ranks of this host and
-/// reducing them (`reduce`), after one flag round trip (the owner's Release
-/// waits for the readers' counts: that round trip is the same `alpha_local`
-/// and overlaps the reads, so it is not counted twice).
-pub fn cost(params: &crate::algorithms::CostParams, peers: usize, bytes: f64, reduce: bool) -> f64 {
+/// reducing them (`reduce`), exposed as `via` says. Through the slots: a
+/// quarter flag round, the copy in, and plain loads. In place: a flag round
+/// (the owner's Release waits for the readers' counts: the same round trip,
+/// overlapping the reads, so counted once) and a syscall per read (per 32 KiB
+/// piece when reducing).
+pub fn cost(
+    params: &crate::algorithms::CostParams,
+    peers: usize,
+    bytes: f64,
+    reduce: bool,
+    via: Exposure,
+) -> f64 {
     let per_byte = params.beta_local + if reduce { params.gamma } else { 0.0 };
-    params.alpha_local + peers as f64 * bytes * per_byte
+    let moved = peers as f64 * bytes * per_byte;
+    match via {
+        Exposure::Slot => SLOT_ROUND * params.alpha_local + bytes * params.beta_local + moved,
+        Exposure::InPlace => {
+            let reads_each = if reduce {
+                (bytes / READ_PIECE).ceil().max(1.0)
+            } else {
+                1.0
+            };
+            let syscalls = peers as f64 * reads_each;
+            params.alpha_local * (1.0 + SYSCALL * syscalls) + moved
+        }
+    }
 }

@@ -2,7 +2,9 @@
 //! root reduces all of them, read straight from the peers' memory in rank
 //! order, into scratch, then copies the result to its Output. Ranks of one host only.
 
-use crate::algorithms::phases::shared::{cost as read_cost, reduce_in_rank_order, INPUTS};
+use crate::algorithms::phases::shared::{
+    cost as read_cost, reduce_in_rank_order, Exposure, INPUTS,
+};
 use crate::algorithms::{Algorithm, CostParams};
 use crate::plan::{CallShape, Collective, Plan, Region};
 
@@ -24,7 +26,7 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
         let reduced = reduce_in_rank_order(&mut p, w, 0, input, acc, vec![]);
         p.copy(acc, Region::output(0, n), vec![reduced]);
     } else {
-        let exposed = p.expose(INPUTS, input, vec![]);
+        let exposed = p.expose_slot(INPUTS, input, vec![]);
         p.release(INPUTS, 1, vec![exposed]);
     }
     p
@@ -32,5 +34,11 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
 
 fn cost(shape: &CallShape, elem_size: usize, params: &CostParams) -> f64 {
     let bytes = (shape.count * elem_size) as f64;
-    read_cost(params, shape.world - 1, bytes, true)
+    read_cost(
+        params,
+        shape.world - 1,
+        bytes,
+        true,
+        Exposure::of_slot(bytes),
+    )
 }

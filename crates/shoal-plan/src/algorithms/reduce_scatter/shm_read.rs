@@ -2,7 +2,9 @@
 //! block `r` of all of them, read straight from the peers' memory in rank
 //! order, into its Output. Ranks of one host only.
 
-use crate::algorithms::phases::shared::{cost as read_cost, reduce_in_rank_order, INPUTS};
+use crate::algorithms::phases::shared::{
+    cost as read_cost, reduce_in_rank_order, Exposure, INPUTS,
+};
 use crate::algorithms::{Algorithm, CostParams};
 use crate::plan::{CallShape, Collective, Plan, Region};
 
@@ -22,7 +24,7 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
         p.copy(own, output, vec![]);
         return p;
     }
-    let exposed = p.expose(INPUTS, Region::input(0, w * n), vec![]);
+    let exposed = p.expose_slot(INPUTS, Region::input(0, w * n), vec![]);
     reduce_in_rank_order(&mut p, w, rank * n, own, output, vec![]);
     p.release(INPUTS, (w - 1) as u32, vec![exposed]);
     p
@@ -30,5 +32,11 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
 
 fn cost(shape: &CallShape, elem_size: usize, params: &CostParams) -> f64 {
     let bytes = (shape.count * elem_size) as f64;
-    read_cost(params, shape.world - 1, bytes, true)
+    read_cost(
+        params,
+        shape.world - 1,
+        bytes,
+        true,
+        Exposure::of_slot(bytes * shape.world as f64),
+    )
 }

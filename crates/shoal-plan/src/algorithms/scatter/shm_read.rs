@@ -2,7 +2,7 @@
 //! copies its block straight from the root's memory into its Output. Ranks
 //! of one host only.
 
-use crate::algorithms::phases::shared::{cost as read_cost, INPUTS};
+use crate::algorithms::phases::shared::{cost as read_cost, Exposure, INPUTS};
 use crate::algorithms::{Algorithm, CostParams};
 use crate::plan::{CallShape, Collective, Plan, Region};
 
@@ -23,7 +23,7 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
     }
     p.copy(Region::input(rank * n, n), output, vec![]);
     if w > 1 {
-        let exposed = p.expose(INPUTS, Region::input(0, w * n), vec![]);
+        let exposed = p.expose_slot(INPUTS, Region::input(0, w * n), vec![]);
         p.release(INPUTS, (w - 1) as u32, vec![exposed]);
     }
     p
@@ -31,5 +31,11 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
 
 fn cost(shape: &CallShape, elem_size: usize, params: &CostParams) -> f64 {
     let bytes = (shape.count * elem_size) as f64;
-    read_cost(params, 1, bytes, false)
+    read_cost(
+        params,
+        1,
+        bytes,
+        false,
+        Exposure::of_slot(bytes * shape.world as f64),
+    )
 }
