@@ -212,10 +212,12 @@ impl Run<'_> {
     }
 
     /// The call's stamp on exposed regions: peers take only this call's.
-    /// Never 0: a fresh segment's entries read 0, and the first call of the
-    /// first communicator (comm 0, seq 0) must not find them "exposed".
+    /// Never 0 (bit 63 set): a fresh segment's entries read 0, and the first
+    /// call of the first communicator (comm 0, seq 0) must not find them
+    /// "exposed". The low 32 bits stay the call's sequence number (errors
+    /// report it); communicator ids are counters far below 2^31.
     fn stamp(&self) -> u64 {
-        ((u64::from(self.ctx.comm) << 32) | u64::from(self.ctx.seq)).wrapping_add(1)
+        (1 << 63) | (u64::from(self.ctx.comm) << 32) | u64::from(self.ctx.seq)
     }
 
     fn window(&self, step: usize) -> Result<&dyn SharedWindow> {
