@@ -259,7 +259,7 @@ fn segment_problem(path: &str, st: &libc::stat, len: usize) -> Option<String> {
         ))
     } else if st.st_size as usize != len {
         Some(format!(
-            "{path} has {} bytes, expected {len} (ring sizes differ between ranks?)",
+            "{path} has {} bytes, expected {len} (SHOAL_SHM_RING_BYTES or SHOAL_SHM_SLOT_BYTES differ between ranks?)",
             st.st_size
         ))
     } else {
