@@ -3,8 +3,9 @@
 //!
 //! Shm and tcp ring one [`Doorbell`] (the shm segment's, which tcp's I/O
 //! threads ring too), so `wait` sleeps once and wakes on either; UCX rings
-//! nothing (it moves only when polled), so with a UCX side `wait` naps
-//! briefly instead ([`crate::ucx::NAP`]). Request ids are the inner id
+//! nothing (it moves only when polled), so with a UCX side beside shm
+//! `wait` naps briefly instead ([`crate::ucx::NAP`]); UCX alone sleeps on
+//! its worker's event fd. Request ids are the inner id
 //! shifted left by one with the low bit naming the side (shm, or the network
 //! side: tcp or UCX, never both).
 
@@ -339,6 +340,10 @@ impl Transport for Routed {
 
     fn wait(&self, timeout: Duration) -> Result<()> {
         if let Some(u) = &self.ucx {
+            if self.shm.is_none() {
+                // UCX alone: it sleeps on its worker's event fd.
+                return u.wait(timeout);
+            }
             return wait_busy(&self.bell, timeout, || self.progress(), || u.busy());
         }
         wait_on(&self.bell, timeout, || self.progress())

@@ -27,6 +27,8 @@ pub const DEFAULT_LIB: &str = "libucp.so.0";
 pub type Status = i8;
 pub const UCS_OK: Status = 0;
 pub const UCS_INPROGRESS: Status = 1;
+/// `ucp_worker_arm`: events are pending, progress before sleeping.
+pub const UCS_ERR_BUSY: Status = -4;
 #[cfg(test)]
 const UCS_ERR_CANCELED: Status = -16;
 
@@ -43,6 +45,8 @@ pub const UCP_PARAM_FIELD_FEATURES: u64 = 1 << 0;
 pub const UCP_PARAM_FIELD_TAG_SENDER_MASK: u64 = 1 << 4;
 pub const UCP_PARAM_FIELD_ESTIMATED_NUM_EPS: u64 = 1 << 6;
 pub const UCP_FEATURE_TAG: u64 = 1 << 0;
+/// The worker gets an event fd to sleep on (`ucp_worker_get_efd`/`_arm`).
+pub const UCP_FEATURE_WAKEUP: u64 = 1 << 4;
 // ucp_worker_params_t
 pub const UCP_WORKER_PARAM_FIELD_THREAD_MODE: u64 = 1 << 0;
 pub const UCS_THREAD_MODE_SINGLE: c_int = 0;
@@ -213,6 +217,8 @@ pub struct Ucp {
     worker_get_address: unsafe extern "C" fn(Worker, *mut *mut Address, *mut usize) -> Status,
     worker_release_address: unsafe extern "C" fn(Worker, *mut Address),
     pub worker_progress: unsafe extern "C" fn(Worker) -> c_uint,
+    worker_get_efd: unsafe extern "C" fn(Worker, *mut c_int) -> Status,
+    worker_arm: unsafe extern "C" fn(Worker) -> Status,
     ep_create: unsafe extern "C" fn(Worker, *const EpParams, *mut Ep) -> Status,
     ep_close_nbx: unsafe extern "C" fn(Ep, *const RequestParam) -> *mut c_void,
     ep_flush_nbx: unsafe extern "C" fn(Ep, *const RequestParam) -> *mut c_void,
@@ -287,6 +293,8 @@ impl Ucp {
             worker_get_address: sym!("ucp_worker_get_address"),
             worker_release_address: sym!("ucp_worker_release_address"),
             worker_progress: sym!("ucp_worker_progress"),
+            worker_get_efd: sym!("ucp_worker_get_efd"),
+            worker_arm: sym!("ucp_worker_arm"),
             ep_create: sym!("ucp_ep_create"),
             ep_close_nbx: sym!("ucp_ep_close_nbx"),
             ep_flush_nbx: sym!("ucp_ep_flush_nbx"),
@@ -346,7 +354,7 @@ impl Ucp {
             field_mask: UCP_PARAM_FIELD_FEATURES
                 | UCP_PARAM_FIELD_TAG_SENDER_MASK
                 | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS,
-            features: UCP_FEATURE_TAG,
+            features: UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
             request_size: 0,
             request_init: ptr::null(),
             request_cleanup: ptr::null(),
@@ -375,6 +383,26 @@ impl Ucp {
             (self.worker_create)(ctx, &p, &mut w)
         })?;
         Ok(w)
+    }
+
+    /// The file descriptor that becomes readable when the worker has
+    /// events, once armed ([`Ucp::arm`]).
+    pub fn event_fd(&self, w: Worker) -> Result<c_int, String> {
+        let mut fd: c_int = -1;
+        // SAFETY: a live worker of a context with `UCP_FEATURE_WAKEUP`.
+        self.check("ucp_worker_get_efd", unsafe {
+            (self.worker_get_efd)(w, &mut fd)
+        })?;
+        Ok(fd)
+    }
+
+    /// Arms the worker's event fd: `UCS_OK` when it is safe to sleep on it,
+    /// `UCS_ERR_BUSY` when events are pending (progress first).
+    ///
+    /// # Safety
+    /// `w` is live and used by this thread only.
+    pub unsafe fn arm(&self, w: Worker) -> Status {
+        (self.worker_arm)(w)
     }
 
     /// The worker's address, to publish.
@@ -503,5 +531,32 @@ mod tests {
             StatusPtr::of(0x1000 as *mut c_void),
             StatusPtr::Request(_)
         ));
+    }
+}
+
+#[cfg(test)]
+mod wakeup_tests {
+    use super::*;
+
+    /// `wait` sleeps on the worker's event fd; a context without
+    /// `UCP_FEATURE_WAKEUP` would give none (and `wait` would nap).
+    #[test]
+    fn worker_gives_an_armable_event_fd() {
+        let Ok(ucp) = Ucp::load(DEFAULT_LIB) else {
+            eprintln!("skipped: {DEFAULT_LIB} is not installed");
+            return;
+        };
+        let ctx = ucp.init(&[], 1).unwrap();
+        let w = ucp.worker(ctx).unwrap();
+        let fd = ucp.event_fd(w).unwrap();
+        assert!(fd >= 0);
+        // SAFETY: a live worker on this thread; destroyed once, then the context.
+        unsafe {
+            while (ucp.worker_progress)(w) != 0 {}
+            let s = ucp.arm(w);
+            assert!(s == UCS_OK || s == UCS_ERR_BUSY, "{}", ucp.describe(s));
+            (ucp.worker_destroy)(w);
+            (ucp.cleanup)(ctx);
+        }
     }
 }

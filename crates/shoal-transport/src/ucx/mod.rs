@@ -35,8 +35,10 @@
 //! or its keepalive) and, for ranks on this host, a pid check every 50 ms
 //! (UCX's shared-memory keepalive is slower). Abort and bye are control
 //! frames, as on tcp. `wait` polls: UCX progresses only when the worker is
-//! driven, so it spins briefly and then naps in short sleeps ([`NAP`]),
-//! never while UCX is moving a message's fragments.
+//! driven, so it polls while UCX is moving a message's fragments and
+//! briefly after, then sleeps on the worker's event fd (UCX's wakeup
+//! feature), which a peer's message or reply makes readable; a UCX without
+//! one gets short naps ([`NAP`]) instead.
 
 mod engine;
 mod ffi;
@@ -52,15 +54,25 @@ use crate::{
     Answer, Blocked, CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError,
 };
 use engine::{on_ep_error, ErrArg, ErrList, Inner, Peer};
-use ffi::{ErrHandler, Ucp, UCP_ERR_HANDLING_MODE_NONE, UCP_ERR_HANDLING_MODE_PEER};
+use ffi::{
+    ErrHandler, Ucp, UCP_ERR_HANDLING_MODE_NONE, UCP_ERR_HANDLING_MODE_PEER, UCS_ERR_BUSY, UCS_OK,
+};
 
 pub use ffi::DEFAULT_LIB;
 
 /// Collective messages of at least this many bytes send their payload as
 /// a separate UCX message received straight into the posted buffer.
 pub const DEFAULT_RNDV_BYTES: usize = 64 << 10;
-/// Longest sleep of `wait` between polls of the worker.
+/// Longest sleep of `wait` between polls of the worker, where UCX gives
+/// no event fd to sleep on.
 pub const NAP: Duration = Duration::from_micros(200);
+/// How long `wait` polls (yielding in between) before it sleeps on the
+/// worker's event fd: a peer's reply within this long is caught without
+/// the cost of arming and waking.
+const SPIN: Duration = Duration::from_micros(200);
+/// Longest sleep on the event fd: UCX raises no event for a local peer
+/// that died, so the pid checks of `poll` need a poll this often.
+const EVENT_NAP: Duration = Duration::from_millis(10);
 
 const CLASS_PAYLOAD: u64 = 1 << 63;
 const SENDER_MASK: u64 = 0x7fff_ffff << 32;
@@ -123,6 +135,9 @@ pub struct UcxTransport {
     timeout: Duration,
     rndv_bytes: usize,
     bell: Doorbell,
+    /// The worker's event fd (see [`UcxTransport::wait_on_events`]); none
+    /// if this UCX gives none, and `wait` naps instead.
+    event_fd: Option<i32>,
     ucp: Arc<Ucp>,
     ctx: ffi::Context,
     inner: Mutex<Inner>,
@@ -156,12 +171,17 @@ impl UcxTransport {
             }
             return Err(e);
         }
+        let event_fd = ucp
+            .event_fd(inner.worker)
+            .map_err(|e| tracing::debug!("{e}; wait naps instead"))
+            .ok();
         Ok(UcxTransport {
             rank: cfg.rank,
             world: cfg.world,
             timeout: cfg.timeout,
             rndv_bytes: cfg.rndv_bytes.max(1),
             bell: Doorbell::new(),
+            event_fd,
             ucp,
             ctx,
             inner: Mutex::new(inner),
@@ -257,6 +277,39 @@ impl UcxTransport {
         Ok(changed)
     }
 
+    /// `Transport::wait` on the worker's event fd: poll while UCX is busy or
+    /// for [`SPIN`], then arm the worker and sleep until UCX has an event
+    /// (a peer's message or reply wakes this rank at once, where a fixed
+    /// nap would add up to its length to every step of a collective).
+    fn wait_on_events(&self, fd: i32, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        let deadline = start + timeout;
+        loop {
+            if self.poll()? {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(());
+            }
+            if self.busy() || now - start < SPIN {
+                std::thread::yield_now();
+                continue;
+            }
+            let armed = {
+                let g = self.lock();
+                // SAFETY: a live worker, used under the mutex.
+                unsafe { self.ucp.arm(g.worker) }
+            };
+            match armed {
+                UCS_OK => sleep_on_fd(fd, (deadline - now).min(EVENT_NAP)),
+                UCS_ERR_BUSY => continue,
+                // Arming failed: nap as without an event fd.
+                _ => std::thread::sleep((deadline - now).min(NAP)),
+            }
+        }
+    }
+
     /// Pushes pending sends, says bye to every peer, and closes the
     /// endpoints. Called by `Drop` too.
     pub fn close(&self) {
@@ -349,7 +402,10 @@ impl Transport for UcxTransport {
     }
 
     fn wait(&self, timeout: Duration) -> Result<()> {
-        wait_busy(&self.bell, timeout, || self.poll(), || self.busy())
+        match self.event_fd {
+            Some(fd) => self.wait_on_events(fd, timeout),
+            None => wait_busy(&self.bell, timeout, || self.poll(), || self.busy()),
+        }
     }
 
     fn abort(&self, reason: &str) {
@@ -435,6 +491,20 @@ pub(crate) fn wait_busy(
         }
         std::thread::yield_now();
     }
+}
+
+/// Sleeps until `fd` is readable or `timeout` (rounded up to a millisecond)
+/// passed.
+fn sleep_on_fd(fd: i32, timeout: Duration) {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd; an interrupted or failed poll just returns
+    // early, and the caller polls the worker again either way.
+    unsafe { libc::poll(&mut p, 1, ms) };
 }
 
 /// An endpoint to the worker at `address` that reports its peer's failure.
