@@ -61,7 +61,12 @@ fn parking_lot_is_max_min_fair() {
         ],
         [4e6, 4e6, 6e6, 6e6]
     );
-    // C (6 Mbit) ends at 1 s; then B gets 16 - 4 = 12 Mbit/s.
+    // C (6 Mbit) ends at 1 s; then B gets 16 - 4 = 12 Mbit/s. Its last
+    // byte leaves (Sent) and, with no latency, arrives at once.
+    match e.next_event() {
+        Some(Event::Sent { tag: 3, time_s }) => assert!(close(time_s, 1.0)),
+        other => panic!("{other:?}"),
+    }
     match e.next_event() {
         Some(Event::Delivered { tag: 3, time_s, .. }) => assert!(close(time_s, 1.0)),
         other => panic!("{other:?}"),

@@ -2,7 +2,7 @@
 //! engine: a message becomes a flow once all its dependencies are
 //! delivered; the collective ends when the last message is delivered.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::engine::{Event, FlowEngine};
@@ -229,6 +229,21 @@ pub struct RunningDag<'a> {
     routes: PairRoutes,
     tag_base: u64,
     ready: Vec<usize>,
+    /// Messages of a rank pair go one after another, as on shoal's one
+    /// connection per peer (and the packet engine's): the pair's message on
+    /// the wire, if any, and those ready behind it in order. Without this
+    /// the chunks of a pipelined plan all started at once, shared the link
+    /// and arrived together, and nothing pipelined; and a collective took
+    /// one max-min share per message in flight instead of one per peer.
+    pairs: HashMap<(u32, u32), PairQueue, BuildHasherDefault<MixHasher>>,
+}
+
+/// The messages of one rank pair: whether one is on the wire, and the ready
+/// ones waiting behind it.
+#[derive(Default)]
+struct PairQueue {
+    busy: bool,
+    waiting: VecDeque<usize>,
 }
 
 impl<'a> RunningDag<'a> {
@@ -253,6 +268,7 @@ impl<'a> RunningDag<'a> {
             routes: PairRoutes::new(salt),
             tag_base,
             ready: Vec::new(),
+            pairs: HashMap::default(),
         })
     }
 
@@ -287,7 +303,35 @@ impl<'a> RunningDag<'a> {
         Ok(self.progress.done())
     }
 
+    /// Handles the end of flow `tag`'s transmission (one of ours) at `now`:
+    /// the next message ready on its rank pair goes on the wire.
+    pub fn sent(&mut self, engine: &mut FlowEngine, tag: u64, now: f64) -> Result<(), String> {
+        let i = (tag - self.tag_base) as usize;
+        let pair = (self.progress.src_rank[i], self.progress.dst_rank[i]);
+        let queue = self.pairs.get_mut(&pair).expect("a sent message's pair");
+        match queue.waiting.pop_front() {
+            Some(next) => self.send(engine, next, now),
+            None => {
+                queue.busy = false;
+                Ok(())
+            }
+        }
+    }
+
+    /// Sends message `i` now, or queues it behind its pair's message on
+    /// the wire.
     fn start_message(&mut self, engine: &mut FlowEngine, i: usize, now: f64) -> Result<(), String> {
+        let pair = (self.progress.src_rank[i], self.progress.dst_rank[i]);
+        let queue = self.pairs.entry(pair).or_default();
+        if queue.busy {
+            queue.waiting.push_back(i);
+            return Ok(());
+        }
+        queue.busy = true;
+        self.send(engine, i, now)
+    }
+
+    fn send(&mut self, engine: &mut FlowEngine, i: usize, now: f64) -> Result<(), String> {
         let p = &self.progress;
         let r = self
             .routes
@@ -311,9 +355,13 @@ pub fn simulate(topo: &Topology, dag: &CollectiveDag) -> Result<CollectiveRun, S
     run.start(&mut engine, 0.0)?;
     let mut end = 0.0;
     while let Some(event) = engine.next_event() {
-        if let Event::Delivered { tag, time_s, .. } = event {
-            end = time_s;
-            run.delivered(&mut engine, tag, time_s)?;
+        match event {
+            Event::Delivered { tag, time_s, .. } => {
+                end = time_s;
+                run.delivered(&mut engine, tag, time_s)?;
+            }
+            Event::Sent { tag, time_s } => run.sent(&mut engine, tag, time_s)?,
+            Event::Timer { .. } => {}
         }
     }
     debug_assert!(run.progress.done(), "an acyclic DAG runs to the end");

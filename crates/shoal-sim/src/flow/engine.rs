@@ -24,6 +24,10 @@ pub enum Event {
         start_s: f64,
         time_s: f64,
     },
+    /// A flow's last byte left its source (it is delivered one route
+    /// latency later): the source may start the next message on the same
+    /// connection.
+    Sent { tag: u64, time_s: f64 },
     /// A timer set with [`FlowEngine::timer`] fired.
     Timer { token: u64, time_s: f64 },
 }
@@ -456,7 +460,15 @@ impl FlowEngine {
             match kind {
                 Kind::Start(TICK) => self.tick_queued = false,
                 Kind::Start(id) => self.activate(id),
-                Kind::Finish(id, version) => self.finish(id, version),
+                Kind::Finish(id, version) => {
+                    if self.finish(id, version) {
+                        let tag = self.flows[id as usize].tag;
+                        return Some(Event::Sent {
+                            tag,
+                            time_s: self.now,
+                        });
+                    }
+                }
                 Kind::Deliver(id) => {
                     let f = &mut self.flows[id as usize];
                     f.state = State::Free;
@@ -524,10 +536,12 @@ impl FlowEngine {
         self.push(done, Kind::Finish(id, version));
     }
 
-    fn finish(&mut self, id: u32, version: u32) {
+    /// Ends flow `id`'s transmission; false when the finish was superseded
+    /// by a rate change.
+    fn finish(&mut self, id: u32, version: u32) -> bool {
         let f = &mut self.flows[id as usize];
         if f.state != State::Active || f.version & 0x3FFF_FFFF != version {
-            return; // superseded by a rate change
+            return false; // superseded by a rate change
         }
         f.state = State::Done;
         f.remaining_bits = 0.0;
@@ -547,6 +561,7 @@ impl FlowEngine {
             self.dirty.push(l);
         }
         self.push(self.now + latency, Kind::Deliver(id));
+        true
     }
 
     /// Recomputes max-min rates over every component touching a dirty link.

@@ -186,7 +186,7 @@ pub fn fig10(congestion_control: bool) -> Result<Fig10Series, String> {
                     break;
                 }
             }
-            Event::Delivered { .. } => {}
+            Event::Delivered { .. } | Event::Sent { .. } => {}
         }
     }
     Ok(series)

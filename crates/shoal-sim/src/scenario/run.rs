@@ -398,6 +398,16 @@ pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scenar
                 }
                 time_s
             }
+            Event::Sent { tag, time_s } => {
+                // the next message of a collective's rank pair may go
+                if tag & (LONG | BACKGROUND | TREE) == 0 {
+                    let j = (tag >> 40) as usize - 1;
+                    if let Some(run) = running[j].as_mut() {
+                        run.sent(&mut engine, tag, time_s)?;
+                    }
+                }
+                time_s
+            }
             Event::Delivered {
                 tag,
                 start_s,
