@@ -114,10 +114,11 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
             describe(&cost, multi_host)
         );
     }
-    let transport_class = if multi_host || engine.config.transport == TransportChoice::Tcp {
-        tune::Transport::Tcp
-    } else {
-        tune::Transport::Shm
+    let transport_class = match engine.config.transport {
+        TransportChoice::Ucx => tune::Transport::Ucx,
+        TransportChoice::Tcp => tune::Transport::Tcp,
+        _ if multi_host => tune::Transport::Tcp,
+        _ => tune::Transport::Shm,
     };
     engine
         .selector

@@ -32,12 +32,13 @@ pub const BUILTIN_TEXT: &str = include_str!("tune/builtin.txt");
 /// How the built-in table is named in messages and `shoal info`.
 pub const BUILTIN_SOURCE: &str = "built-in";
 
-/// The transport class a row may ask for: shared memory on one host, or TCP
-/// (several hosts, or `SHOAL_TRANSPORT=tcp`).
+/// The transport class a row may ask for: shared memory on one host, TCP
+/// (several hosts, or `SHOAL_TRANSPORT=tcp`), or UCX (`SHOAL_TRANSPORT=ucx`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Transport {
     Shm,
     Tcp,
+    Ucx,
 }
 
 impl Transport {
@@ -45,6 +46,7 @@ impl Transport {
         match self {
             Transport::Shm => "shm",
             Transport::Tcp => "tcp",
+            Transport::Ucx => "ucx",
         }
     }
 }
@@ -151,13 +153,25 @@ impl Tables {
     /// The algorithm the first matching row names for a call, if any row
     /// matches and its algorithm can run the call (a row naming one that takes
     /// no per-rank counts does not apply to a call with them).
-    pub fn choose(&self, shape: &CallShape, elem_size: usize) -> Option<Choice> {
+    ///
+    /// `shared_memory`: whether this job may run the algorithms that read
+    /// peers' memory; a row naming one where it may not (another transport,
+    /// peers not readable) is passed over like a row that does not match.
+    pub fn choose(
+        &self,
+        shape: &CallShape,
+        elem_size: usize,
+        shared_memory: bool,
+    ) -> Option<Choice> {
         let bytes = (shape.count as u64).saturating_mul(elem_size as u64);
         self.tables
             .iter()
             .flat_map(|t| &t.rows)
             .filter_map(|row| row.algorithm_for(shape, bytes, &self.machine))
             .filter_map(|name| select::find(shape.collective, name).ok())
+            .filter(|choice| {
+                shared_memory || !matches!(choice, Choice::Builtin(a) if a.reads_peers())
+            })
             .find(|&choice| select::handles(choice, shape))
     }
 
@@ -287,7 +301,8 @@ fn parse_condition(
             when.transport = Some(match value {
                 "shm" => Transport::Shm,
                 "tcp" => Transport::Tcp,
-                _ => return Err(format!("transport={value}: not shm or tcp")),
+                "ucx" => Transport::Ucx,
+                _ => return Err(format!("transport={value}: not shm, tcp or ucx")),
             });
         }
         _ => {
@@ -545,7 +560,7 @@ mod tests {
                 "world=0: not a whole number",
             ),
             ("allreduce world=2 world=4 0-inf:ring", "given twice"),
-            ("allreduce transport=rdma 0-inf:ring", "not shm or tcp"),
+            ("allreduce transport=rdma 0-inf:ring", "not shm, tcp or ucx"),
             (
                 "allreduce colour=red 0-inf:ring",
                 "unknown condition 'colour'",
@@ -571,7 +586,7 @@ mod tests {
             tables: vec![parse(text, "t").unwrap()],
             machine: SHM2,
         };
-        let name = |count: usize| tables.choose(&shape(count), 4).map(|c| c.name());
+        let name = |count: usize| tables.choose(&shape(count), 4, true).map(|c| c.name());
         // shape() is an allreduce on 4 ranks; 4-byte elements.
         assert_eq!(name(8), Some("binomial"));
         assert_eq!(name(255), Some("binomial"));
@@ -580,7 +595,27 @@ mod tests {
         assert_eq!(name(1024), Some("rabenseifner"));
         let mut other = shape(8);
         other.collective = Collective::Broadcast;
-        assert!(tables.choose(&other, 4).is_none());
+        assert!(tables.choose(&other, 4, true).is_none());
+    }
+
+    #[test]
+    fn a_row_naming_a_shared_memory_algorithm_is_passed_over_where_it_cannot_run() {
+        // e.g. the built-in table's shm rows on a job whose peers are not
+        // readable: the next matching row decides, not an error at the call.
+        let text = "allreduce world=4 0-inf:shm_flat
+                    allreduce 0-inf:ring
+";
+        let tables = Tables {
+            tables: vec![parse(text, "t").unwrap()],
+            machine: SHM2,
+        };
+        let one_host = CallShape {
+            ranks_per_host: 4,
+            ..shape(8)
+        };
+        let name = |shared| tables.choose(&one_host, 4, shared).map(|c| c.name());
+        assert_eq!(name(true), Some("shm_flat"));
+        assert_eq!(name(false), Some("ring"));
     }
 
     #[test]
@@ -620,7 +655,7 @@ mod tests {
                 tables: vec![t.clone()],
                 machine: Machine { cpus, ..SHM2 },
             }
-            .choose(&shape(8), 4)
+            .choose(&shape(8), 4, true)
             .map(|c| c.name())
         };
         assert_eq!(on(16), Some("direct"));
@@ -633,8 +668,8 @@ mod tests {
         assert!(!builtin.tables[0].rows.is_empty());
         // Measured on a 2-vCPU machine, its rows apply there only.
         let sixteen = Tables::builtin(Machine { cpus: 16, ..SHM2 });
-        assert!(sixteen.choose(&shape(1 << 20), 4).is_none());
-        assert!(builtin.choose(&shape(1 << 20), 4).is_some());
+        assert!(sixteen.choose(&shape(1 << 20), 4, true).is_none());
+        assert!(builtin.choose(&shape(1 << 20), 4, true).is_some());
         let mut more = builtin.clone();
         more.tables
             .insert(0, parse("allreduce 0-inf:ring", "t").unwrap());
