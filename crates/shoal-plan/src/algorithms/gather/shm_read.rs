@@ -2,7 +2,7 @@
 //! root copies each straight from the peer's memory into its block of
 //! Output. Ranks of one host only.
 
-use crate::algorithms::phases::shared::{cost as read_cost, Exposure, INPUTS};
+use crate::algorithms::phases::shared::{block_read_cost, INPUTS};
 use crate::algorithms::{Algorithm, CostParams};
 use crate::plan::{CallShape, Collective, Plan, Region};
 
@@ -30,12 +30,5 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
 }
 
 fn cost(shape: &CallShape, elem_size: usize, params: &CostParams) -> f64 {
-    let bytes = (shape.count * elem_size) as f64;
-    read_cost(
-        params,
-        shape.world - 1,
-        bytes,
-        false,
-        Exposure::of_slot(bytes),
-    )
+    block_read_cost(shape, elem_size, params, shape.world - 1, false, 1)
 }

@@ -104,3 +104,19 @@ pub fn cost(
         }
     }
 }
+
+/// [`cost`] of a plan that reads one block of the call (`count` elements)
+/// from each of `peers` ranks, out of an exposure of `exposed_blocks` such
+/// blocks (through the slot when that fits): the `shm_read` algorithms.
+pub fn block_read_cost(
+    shape: &crate::plan::CallShape,
+    elem_size: usize,
+    params: &crate::algorithms::CostParams,
+    peers: usize,
+    reduce: bool,
+    exposed_blocks: usize,
+) -> f64 {
+    let bytes = (shape.count * elem_size) as f64;
+    let via = Exposure::of_slot(bytes * exposed_blocks as f64);
+    cost(params, peers, bytes, reduce, via)
+}

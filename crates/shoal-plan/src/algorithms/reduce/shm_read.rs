@@ -2,9 +2,7 @@
 //! root reduces all of them, read straight from the peers' memory in rank
 //! order, into scratch, then copies the result to its Output. Ranks of one host only.
 
-use crate::algorithms::phases::shared::{
-    cost as read_cost, reduce_in_rank_order, Exposure, INPUTS,
-};
+use crate::algorithms::phases::shared::{block_read_cost, reduce_in_rank_order, INPUTS};
 use crate::algorithms::{Algorithm, CostParams};
 use crate::plan::{CallShape, Collective, Plan, Region};
 
@@ -33,12 +31,5 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
 }
 
 fn cost(shape: &CallShape, elem_size: usize, params: &CostParams) -> f64 {
-    let bytes = (shape.count * elem_size) as f64;
-    read_cost(
-        params,
-        shape.world - 1,
-        bytes,
-        true,
-        Exposure::of_slot(bytes),
-    )
+    block_read_cost(shape, elem_size, params, shape.world - 1, true, 1)
 }
