@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import zlib
+from typing import Callable
 
 import numpy as np
 
@@ -21,6 +22,25 @@ FLOATS = ("float32", "float64", "float16", "bfloat16")
 INTS = ("int8", "uint8", "int32", "int64")
 BIG = int(os.environ.get("BIG_COUNT", "1048583"))  # a prime a little above a million
 ONE_HOST_SHM = os.environ.get("SHOAL_TRANSPORT") not in ("tcp", "ucx") and "SHOAL_HOST_ID" not in os.environ
+COLLECTIVES = (
+    "allreduce",
+    "reduce",
+    "reduce_scatter",
+    "broadcast",
+    "allgather",
+    "gather",
+    "scatter",
+    "alltoall",
+    "barrier",
+)
+REDUCING = ("allreduce", "reduce", "reduce_scatter")
+ROOTED = ("reduce", "broadcast", "gather", "scatter")
+
+
+def runnable_here(algo: str) -> bool:
+    """The shm_* algorithms read peers' memory: one host over shm only
+    (tests/test_shm_collectives.py runs them all)."""
+    return ONE_HOST_SHM or not algo.startswith("shm_")
 
 
 def ops_for(dtype: str) -> list[str]:
@@ -170,24 +190,12 @@ def cases(only: set[str] | None) -> list[Case]:
     p = shoal.size()
     roots = sorted({0, p - 1, p // 2})
     out = []
-    for coll in (
-        "allreduce",
-        "reduce",
-        "reduce_scatter",
-        "broadcast",
-        "allgather",
-        "gather",
-        "scatter",
-        "alltoall",
-        "barrier",
-    ):
+    for coll in COLLECTIVES:
         if only and coll not in only:
             continue
-        reduces = coll in ("allreduce", "reduce", "reduce_scatter")
-        rooted = coll in ("reduce", "broadcast", "gather", "scatter")
-        for algo in shoal.algorithms(coll):
-            if algo.startswith("shm_") and not ONE_HOST_SHM:
-                continue  # reads peers' memory: one host over shm only (tests/test_shm_collectives.py)
+        reduces = coll in REDUCING
+        rooted = coll in ROOTED
+        for algo in filter(runnable_here, shoal.algorithms(coll)):
             for dt in FLOATS + INTS:
                 for op in ops_for(dt) if reduces else ["sum"]:
                     for count in (0, 1, 7):
@@ -200,15 +208,26 @@ def cases(only: set[str] | None) -> list[Case]:
     return out
 
 
-def main() -> int:
-    only = set(sys.argv[1].split(",")) if len(sys.argv) > 1 and sys.argv[1] else None
+def run_cases(make_cases: Callable[[], list[Case]]) -> int:
+    """Joins the job, runs the cases `make_cases` lists (it may ask the
+    group's size), leaves, and prints `OK <n> cases`."""
     shoal.init()
-    todo = cases(only)
+    todo = make_cases()
     for case in todo:
         run_case(case)
     shoal.finalize()
-    print(f"OK {len(todo)} cases")
+    print(f"OK {len(todo)} cases", flush=True)
     return 0
+
+
+def only_collectives() -> set[str] | None:
+    """The collectives named by the first argument (comma-separated), or all."""
+    return set(sys.argv[1].split(",")) if len(sys.argv) > 1 and sys.argv[1] else None
+
+
+def main() -> int:
+    only = only_collectives()
+    return run_cases(lambda: cases(only))
 
 
 if __name__ == "__main__":

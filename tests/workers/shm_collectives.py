@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from collectives import Case, run_case
+from collectives import REDUCING, ROOTED, Case, run_cases
 
 import shoal
 
@@ -20,27 +20,21 @@ def cases(counts: list[int]) -> list[Case]:
     p = shoal.size()
     out = []
     for coll in COLLECTIVES:
-        reduces = coll in ("allreduce", "reduce_scatter", "reduce")
-        rooted = coll in ("broadcast", "reduce", "gather", "scatter")
+        reduces = coll in REDUCING
+        rooted = coll in ROOTED
         for algo in (a for a in shoal.algorithms(coll) if a.startswith("shm_")):
             for dt in DTYPES:
                 for op in OPS if reduces else ["sum"]:
                     for count in counts:
                         root = (count + 1) % p if rooted else 0
                         out.append(Case(coll, algo, dt, op, count, root))
+    assert out, "no shm_ algorithms"
     return out
 
 
 def main() -> int:
     counts = [int(c) for c in sys.argv[1].split(",")]
-    shoal.init()
-    todo = cases(counts)
-    assert todo, "no shm_ algorithms"
-    for case in todo:
-        run_case(case)
-    shoal.finalize()
-    print(f"OK {len(todo)} cases")
-    return 0
+    return run_cases(lambda: cases(counts))
 
 
 if __name__ == "__main__":
