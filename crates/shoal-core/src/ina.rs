@@ -197,27 +197,34 @@ impl Ina {
     /// computes alike). Collective over the group's members; a switch that
     /// cannot be used is a warning and the group uses host algorithms.
     pub fn join_group(&self, id: u32, rank: usize, size: usize) -> Membership {
-        let mut config = self.config.clone();
-        config.rank = rank;
-        config.world = size;
-        config.keys.job = self.config.keys.job.derive(&format!("group {id}"));
-        let store = self.store.scope(&format!("group{id}"));
-        match InaClient::join(&config, &store) {
-            Ok(client) => Ok(Ina {
-                client: Mutex::new(client),
-                state: Mutex::new(Recovery::default()),
-                config,
-                store,
-                retry: self.retry,
-            }),
-            Err(e) => {
+        self.join_derived(rank, size, &format!("group {id}"), &format!("group{id}"))
+            .map_err(|e| {
                 let reason = format!("in-network aggregation unavailable to group {id}: {e}");
                 warn(&format!(
                     "allreduce falls back to host algorithms: {reason}"
                 ));
-                Err(reason)
-            }
-        }
+                reason
+            })
+    }
+
+    /// Joins a switch job of its own for `rank` of `size` members, with job
+    /// keys derived from this job's by `name` and store keys under `scope`
+    /// (sub-groups, the shards of hierarchical allreduce); the client's
+    /// error as it is.
+    fn join_derived(&self, rank: usize, size: usize, name: &str, scope: &str) -> Membership {
+        let mut config = self.config.clone();
+        config.rank = rank;
+        config.world = size;
+        config.keys.job = self.config.keys.job.derive(name);
+        let store = self.store.scope(scope);
+        let client = InaClient::join(&config, &store).map_err(|e| e.to_string())?;
+        Ok(Ina {
+            client: Mutex::new(client),
+            state: Mutex::new(Recovery::default()),
+            config,
+            store,
+            retry: self.retry,
+        })
     }
 
     /// The switch job of shard `shard` of hierarchical allreduce: local rank
@@ -226,23 +233,12 @@ impl Ina {
     /// attempt's, so a job joined again after a failure starts afresh.
     fn join_shard(&self, shard: usize, host: usize, hosts: usize, attempt: u32) -> Membership {
         let name = format!("shard {shard} attempt {attempt}");
-        let mut config = self.config.clone();
-        config.rank = host;
-        config.world = hosts;
-        config.keys.job = self.config.keys.job.derive(&name);
-        let store = self.store.scope(&format!("shard{shard}a{attempt}"));
-        match InaClient::join(&config, &store) {
-            Ok(client) => Ok(Ina {
-                client: Mutex::new(client),
-                state: Mutex::new(Recovery::default()),
-                config,
-                store,
-                retry: self.retry,
-            }),
-            Err(e) => Err(format!(
-                "in-network aggregation unavailable to {name} of hierarchical allreduce: {e}"
-            )),
-        }
+        self.join_derived(host, hosts, &name, &format!("shard{shard}a{attempt}"))
+            .map_err(|e| {
+                format!(
+                    "in-network aggregation unavailable to {name} of hierarchical allreduce: {e}"
+                )
+            })
     }
 
     /// Counts one allreduce the switch could run while it is away; true
