@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{execute, CallBuffers, CallContext, CompiledPlan};
+use crate::fnv::Fnv64;
 use crate::ina::{
     self, Ina, ShardJob, HIERARCHICAL_INA, HIERARCHICAL_INA_ALGO_ID, INA, INA_ALGO_ID,
 };
@@ -282,6 +283,29 @@ impl Communicator {
     pub fn collective(&self, args: &CollArgs, bufs: CallBuffers) -> Result<()> {
         let call = self.prepare_collective(args, &bufs, None)?;
         self.run_collective(call, bufs)
+    }
+
+    /// Every member's `mine` (all of one length), in rank order: the small
+    /// agreements of init (tracing on, tuning tables) use it.
+    pub fn allgather_bytes(&self, mine: &[u8]) -> Result<Vec<u8>> {
+        let mut all = vec![0u8; mine.len() * self.size()];
+        let args = CollArgs {
+            collective: Collective::Allgather,
+            count: mine.len(),
+            counts: None,
+            dtype: DType::U8,
+            op: ReduceOp::Sum,
+            root: 0,
+            algorithm: None,
+        };
+        let bufs = CallBuffers {
+            input: mine.as_ptr(),
+            input_bytes: mine.len(),
+            output: all.as_mut_ptr(),
+            output_bytes: all.len(),
+        };
+        self.collective(&args, bufs)?;
+        Ok(all)
     }
 
     /// The first half of a blocking collective, on the calling thread:
@@ -1195,13 +1219,11 @@ fn sig_count(shape: &CallShape) -> u64 {
     let Some(counts) = &shape.counts else {
         return shape.count as u64;
     };
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut h = Fnv64::new();
     for &c in counts.iter() {
-        for b in (c as u64).to_le_bytes() {
-            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
-        }
+        h.write(&(c as u64).to_le_bytes());
     }
-    h
+    h.finish()
 }
 
 /// An allreduce the switch could run: of its types, not forced onto a

@@ -5,7 +5,6 @@ use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::sync::Arc;
 use std::time::Duration;
 
-use shoal_plan::Collective;
 use shoal_transport::auth::{random_bytes, to_hex};
 use shoal_transport::routed::Net;
 use shoal_transport::tcp::congestion_in_effect;
@@ -13,11 +12,9 @@ use shoal_transport::{KvStore, Routed, RoutedConfig};
 use tracing::info;
 
 use crate::calibrate::{calibrate, describe, parse_cost, Partners};
-use crate::comm::{CollArgs, Communicator, Engine};
+use crate::comm::{Communicator, Engine};
 use crate::config::{Config, RemoteChoice, TransportChoice};
-use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
-use crate::exec::CallBuffers;
 use crate::ina::Ina;
 use crate::log::{self, Who};
 use crate::rendezvous::{detect, establish, Explicit, Rendezvous};
@@ -151,24 +148,7 @@ fn agree_on_tracing(world: &Communicator, on: bool) -> Result<()> {
     if world.size() == 1 {
         return Ok(());
     }
-    let mine = [u8::from(on)];
-    let mut all = vec![0u8; world.size()];
-    let args = CollArgs {
-        collective: Collective::Allgather,
-        count: 1,
-        counts: None,
-        dtype: DType::U8,
-        op: ReduceOp::Sum,
-        root: 0,
-        algorithm: None,
-    };
-    let bufs = CallBuffers {
-        input: mine.as_ptr(),
-        input_bytes: 1,
-        output: all.as_mut_ptr(),
-        output_bytes: all.len(),
-    };
-    world.collective(&args, bufs)?;
+    let all = world.allgather_bytes(&[u8::from(on)])?;
     if all.iter().all(|&f| f == all[0]) {
         return Ok(());
     }

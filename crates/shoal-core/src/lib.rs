@@ -9,6 +9,7 @@ pub mod config;
 pub mod dtype;
 pub mod error;
 pub mod exec;
+mod fnv;
 pub mod ina;
 pub mod init;
 pub mod log;

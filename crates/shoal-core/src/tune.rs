@@ -20,10 +20,9 @@ use std::path::Path;
 
 use shoal_plan::{algorithms, CallShape, Collective};
 
-use crate::comm::{CollArgs, Communicator};
-use crate::dtype::{DType, ReduceOp};
+use crate::comm::Communicator;
 use crate::error::{Error, Result};
-use crate::exec::CallBuffers;
+use crate::fnv::Fnv64;
 use crate::select::{self, Choice};
 
 /// The table built into the library: rows measured by `shoal tune` on the
@@ -393,23 +392,6 @@ impl fmt::Display for Row {
     }
 }
 
-/// FNV-1a, 64-bit: a stable hash (std's `DefaultHasher` may change between builds).
-struct Fnv64(u64);
-
-impl Fnv64 {
-    fn new() -> Fnv64 {
-        Fnv64(0xcbf2_9ce4_8422_2325)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
 /// Loads this rank's tables (`SHOAL_TUNE_FILE`'s and the built-in one) and
 /// checks that every rank of `world` loaded the same rows; all ranks then
 /// match `cpus=` rows against rank 0's host. Collective: every rank calls
@@ -430,23 +412,7 @@ pub fn agree_on_tables(world: &Communicator, transport: Transport) -> Result<Tab
     let mut mine = [0u8; 16];
     mine[..8].copy_from_slice(&tables.digest().to_le_bytes());
     mine[8..].copy_from_slice(&(machine.cpus as u64).to_le_bytes());
-    let mut all = vec![0u8; 16 * world.size()];
-    let args = CollArgs {
-        collective: Collective::Allgather,
-        count: mine.len(),
-        counts: None,
-        dtype: DType::U8,
-        op: ReduceOp::Sum,
-        root: 0,
-        algorithm: None,
-    };
-    let bufs = CallBuffers {
-        input: mine.as_ptr(),
-        input_bytes: mine.len(),
-        output: all.as_mut_ptr(),
-        output_bytes: all.len(),
-    };
-    world.collective(&args, bufs)?;
+    let all = world.allgather_bytes(&mine)?;
     let word = |r: usize, at: usize| {
         let start = 16 * r + at;
         u64::from_le_bytes(all[start..start + 8].try_into().unwrap())
