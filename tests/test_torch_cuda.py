@@ -1,0 +1,127 @@
+"""The CUDA path of the torch backend: its staging pool and chunked pipeline
+on the CPU (with the host copy engine, real shoal ranks and real
+collectives), and on a GPU when there is one. Skipped without torch."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from shoal.torch._staging import MIN_CLASS, StagingPool, pageable, size_class  # noqa: E402
+
+# ---------------------------------------------------------------------------
+# The staging pool
+
+
+def test_size_classes_are_powers_of_two_from_the_minimum() -> None:
+    assert size_class(0) == size_class(1) == size_class(MIN_CLASS) == MIN_CLASS
+    assert size_class(MIN_CLASS + 1) == 2 * MIN_CLASS
+    assert size_class(3 << 20) == 4 << 20 and size_class(4 << 20) == 4 << 20
+
+
+def test_a_buffer_given_back_is_lent_again_for_its_class() -> None:
+    pool = StagingPool(1 << 20, pageable)
+    a = pool.acquire(1000)
+    assert a is not None and a.nbytes == MIN_CLASS
+    ptr = a.buffer.data_ptr()
+    a.release(pending="copy")
+    a.release()  # a second release does nothing
+    b = pool.acquire(MIN_CLASS)
+    assert b is not None and b.buffer.data_ptr() == ptr and b.pending == "copy"
+    assert pool.allocations == 1 and pool.lent_bytes == MIN_CLASS
+    b.release()
+    assert pool.lent_bytes == 0 and pool.held_bytes == MIN_CLASS
+
+
+def test_regions_are_aligned_and_typed() -> None:
+    pool = StagingPool(1 << 20, pageable)
+    lease = pool.acquire(1000)
+    assert lease is not None
+    x, y = lease.regions([(torch.bfloat16, 3), (torch.complex128, 5)])
+    assert x.dtype == torch.bfloat16 and x.numel() == 3 and y.dtype == torch.complex128 and y.numel() == 5
+    assert (y.data_ptr() - x.data_ptr()) % 64 == 0 and y.data_ptr() >= x.data_ptr() + 6
+    with pytest.raises(ValueError, match="do not fit"):
+        lease.regions([(torch.float64, MIN_CLASS)])
+
+
+def test_the_pool_never_holds_more_than_its_capacity() -> None:
+    pool = StagingPool(4 * MIN_CLASS, pageable)
+    leases = [pool.acquire(MIN_CLASS) for _ in range(4)]
+    assert pool.acquire(1, block=False) is None  # everything is lent
+    leases[0].release()  # type: ignore[union-attr]
+    # an idle buffer of another class is freed to make room for a larger one
+    big = pool.acquire(2 * MIN_CLASS, block=False)
+    assert big is None  # one idle (64 KiB) + 3 lent: freeing it leaves room for 64 KiB only
+    leases[1].release()  # type: ignore[union-attr]
+    big = pool.acquire(2 * MIN_CLASS, block=False)
+    assert big is not None and pool.held_bytes == 4 * MIN_CLASS
+    for lease in [big, *leases[2:]]:
+        lease.release()  # type: ignore[union-attr]
+    assert pool.lent_bytes == 0 and pool.held_bytes <= pool.capacity
+
+
+def test_a_request_that_does_not_fit_waits_for_a_buffer_to_come_back() -> None:
+    pool = StagingPool(2 * MIN_CLASS, pageable)
+    held = [pool.acquire(MIN_CLASS), pool.acquire(MIN_CLASS)]
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(pool.acquire(MIN_CLASS)))
+    waiter.start()
+    time.sleep(0.2)
+    assert not got and waiter.is_alive()
+    held[0].release()  # type: ignore[union-attr]
+    waiter.join(5)
+    assert got and got[0] is not None
+
+
+def test_a_request_larger_than_the_capacity_is_served_alone_and_not_kept() -> None:
+    pool = StagingPool(2 * MIN_CLASS, pageable)
+    small = pool.acquire(MIN_CLASS)
+    assert pool.acquire(8 * MIN_CLASS, block=False) is None  # something else is lent
+    small.release()  # type: ignore[union-attr]
+    huge = pool.acquire(8 * MIN_CLASS, block=False)
+    assert huge is not None and huge.nbytes == 8 * MIN_CLASS
+    huge.release()
+    assert pool.held_bytes == 0 and pool.lent_bytes == 0
+
+
+def test_a_failed_allocation_changes_nothing() -> None:
+    def failing(nbytes: int) -> torch.Tensor:
+        raise RuntimeError("out of pinned memory")
+
+    pool = StagingPool(4 * MIN_CLASS, failing)
+    with pytest.raises(RuntimeError, match="out of pinned memory"):
+        pool.acquire(10)
+    assert pool.held_bytes == 0 and pool.lent_bytes == 0
+
+
+@pytest.mark.parametrize("classes", [1, 3])
+def test_threads_sharing_a_pool_stay_within_its_capacity(classes: int) -> None:
+    pool = StagingPool(6 * MIN_CLASS, pageable)
+    worst = [0]
+    errors: list[BaseException] = []
+
+    def borrow(seed: int) -> None:
+        try:
+            for i in range(200):
+                lease = pool.acquire(MIN_CLASS * (1 + (seed + i) % classes))
+                assert lease is not None
+                worst[0] = max(worst[0], pool.held_bytes)
+                lease.buffer[:8].fill_(seed)  # the buffer is this thread's alone while lent
+                assert int(lease.buffer[:8].sum()) == 8 * seed
+                lease.release()
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=borrow, args=(s,)) for s in range(1, 7)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert worst[0] <= pool.capacity and pool.lent_bytes == 0
+    if classes == 1:
+        assert pool.allocations <= 6  # buffers of one class are only ever reused
