@@ -11,6 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import launch, spawn_ranks  # noqa: E402
+
 from shoal.torch._staging import MIN_CLASS, StagingPool, pageable, size_class  # noqa: E402
 
 # ---------------------------------------------------------------------------
@@ -125,3 +127,36 @@ def test_threads_sharing_a_pool_stay_within_its_capacity(classes: int) -> None:
     assert worst[0] <= pool.capacity and pool.lent_bytes == 0
     if classes == 1:
         assert pool.allocations <= 6  # buffers of one class are only ever reused
+
+
+# ---------------------------------------------------------------------------
+# The pipeline on CPU tensors (host copy engine), real ranks
+
+
+def test_chunk_bounds_cover_every_element_once() -> None:
+    from shoal.torch._pipeline import chunk_bounds
+
+    assert chunk_bounds(0, 4, 4096) == []
+    assert chunk_bounds(5, 4, 4096) == [(0, 5)]
+    assert chunk_bounds(2048, 4, 4096) == [(0, 1024), (1024, 2048)]
+    assert chunk_bounds(3001, 4, 4096) == [(0, 1024), (1024, 2048), (2048, 3001)]
+    assert chunk_bounds(3, 16, 8) == [(0, 1), (1, 2), (2, 3)]  # at least one element per chunk
+    for numel, itemsize, size in [(9001, 1, 4096), (777, 8, 4096), (10**6, 2, 1 << 20)]:
+        bounds = chunk_bounds(numel, itemsize, size)
+        assert bounds[0][0] == 0 and bounds[-1][1] == numel
+        assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+        assert all((b - a) * itemsize <= size for a, b in bounds)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_pipeline_results_match_a_reference(world: int) -> None:
+    proc = launch(world, "torch_pipeline.py", "results", env={"SHOAL_TIMEOUT": "60"})
+    assert proc.stdout.count("OK torch pipeline") == world, proc.stdout[-2000:]
+
+
+def test_pipeline_failures_fail_the_work_and_give_staging_back() -> None:
+    results = spawn_ranks(2, "torch_pipeline.py", "failures", env={"SHOAL_TIMEOUT": "20"})
+    for r, p in enumerate(results):
+        assert p.returncode == 0, (r, p.stdout, p.stderr[-3000:])
+        assert "RAISED" in p.stdout and "mismatched collectives" in p.stdout, (r, p.stdout)
+        assert "OK torch pipeline failures" in p.stdout, (r, p.stdout)
