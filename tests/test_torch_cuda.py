@@ -4,6 +4,7 @@ collectives), and on a GPU when there is one. Skipped without torch."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -160,3 +161,66 @@ def test_pipeline_failures_fail_the_work_and_give_staging_back() -> None:
         assert p.returncode == 0, (r, p.stdout, p.stderr[-3000:])
         assert "RAISED" in p.stdout and "mismatched collectives" in p.stdout, (r, p.stdout)
         assert "OK torch pipeline failures" in p.stdout, (r, p.stdout)
+
+
+def test_wrong_settings_are_errors_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shoal.torch import _cuda
+    from shoal.torch._staging import capacity_from_env
+
+    for name, value in [
+        ("SHOAL_TORCH_CUDA_CHUNK_BYTES", "4MiB"),
+        ("SHOAL_TORCH_CUDA_CHUNK_BYTES", "100"),
+        ("SHOAL_TORCH_CUDA_PIPELINE", "maybe"),
+    ]:
+        with monkeypatch.context() as m:
+            m.setenv(name, value)
+            _cuda.settings.cache_clear()
+            with pytest.raises(ValueError, match=f'{name}="{value}"'):
+                _cuda.settings()
+    _cuda.settings.cache_clear()
+    monkeypatch.setenv("SHOAL_TORCH_CUDA_PIPELINE", "off")
+    monkeypatch.setenv("SHOAL_TORCH_CUDA_CHUNK_BYTES", "65536")
+    assert _cuda.settings() == _cuda.Settings(enabled=False, chunk_bytes=65536)
+    _cuda.settings.cache_clear()
+    monkeypatch.setenv("SHOAL_TORCH_STAGING_BYTES", "lots")
+    with pytest.raises(ValueError, match='SHOAL_TORCH_STAGING_BYTES="lots"'):
+        capacity_from_env()
+
+
+def test_cpu_tensors_never_take_the_pipeline() -> None:
+    from shoal.torch import _cuda
+
+    assert not _cuda.takes([torch.ones(3)]) and not _cuda.takes([])
+
+
+# ---------------------------------------------------------------------------
+# On a GPU
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@needs_cuda
+@pytest.mark.parametrize("chunk_bytes", ["", "65536"])
+def test_cuda_pipeline_on_a_gpu(chunk_bytes: str) -> None:
+    env = {"SHOAL_TORCH_CUDA_CHUNK_BYTES": chunk_bytes} if chunk_bytes else {}
+    proc = launch(2, "torch_cuda_pipeline.py", env=env)
+    assert proc.stdout.count("OK torch cuda pipeline") == 2, proc.stdout[-2000:]
+
+
+@needs_cuda
+def test_cuda_tensors_through_the_host_path_when_the_pipeline_is_off() -> None:
+    proc = launch(2, "torch_cuda.py", env={"SHOAL_TORCH_CUDA_PIPELINE": "0"})
+    assert proc.stdout.count("OK torch cuda") == 2, proc.stdout[-2000:]
+
+
+def test_the_benchmark_script_runs_and_prints_its_table() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent.parent / "examples" / "cuda_allreduce_bench.py"
+    args = ["--device", "cpu", "--ranks", "2", "--sizes-mb", "0.1", "--iters", "2", "--warmup", "1"]
+    proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"\n\s+2\s+0.1\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+x\n", proc.stdout), proc.stdout
