@@ -155,6 +155,13 @@ def test_pipeline_results_match_a_reference(world: int) -> None:
     assert proc.stdout.count("OK torch pipeline") == world, proc.stdout[-2000:]
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_process_group_calls_through_the_pipeline(world: int) -> None:
+    env = {"SHOAL_TIMEOUT": "60", "SHOAL_TORCH_CUDA_CHUNK_BYTES": "4096", "CUDA_VISIBLE_DEVICES": ""}
+    proc = launch(world, "torch_pipeline.py", "group", env=env)
+    assert proc.stdout.count("OK torch pipeline group") == world, proc.stdout[-2000:]
+
+
 def test_pipeline_failures_fail_the_work_and_give_staging_back() -> None:
     results = spawn_ranks(2, "torch_pipeline.py", "failures", env={"SHOAL_TIMEOUT": "20"})
     for r, p in enumerate(results):

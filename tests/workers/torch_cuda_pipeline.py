@@ -5,7 +5,7 @@ Launched by tests/test_torch_cuda.py when CUDA is available (ranks may share
 one GPU); prints "OK torch cuda pipeline".
 
 The timing checks use ``torch.cuda._sleep`` (a kernel that spins for a number
-of GPU cycles) to keep a stream busy for about a second: a call that waits
+of GPU cycles) to keep a stream busy for about two seconds: a call that waits
 for the GPU on the CPU takes that long, one that does not returns at once.
 """
 
@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import shoal.torch  # noqa: F401  (registers the backend)
 from shoal.torch import _copies
 
-BUSY_SECONDS = 1.0
+BUSY_SECONDS = 2.0
 
 
 def cycles_per_second() -> float:
@@ -128,13 +128,17 @@ def no_stall(dev: torch.device, r: int, n: int, cycles: float) -> None:
 
 
 def staging_is_reused(dev: torch.device) -> None:
+    """Ten more calls allocate at most one call's worth of staging (without reuse: ten calls' worth)."""
+    from shoal.torch._cuda import settings
+
     pool = _copies._engines[dev].pool
     x = torch.ones(25_000_000 // 4, device=dev)
+    chunks_per_call = -(-x.numel() * 4 // settings().chunk_bytes)
     dist.all_reduce(x)
     before = pool.allocations
     for _ in range(10):
         dist.all_reduce(x)
-    assert pool.allocations == before, f"staging allocated again: {before} -> {pool.allocations}"
+    assert pool.allocations - before <= chunks_per_call, f"staging allocated again: {before} -> {pool.allocations}"
     assert pool.held_bytes <= pool.capacity and pool.lent_bytes == 0
 
 

@@ -5,6 +5,10 @@ real shoal ranks, real collectives, results against a torch reference.
     torch_pipeline.py results    every chunked and whole call, many jobs in
                                  flight mixed with host-path calls, a small
                                  staging pool; prints "OK torch pipeline"
+    torch_pipeline.py group      the process group's calls (dist.all_reduce, ...,
+                                 DDP) on CPU tensors routed through the pipeline
+                                 (_cuda.use_host_engine), as CUDA tensors are;
+                                 prints "OK torch pipeline group"
     torch_pipeline.py failures   a failing copy fails its job (the next job
                                  still works); ranks chunking differently get
                                  a mismatch error; staging is given back each time;
@@ -196,6 +200,81 @@ def small_pool(group: shoal.Group) -> None:
     assert pool.held_bytes <= pool.capacity
 
 
+def through_the_process_group(copies: HostCopies) -> None:
+    """Every call the CUDA path serves, made through torch.distributed, lands
+    in the pipeline with the right arguments (roots, ops, outputs)."""
+    import copy
+
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import shoal.torch  # noqa: F401  (registers the backend)
+
+    dist.init_process_group("shoal")
+    _cuda.use_host_engine(copies)
+    r, n = dist.get_rank(), dist.get_world_size()
+    total = float(sum(range(1, n + 1)))
+    for async_op in (False, True):
+        x = torch.full((3001,), float(r + 1))
+        work = dist.all_reduce(x, op=ReduceOp.MAX, async_op=async_op)
+        if async_op:
+            work.wait()
+        check(x, torch.full((3001,), float(n)), f"all_reduce MAX async_op={async_op}")
+    x = values(r, 2048, torch.float32)
+    dist.all_reduce(x, op=ReduceOp.AVG)
+    check(x, reference(n, 2048, torch.float32, ReduceOp.AVG), "all_reduce AVG")
+
+    root = n - 1
+    b = values(r, 5003, torch.int32) if r == root else torch.full((5003,), -1, dtype=torch.int32)
+    dist.broadcast(b, src=root)
+    check(b, values(root, 5003, torch.int32), "broadcast")
+
+    z = torch.full((1000,), float(r + 1))
+    dist.reduce(z, dst=1 % n)
+    check(z, torch.full((1000,), total if r == 1 % n else float(r + 1)), "reduce")
+
+    out = torch.empty(n * 7, dtype=torch.bfloat16)
+    dist.all_gather_into_tensor(out, values(r, 7, torch.bfloat16))
+    check(out, torch.cat([values(q, 7, torch.bfloat16) for q in range(n)]), "all_gather_into_tensor")
+
+    rs = torch.empty(300)
+    dist.reduce_scatter_tensor(rs, values(r, n * 300, torch.float32, 5), op=ReduceOp.MAX)
+    check(rs, reference(n, n * 300, torch.float32, ReduceOp.MAX, 5)[r * 300 : (r + 1) * 300], "reduce_scatter_tensor")
+
+    a = torch.cat([torch.full((2, 3), float(10 * r + d)) for d in range(n)])
+    got = torch.empty_like(a)
+    dist.all_to_all_single(got, a)
+    check(got, torch.cat([torch.full((2, 3), float(10 * s + r)) for s in range(n)]), "all_to_all_single")
+
+    used = copies.pool.allocations
+    assert used > 0, "the calls did not go through the pipeline"
+    w = torch.full((5,), r + 1, dtype=torch.int16)  # reduced in a wider type: the host path
+    dist.all_reduce(w)
+    check(w, torch.full((5,), int(total), dtype=torch.int16), "int16 on the host path")
+
+    # DDP: buckets through the pipeline (small chunks: several per bucket), against one-process training
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(12, 64), nn.Tanh(), nn.Linear(64, 3))
+    reference_model = copy.deepcopy(model)
+    ddp = DDP(model, bucket_cap_mb=0.01)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(reference_model.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        data, target = torch.randn(n * 8, 12, generator=gen), torch.randn(n * 8, 3, generator=gen)
+        opt.zero_grad()
+        nn.functional.mse_loss(ddp(data[r * 8 : (r + 1) * 8]), target[r * 8 : (r + 1) * 8]).backward()
+        opt.step()
+        ref_opt.zero_grad()
+        nn.functional.mse_loss(reference_model(data), target).backward()
+        ref_opt.step()
+    for p, q in zip(model.parameters(), reference_model.parameters()):
+        assert torch.allclose(p, q, atol=1e-5), f"DDP drifted from one-process training by {(p - q).abs().max()}"
+    assert copies.pool.allocations >= used and copies.pool.lent_bytes == 0
+    dist.destroy_process_group()
+
+
 def failures(group: shoal.Group, copies: HostCopies) -> None:
     r, n = group.rank, group.size
     # a copy back that fails (a destination of the wrong size): the job fails, its staging comes back
@@ -231,6 +310,10 @@ def failures(group: shoal.Group, copies: HostCopies) -> None:
 
 def main() -> None:
     mode = sys.argv[1]
+    if mode == "group":
+        through_the_process_group(HostCopies(delay=0.001 * int(os.environ["RANK"])))
+        print("OK torch pipeline group", flush=True)
+        return
     group = shoal.init()
     copies = HostCopies(delay=0.001 * group.rank)
     if mode == "results":

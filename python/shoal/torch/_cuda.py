@@ -59,13 +59,24 @@ def settings() -> Settings:
     return Settings(enabled=flag not in ("0", "false", "no", "off"), chunk_bytes=chunk)
 
 
+_host_engine: Copies | None = None
+
+
+def use_host_engine(engine: Copies | None) -> None:
+    """Makes calls on CPU tensors take the pipeline through ``engine`` (a
+    ``HostCopies``), or stop doing so (None): how the process group's use of
+    the pipeline is tested without a GPU."""
+    global _host_engine
+    _host_engine = engine
+
+
 def takes(tensors: list[Tensor], reduce: bool = False) -> bool:
     """Whether the pipeline serves a call on ``tensors`` (``reduce``: they are reduced)."""
     if not tensors or not settings().enabled:
         return False
     device = tensors[0].device
     return all(
-        t.is_cuda
+        (t.is_cuda or (_host_engine is not None and t.device.type == "cpu"))
         and t.device == device
         and t.is_contiguous()
         and not (t.is_conj() or t.is_neg())
@@ -75,7 +86,8 @@ def takes(tensors: list[Tensor], reduce: bool = False) -> bool:
 
 
 def _run(tensors: list[Tensor], steps: list[Step], result: Any, copies: Copies | None) -> ShoalWork:
-    engine: Copies = copies or _copies.for_device(tensors[0].device)
+    device = tensors[0].device
+    engine = copies or (_host_engine if device.type == "cpu" else None) or _copies.for_device(device)
     future = engine.new_future()
     submit(Job(engine, steps, future, result))
     return ShoalWork(future)
