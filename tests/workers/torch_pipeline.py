@@ -283,7 +283,7 @@ def failures(group: shoal.Group, copies: HostCopies) -> None:
         [(torch.float32, 100)], [(t, 0)], lambda s: group.allreduce(s[0].numpy(), "sum", async_op=True), [(0, wrong)]
     )
     future: Future = copies.new_future()
-    _pipeline.submit(Job(copies, [step], future, [wrong]))
+    _pipeline.submit(Job(copies, [step], future, [wrong], [t, wrong]))
     work = ShoalWork(future)
     try:
         work.wait()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -85,11 +86,12 @@ def takes(tensors: list[Tensor], reduce: bool = False) -> bool:
     )
 
 
-def _run(tensors: list[Tensor], steps: list[Step], result: Any, copies: Copies | None) -> ShoalWork:
+def _run(tensors: list[Tensor], steps: Iterable[Step], result: Any, copies: Copies | None) -> ShoalWork:
+    """Submits a job of ``steps`` on ``tensors`` (all on one device); its work."""
     device = tensors[0].device
     engine = copies or (_host_engine if device.type == "cpu" else None) or _copies.for_device(device)
     future = engine.new_future()
-    submit(Job(engine, steps, future, result))
+    submit(Job(engine, steps, future, result, tensors))
     return ShoalWork(future)
 
 
@@ -123,11 +125,11 @@ def all_reduce(
 
         return issue
 
-    steps = [
+    steps = (
         Step([(part.dtype, part.numel())], [(part, 0)], reduce_with(op), [(0, part)])
         for t, op in zip(tensors, ops)
         for part in _chunks(t, chunk_bytes)
-    ]
+    )
     return _run(tensors, steps, tensors, copies)
 
 
@@ -141,10 +143,10 @@ def broadcast(
         array, dtype = _numpy_view(staged[0])
         return group.broadcast(array, root, dtype=dtype, async_op=True)
 
-    steps = [
+    steps = (
         Step([(part.dtype, part.numel())], [(part, 0)] if is_root else [], issue, [] if is_root else [(0, part)])
         for part in _chunks(tensor, chunk_bytes)
-    ]
+    )
     return _run([tensor], steps, [tensor], copies)
 
 
@@ -163,10 +165,10 @@ def reduce(
         array, dtype = _numpy_view(staged[0])
         return group.reduce(array, root, op, dtype=dtype, async_op=True)
 
-    steps = [
+    steps = (
         Step([(part.dtype, part.numel())], [(part, 0)], issue, [(0, part)] if is_root else [])
         for part in _chunks(tensor, chunk_bytes)
-    ]
+    )
     return _run([tensor], steps, [tensor], copies)
 
 
@@ -195,7 +197,7 @@ def _whole(
         Step([(i.dtype, i.numel()), (o.dtype, o.numel())], [(_flat(i), 0)], issue_pair(k), [(1, _flat(o))])
         for k, (i, o) in enumerate(zip(inputs, outputs))
     ]
-    return _run(inputs, steps, result, copies)
+    return _run([*inputs, *outputs], steps, result, copies)
 
 
 def all_gather_into_tensor(

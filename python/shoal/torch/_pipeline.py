@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import queue
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -64,12 +65,16 @@ class Step:
 
 @dataclass
 class Job:
-    """The steps of one torch call on one device, and its future (completed with ``result``)."""
+    """The steps of one torch call on one device, and its future (completed with ``result``).
+
+    ``steps`` may be a generator: the issuer makes them (chunk views and all)
+    off the caller's thread. ``tensors``: the device tensors the copies use."""
 
     copies: Copies
-    steps: list[Step]
+    steps: Iterable[Step]
     future: Future
     result: Any
+    tensors: list[Tensor]
     after: Any = None  # the caller's stream when the call was made
     error: BaseException | None = None
 
@@ -111,11 +116,8 @@ class _Pipeline:
     def submit(self, job: Job) -> None:
         """Queues ``job`` (called on the caller's thread; returns at once)."""
         job.after = job.copies.caller_point()
-        for step in job.steps:
-            for t, _ in step.copy_in:
-                job.copies.hold(t)
-            for _, t in step.copy_out:
-                job.copies.hold(t)
+        for t in job.tensors:
+            job.copies.hold(t)
         _completer.expect()
         with self.cond:
             self.unissued += 1
