@@ -292,6 +292,18 @@ def failures(group: shoal.Group, copies: HostCopies) -> None:
         assert "99" in str(e), e
     assert not work.is_success() and isinstance(work.exception(), RuntimeError) and copies.pool.lent_bytes == 0
 
+    # a copy in that fails (a source of the wrong size): nothing is issued, the staging comes back
+    short = torch.empty(99)
+    step = Step([(torch.float32, 100)], [(short, 0)], lambda s: group.allreduce(s[0].numpy(), async_op=True), [])
+    future = copies.new_future()
+    _pipeline.submit(Job(copies, [step], future, [short], [short]))
+    try:
+        ShoalWork(future).wait()
+        raise AssertionError("a failing copy in did not fail the work")
+    except RuntimeError as e:
+        assert "99" in str(e), e
+    assert copies.pool.lent_bytes == 0, copies.pool.lent_bytes
+
     # the communicator is fine: the next job works
     t = values(r, 3000, torch.float32)
     done(_cuda.all_reduce(group, [t], ["sum"], copies, chunk_bytes=CHUNK), copies)

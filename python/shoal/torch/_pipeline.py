@@ -154,11 +154,17 @@ class _Pipeline:
         pending: collections.deque[_Staged] = collections.deque()
         try:
             for step in job.steps:
+                if job.error is not None:
+                    break  # a chunk failed: issue no more
                 lease = self._lease(job, step, pending)
-                buffers = lease.regions(step.staged)
-                copied = lease.pending
-                for src, i in step.copy_in:
-                    copied = copies.to_host(src, buffers[i])
+                try:
+                    buffers = lease.regions(step.staged)
+                    copied = lease.pending
+                    for src, i in step.copy_in:
+                        copied = copies.to_host(src, buffers[i])
+                except BaseException:
+                    lease.release()
+                    raise
                 pending.append(_Staged(step, lease, buffers, copied))
                 while len(pending) > LOOKAHEAD:
                     self._start(job, pending.popleft())
