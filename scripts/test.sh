@@ -55,7 +55,7 @@ if timeout 1200 bash -c 'python3 -m venv .venv-torch24 && .venv-torch24/bin/pip 
     (
         . .venv-torch24/bin/activate
         maturin develop --release -q
-        python -m pytest -q tests/test_torch_backend.py
+        python -m pytest -q tests/test_torch_backend.py tests/test_torch_cuda.py
     )
 else
     echo "test.sh: torch 2.4.1 could not be installed; the torch backend's tests ran on the newest torch only"

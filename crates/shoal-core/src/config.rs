@@ -269,6 +269,24 @@ pub const VARIABLES: &[Variable] = &[
         "directory of testbed state files",
         "python testbed/state.py",
     ),
+    var(
+        "SHOAL_TORCH_CUDA_PIPELINE",
+        "1",
+        "flag: CUDA tensors take the torch backend's chunked, event-completed pipeline (0: the host path)",
+        "python torch/_cuda.py",
+    ),
+    var(
+        "SHOAL_TORCH_CUDA_CHUNK_BYTES",
+        "4194304",
+        "chunk size of the torch backend's CUDA pipeline (all_reduce, broadcast, reduce)",
+        "python torch/_cuda.py",
+    ),
+    var(
+        "SHOAL_TORCH_STAGING_BYTES",
+        "268435456",
+        "pinned host staging the torch backend keeps per CUDA device",
+        "python torch/_staging.py",
+    ),
 ];
 
 /// Which transport connects the ranks.

@@ -5,8 +5,11 @@
 
 Every c10d collective runs on shoal: CPU tensors are passed to the core
 without copies when they are contiguous (numpy views of their memory); other
-tensors go through a contiguous host copy (CUDA tensors after their current
-stream is synchronised) that is copied back when the collective finishes.
+tensors go through a contiguous host copy that is copied back when the
+collective finishes. Contiguous CUDA tensors go through pinned staging in a
+chunked pipeline on a copy stream and complete with CUDA events, without
+blocking the calling thread (``_cuda``, ``_pipeline``, ``_copies``,
+``_staging``).
 
 The modules: ``_group`` (the process group: each c10d call as shoal calls),
 ``_work`` (the works it returns and how asynchronous calls complete),

@@ -15,7 +15,7 @@ from torch.futures import Future
 
 import shoal
 
-from . import _compat, _world
+from . import _compat, _cuda, _pipeline, _world
 from ._host import (
     _copy_back,
     _copy_into_rows,
@@ -59,6 +59,7 @@ def _profiled(name: str) -> Callable[[_Method], _Method]:
 
 def create_process_group(opts: Any, backend_options: Any = None) -> ShoalProcessGroup:
     """The backend creator torch calls (extended API) on every member of a new group."""
+    _cuda.settings()  # a wrong SHOAL_TORCH_* value fails here, not at the first CUDA call
     return ShoalProcessGroup(_world.communicator(opts), opts.group_rank, opts.group_size)
 
 
@@ -140,6 +141,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
         by the completion thread."""
         future = Future()
         calls = _Calls(_compat.is_async(opts))
+        _pipeline.wait_until_issued()  # shoal calls in the same order on every rank
         issue(calls)
         direct = None
         if calls.async_op:
@@ -169,6 +171,8 @@ class ShoalProcessGroup(dist.ProcessGroup):
         """Reduces every tensor of the list (as DDP and the coalescing manager do)."""
         op = _op_name(_compat.reduce_op(opts))
         ops = [_reduction_for(t.dtype, op) for t in tensors]
+        if _cuda.takes(tensors, reduce=True):
+            return self._track(_cuda.all_reduce(self._group, tensors, ops))
         bufs = [_host(t, reduce=True) for t in tensors]
 
         def issue(calls: _Calls) -> None:
@@ -182,6 +186,8 @@ class ShoalProcessGroup(dist.ProcessGroup):
         _single(tensors, "reduce")
         root = self._root(_compat.root_rank(opts))
         op = _reduction_for(tensors[0].dtype, _op_name(_compat.reduce_op(opts)))
+        if _cuda.takes(tensors, reduce=True):
+            return self._track(_cuda.reduce(self._group, tensors[0], root, op))
         b = _host(tensors[0], reduce=True)
 
         def issue(calls: _Calls) -> None:
@@ -195,6 +201,8 @@ class ShoalProcessGroup(dist.ProcessGroup):
     def broadcast(self, tensors: list[Tensor], opts: Any = None) -> ShoalWork:
         _single(tensors, "broadcast")
         root = self._root(_compat.root_rank(opts))
+        if _cuda.takes(tensors):
+            return self._track(_cuda.broadcast(self._group, tensors[0], root))
         b = _host(tensors[0], fill=self._rank == root)
 
         def issue(calls: _Calls) -> None:
@@ -293,6 +301,8 @@ class ShoalProcessGroup(dist.ProcessGroup):
         for o, i in zip(outputs, inputs):
             _check_numel(o, self._size * i.numel(), "all_gather_into_tensor output")
             _same_dtype(o, i, "all_gather_into_tensor")
+        if _cuda.takes([*outputs, *inputs]):
+            return self._track(_cuda.all_gather_into_tensor(self._group, outputs, inputs))
         ins = [_host(t) for t in inputs]
         outs = [_host(t, fill=False) for t in outputs]
 
@@ -341,6 +351,8 @@ class ShoalProcessGroup(dist.ProcessGroup):
             _check_numel(i, self._size * o.numel(), "reduce_scatter_tensor input")
             _same_dtype(o, i, "reduce_scatter_tensor")
         ops = [_reduction_for(t.dtype, op) for t in outputs]
+        if _cuda.takes([*outputs, *inputs], reduce=True):
+            return self._track(_cuda.reduce_scatter_tensor(self._group, outputs, inputs, ops))
         ins = [_host(t, reduce=True) for t in inputs]
         outs = [_host(t, reduce=True, fill=False) for t in outputs]
 
@@ -396,6 +408,8 @@ class ShoalProcessGroup(dist.ProcessGroup):
         return self._launch(opts, [output], issue, finish)
 
     def _even_alltoall(self, output: Tensor, input: Tensor, opts: Any) -> ShoalWork:  # noqa: A002
+        if _cuda.takes([output, input]):
+            return self._track(_cuda.all_to_all(self._group, output, input))
         i, o = _host(input), _host(output, fill=False)
 
         def issue(calls: _Calls) -> None:
@@ -446,6 +460,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
         messages that arrive before their receive), so isend + irecv exchanges work."""
         b = self._p2p_buffer(tensors, dst, "send", fill=True)
         future = Future()
+        _pipeline.wait_until_issued()
         _complete(future, tensors, lambda: self._group.send(b.array, dst, tag, dtype=b.dtype))
         return self._track(ShoalWork(future))
 
@@ -470,6 +485,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
 
     @_profiled("recv")
     def _receive(self, op: _PendingRecv) -> None:
+        _pipeline.wait_until_issued()
         self._group.recv(op.buf.array, op.src, op.tag, dtype=op.buf.dtype)
         op.buf.copy_back()
 

@@ -46,6 +46,15 @@ class _Completer:
                 self._thread.start()
         self._queue.put((works, finish, future, result))
 
+    def expect(self) -> None:
+        """Counts a call that another thread completes through ``hand_over`` (the CUDA pipeline's)."""
+        with self._idle:
+            self._outstanding += 1
+
+    def hand_over(self, complete: Callable[[Any], None], value: Any) -> None:
+        """Completes an expected call: ``complete(value)`` on a helper thread."""
+        _helpers.run(lambda: self._completed(complete, value))
+
     def drain(self, timeout: float | None = None) -> bool:
         """Waits until every submitted call has completed (False if ``timeout`` passed first)."""
         with self._idle:
