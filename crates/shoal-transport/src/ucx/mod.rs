@@ -74,6 +74,17 @@ const SPIN: Duration = Duration::from_micros(200);
 /// that died, so the pid checks of `poll` need a poll this often.
 const EVENT_NAP: Duration = Duration::from_millis(10);
 
+/// UCX settings shoal picks where the user set no `UCX_*` variable of
+/// the same name (a variable set in the environment always wins).
+///
+/// `PROTO_ENABLE=y`: UCX's second protocol layer (the default from UCX
+/// 1.16 on). Under UCX 1.13's first layer, rendezvous over its tcp
+/// transport moves exactly half of a 1 Gb/s link while both directions
+/// carry payloads (an allreduce), and about 70% one way; the second layer
+/// keeps the link full both ways, and on shared memory it reaches CMA's
+/// zero-copy rendezvous with fewer steps (docs/benchmarks.md, issue 17).
+const PROTOCOL_DEFAULTS: &[(&str, &str)] = &[("PROTO_ENABLE", "y")];
+
 const CLASS_PAYLOAD: u64 = 1 << 63;
 const SENDER_MASK: u64 = 0x7fff_ffff << 32;
 
@@ -154,7 +165,9 @@ impl UcxTransport {
     /// published).
     pub fn connect(cfg: &UcxConfig, store: &dyn KvStore) -> Result<UcxTransport> {
         let ucp = Arc::new(Ucp::load(&cfg.lib).map_err(TransportError::Io)?);
-        let ctx = ucp.init(&[], cfg.peers.len()).map_err(TransportError::Io)?;
+        let ctx = ucp
+            .init(PROTOCOL_DEFAULTS, cfg.peers.len())
+            .map_err(TransportError::Io)?;
         let built = Self::build(cfg, store, &ucp, ctx);
         if built.is_err() {
             // SAFETY: nothing else holds the context (the worker, if any,
