@@ -14,22 +14,24 @@
 //! with the tag and call signature that matching checks), sent as a UCX
 //! tagged message in the *control* class. A small message (below
 //! [`UcxConfig::rndv_bytes`]) rides in the same UCX message as its header; a
-//! larger collective message sends a `Rndv` header naming a payload id, and
-//! its payload as a separate UCX message tagged with that id. The receiver
+//! larger collective message sends a `Rndv` header naming a payload id and
+//! a piece size, and its payload as separate UCX messages of that size
+//! ([`DEFAULT_PIECE_BYTES`]) tagged with consecutive ids from that one. The receiver
 //! takes every control message out of UCX as soon as it arrives (probe,
 //! then receive into the heap), so a sender never waits on the receiver's
 //! matching; it matches headers with [`crate::matching::Matcher`] exactly as
 //! shm and tcp do (mismatches, lengths, finished calls, blocked calls), and
-//! posts a `Rndv` header's payload receive at once: straight into the
+//! posts a `Rndv` header's piece receives at once: straight into the
 //! matched receive's buffer (collective plans post receives ahead, so this
 //! is the usual case), else into the heap, as tcp does with unexpected
-//! messages. UCX moves large payloads by its rendezvous protocol: zero-copy
+//! messages; a receive that reduces (a sink) takes the pieces through a
+//! few staging buffers, reducing each as it lands, while it is in cache. UCX moves large payloads by its rendezvous protocol: zero-copy
 //! (RDMA, CMA) with no staging copy in shoal. Standalone point-to-point
 //! sends always ride inline (as on shm, so two ranks that both send first
 //! cannot deadlock).
 //!
 //! UCX tag layout: bit 63 the class (0 control, 1 payload), bits 32..62 the
-//! sender's rank, bits 0..31 the payload id.
+//! sender's rank, bits 0..31 the payload id (one per piece).
 //!
 //! Peers die two ways: UCX's endpoint error callback (a broken connection,
 //! or its keepalive) and, for ranks on this host, a pid check every 50 ms
@@ -63,6 +65,13 @@ pub use ffi::DEFAULT_LIB;
 /// Collective messages of at least this many bytes send their payload as
 /// a separate UCX message received straight into the posted buffer.
 pub const DEFAULT_RNDV_BYTES: usize = 64 << 10;
+/// Payloads travel as UCX messages of at most this many bytes (each a
+/// rendezvous of its own), all sent at once: a receiver reducing the
+/// payload takes each piece through a small staging buffer and reduces it
+/// while it is still in cache, instead of staging the whole message
+/// first; a receive into plain memory takes every piece straight into
+/// place. The size goes in the `Rndv` header, so ranks need not agree.
+pub const DEFAULT_PIECE_BYTES: usize = 256 << 10;
 /// Longest sleep of `wait` between polls of the worker, where UCX gives
 /// no event fd to sleep on.
 pub const NAP: Duration = Duration::from_micros(200);
@@ -74,16 +83,19 @@ const SPIN: Duration = Duration::from_micros(200);
 /// that died, so the pid checks of `poll` need a poll this often.
 const EVENT_NAP: Duration = Duration::from_millis(10);
 
-/// UCX settings shoal picks where the user set no `UCX_*` variable of
-/// the same name (a variable set in the environment always wins).
+/// UCX settings shoal picks when some peer is on another host, unless the
+/// user set a `UCX_*` variable of the same name (that always wins).
 ///
 /// `PROTO_ENABLE=y`: UCX's second protocol layer (the default from UCX
 /// 1.16 on). Under UCX 1.13's first layer, rendezvous over its tcp
 /// transport moves exactly half of a 1 Gb/s link while both directions
-/// carry payloads (an allreduce), and about 70% one way; the second layer
-/// keeps the link full both ways, and on shared memory it reaches CMA's
-/// zero-copy rendezvous with fewer steps (docs/benchmarks.md, issue 17).
-const PROTOCOL_DEFAULTS: &[(&str, &str)] = &[("PROTO_ENABLE", "y")];
+/// carry payloads (an allreduce); the second keeps the link full both
+/// ways. Between ranks of one host the first layer stays: there its
+/// rendezvous reads the sender's memory with CMA (zero-copy), where 1.13's
+/// second layer copies through the shared-memory FIFO (docs/benchmarks.md,
+/// issue 17). The layer is a context-wide setting, so a job with peers on
+/// this host and on others uses the second for all of them.
+const NETWORK_SETTINGS: &[(&str, &str)] = &[("PROTO_ENABLE", "y")];
 
 const CLASS_PAYLOAD: u64 = 1 << 63;
 const SENDER_MASK: u64 = 0x7fff_ffff << 32;
@@ -117,6 +129,8 @@ pub struct UcxConfig {
     pub lib: String,
     /// See [`DEFAULT_RNDV_BYTES`].
     pub rndv_bytes: usize,
+    /// See [`DEFAULT_PIECE_BYTES`].
+    pub piece_bytes: usize,
 }
 
 impl UcxConfig {
@@ -130,6 +144,7 @@ impl UcxConfig {
             timeout: Duration::from_secs(60),
             lib: DEFAULT_LIB.to_string(),
             rndv_bytes: DEFAULT_RNDV_BYTES,
+            piece_bytes: DEFAULT_PIECE_BYTES,
         }
     }
 }
@@ -145,6 +160,7 @@ pub struct UcxTransport {
     world: usize,
     timeout: Duration,
     rndv_bytes: usize,
+    piece_bytes: usize,
     bell: Doorbell,
     /// The worker's event fd (see [`UcxTransport::wait_on_events`]); none
     /// if this UCX gives none, and `wait` naps instead.
@@ -165,8 +181,13 @@ impl UcxTransport {
     /// published).
     pub fn connect(cfg: &UcxConfig, store: &dyn KvStore) -> Result<UcxTransport> {
         let ucp = Arc::new(Ucp::load(&cfg.lib).map_err(TransportError::Io)?);
+        let remote = cfg
+            .peers
+            .iter()
+            .any(|r| *r != cfg.rank && !cfg.local_ranks.contains(r));
+        let settings = if remote { NETWORK_SETTINGS } else { &[] };
         let ctx = ucp
-            .init(PROTOCOL_DEFAULTS, cfg.peers.len())
+            .init(settings, cfg.peers.len())
             .map_err(TransportError::Io)?;
         let built = Self::build(cfg, store, &ucp, ctx);
         if built.is_err() {
@@ -193,6 +214,7 @@ impl UcxTransport {
             world: cfg.world,
             timeout: cfg.timeout,
             rndv_bytes: cfg.rndv_bytes.max(1),
+            piece_bytes: cfg.piece_bytes.max(1),
             bell: Doorbell::new(),
             event_fd,
             ucp,
@@ -374,13 +396,13 @@ impl Transport for UcxTransport {
         }
         let id = g.matcher.add_send(peer)?;
         if len >= self.rndv_bytes && sig.kind != CallSig::P2P_KIND {
-            // The payload goes first, so its id is known for the header;
+            // The payload goes first, so its ids are known for the header;
             // UCX keeps it (or, for rendezvous, its descriptor) until the
             // receiver posts the receive the header leads to.
-            let pid = g.send_payload(peer, data, len, id);
+            let first = g.send_payload(peer, data, len, self.piece_bytes, id);
             let info = RndvInfo {
-                word: 0,
-                cookie: pid as u64,
+                word: self.piece_bytes as u64,
+                cookie: first as u64,
             };
             g.send_frame(
                 peer,
