@@ -589,3 +589,6 @@ mod tests {
         assert_eq!(c & CLASS_PAYLOAD, 0);
     }
 }
+
+#[cfg(test)]
+mod piece_tests;
