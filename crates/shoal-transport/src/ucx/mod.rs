@@ -71,7 +71,7 @@ pub const DEFAULT_RNDV_BYTES: usize = 64 << 10;
 /// while it is still in cache, instead of staging the whole message
 /// first; a receive into plain memory takes every piece straight into
 /// place. The size goes in the `Rndv` header, so ranks need not agree.
-pub const DEFAULT_PIECE_BYTES: usize = 256 << 10;
+pub const DEFAULT_PIECE_BYTES: usize = 128 << 10;
 /// Longest sleep of `wait` between polls of the worker, where UCX gives
 /// no event fd to sleep on.
 pub const NAP: Duration = Duration::from_micros(200);
