@@ -24,19 +24,12 @@ const LIVENESS_EVERY: Duration = Duration::from_millis(50);
 /// `ucp_worker_progress` calls per poll at most (each returns how many
 /// events it handled; the loop ends early on zero).
 const PROGRESS_ROUNDS: usize = 64;
-/// Staged piece receives a payload from a rank of this host keeps in
-/// flight. UCX reads such a piece (CMA) inside the call that posts its
-/// receive, so more in flight only reads ahead of the reduction: measured
-/// on the 2-vCPU dev VM (16 MiB allreduce, 2 ranks), 128 KiB in flight took
-/// 4.2 ms, 256 KiB 4.7-4.9 ms, 512 KiB and more 6.9-8.3 ms, the whole 1 MiB
-/// chunk at once 7.4 ms (docs/benchmarks.md, issue 17).
-const STAGED_WINDOW_LOCAL: usize = 1;
-/// The same from a rank on another host: pieces in flight keep the link
-/// busy while this rank reduces the one that landed.
-const STAGED_WINDOW_NETWORK: usize = 4;
+/// Staged piece receives one payload keeps in flight: the link stays busy
+/// with the next pieces while this rank reduces the one that landed.
+const STAGED_WINDOW: usize = 4;
 /// Staging buffers kept for reuse (a pipelined plan has a few payloads in
 /// flight at once).
-const SPARE_STAGES: usize = 4 * STAGED_WINDOW_NETWORK;
+const SPARE_STAGES: usize = 4 * STAGED_WINDOW;
 
 /// Endpoint errors reported by UCX's callback, picked up by `poll`.
 pub(super) type ErrList = Arc<Mutex<Vec<(usize, String)>>>;
@@ -183,6 +176,13 @@ impl Inner {
             busy: false,
             closed: false,
         }
+    }
+
+    /// Whether `peer` runs on this host.
+    pub(super) fn is_local(&self, peer: usize) -> bool {
+        self.peers
+            .get(peer)
+            .is_some_and(|p| p.as_ref().is_some_and(|p| p.local_pid.is_some()))
     }
 
     fn ep(&self, peer: usize) -> Option<Ep> {
@@ -598,17 +598,12 @@ impl Inner {
     }
 
     /// Posts payload `i`'s next pieces: all of them for a direct receive,
-    /// a few in flight for a staged one ([`STAGED_WINDOW_LOCAL`],
-    /// [`STAGED_WINDOW_NETWORK`]).
+    /// up to [`STAGED_WINDOW`] in flight for a staged one.
     fn post_pieces(&mut self, i: usize) {
-        let p = &self.payloads[i];
-        let local = self.peers[p.peer]
-            .as_ref()
-            .is_some_and(|q| q.local_pid.is_some());
-        let window = match (p.staged, local) {
-            (false, _) => usize::MAX,
-            (true, true) => STAGED_WINDOW_LOCAL,
-            (true, false) => STAGED_WINDOW_NETWORK,
+        let window = if self.payloads[i].staged {
+            STAGED_WINDOW
+        } else {
+            usize::MAX
         };
         loop {
             let p = &self.payloads[i];

@@ -15,8 +15,9 @@
 //! tagged message in the *control* class. A small message (below
 //! [`UcxConfig::rndv_bytes`]) rides in the same UCX message as its header; a
 //! larger collective message sends a `Rndv` header naming a payload id and
-//! a piece size, and its payload as separate UCX messages of that size
-//! ([`DEFAULT_PIECE_BYTES`]) tagged with consecutive ids from that one. The receiver
+//! a piece size, and its payload as UCX messages of that size tagged with
+//! consecutive ids from that one (one message to a rank of this host,
+//! pieces of [`DEFAULT_PIECE_BYTES`] to a rank on another). The receiver
 //! takes every control message out of UCX as soon as it arrives (probe,
 //! then receive into the heap), so a sender never waits on the receiver's
 //! matching; it matches headers with [`crate::matching::Matcher`] exactly as
@@ -65,12 +66,15 @@ pub use ffi::DEFAULT_LIB;
 /// Collective messages of at least this many bytes send their payload as
 /// a separate UCX message received straight into the posted buffer.
 pub const DEFAULT_RNDV_BYTES: usize = 64 << 10;
-/// Payloads travel as UCX messages of at most this many bytes (each a
-/// rendezvous of its own), all sent at once: a receiver reducing the
-/// payload takes each piece through a small staging buffer and reduces it
-/// while it is still in cache, instead of staging the whole message
-/// first; a receive into plain memory takes every piece straight into
-/// place. The size goes in the `Rndv` header, so ranks need not agree.
+/// Payloads to a rank on another host travel as UCX messages of at most
+/// this many bytes (each a rendezvous of its own), all sent at once: the
+/// receiver reduces each piece as it lands while the next ones cross the
+/// link, where a whole message would be reduced only after its last byte
+/// (16 MiB allreduce over the 1 Gb/s testbed: 99% of the link against
+/// 93%). To a rank of this host a payload stays one message: UCX reads it
+/// with CMA in one go, and pieces only added rendezvous steps (a 1 MiB
+/// chunk already sits in cache there; docs/benchmarks.md, issue 17). The
+/// size goes in the `Rndv` header, so receivers need no setting.
 pub const DEFAULT_PIECE_BYTES: usize = 128 << 10;
 /// Longest sleep of `wait` between polls of the worker, where UCX gives
 /// no event fd to sleep on.
@@ -399,9 +403,14 @@ impl Transport for UcxTransport {
             // The payload goes first, so its ids are known for the header;
             // UCX keeps it (or, for rendezvous, its descriptor) until the
             // receiver posts the receive the header leads to.
-            let first = g.send_payload(peer, data, len, self.piece_bytes, id);
+            let piece = if g.is_local(peer) {
+                len
+            } else {
+                self.piece_bytes
+            };
+            let first = g.send_payload(peer, data, len, piece, id);
             let info = RndvInfo {
-                word: self.piece_bytes as u64,
+                word: piece as u64,
                 cookie: first as u64,
             };
             g.send_frame(

@@ -2,8 +2,9 @@
 //! around the piece size, receives into memory and into a sink (a
 //! reduction), a payload that arrives before its receive is posted, and
 //! a length mismatch and a call mismatch in the middle of the pieces.
-//! Each runs under both protocol layers (peers on this host, and peers
-//! declared on another host, which selects UCX's second layer).
+//! Each runs with the peers on this host (one UCX message per payload,
+//! UCX's first protocol layer) and with each declared on another host
+//! (pieces, and UCX's second protocol layer).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
