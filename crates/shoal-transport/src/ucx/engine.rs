@@ -2,12 +2,12 @@
 //! they arrive, runs payload receives for matched messages, tracks sends,
 //! and turns endpoint errors and dead local pids into dead peers.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::ffi::{Ep, Status, StatusPtr, Ucp, Worker, UCS_INPROGRESS, UCS_OK};
+use super::ffi::{Ep, StatusPtr, Ucp, Worker, UCS_INPROGRESS, UCS_OK};
 use super::{ctl_tag, payload_tag, sender_of, CLASS_PAYLOAD};
 use crate::frame::{decode_waiting, waiting, Header, Kind, RndvInfo, HEADER_LEN};
 use crate::matching::{closed, Incoming, Matcher};
@@ -24,12 +24,9 @@ const LIVENESS_EVERY: Duration = Duration::from_millis(50);
 /// `ucp_worker_progress` calls per poll at most (each returns how many
 /// events it handled; the loop ends early on zero).
 const PROGRESS_ROUNDS: usize = 64;
-/// Staged piece receives one payload keeps in flight: the link stays busy
-/// with the next pieces while this rank reduces the one that landed.
-const STAGED_WINDOW: usize = 4;
 /// Staging buffers kept for reuse (a pipelined plan has a few payloads in
 /// flight at once).
-const SPARE_STAGES: usize = 4 * STAGED_WINDOW;
+const SPARE_STAGES: usize = 4;
 
 /// Endpoint errors reported by UCX's callback, picked up by `poll`.
 pub(super) type ErrList = Arc<Mutex<Vec<(usize, String)>>>;
@@ -71,45 +68,14 @@ struct CtlIn {
     req: Option<*mut c_void>,
 }
 
-/// A message whose payload is being received, in pieces (see
-/// [`super::DEFAULT_PIECE_BYTES`]): straight into the posted receive's
-/// buffer (or the heap, when it arrived unexpected), every piece posted at
-/// once; or, for a sink (a reduction) or a discarded payload, through a
-/// few piece-sized staging buffers, each handed on as it lands (while its
-/// bytes are still in cache) and reused for a later piece.
+/// A message whose payload is being received (into the posted receive's
+/// buffer, or the heap when it arrived unexpected).
 struct Payload {
     peer: usize,
     inc: Incoming,
-    /// Payload id of piece 0; piece `i` is `first + i`.
-    first: u32,
-    piece: usize,
-    /// Pieces posted so far (delivered ones included).
-    posted: usize,
-    /// Posted pieces not yet handed on, oldest first.
-    flight: VecDeque<Piece>,
-    /// Whether pieces go through staging buffers.
-    staged: bool,
-    /// A piece's receive failed: the rest are cancelled, and the message
-    /// fails once none is left in flight.
-    failed: Option<String>,
-}
-
-/// One posted piece receive (`req` none: it completed at once).
-struct Piece {
     req: Option<*mut c_void>,
+    /// Receives into sinks and discarded payloads land here first.
     stage: Option<Vec<u8>>,
-}
-
-impl Payload {
-    fn pieces(&self) -> usize {
-        self.inc.len.div_ceil(self.piece)
-    }
-
-    /// Byte range of piece `i` in the message.
-    fn span(&self, i: usize) -> (usize, usize) {
-        let at = i * self.piece;
-        (at, self.piece.min(self.inc.len - at))
-    }
 }
 
 pub(super) struct Peer {
@@ -133,9 +99,6 @@ pub(super) struct Inner {
     /// [`SPARE_STAGES`] kept).
     spare: Vec<Vec<u8>>,
     next_payload: u32,
-    /// Pieces still in flight of each pieced send (the send completes
-    /// when the last one does).
-    pieces_left: HashMap<ReqId, usize>,
     last_liveness: Instant,
     /// Whether the last poll saw UCX handle events: a large message
     /// crosses in many fragments (shared-memory FIFO copies, TCP segments,
@@ -171,18 +134,10 @@ impl Inner {
             payloads: Vec::new(),
             spare: Vec::new(),
             next_payload: 0,
-            pieces_left: HashMap::new(),
             last_liveness: Instant::now(),
             busy: false,
             closed: false,
         }
-    }
-
-    /// Whether `peer` runs on this host.
-    pub(super) fn is_local(&self, peer: usize) -> bool {
-        self.peers
-            .get(peer)
-            .is_some_and(|p| p.as_ref().is_some_and(|p| p.local_pid.is_some()))
     }
 
     fn ep(&self, peer: usize) -> Option<Ep> {
@@ -203,9 +158,8 @@ impl Inner {
         true
     }
 
-    /// Sends a message's payload as UCX messages of `piece` bytes (the
-    /// last may be shorter; rendezvous, so zero-copy where the transport
-    /// can) under fresh consecutive payload ids; returns the first id.
+    /// Sends a message's payload as its own UCX message (rendezvous, so
+    /// zero-copy where the transport can) under a fresh payload id.
     ///
     /// # Safety
     /// `data[..len]` stays valid until request `id` completes.
@@ -214,60 +168,33 @@ impl Inner {
         peer: usize,
         data: *const u8,
         len: usize,
-        piece: usize,
         id: ReqId,
     ) -> u32 {
-        let first = self.next_payload;
-        let pieces = len.div_ceil(piece);
-        self.next_payload = first.wrapping_add(pieces as u32);
+        let pid = self.next_payload;
+        self.next_payload = self.next_payload.wrapping_add(1);
         let ep = self.ep(peer).expect("add_send checked the peer");
-        self.pieces_left.insert(id, pieces);
-        for i in 0..pieces {
-            let at = i * piece;
-            let tag = payload_tag(self.rank, first.wrapping_add(i as u32));
-            let r = self.ucp.send(ep, data.add(at), piece.min(len - at), tag);
-            self.track_send(r, peer, Some(id), Vec::new());
-        }
-        first
-    }
-
-    /// Whether the send `id` is whole now that one more of its UCX
-    /// messages completed (a message not sent in pieces is one piece). A
-    /// failed piece fails the send at once; completing it later is then a
-    /// no-op for the matcher.
-    fn piece_sent(&mut self, id: ReqId) -> bool {
-        let Some(left) = self.pieces_left.get_mut(&id) else {
-            return true;
-        };
-        *left -= 1;
-        if *left > 0 {
-            return false;
-        }
-        self.pieces_left.remove(&id);
-        true
+        let r = self.ucp.send(ep, data, len, payload_tag(self.rank, pid));
+        self.track_send(r, peer, Some(id), Vec::new());
+        pid
     }
 
     fn track_send(&mut self, r: StatusPtr, peer: usize, id: Option<ReqId>, buf: Vec<u8>) {
         match r {
-            StatusPtr::Done => self.sent(peer, id, UCS_OK),
-            StatusPtr::Err(s) => self.sent(peer, id, s),
+            StatusPtr::Done => {
+                if let Some(id) = id {
+                    self.matcher.complete(id);
+                }
+            }
+            StatusPtr::Err(s) => {
+                let why = format!("UCX send: {}", self.ucp.describe(s));
+                self.send_failed(peer, id, &why);
+            }
             StatusPtr::Request(req) => self.sends.push(Op {
                 req,
                 peer,
                 id,
                 _buf: buf,
             }),
-        }
-    }
-
-    /// A UCX send of `peer` ended with status `s`.
-    fn sent(&mut self, peer: usize, id: Option<ReqId>, s: Status) {
-        let whole = id.is_some_and(|id| self.piece_sent(id));
-        if s != UCS_OK {
-            let why = format!("UCX send: {}", self.ucp.describe(s));
-            self.send_failed(peer, id, &why);
-        } else if whole {
-            self.matcher.complete(id.unwrap());
         }
     }
 
@@ -394,7 +321,14 @@ impl Inner {
             // SAFETY: complete; freed once.
             unsafe { self.ucp.free(op.req) };
             changed = true;
-            self.sent(op.peer, op.id, s);
+            if s == UCS_OK {
+                if let Some(id) = op.id {
+                    self.matcher.complete(id);
+                }
+            } else {
+                let why = format!("UCX send: {}", self.ucp.describe(s));
+                self.send_failed(op.peer, op.id, &why);
+            }
         }
         changed
     }
@@ -465,8 +399,7 @@ impl Inner {
             }
             Kind::Rndv => {
                 let inc = self.matcher.on_header(peer, &h);
-                let info = RndvInfo::decode(b);
-                self.start_payload(peer, info.cookie as u32, info.word as usize, inc);
+                self.start_payload(peer, RndvInfo::decode(b).cookie as u32, inc);
             }
             Kind::Abort => {
                 let reason = String::from_utf8_lossy(payload).into_owned();
@@ -491,161 +424,95 @@ impl Inner {
         true
     }
 
-    /// Hands on the pieces that arrived, posts the next ones, and completes
-    /// the payloads whose pieces all arrived. A payload from a peer that
-    /// said bye still arrives (its sends had completed, so UCX holds the
-    /// bytes); one from a dead peer, or after the job failed, is
-    /// cancelled.
+    /// Completes the payloads that arrived. A payload from a peer that said
+    /// bye still arrives (its sends had completed, so UCX holds the bytes);
+    /// one from a dead peer, or after the job failed, is cancelled.
     pub(super) fn run_payloads(&mut self) -> bool {
         let mut changed = false;
         let mut i = 0;
         while i < self.payloads.len() {
-            let lost = self.matcher.is_down(self.payloads[i].peer) || self.matcher.is_fatal();
-            if lost && self.payloads[i].failed.is_none() {
-                self.payloads[i].failed = Some(String::new());
-            }
-            changed |= self.deliver_pieces(i);
             let p = &self.payloads[i];
-            if !p.flight.is_empty() || (p.failed.is_none() && p.posted < p.pieces()) {
-                i += 1;
-                continue;
-            }
-            let p = self.payloads.swap_remove(i);
-            changed = true;
-            match p.failed {
-                // Lost: the peer's or the job's failure is reported already.
-                Some(_) if lost => {}
-                Some(why) => self.matcher.fail_incoming(p.inc, TransportError::Io(why)),
-                None => self.matcher.on_complete(p.peer, p.inc),
-            }
-        }
-        changed
-    }
-
-    /// Hands on payload `i`'s pieces that arrived, oldest first, and posts
-    /// the next ones; once a piece failed, cancels the rest instead (their
-    /// memory must not be written after the message failed).
-    fn deliver_pieces(&mut self, i: usize) -> bool {
-        let mut changed = false;
-        loop {
-            let p = &mut self.payloads[i];
-            let Some(front) = p.flight.front() else { break };
-            let s = match front.req {
+            let s = match p.req {
                 // SAFETY: a live request of ours.
                 Some(req) => unsafe { self.ucp.status(req) },
                 None => UCS_OK,
             };
+            let lost = self.matcher.is_down(p.peer) || self.matcher.is_fatal();
             if s == UCS_INPROGRESS {
-                if p.failed.is_some() {
-                    for req in p.flight.iter().filter_map(|f| f.req) {
-                        // SAFETY: live requests; they complete as cancelled.
-                        unsafe { self.ucp.cancel(self.worker, req) };
-                    }
+                if lost {
+                    // The receive's memory must not be written once its
+                    // request failed. SAFETY: a live request; it completes
+                    // as cancelled.
+                    unsafe { self.ucp.cancel(self.worker, p.req.unwrap()) };
                 }
-                break;
+                i += 1;
+                continue;
             }
-            let piece = p.flight.pop_front().unwrap();
-            if let Some(req) = piece.req {
+            let mut p = self.payloads.swap_remove(i);
+            if let Some(req) = p.req {
                 // SAFETY: complete; freed once.
                 unsafe { self.ucp.free(req) };
             }
             changed = true;
-            if s != UCS_OK && p.failed.is_none() {
+            let peer = p.peer;
+            if lost {
+                continue;
+            }
+            if s != UCS_OK {
                 let why = format!(
-                    "ucx: receiving {} bytes from rank {}: {}",
+                    "ucx: receiving {} bytes from rank {peer}: {}",
                     p.inc.len,
-                    p.peer,
                     self.ucp.describe(s)
                 );
-                p.failed = Some(why);
+                self.matcher.fail_incoming(p.inc, TransportError::Io(why));
+                continue;
             }
-            if p.failed.is_none() {
-                let n = p.piece.min(p.inc.remaining());
-                match &piece.stage {
-                    Some(stage) => p.inc.push(&stage[..n]),
-                    None => p.inc.advance(n),
+            match p.stage.take() {
+                Some(stage) => {
+                    p.inc.push(&stage[..p.inc.len]);
+                    if self.spare.len() < SPARE_STAGES {
+                        self.spare.push(stage);
+                    }
                 }
+                None => p.inc.advance(p.inc.len),
             }
-            if let Some(stage) = piece.stage {
-                if self.spare.len() < SPARE_STAGES {
-                    self.spare.push(stage);
-                }
-            }
-            self.post_pieces(i);
+            self.matcher.on_complete(peer, p.inc);
         }
         changed
     }
 
-    /// Posts the receive of payload `first` from `peer`, in pieces of
-    /// `piece` bytes: straight into the receive's buffer when it is plain
-    /// memory (zero-copy for UCX's rendezvous), else through staging
-    /// buffers handed to the sink (or dropped) as they land.
-    fn start_payload(&mut self, peer: usize, first: u32, piece: usize, mut inc: Incoming) {
-        let staged = !inc.wanted() || inc.direct().is_none();
-        self.payloads.push(Payload {
-            peer,
-            // A sender of one piece (an empty payload included) names none.
-            piece: if piece == 0 { inc.len.max(1) } else { piece },
-            inc,
-            first,
-            posted: 0,
-            flight: VecDeque::new(),
-            staged,
-            failed: None,
-        });
-        let i = self.payloads.len() - 1;
-        self.post_pieces(i);
-    }
-
-    /// Posts payload `i`'s next pieces: all of them for a direct receive,
-    /// up to [`STAGED_WINDOW`] in flight for a staged one.
-    fn post_pieces(&mut self, i: usize) {
-        let window = if self.payloads[i].staged {
-            STAGED_WINDOW
-        } else {
-            usize::MAX
+    /// Posts the receive of payload `id` from `peer`: straight into the
+    /// receive's buffer when it is plain memory (zero-copy for UCX's
+    /// rendezvous), else into a staging buffer handed to the sink (or
+    /// dropped) on completion.
+    fn start_payload(&mut self, peer: usize, id: u32, mut inc: Incoming) {
+        let tag = payload_tag(peer, id);
+        let len = inc.len;
+        let mut stage = None;
+        let dst = match inc.wanted().then(|| inc.direct()).flatten() {
+            Some(d) => d.as_mut_ptr(),
+            None => stage.insert(self.stage_buffer(len)).as_mut_ptr(),
         };
-        loop {
-            let p = &self.payloads[i];
-            if p.failed.is_some() || p.posted >= p.pieces() || p.flight.len() >= window {
+        // SAFETY: the destination (the receive's buffer, which its caller
+        // keeps valid until the request completes, the heap buffer inside
+        // `inc`, or `stage`; all move without moving their bytes) holds
+        // `len` bytes.
+        let r = unsafe { self.ucp.recv(self.worker, dst, len, tag) };
+        let req = match r {
+            StatusPtr::Done => None,
+            StatusPtr::Request(req) => Some(req),
+            StatusPtr::Err(s) => {
+                let why = format!("ucx: receive from rank {peer}: {}", self.ucp.describe(s));
+                self.matcher.fail_incoming(inc, TransportError::Io(why));
                 return;
             }
-            let (at, len) = p.span(p.posted);
-            let tag = payload_tag(p.peer, p.first.wrapping_add(p.posted as u32));
-            let mut stage = p.staged.then(|| self.stage_buffer(len));
-            let p = &mut self.payloads[i];
-            let dst = match &mut stage {
-                Some(b) => b.as_mut_ptr(),
-                None => {
-                    // `direct()` starts at the first byte not handed on
-                    // yet; pieces are posted ahead of that.
-                    let handed = p.inc.len - p.inc.remaining();
-                    // SAFETY: `handed <= at < len`, inside the destination.
-                    unsafe { p.inc.direct().unwrap().as_mut_ptr().add(at - handed) }
-                }
-            };
-            // SAFETY: the destination (the receive's buffer, which its
-            // caller keeps valid until the request completes, the heap
-            // buffer inside `inc`, or `stage`; all move without moving
-            // their bytes) holds `len` bytes from `dst`.
-            let r = unsafe { self.ucp.recv(self.worker, dst, len, tag) };
-            p.posted += 1;
-            match r {
-                StatusPtr::Done => p.flight.push_back(Piece { req: None, stage }),
-                StatusPtr::Request(req) => p.flight.push_back(Piece {
-                    req: Some(req),
-                    stage,
-                }),
-                StatusPtr::Err(s) => {
-                    let why = format!(
-                        "ucx: receive from rank {}: {}",
-                        p.peer,
-                        self.ucp.describe(s)
-                    );
-                    p.failed = Some(why);
-                }
-            }
-        }
+        };
+        self.payloads.push(Payload {
+            peer,
+            inc,
+            req,
+            stage,
+        });
     }
 
     /// A staging buffer of at least `len` bytes, reused: a fresh one per
@@ -688,11 +555,7 @@ impl Inner {
             .sends
             .drain(..)
             .map(|o| o.req)
-            .chain(
-                self.payloads
-                    .drain(..)
-                    .flat_map(|p| p.flight.into_iter().filter_map(|f| f.req)),
-            )
+            .chain(self.payloads.drain(..).filter_map(|p| p.req))
             .chain(self.ctl_in.drain(..).filter_map(|c| c.req))
             .collect();
         for req in reqs {

@@ -14,25 +14,22 @@
 //! with the tag and call signature that matching checks), sent as a UCX
 //! tagged message in the *control* class. A small message (below
 //! [`UcxConfig::rndv_bytes`]) rides in the same UCX message as its header; a
-//! larger collective message sends a `Rndv` header naming a payload id and
-//! a piece size, and its payload as UCX messages of that size tagged with
-//! consecutive ids from that one (one message to a rank of this host,
-//! pieces of [`DEFAULT_PIECE_BYTES`] to a rank on another). The receiver
+//! larger collective message sends a `Rndv` header naming a payload id, and
+//! its payload as a separate UCX message tagged with that id. The receiver
 //! takes every control message out of UCX as soon as it arrives (probe,
 //! then receive into the heap), so a sender never waits on the receiver's
 //! matching; it matches headers with [`crate::matching::Matcher`] exactly as
 //! shm and tcp do (mismatches, lengths, finished calls, blocked calls), and
-//! posts a `Rndv` header's piece receives at once: straight into the
+//! posts a `Rndv` header's payload receive at once: straight into the
 //! matched receive's buffer (collective plans post receives ahead, so this
 //! is the usual case), else into the heap, as tcp does with unexpected
-//! messages; a receive that reduces (a sink) takes the pieces through a
-//! few staging buffers, reducing each as it lands, while it is in cache. UCX moves large payloads by its rendezvous protocol: zero-copy
+//! messages. UCX moves large payloads by its rendezvous protocol: zero-copy
 //! (RDMA, CMA) with no staging copy in shoal. Standalone point-to-point
 //! sends always ride inline (as on shm, so two ranks that both send first
 //! cannot deadlock).
 //!
 //! UCX tag layout: bit 63 the class (0 control, 1 payload), bits 32..62 the
-//! sender's rank, bits 0..31 the payload id (one per piece).
+//! sender's rank, bits 0..31 the payload id.
 //!
 //! Peers die two ways: UCX's endpoint error callback (a broken connection,
 //! or its keepalive) and, for ranks on this host, a pid check every 50 ms
@@ -66,16 +63,6 @@ pub use ffi::DEFAULT_LIB;
 /// Collective messages of at least this many bytes send their payload as
 /// a separate UCX message received straight into the posted buffer.
 pub const DEFAULT_RNDV_BYTES: usize = 64 << 10;
-/// Payloads to a rank on another host travel as UCX messages of at most
-/// this many bytes (each a rendezvous of its own), all sent at once: the
-/// receiver reduces each piece as it lands while the next ones cross the
-/// link, where a whole message would be reduced only after its last byte
-/// (16 MiB allreduce over the 1 Gb/s testbed: 99% of the link against
-/// 93%). To a rank of this host a payload stays one message: UCX reads it
-/// with CMA in one go, and pieces only added rendezvous steps (a 1 MiB
-/// chunk already sits in cache there; docs/benchmarks.md, issue 17). The
-/// size goes in the `Rndv` header, so receivers need no setting.
-pub const DEFAULT_PIECE_BYTES: usize = 128 << 10;
 /// Longest sleep of `wait` between polls of the worker, where UCX gives
 /// no event fd to sleep on.
 pub const NAP: Duration = Duration::from_micros(200);
@@ -90,8 +77,8 @@ const EVENT_NAP: Duration = Duration::from_millis(10);
 /// UCX settings shoal picks when some peer is on another host, unless the
 /// user set a `UCX_*` variable of the same name (that always wins).
 ///
-/// `PROTO_ENABLE=y`: UCX's second protocol layer (the default from UCX
-/// 1.16 on). Under UCX 1.13's first layer, rendezvous over its tcp
+/// `PROTO_ENABLE=y`: UCX's second protocol layer (newer UCX releases'
+/// default). Under UCX 1.13's first layer, rendezvous over its tcp
 /// transport moves exactly half of a 1 Gb/s link while both directions
 /// carry payloads (an allreduce); the second keeps the link full both
 /// ways. Between ranks of one host the first layer stays: there its
@@ -100,6 +87,19 @@ const EVENT_NAP: Duration = Duration::from_millis(10);
 /// issue 17). The layer is a context-wide setting, so a job with peers on
 /// this host and on others uses the second for all of them.
 const NETWORK_SETTINGS: &[(&str, &str)] = &[("PROTO_ENABLE", "y")];
+
+/// The UCX settings for a rank with `cfg`'s peers (see [`NETWORK_SETTINGS`]).
+fn settings_for(cfg: &UcxConfig) -> &'static [(&'static str, &'static str)] {
+    let remote = cfg
+        .peers
+        .iter()
+        .any(|r| *r != cfg.rank && !cfg.local_ranks.contains(r));
+    if remote {
+        NETWORK_SETTINGS
+    } else {
+        &[]
+    }
+}
 
 const CLASS_PAYLOAD: u64 = 1 << 63;
 const SENDER_MASK: u64 = 0x7fff_ffff << 32;
@@ -133,8 +133,6 @@ pub struct UcxConfig {
     pub lib: String,
     /// See [`DEFAULT_RNDV_BYTES`].
     pub rndv_bytes: usize,
-    /// See [`DEFAULT_PIECE_BYTES`].
-    pub piece_bytes: usize,
 }
 
 impl UcxConfig {
@@ -148,7 +146,6 @@ impl UcxConfig {
             timeout: Duration::from_secs(60),
             lib: DEFAULT_LIB.to_string(),
             rndv_bytes: DEFAULT_RNDV_BYTES,
-            piece_bytes: DEFAULT_PIECE_BYTES,
         }
     }
 }
@@ -164,7 +161,6 @@ pub struct UcxTransport {
     world: usize,
     timeout: Duration,
     rndv_bytes: usize,
-    piece_bytes: usize,
     bell: Doorbell,
     /// The worker's event fd (see [`UcxTransport::wait_on_events`]); none
     /// if this UCX gives none, and `wait` naps instead.
@@ -185,13 +181,8 @@ impl UcxTransport {
     /// published).
     pub fn connect(cfg: &UcxConfig, store: &dyn KvStore) -> Result<UcxTransport> {
         let ucp = Arc::new(Ucp::load(&cfg.lib).map_err(TransportError::Io)?);
-        let remote = cfg
-            .peers
-            .iter()
-            .any(|r| *r != cfg.rank && !cfg.local_ranks.contains(r));
-        let settings = if remote { NETWORK_SETTINGS } else { &[] };
         let ctx = ucp
-            .init(settings, cfg.peers.len())
+            .init(settings_for(cfg), cfg.peers.len())
             .map_err(TransportError::Io)?;
         let built = Self::build(cfg, store, &ucp, ctx);
         if built.is_err() {
@@ -218,7 +209,6 @@ impl UcxTransport {
             world: cfg.world,
             timeout: cfg.timeout,
             rndv_bytes: cfg.rndv_bytes.max(1),
-            piece_bytes: cfg.piece_bytes.max(1),
             bell: Doorbell::new(),
             event_fd,
             ucp,
@@ -400,18 +390,13 @@ impl Transport for UcxTransport {
         }
         let id = g.matcher.add_send(peer)?;
         if len >= self.rndv_bytes && sig.kind != CallSig::P2P_KIND {
-            // The payload goes first, so its ids are known for the header;
+            // The payload goes first, so its id is known for the header;
             // UCX keeps it (or, for rendezvous, its descriptor) until the
             // receiver posts the receive the header leads to.
-            let piece = if g.is_local(peer) {
-                len
-            } else {
-                self.piece_bytes
-            };
-            let first = g.send_payload(peer, data, len, piece, id);
+            let pid = g.send_payload(peer, data, len, id);
             let info = RndvInfo {
-                word: piece as u64,
-                cookie: first as u64,
+                word: 0,
+                cookie: pid as u64,
             };
             g.send_frame(
                 peer,
@@ -597,7 +582,19 @@ mod tests {
         assert_eq!(sender_of(c), 7);
         assert_eq!(c & CLASS_PAYLOAD, 0);
     }
+
+    #[test]
+    fn the_second_protocol_layer_only_with_a_peer_on_another_host() {
+        let mut c = UcxConfig::new(0, 3, vec![0, 1, 2], "j");
+        c.local_ranks = vec![0, 1, 2];
+        assert!(settings_for(&c).is_empty());
+        c.local_ranks = vec![0, 1];
+        assert_eq!(settings_for(&c), &[("PROTO_ENABLE", "y")]);
+        // Routed: UCX reaches only the other host's ranks.
+        c.peers = vec![2];
+        assert_eq!(settings_for(&c), &[("PROTO_ENABLE", "y")]);
+    }
 }
 
 #[cfg(test)]
-mod piece_tests;
+mod rndv_tests;

@@ -1,10 +1,9 @@
-//! Payloads in pieces between two UCX transports on threads: odd sizes
-//! around the piece size, receives into memory and into a sink (a
-//! reduction), a payload that arrives before its receive is posted, and
-//! a length mismatch and a call mismatch in the middle of the pieces.
-//! Each runs with the peers on this host (one UCX message per payload,
-//! UCX's first protocol layer) and with each declared on another host
-//! (pieces, and UCX's second protocol layer).
+//! Payloads sent apart from their header (the rendezvous path) between
+//! two UCX transports on threads: odd sizes, receives into memory and into
+//! a sink (a reduction), a payload that arrives before its receive is
+//! posted, and a length mismatch and a call mismatch of such a payload.
+//! Each runs with the peers on this host (UCX's first protocol layer) and
+//! with each declared on another host (its second layer).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,8 +14,9 @@ use shoal_bootstrap::store::MemStore;
 use super::*;
 use crate::Sink;
 
-/// Odd, so that pieces and their 64-byte sink alignment do not line up.
-const PIECE: usize = 1000;
+/// Payloads from this size on go apart from their header (odd, so that
+/// sizes around it do not line up with the sink's 64-byte pieces).
+const RNDV: usize = 1000;
 const LIMIT: Duration = Duration::from_secs(20);
 
 /// Runs `body(rank, transport)` for ranks 0 and 1, once with the peers on
@@ -32,7 +32,7 @@ fn pair(body: impl Fn(usize, &UcxTransport) + Send + Sync + 'static) -> bool {
     for remote in [false, true] {
         let store = Arc::new(MemStore::default());
         let job = format!(
-            "pieces-{}-{}",
+            "rndv-{}-{}",
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         );
@@ -42,8 +42,7 @@ fn pair(body: impl Fn(usize, &UcxTransport) + Send + Sync + 'static) -> bool {
                 std::thread::spawn(move || {
                     let mut c = UcxConfig::new(r, 2, vec![0, 1], &job);
                     c.local_ranks = if remote { vec![r] } else { vec![0, 1] };
-                    c.rndv_bytes = 64;
-                    c.piece_bytes = PIECE;
+                    c.rndv_bytes = RNDV;
                     let t = UcxTransport::connect(&c, &*store).unwrap();
                     body(r, &t);
                 })
@@ -114,8 +113,8 @@ fn sink_into(out: Arc<Mutex<(Vec<u8>, usize)>>) -> Sink {
 }
 
 #[test]
-fn pieces_arrive_whole_into_memory_and_sinks() {
-    let sizes = [64, 999, PIECE, PIECE + 1, 10_007, 3 * 64 * PIECE + 13];
+fn payloads_arrive_whole_into_memory_and_sinks() {
+    let sizes = [64, RNDV - 1, RNDV, RNDV + 1, 10_007, 3 * 64 * RNDV + 13];
     pair(move |r, t| {
         let data: Vec<Vec<u8>> = sizes
             .iter()
@@ -168,7 +167,7 @@ fn pieces_arrive_whole_into_memory_and_sinks() {
 }
 
 #[test]
-fn a_length_mismatch_discards_the_pieces_and_the_channel_goes_on() {
+fn a_length_mismatch_discards_the_payload_and_the_channel_goes_on() {
     pair(|r, t| {
         let (big, next) = (pattern(10_007, 1), pattern(3001, 2));
         if r == 0 {
@@ -213,12 +212,12 @@ fn a_length_mismatch_discards_the_pieces_and_the_channel_goes_on() {
 }
 
 #[test]
-fn a_call_mismatch_in_a_pieced_message_is_reported() {
+fn a_call_mismatch_of_a_rendezvous_message_is_reported() {
     pair(|r, t| {
         if r == 0 {
             let big = pattern(10_007, 3);
             let req = send(t, 0, &big, 7);
-            // The receiver fails the call; the pieces go either way.
+            // The receiver fails the call; the payload goes either way.
             let _ = wait(t, req);
             return;
         }
