@@ -74,6 +74,33 @@ const SPIN: Duration = Duration::from_micros(200);
 /// that died, so the pid checks of `poll` need a poll this often.
 const EVENT_NAP: Duration = Duration::from_millis(10);
 
+/// UCX settings shoal picks when some peer is on another host, unless the
+/// user set a `UCX_*` variable of the same name (that always wins).
+///
+/// `PROTO_ENABLE=y`: UCX's second protocol layer (newer UCX releases'
+/// default). Under UCX 1.13's first layer, rendezvous over its tcp
+/// transport moves exactly half of a 1 Gb/s link while both directions
+/// carry payloads (an allreduce); the second keeps the link full both
+/// ways. Between ranks of one host the first layer stays: there its
+/// rendezvous reads the sender's memory with CMA (zero-copy), where 1.13's
+/// second layer copies through the shared-memory FIFO (docs/benchmarks.md,
+/// issue 17). The layer is a context-wide setting, so a job with peers on
+/// this host and on others uses the second for all of them.
+const NETWORK_SETTINGS: &[(&str, &str)] = &[("PROTO_ENABLE", "y")];
+
+/// The UCX settings for a rank with `cfg`'s peers (see [`NETWORK_SETTINGS`]).
+fn settings_for(cfg: &UcxConfig) -> &'static [(&'static str, &'static str)] {
+    let remote = cfg
+        .peers
+        .iter()
+        .any(|r| *r != cfg.rank && !cfg.local_ranks.contains(r));
+    if remote {
+        NETWORK_SETTINGS
+    } else {
+        &[]
+    }
+}
+
 const CLASS_PAYLOAD: u64 = 1 << 63;
 const SENDER_MASK: u64 = 0x7fff_ffff << 32;
 
@@ -154,7 +181,9 @@ impl UcxTransport {
     /// published).
     pub fn connect(cfg: &UcxConfig, store: &dyn KvStore) -> Result<UcxTransport> {
         let ucp = Arc::new(Ucp::load(&cfg.lib).map_err(TransportError::Io)?);
-        let ctx = ucp.init(&[], cfg.peers.len()).map_err(TransportError::Io)?;
+        let ctx = ucp
+            .init(settings_for(cfg), cfg.peers.len())
+            .map_err(TransportError::Io)?;
         let built = Self::build(cfg, store, &ucp, ctx);
         if built.is_err() {
             // SAFETY: nothing else holds the context (the worker, if any,
@@ -553,4 +582,19 @@ mod tests {
         assert_eq!(sender_of(c), 7);
         assert_eq!(c & CLASS_PAYLOAD, 0);
     }
+
+    #[test]
+    fn the_second_protocol_layer_only_with_a_peer_on_another_host() {
+        let mut c = UcxConfig::new(0, 3, vec![0, 1, 2], "j");
+        c.local_ranks = vec![0, 1, 2];
+        assert!(settings_for(&c).is_empty());
+        c.local_ranks = vec![0, 1];
+        assert_eq!(settings_for(&c), &[("PROTO_ENABLE", "y")]);
+        // Routed: UCX reaches only the other host's ranks.
+        c.peers = vec![2];
+        assert_eq!(settings_for(&c), &[("PROTO_ENABLE", "y")]);
+    }
 }
+
+#[cfg(test)]
+mod rndv_tests;
