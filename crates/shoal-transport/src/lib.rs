@@ -17,6 +17,7 @@ mod cma;
 pub mod doorbell;
 mod frame;
 mod matching;
+mod pool;
 pub mod routed;
 mod setup;
 pub mod shm;

@@ -27,6 +27,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use crate::frame::{Header, RndvInfo};
+use crate::pool::{BufferPool, KEEP_NONE};
 use crate::{Answer, Blocked, CallSig, RecvInto, ReqId, Result, Sink, Tag, TransportError};
 
 /// Finished calls remembered per communicator, to name this rank's side of
@@ -277,6 +278,9 @@ pub(crate) struct Matcher {
     answers: HashMap<usize, Answer>,
     /// Peers that asked what this rank waits for and await the answer.
     queries: Vec<usize>,
+    /// Heap buffers of unexpected payloads, given back once delivered
+    /// (none kept unless the transport asks: [`Matcher::keep_buffers`]).
+    heap: BufferPool,
 }
 
 fn same_call(a: Tag, b: Tag) -> bool {
@@ -327,7 +331,20 @@ impl Matcher {
             notes: HashMap::new(),
             answers: HashMap::new(),
             queries: Vec::new(),
+            heap: BufferPool::new(KEEP_NONE),
         }
+    }
+
+    /// Keeps up to `max` heap buffers of delivered unexpected payloads for
+    /// the next ones (see [`crate::pool`]).
+    pub fn keep_buffers(&mut self, max: usize) {
+        self.heap = BufferPool::new(max);
+    }
+
+    /// The pool unexpected payloads are received into, for the transport's
+    /// own staging buffers too.
+    pub fn buffers(&mut self) -> &mut BufferPool {
+        &mut self.heap
     }
 
     fn mismatch(
@@ -434,8 +451,9 @@ impl Matcher {
             return Ok(self.new_req(peer, State::Failed(e)));
         }
         if q.unexpected[i].data.is_some() {
-            let u = q.unexpected.remove(i).unwrap();
-            deliver(into, u.data.as_deref().unwrap());
+            let data = q.unexpected.remove(i).unwrap().data.unwrap();
+            deliver(into, &data);
+            self.heap.give(data);
             return Ok(self.new_req(peer, State::Done));
         }
         if let Some(rndv) = q.unexpected[i].rndv {
@@ -473,7 +491,7 @@ impl Matcher {
             len,
             received: 0,
             target: Target::Unexpected(key),
-            dest: Dest::Heap(vec![0; len]),
+            dest: Dest::Heap(self.heap.take(len)),
         }
     }
 
@@ -756,10 +774,14 @@ impl Matcher {
         };
         match std::mem::replace(&mut q.unexpected[i].claim, Claim::None) {
             Claim::None => q.unexpected[i].data = Some(data),
-            Claim::Drop => drop(q.unexpected.remove(i)),
+            Claim::Drop => {
+                q.unexpected.remove(i);
+                self.heap.give(data);
+            }
             Claim::Recv(id, into) => {
                 q.unexpected.remove(i);
                 deliver(into, &data);
+                self.heap.give(data);
                 self.complete(id);
             }
         }
@@ -927,6 +949,43 @@ pub(crate) fn closed(peer: usize) -> TransportError {
 mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
+
+    /// Receives a `len`-byte payload from rank 1 before its receive is
+    /// posted, then posts the receive: where the payload was received.
+    fn early_payload(m: &mut Matcher, seq: u32, len: usize) -> *const u8 {
+        let tag = Tag {
+            comm: 0,
+            seq,
+            step: 0,
+        };
+        let h = Header::data(tag, CallSig::default(), len);
+        let mut inc = m.on_header(1, &h);
+        let at = inc.direct().unwrap().as_ptr();
+        inc.push(&vec![7; len]);
+        m.on_complete(1, inc);
+        let mut out = vec![0u8; len];
+        let into = RecvInto::Buffer {
+            dst: out.as_mut_ptr(),
+            len,
+        };
+        let id = m.post_recv(1, tag, CallSig::default(), into).unwrap();
+        assert!(m.test(id).unwrap());
+        assert_eq!(out, vec![7; len]);
+        at
+    }
+
+    #[test]
+    fn delivered_early_payloads_give_their_buffer_back() {
+        let len = 1 << 20;
+        let mut m = Matcher::new(0, [0, 1]);
+        m.keep_buffers(2);
+        let first = early_payload(&mut m, 1, len);
+        // Where a freed buffer would go again, were it freed.
+        let other = vec![1u8; len];
+        assert_eq!(early_payload(&mut m, 2, len), first);
+        assert_eq!(early_payload(&mut m, 3, len / 2), first);
+        assert_ne!(other.as_ptr(), first);
+    }
 
     #[test]
     fn sink_pieces_are_multiples_of_64() {

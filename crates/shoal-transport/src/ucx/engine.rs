@@ -24,9 +24,10 @@ const LIVENESS_EVERY: Duration = Duration::from_millis(50);
 /// `ucp_worker_progress` calls per poll at most (each returns how many
 /// events it handled; the loop ends early on zero).
 const PROGRESS_ROUNDS: usize = 64;
-/// Staging buffers kept for reuse (a pipelined plan has a few payloads in
-/// flight at once).
-const SPARE_STAGES: usize = 4;
+/// Receive buffers kept for reuse, staging buffers and those of payloads
+/// that arrived before their receive together (a pipelined plan has a few
+/// payloads in flight at once; at most `pool::MAX_KEPT_BYTES` in all).
+pub(super) const SPARE_BUFFERS: usize = 4;
 
 /// Endpoint errors reported by UCX's callback, picked up by `poll`.
 pub(super) type ErrList = Arc<Mutex<Vec<(usize, String)>>>;
@@ -95,9 +96,6 @@ pub(super) struct Inner {
     sends: Vec<Op>,
     ctl_in: VecDeque<CtlIn>,
     payloads: Vec<Payload>,
-    /// Staging buffers of finished payloads, for the next ones (at most
-    /// [`SPARE_STAGES`] kept).
-    spare: Vec<Vec<u8>>,
     next_payload: u32,
     last_liveness: Instant,
     /// Whether the last poll saw UCX handle events: a large message
@@ -132,7 +130,6 @@ impl Inner {
             sends: Vec::new(),
             ctl_in: VecDeque::new(),
             payloads: Vec::new(),
-            spare: Vec::new(),
             next_payload: 0,
             last_liveness: Instant::now(),
             busy: false,
@@ -469,10 +466,8 @@ impl Inner {
             }
             match p.stage.take() {
                 Some(stage) => {
-                    p.inc.push(&stage[..p.inc.len]);
-                    if self.spare.len() < SPARE_STAGES {
-                        self.spare.push(stage);
-                    }
+                    p.inc.push(&stage);
+                    self.matcher.buffers().give(stage);
                 }
                 None => p.inc.advance(p.inc.len),
             }
@@ -491,7 +486,7 @@ impl Inner {
         let mut stage = None;
         let dst = match inc.wanted().then(|| inc.direct()).flatten() {
             Some(d) => d.as_mut_ptr(),
-            None => stage.insert(self.stage_buffer(len)).as_mut_ptr(),
+            None => stage.insert(self.matcher.buffers().take(len)).as_mut_ptr(),
         };
         // SAFETY: the destination (the receive's buffer, which its caller
         // keeps valid until the request completes, the heap buffer inside
@@ -513,16 +508,6 @@ impl Inner {
             req,
             stage,
         });
-    }
-
-    /// A staging buffer of at least `len` bytes, reused: a fresh one per
-    /// payload costs a page fault per 4 KiB (large allocations are mmapped)
-    /// on top of the copy, which took half the time of a 16 MiB allreduce.
-    fn stage_buffer(&mut self, len: usize) -> Vec<u8> {
-        match self.spare.iter().position(|b| b.len() >= len) {
-            Some(i) => self.spare.swap_remove(i),
-            None => vec![0u8; len],
-        }
     }
 
     fn check_errors(&mut self) {

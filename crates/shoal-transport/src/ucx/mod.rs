@@ -261,7 +261,8 @@ impl UcxTransport {
                     _err_arg: arg,
                 });
             }
-            let matcher = Matcher::new(cfg.rank, cfg.peers.iter().copied());
+            let mut matcher = Matcher::new(cfg.rank, cfg.peers.iter().copied());
+            matcher.keep_buffers(engine::SPARE_BUFFERS);
             Ok(Inner::new(
                 ucp.clone(),
                 worker,
