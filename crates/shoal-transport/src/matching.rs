@@ -335,10 +335,10 @@ impl Matcher {
         }
     }
 
-    /// Keeps up to `max` heap buffers of delivered unexpected payloads for
-    /// the next ones (see [`crate::pool`]).
-    pub fn keep_buffers(&mut self, max: usize) {
-        self.heap = BufferPool::new(max);
+    /// Keeps up to `max_bytes` of heap buffers of delivered unexpected
+    /// payloads for the next ones (see [`crate::pool`]).
+    pub fn keep_buffers(&mut self, max_bytes: usize) {
+        self.heap = BufferPool::new(max_bytes);
     }
 
     /// The pool unexpected payloads are received into, for the transport's
@@ -978,7 +978,7 @@ mod tests {
     fn delivered_early_payloads_give_their_buffer_back() {
         let len = 1 << 20;
         let mut m = Matcher::new(0, [0, 1]);
-        m.keep_buffers(2);
+        m.keep_buffers(2 * len);
         let first = early_payload(&mut m, 1, len);
         // Where a freed buffer would go again, were it freed.
         let other = vec![1u8; len];

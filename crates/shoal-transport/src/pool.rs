@@ -8,32 +8,34 @@
 //! time of a 16 MiB allreduce. Handing buffers back here once their bytes
 //! were consumed keeps their pages mapped for the next payload.
 
-/// Buffers kept by a transport that asks for none: [`BufferPool::take`]
+/// What a transport that asks for no pool keeps: [`BufferPool::take`]
 /// then allocates and [`BufferPool::give`] frees, as without a pool.
 pub(crate) const KEEP_NONE: usize = 0;
 
-/// Bytes a pool keeps at most, all buffers together: the largest buffers
-/// are kept first, so a job's big payloads are served and a 1 GiB one does
-/// not pin 1 GiB per rank after its call.
-pub(crate) const MAX_KEPT_BYTES: usize = 256 << 20;
+/// Smaller buffers are neither kept nor served: the allocator hands them
+/// out of memory it keeps anyway.
+pub(crate) const MIN_KEPT: usize = 64 << 10;
 
-/// At most `max_buffers` idle buffers (and [`MAX_KEPT_BYTES`] in all).
+/// Idle buffers of at most `max_bytes` together (their capacities).
 pub(crate) struct BufferPool {
     kept: Vec<Vec<u8>>,
-    max_buffers: usize,
+    max_bytes: usize,
 }
 
 impl BufferPool {
-    pub fn new(max_buffers: usize) -> BufferPool {
+    pub fn new(max_bytes: usize) -> BufferPool {
         BufferPool {
             kept: Vec::new(),
-            max_buffers,
+            max_bytes,
         }
     }
 
     /// A buffer of exactly `len` bytes: the smallest kept one that can hold
     /// them (its contents are stale, not zeroed), else a new one.
     pub fn take(&mut self, len: usize) -> Vec<u8> {
+        if len < MIN_KEPT {
+            return vec![0; len];
+        }
         let fit = (0..self.kept.len())
             .filter(|&i| self.kept[i].capacity() >= len)
             .min_by_key(|&i| self.kept[i].capacity());
@@ -50,13 +52,13 @@ impl BufferPool {
     }
 
     /// Takes back a buffer whose bytes were consumed; the smallest buffers
-    /// are dropped when more than the bounds would be kept.
+    /// are dropped when more than `max_bytes` would be kept.
     pub fn give(&mut self, buf: Vec<u8>) {
-        if self.max_buffers == KEEP_NONE || buf.capacity() > MAX_KEPT_BYTES {
+        if buf.capacity() < MIN_KEPT || buf.capacity() > self.max_bytes {
             return;
         }
         self.kept.push(buf);
-        while self.kept.len() > self.max_buffers || self.kept_bytes() > MAX_KEPT_BYTES {
+        while self.kept_bytes() > self.max_bytes {
             let smallest = (0..self.kept.len())
                 .min_by_key(|&i| self.kept[i].capacity())
                 .unwrap();
@@ -73,62 +75,63 @@ impl BufferPool {
 mod tests {
     use super::*;
 
+    const MIB: usize = 1 << 20;
+
     #[test]
     fn a_given_buffer_is_taken_again_at_any_length_it_holds() {
-        let mut pool = BufferPool::new(2);
-        let buf = pool.take(1 << 20);
+        let mut pool = BufferPool::new(2 * MIB);
+        let buf = pool.take(MIB);
         let at = buf.as_ptr();
         pool.give(buf);
-        let again = pool.take(1000);
-        assert_eq!((again.as_ptr(), again.len()), (at, 1000));
+        let again = pool.take(MIN_KEPT);
+        assert_eq!((again.as_ptr(), again.len()), (at, MIN_KEPT));
         pool.give(again);
-        let full = pool.take(1 << 20);
-        assert_eq!((full.as_ptr(), full.len()), (at, 1 << 20));
+        let full = pool.take(MIB);
+        assert_eq!((full.as_ptr(), full.len()), (at, MIB));
     }
 
     #[test]
     fn the_smallest_fitting_buffer_is_taken() {
-        let mut pool = BufferPool::new(2);
-        let (big, small) = (pool.take(4096), pool.take(1024));
+        let mut pool = BufferPool::new(4 * MIB);
+        let (big, small) = (pool.take(2 * MIB), pool.take(MIB));
         let (big_at, small_at) = (big.as_ptr(), small.as_ptr());
         pool.give(big);
         pool.give(small);
-        let (first, second) = (pool.take(512), pool.take(512));
+        let (first, second) = (pool.take(MIN_KEPT), pool.take(MIN_KEPT));
         assert_eq!((first.as_ptr(), second.as_ptr()), (small_at, big_at));
     }
 
     #[test]
-    fn a_full_pool_drops_its_smallest_buffer() {
-        let mut pool = BufferPool::new(2);
-        let bufs: Vec<Vec<u8>> = [1024, 4096, 2048].map(|n| pool.take(n)).into();
-        let kept: Vec<*const u8> = bufs[1..].iter().map(|b| b.as_ptr()).collect();
+    fn a_full_pool_drops_its_smallest_buffers() {
+        let mut pool = BufferPool::new(6 * MIB);
+        let bufs: Vec<Vec<u8>> = [MIB, 4 * MIB, 2 * MIB].map(|n| pool.take(n)).into();
+        let mut want: Vec<*const u8> = bufs[1..].iter().map(|b| b.as_ptr()).collect();
         for b in bufs {
             pool.give(b);
         }
-        assert_eq!(pool.kept.len(), 2);
         let mut left: Vec<*const u8> = pool.kept.iter().map(|b| b.as_ptr()).collect();
         left.sort();
-        let mut want = kept;
         want.sort();
         assert_eq!(left, want);
+        pool.give(Vec::with_capacity(6 * MIB + 1));
+        assert_eq!(pool.kept_bytes(), 6 * MIB);
     }
 
     #[test]
-    fn the_kept_bytes_are_bounded() {
-        let mut pool = BufferPool::new(8);
-        for _ in 0..3 {
-            pool.give(Vec::with_capacity(MAX_KEPT_BYTES / 2));
-        }
-        assert_eq!(pool.kept.len(), 2);
-        pool.give(Vec::with_capacity(MAX_KEPT_BYTES + 1));
-        assert_eq!(pool.kept.len(), 2);
+    fn small_buffers_are_not_kept() {
+        let mut pool = BufferPool::new(MIB);
+        pool.give(vec![0; MIN_KEPT - 1]);
+        assert!(pool.kept.is_empty());
+        pool.give(vec![0; MIB]);
+        assert_eq!(pool.take(MIN_KEPT - 1).capacity(), MIN_KEPT - 1);
+        assert_eq!(pool.kept.len(), 1);
     }
 
     #[test]
     fn a_pool_keeping_none_allocates_afresh() {
         let mut pool = BufferPool::new(KEEP_NONE);
-        pool.give(vec![0; 64]);
+        pool.give(vec![0; MIB]);
         assert!(pool.kept.is_empty());
-        assert_eq!(pool.take(64).len(), 64);
+        assert_eq!(pool.take(MIB).len(), MIB);
     }
 }

@@ -24,10 +24,12 @@ const LIVENESS_EVERY: Duration = Duration::from_millis(50);
 /// `ucp_worker_progress` calls per poll at most (each returns how many
 /// events it handled; the loop ends early on zero).
 const PROGRESS_ROUNDS: usize = 64;
-/// Receive buffers kept for reuse, staging buffers and those of payloads
-/// that arrived before their receive together (a pipelined plan has a few
-/// payloads in flight at once; at most `pool::MAX_KEPT_BYTES` in all).
-pub(super) const SPARE_BUFFERS: usize = 4;
+/// Bytes of receive buffers kept for reuse per rank: staging buffers and
+/// those of payloads that arrived before their receive. A pipelined plan
+/// sends a large call in 1 MiB pieces, most of which arrive early on one
+/// host (16 MiB of them for a 2-rank 16 MiB allreduce), so this many keeps
+/// them all up to a 64 MiB call's worth.
+pub(super) const KEPT_BUFFER_BYTES: usize = 64 << 20;
 
 /// Endpoint errors reported by UCX's callback, picked up by `poll`.
 pub(super) type ErrList = Arc<Mutex<Vec<(usize, String)>>>;

@@ -262,7 +262,7 @@ impl UcxTransport {
                 });
             }
             let mut matcher = Matcher::new(cfg.rank, cfg.peers.iter().copied());
-            matcher.keep_buffers(engine::SPARE_BUFFERS);
+            matcher.keep_buffers(engine::KEPT_BUFFER_BYTES);
             Ok(Inner::new(
                 ucp.clone(),
                 worker,
