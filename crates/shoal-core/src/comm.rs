@@ -516,15 +516,8 @@ impl Communicator {
         if let Some(reason) = ina.unusable() {
             return Err(reason);
         }
-        let peers = || {
-            self.engine
-                .transport
-                .progress()
-                .map(drop)
-                .map_err(|e| e.to_string())
-        };
         self.shard_job
-            .allreduce(ina, job, shard, p.dtype, p.op, &peers)
+            .allreduce(ina, job, shard, p.dtype, p.op, &|| self.progress_peers())
     }
 
     /// Runs one host phase of a call (its own plan and sequence number).
@@ -597,15 +590,17 @@ impl Communicator {
 
     fn switch_allreduce(&self, out: &mut [u8], p: &Prepared) -> std::result::Result<(), String> {
         let ina = self.ina()?;
-        // A rank that died never contributes: the transport notices at once.
-        let peers = || {
-            self.engine
-                .transport
-                .progress()
-                .map(drop)
-                .map_err(|e| e.to_string())
-        };
-        ina.allreduce(out, p.dtype, p.op, &peers)
+        ina.allreduce(out, p.dtype, p.op, &|| self.progress_peers())
+    }
+
+    /// Progresses the transport while a switch job waits: a rank that died
+    /// never contributes, and the transport notices at once.
+    fn progress_peers(&self) -> std::result::Result<(), String> {
+        self.engine
+            .transport
+            .progress()
+            .map(drop)
+            .map_err(|e| e.to_string())
     }
 
     /// Whether `ok` holds on every rank (a min-allreduce of one byte).
