@@ -130,6 +130,21 @@ pub struct CallShape {
 }
 
 impl CallShape {
+    /// A call of `count` elements per rank block on `world` ranks, in
+    /// chunks of `chunk` elements: root 0, every rank its own host, equal
+    /// blocks (set the other fields with `..CallShape::new(..)`).
+    pub fn new(collective: Collective, world: usize, count: usize, chunk: usize) -> CallShape {
+        CallShape {
+            collective,
+            world,
+            count,
+            root: 0,
+            chunk,
+            ranks_per_host: 1,
+            counts: None,
+        }
+    }
+
     /// `(hosts, ranks per host)` of the block layout; `(world, 1)` when
     /// `ranks_per_host` does not describe one.
     pub fn layout(&self) -> (usize, usize) {

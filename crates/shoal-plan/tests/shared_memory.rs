@@ -7,13 +7,8 @@ use shoal_plan::{json, CallShape, Collective, Op, Plan, Region};
 
 fn one_host(world: usize, count: usize) -> CallShape {
     CallShape {
-        collective: Collective::Allreduce,
-        world,
-        count,
-        root: 0,
-        chunk: 1 << 20,
         ranks_per_host: world,
-        counts: None,
+        ..CallShape::new(Collective::Allreduce, world, count, 1 << 20)
     }
 }
 

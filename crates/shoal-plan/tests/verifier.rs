@@ -4,15 +4,7 @@ use shoal_plan::verify::{verify_plans, ErrorKind, Problem, VerifyError};
 use shoal_plan::{CallShape, Collective, Op, Plan, Region};
 
 fn allreduce(world: usize, count: usize) -> CallShape {
-    CallShape {
-        collective: Collective::Allreduce,
-        world,
-        count,
-        root: 0,
-        chunk: 1 << 20,
-        ranks_per_host: 1,
-        counts: None,
-    }
+    CallShape::new(Collective::Allreduce, world, count, 1 << 20)
 }
 
 /// A correct two-rank allreduce of one element: exchange, then reduce.

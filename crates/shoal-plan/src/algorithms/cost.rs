@@ -104,16 +104,16 @@ mod tests {
         beta_local: 1.0 / 4e9,
     };
 
-    fn allreduce(name: &str, world: usize, bytes: usize) -> f64 {
-        let shape = CallShape {
-            collective: Collective::Allreduce,
-            world,
-            count: bytes / 4,
-            root: 0,
-            chunk: (1 << 20) / 4,
+    /// An allreduce of `bytes` of float32 with every rank on one host.
+    fn one_host_allreduce(world: usize, bytes: usize) -> CallShape {
+        CallShape {
             ranks_per_host: world,
-            counts: None,
-        };
+            ..CallShape::new(Collective::Allreduce, world, bytes / 4, (1 << 20) / 4)
+        }
+    }
+
+    fn allreduce(name: &str, world: usize, bytes: usize) -> f64 {
+        let shape = one_host_allreduce(world, bytes);
         (find(Collective::Allreduce, name).unwrap().cost)(&shape, 4, &SHM)
     }
 
@@ -136,15 +136,7 @@ mod tests {
     /// The allreduce the cost model picks among all that handle the call
     /// (every rank on one host).
     fn cheapest_allreduce(world: usize, bytes: usize) -> &'static str {
-        let shape = CallShape {
-            collective: Collective::Allreduce,
-            world,
-            count: bytes / 4,
-            root: 0,
-            chunk: (1 << 20) / 4,
-            ranks_per_host: world,
-            counts: None,
-        };
+        let shape = one_host_allreduce(world, bytes);
         let costs = crate::algorithms::for_collective(Collective::Allreduce)
             .filter(|a| a.handles(&shape))
             .map(|a| (a.name, (a.cost)(&shape, 4, &SHM)));

@@ -62,13 +62,8 @@ mod tests {
 
     fn shape(world: usize, local: usize, count: usize) -> CallShape {
         CallShape {
-            collective: Collective::Allreduce,
-            world,
-            count,
-            root: 0,
-            chunk: 1 << 20,
             ranks_per_host: local,
-            counts: None,
+            ..CallShape::new(Collective::Allreduce, world, count, 1 << 20)
         }
     }
 
