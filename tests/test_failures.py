@@ -148,12 +148,17 @@ def test_mismatched_rounds_fail_promptly_and_keep_memory_flat(transport: str) ->
     a few more rounds first, as many as the other rank lags behind.)"""
     big = "count=100000"  # 400 KB a round: 120 MB after 300 rounds
     results = run_calls(2, f"broadcast:{big},algo=binomial", f"reduce:{big}", 1, transport, rounds=300)
+    raised_at = []
     for r, res in enumerate(results):
         m = re.search(r"RAISED (\w+) at round (\d+)", res.stdout)
         assert m, f"rank {r} did not raise in 300 rounds:\n{res.stdout}"
-        assert int(m[2]) < 100, (r, res.stdout)
+        raised_at.append(int(m[2]))
         start, end = map(int, re.search(r"RSS (\d+) (\d+)", res.stdout).groups())
         assert end - start < 64 << 10, (r, start, end)
+    # Both ranks' calls here only send, so on a loaded machine one rank can
+    # run all its rounds while the other is descheduled (it then raises at
+    # its final barrier): the first to raise must do so promptly.
+    assert min(raised_at) < 100, (raised_at, [res.stdout for res in results])
 
 
 @pytest.mark.parametrize("transport", ["shm", "tcp"])
