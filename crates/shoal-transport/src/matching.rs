@@ -281,6 +281,9 @@ pub(crate) struct Matcher {
     /// Heap buffers of unexpected payloads, given back once delivered
     /// (none kept unless the transport asks: [`Matcher::keep_buffers`]).
     heap: BufferPool,
+    /// Whether a rendezvous payload stays readable after its sender closed
+    /// ([`Matcher::rndv_outlives_bye`]).
+    rndv_outlives_bye: bool,
 }
 
 fn same_call(a: Tag, b: Tag) -> bool {
@@ -332,7 +335,16 @@ impl Matcher {
             answers: HashMap::new(),
             queries: Vec::new(),
             heap: BufferPool::new(KEEP_NONE),
+            rndv_outlives_bye: false,
         }
+    }
+
+    /// Rendezvous payloads stay readable after their sender said bye: the
+    /// transport holds them (UCX, whose sender closes only once its sends
+    /// completed, so their bytes have reached this side). On shm they are
+    /// the sender's memory, gone with it.
+    pub fn rndv_outlives_bye(&mut self) {
+        self.rndv_outlives_bye = true;
     }
 
     /// Keeps up to `max_bytes` of heap buffers of delivered unexpected
@@ -826,11 +838,16 @@ impl Matcher {
             return;
         };
         q.bye = true;
-        // A closed sender's memory is no longer reserved for its messages.
-        q.unexpected.retain(|u| u.rndv.is_none());
+        if !self.rndv_outlives_bye {
+            // A closed sender's memory is no longer reserved for its messages.
+            q.unexpected.retain(|u| u.rndv.is_none());
+        }
         let posted: Vec<ReqId> = q.posted.drain(..).map(|p| p.id).collect();
         for id in posted {
             self.fail(id, closed(peer));
+        }
+        if self.rndv_outlives_bye {
+            return;
         }
         for p in self.drop_pulls_of(peer) {
             self.fail_incoming(p.inc, closed(peer));

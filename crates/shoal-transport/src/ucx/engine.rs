@@ -297,6 +297,7 @@ impl Inner {
         }
         let mut changed = self.reap_sends();
         changed |= self.take_frames();
+        changed |= self.start_pulls();
         changed |= self.run_payloads();
         self.check_errors();
         if self.last_liveness.elapsed() >= LIVENESS_EVERY {
@@ -396,10 +397,7 @@ impl Inner {
                 inc.push(payload);
                 self.matcher.on_complete(peer, inc);
             }
-            Kind::Rndv => {
-                let inc = self.matcher.on_header(peer, &h);
-                self.start_payload(peer, RndvInfo::decode(b).cookie as u32, inc);
-            }
+            Kind::Rndv => self.matcher.on_rndv(peer, &h, RndvInfo::decode(b)),
             Kind::Abort => {
                 let reason = String::from_utf8_lossy(payload).into_owned();
                 self.matcher
@@ -476,6 +474,25 @@ impl Inner {
             self.matcher.on_complete(peer, p.inc);
         }
         changed
+    }
+
+    /// Posts the UCX receives of the payloads whose `Rndv` header met a
+    /// posted receive (on arrival, or since, in `irecv`); whether any.
+    /// Until then a payload stays inside UCX: its sender's memory, which
+    /// the receive reads straight into the destination (as shm's pulls).
+    pub(super) fn start_pulls(&mut self) -> bool {
+        let pulls = self.matcher.take_pulls();
+        let any = !pulls.is_empty();
+        for p in pulls {
+            // A peer that said bye had its sends completed first, so UCX
+            // holds their payloads: those are still received.
+            if self.matcher.is_down(p.peer) || self.matcher.is_fatal() {
+                // The request reports the death or the failure already.
+                continue;
+            }
+            self.start_payload(p.peer, p.rndv.cookie as u32, p.inc);
+        }
+        any
     }
 
     /// Posts the receive of payload `id` from `peer`: straight into the

@@ -263,6 +263,7 @@ impl UcxTransport {
             }
             let mut matcher = Matcher::new(cfg.rank, cfg.peers.iter().copied());
             matcher.keep_buffers(engine::KEPT_BUFFER_BYTES);
+            matcher.rndv_outlives_bye();
             Ok(Inner::new(
                 ucp.clone(),
                 worker,
@@ -418,7 +419,10 @@ impl Transport for UcxTransport {
 
     unsafe fn irecv(&self, peer: usize, tag: Tag, sig: CallSig, into: RecvInto) -> Result<ReqId> {
         let mut g = self.lock();
-        g.matcher.post_recv(peer, tag, sig, into)
+        let id = g.matcher.post_recv(peer, tag, sig, into)?;
+        // A payload that arrived first is received now, straight into `into`.
+        g.start_pulls();
+        Ok(id)
     }
 
     fn test(&self, req: ReqId) -> Result<bool> {
