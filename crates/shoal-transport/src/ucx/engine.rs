@@ -24,11 +24,10 @@ const LIVENESS_EVERY: Duration = Duration::from_millis(50);
 /// `ucp_worker_progress` calls per poll at most (each returns how many
 /// events it handled; the loop ends early on zero).
 const PROGRESS_ROUNDS: usize = 64;
-/// Bytes of receive buffers kept for reuse per rank: staging buffers and
-/// those of payloads that arrived before their receive. A pipelined plan
-/// sends a large call in 1 MiB pieces, most of which arrive early on one
-/// host (16 MiB of them for a 2-rank 16 MiB allreduce), so this many keeps
-/// them all up to a 64 MiB call's worth.
+/// Bytes of receive buffers kept for reuse per rank: the staging buffers
+/// of payloads for sinks (reducing receives). A pipelined plan sends a
+/// large call in 1 MiB pieces, several of which may be staged at once;
+/// this many keeps up to a 64 MiB call's worth.
 pub(super) const KEPT_BUFFER_BYTES: usize = 64 << 20;
 
 /// Endpoint errors reported by UCX's callback, picked up by `poll`.
@@ -71,8 +70,8 @@ struct CtlIn {
     req: Option<*mut c_void>,
 }
 
-/// A message whose payload is being received (into the posted receive's
-/// buffer, or the heap when it arrived unexpected).
+/// A message whose payload is being received (into its receive's buffer,
+/// or a staging buffer for a sink).
 struct Payload {
     peer: usize,
     inc: Incoming,
@@ -508,9 +507,8 @@ impl Inner {
             None => stage.insert(self.matcher.buffers().take(len)).as_mut_ptr(),
         };
         // SAFETY: the destination (the receive's buffer, which its caller
-        // keeps valid until the request completes, the heap buffer inside
-        // `inc`, or `stage`; all move without moving their bytes) holds
-        // `len` bytes.
+        // keeps valid until the request completes, or `stage`, which moves
+        // without moving its bytes) holds `len` bytes.
         let r = unsafe { self.ucp.recv(self.worker, dst, len, tag) };
         let req = match r {
             StatusPtr::Done => None,

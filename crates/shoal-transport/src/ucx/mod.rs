@@ -19,11 +19,14 @@
 //! takes every control message out of UCX as soon as it arrives (probe,
 //! then receive into the heap), so a sender never waits on the receiver's
 //! matching; it matches headers with [`crate::matching::Matcher`] exactly as
-//! shm and tcp do (mismatches, lengths, finished calls, blocked calls), and
-//! posts a `Rndv` header's payload receive at once: straight into the
-//! matched receive's buffer (collective plans post receives ahead, so this
-//! is the usual case), else into the heap, as tcp does with unexpected
-//! messages. UCX moves large payloads by its rendezvous protocol: zero-copy
+//! shm and tcp do (mismatches, lengths, finished calls, blocked calls). A
+//! `Rndv` header goes the matcher's pull path, as shm's rendezvous does:
+//! its payload stays inside UCX until the header meets a posted receive
+//! (on arrival, or when `irecv` posts it), and is then received straight
+//! into that receive's buffer, so an early payload costs no heap copy.
+//! The sender's send completes only then, which plans allow (the verifier
+//! runs them under rendezvous semantics). UCX moves large payloads by its
+//! rendezvous protocol: zero-copy
 //! (RDMA, CMA) with no staging copy in shoal. Standalone point-to-point
 //! sends always ride inline (as on shm, so two ranks that both send first
 //! cannot deadlock).

@@ -133,7 +133,8 @@ fn payloads_arrive_whole_into_memory_and_sinks() {
         for (i, want) in data.iter().enumerate() {
             let len = want.len();
             if i == sizes.len() - 1 {
-                // Arrives before its receive: taken into the heap first.
+                // Arrives before its receive (and its sender may have
+                // closed by then): left in UCX until the receive is posted.
                 std::thread::sleep(Duration::from_millis(100));
                 t.progress().unwrap();
             }
