@@ -11,13 +11,12 @@ for the GPU on the CPU takes that long, one that does not returns at once.
 
 from __future__ import annotations
 
-import copy
 import time
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel as DDP
+from ddp_reference import assert_ddp_matches_one_process
 
 import shoal.torch  # noqa: F401  (registers the backend)
 from shoal.torch import _copies
@@ -147,24 +146,7 @@ def ddp_matches_one_process(dev: torch.device, r: int, n: int) -> None:
     against training the same model in one process on the whole batch."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 256), nn.Tanh(), nn.Linear(256, 256), nn.Tanh(), nn.Linear(256, 8)).to(dev)
-    reference = copy.deepcopy(model)
-    ddp = DDP(model, device_ids=[dev.index], bucket_cap_mb=0.1)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
-    gen = torch.Generator(device="cpu").manual_seed(1)
-    for _ in range(5):
-        data = torch.randn(n * 16, 32, generator=gen).to(dev)
-        target = torch.randn(n * 16, 8, generator=gen).to(dev)
-        opt.zero_grad()
-        nn.functional.mse_loss(ddp(data[r * 16 : (r + 1) * 16]), target[r * 16 : (r + 1) * 16]).backward()
-        opt.step()
-        ref_opt.zero_grad()
-        nn.functional.mse_loss(reference(data), target).backward()
-        ref_opt.step()
-    for p, q in zip(model.parameters(), reference.parameters()):
-        assert torch.allclose(p, q, atol=1e-5, rtol=1e-4), (
-            f"DDP drifted from one-process training by {(p - q).abs().max()}"
-        )
+    assert_ddp_matches_one_process(model, r, n, batch=16, steps=5, rtol=1e-4, device_ids=[dev.index], bucket_cap_mb=0.1)
 
 
 def main() -> None:

@@ -203,11 +203,9 @@ def small_pool(group: shoal.Group) -> None:
 def through_the_process_group(copies: HostCopies) -> None:
     """Every call the CUDA path serves, made through torch.distributed, lands
     in the pipeline with the right arguments (roots, ops, outputs)."""
-    import copy
-
     import torch.distributed as dist
     import torch.nn as nn
-    from torch.nn.parallel import DistributedDataParallel as DDP
+    from ddp_reference import assert_ddp_matches_one_process
 
     import shoal.torch  # noqa: F401  (registers the backend)
 
@@ -256,21 +254,7 @@ def through_the_process_group(copies: HostCopies) -> None:
     # DDP: buckets through the pipeline (small chunks: several per bucket), against one-process training
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(12, 64), nn.Tanh(), nn.Linear(64, 3))
-    reference_model = copy.deepcopy(model)
-    ddp = DDP(model, bucket_cap_mb=0.01)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
-    ref_opt = torch.optim.SGD(reference_model.parameters(), lr=0.1)
-    gen = torch.Generator().manual_seed(1)
-    for _ in range(4):
-        data, target = torch.randn(n * 8, 12, generator=gen), torch.randn(n * 8, 3, generator=gen)
-        opt.zero_grad()
-        nn.functional.mse_loss(ddp(data[r * 8 : (r + 1) * 8]), target[r * 8 : (r + 1) * 8]).backward()
-        opt.step()
-        ref_opt.zero_grad()
-        nn.functional.mse_loss(reference_model(data), target).backward()
-        ref_opt.step()
-    for p, q in zip(model.parameters(), reference_model.parameters()):
-        assert torch.allclose(p, q, atol=1e-5), f"DDP drifted from one-process training by {(p - q).abs().max()}"
+    assert_ddp_matches_one_process(model, r, n, batch=8, steps=4, bucket_cap_mb=0.01)
     assert copies.pool.allocations >= used and copies.pool.lent_bytes == 0
     dist.destroy_process_group()
 

@@ -433,7 +433,7 @@ impl Inner {
                 Some(req) => unsafe { self.ucp.status(req) },
                 None => UCS_OK,
             };
-            let lost = self.matcher.is_down(p.peer) || self.matcher.is_fatal();
+            let lost = self.lost(p.peer);
             if s == UCS_INPROGRESS {
                 if lost {
                     // The receive's memory must not be written once its
@@ -475,6 +475,12 @@ impl Inner {
         changed
     }
 
+    /// Whether a payload from `peer` is no longer wanted: the peer died or
+    /// the job failed (a peer that only said bye still delivers).
+    fn lost(&self, peer: usize) -> bool {
+        self.matcher.is_down(peer) || self.matcher.is_fatal()
+    }
+
     /// Posts the UCX receives of the payloads whose `Rndv` header met a
     /// posted receive (on arrival, or since, in `irecv`); whether any.
     /// Until then a payload stays inside UCX: its sender's memory, which
@@ -485,7 +491,7 @@ impl Inner {
         for p in pulls {
             // A peer that said bye had its sends completed first, so UCX
             // holds their payloads: those are still received.
-            if self.matcher.is_down(p.peer) || self.matcher.is_fatal() {
+            if self.lost(p.peer) {
                 // The request reports the death or the failure already.
                 continue;
             }

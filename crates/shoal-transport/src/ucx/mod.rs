@@ -603,6 +603,3 @@ mod tests {
         assert_eq!(settings_for(&c), &[("PROTO_ENABLE", "y")]);
     }
 }
-
-#[cfg(test)]
-mod rndv_tests;

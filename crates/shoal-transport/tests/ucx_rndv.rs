@@ -5,37 +5,30 @@
 //! Each runs with the peers on this host (UCX's first protocol layer) and
 //! with each declared on another host (its second layer).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod common;
+
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use shoal_bootstrap::store::MemStore;
-
-use super::*;
-use crate::Sink;
+use common::*;
+use shoal_transport::*;
 
 /// Payloads from this size on go apart from their header (odd, so that
 /// sizes around it do not line up with the sink's 64-byte pieces).
 const RNDV: usize = 1000;
-const LIMIT: Duration = Duration::from_secs(20);
 
 /// Runs `body(rank, transport)` for ranks 0 and 1, once with the peers on
-/// this host and once with each declared on another; false where UCX is
+/// this host and once with each declared on another; nothing where UCX is
 /// not installed (the test then has nothing to run on).
-fn pair(body: impl Fn(usize, &UcxTransport) + Send + Sync + 'static) -> bool {
-    if let Err(e) = probe_library(DEFAULT_LIB) {
+fn pair(body: impl Fn(usize, &dyn Transport) + Send + Sync + 'static) {
+    if let Some(e) = ucx_missing() {
         eprintln!("skipped: {e}");
-        return false;
+        return;
     }
-    static N: AtomicUsize = AtomicUsize::new(0);
     let body = Arc::new(body);
     for remote in [false, true] {
         let store = Arc::new(MemStore::default());
-        let job = format!(
-            "rndv-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
+        let job = job_id("rndv");
         let ranks: Vec<_> = (0..2)
             .map(|r| {
                 let (store, job, body) = (store.clone(), job.clone(), body.clone());
@@ -52,48 +45,6 @@ fn pair(body: impl Fn(usize, &UcxTransport) + Send + Sync + 'static) -> bool {
             h.join().unwrap();
         }
     }
-    true
-}
-
-fn tag(step: u32) -> Tag {
-    Tag {
-        comm: 1,
-        seq: 1,
-        step,
-    }
-}
-
-fn sig(count: u64) -> CallSig {
-    CallSig {
-        kind: 1,
-        dtype: 2,
-        op: 0,
-        algo: 0,
-        root: 0,
-        count,
-        history: 0,
-    }
-}
-
-fn pattern(len: usize, seed: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| ((i * 31 + seed * 7) % 251) as u8)
-        .collect()
-}
-
-/// Waits for `req`: its result.
-fn wait(t: &UcxTransport, req: ReqId) -> Result<()> {
-    let deadline = Instant::now() + LIMIT;
-    while !t.test(req)? {
-        assert!(Instant::now() < deadline, "request {req} timed out");
-        t.wait(Duration::from_millis(5))?;
-    }
-    Ok(())
-}
-
-fn send(t: &UcxTransport, step: u32, data: &[u8], count: u64) -> ReqId {
-    // SAFETY: every caller waits for the request before `data` goes.
-    unsafe { t.isend(1, tag(step), sig(count), data.as_ptr(), data.len()) }.unwrap()
 }
 
 /// A sink that copies what it is handed into a buffer, checking that the
@@ -112,6 +63,21 @@ fn sink_into(out: Arc<Mutex<(Vec<u8>, usize)>>) -> Sink {
     })
 }
 
+/// Receives message `step` of `len` bytes from rank 0 through a sink.
+fn recv_sunk(t: &dyn Transport, step: u32, len: usize) -> Vec<u8> {
+    let sunk = Arc::new(Mutex::new((vec![0u8; len], 0)));
+    let into = RecvInto::Sink {
+        len,
+        sink: sink_into(sunk.clone()),
+    };
+    // SAFETY: a sink owns what it writes to.
+    let req = unsafe { t.irecv(0, tag(step), sig(), into) }.unwrap();
+    wait_all(t, &[req]).unwrap();
+    let g = sunk.lock().unwrap();
+    assert_eq!(g.1, len, "message {step}: the sink got every byte");
+    g.0.clone()
+}
+
 #[test]
 fn payloads_arrive_whole_into_memory_and_sinks() {
     let sizes = [64, RNDV - 1, RNDV, RNDV + 1, 10_007, 3 * 64 * RNDV + 13];
@@ -122,12 +88,7 @@ fn payloads_arrive_whole_into_memory_and_sinks() {
             .map(|(i, &n)| pattern(n, i))
             .collect();
         if r == 0 {
-            let reqs: Vec<ReqId> = (0..sizes.len())
-                .map(|i| send(t, i as u32, &data[i], 7))
-                .collect();
-            for req in reqs {
-                wait(t, req).unwrap();
-            }
+            send_all(t, 1, 0, &data);
             return;
         }
         for (i, want) in data.iter().enumerate() {
@@ -138,29 +99,10 @@ fn payloads_arrive_whole_into_memory_and_sinks() {
                 std::thread::sleep(Duration::from_millis(100));
                 t.progress().unwrap();
             }
-            let into_sink = i % 2 == 1;
-            let sunk = Arc::new(Mutex::new((vec![0u8; len], 0)));
-            let mut buf = vec![0u8; len];
-            let into = if into_sink {
-                RecvInto::Sink {
-                    len,
-                    sink: sink_into(sunk.clone()),
-                }
+            let got = if i % 2 == 1 {
+                recv_sunk(t, i as u32, len)
             } else {
-                RecvInto::Buffer {
-                    dst: buf.as_mut_ptr(),
-                    len,
-                }
-            };
-            // SAFETY: `buf` outlives the request, waited for below.
-            let req = unsafe { t.irecv(0, tag(i as u32), sig(7), into) }.unwrap();
-            wait(t, req).unwrap();
-            let got = if into_sink {
-                let g = sunk.lock().unwrap();
-                assert_eq!(g.1, len, "message {i}: the sink got every byte");
-                g.0.clone()
-            } else {
-                buf
+                recv(t, 0, i as u32, len)
             };
             assert!(got == *want, "message {i} of {len} bytes arrived changed");
         }
@@ -172,20 +114,11 @@ fn a_length_mismatch_discards_the_payload_and_the_channel_goes_on() {
     pair(|r, t| {
         let (big, next) = (pattern(10_007, 1), pattern(3001, 2));
         if r == 0 {
-            let a = send(t, 0, &big, 7);
-            let b = send(t, 1, &next, 7);
-            wait(t, a).unwrap();
-            wait(t, b).unwrap();
+            send_all(t, 1, 0, &[big, next]);
             return;
         }
         let mut short = vec![0u8; 5000];
-        let into = RecvInto::Buffer {
-            dst: short.as_mut_ptr(),
-            len: short.len(),
-        };
-        // SAFETY: `short` outlives the request.
-        let req = unsafe { t.irecv(0, tag(0), sig(7), into) }.unwrap();
-        let e = wait(t, req).unwrap_err();
+        let e = wait_all(t, &[irecv(t, 0, 0, &mut short)]).unwrap_err();
         assert!(
             matches!(
                 e,
@@ -197,16 +130,8 @@ fn a_length_mismatch_discards_the_payload_and_the_channel_goes_on() {
             ),
             "{e:?}"
         );
-        let mut buf = vec![0u8; next.len()];
-        let into = RecvInto::Buffer {
-            dst: buf.as_mut_ptr(),
-            len: buf.len(),
-        };
-        // SAFETY: `buf` outlives the request.
-        let req = unsafe { t.irecv(0, tag(1), sig(7), into) }.unwrap();
-        wait(t, req).unwrap();
         assert!(
-            buf == next,
+            recv(t, 0, 1, next.len()) == next,
             "the message after the discarded one arrived changed"
         );
     });
@@ -217,9 +142,9 @@ fn a_call_mismatch_of_a_rendezvous_message_is_reported() {
     pair(|r, t| {
         if r == 0 {
             let big = pattern(10_007, 3);
-            let req = send(t, 0, &big, 7);
+            let req = isend(t, 1, 0, &big);
             // The receiver fails the call; the payload goes either way.
-            let _ = wait(t, req);
+            let _ = wait_all(t, &[req]);
             return;
         }
         let mut buf = vec![0u8; 10_007];
@@ -227,9 +152,13 @@ fn a_call_mismatch_of_a_rendezvous_message_is_reported() {
             dst: buf.as_mut_ptr(),
             len: buf.len(),
         };
+        let other = CallSig {
+            count: sig().count + 1,
+            ..sig()
+        };
         // SAFETY: `buf` outlives the request.
-        let req = unsafe { t.irecv(0, tag(0), sig(8), into) }.unwrap();
-        let e = wait(t, req).unwrap_err();
+        let req = unsafe { t.irecv(0, tag(0), other, into) }.unwrap();
+        let e = wait_all(t, &[req]).unwrap_err();
         assert!(matches!(e, TransportError::Mismatch { .. }), "{e:?}");
     });
 }
