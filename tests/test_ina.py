@@ -345,7 +345,7 @@ def test_unauthenticated_control_connections_are_refused_and_closed() -> None:
     with switch() as (addr, url):
         host, port = addr.rsplit(":", 1)
         v1_admit = struct.pack(">BBHHHBHIB", 1, 1, 0, 2, 16, 1, 0, 0, 0)
-        for body in (v1_admit, struct.pack(">BI", 3, 1), b"\x06\x02" + b"\x00" * 31):  # ADMIT, RELEASE, short HELLO
+        for body in (v1_admit, struct.pack(">BI", 3, 1), b"\x06\x03" + b"\x00" * 31):  # ADMIT, RELEASE, short HELLO
             with socket.create_connection((host, int(port)), timeout=2) as s:
                 s.sendall(frame(body))
                 reply, closed = read_until_eof(s, 5)
@@ -378,7 +378,7 @@ def test_switch_fd_count_stays_flat_after_many_control_connections() -> None:
                 if i % 3 == 1:
                     s.sendall(b"\x00\x00\x00\x05junk!")
                 elif i % 3 == 2:
-                    s.sendall(frame(b"\x06\x02" + os.urandom(32)))  # HELLO, then leave
+                    s.sendall(frame(b"\x06\x03" + os.urandom(32)))  # HELLO, then leave
                     s.recv(4096)
         deadline = time.monotonic() + 10
         while fd_count(pid) > before + 4 and time.monotonic() < deadline:

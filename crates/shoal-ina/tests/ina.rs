@@ -13,7 +13,7 @@ use common::*;
 use half::{bf16, f16};
 use shoal_bootstrap::auth::Key;
 use shoal_ina::control::handshake::{self, Session};
-use shoal_ina::control::{read_msg, write_msg, AdmitReq, CtrlMsg, ErrCode};
+use shoal_ina::control::{read_msg, write_msg, AdmitReq, CtrlMsg, ErrCode, CONTROL_VERSION};
 use shoal_ina::mac::PacketKey;
 use shoal_ina::proto::{slot_of, Header, Kind, WireOp, WireType, HEADER_LEN};
 use shoal_ina::switch::{ControlLimits, DropReason, Refused};
@@ -631,8 +631,9 @@ fn strangers_and_other_tenants_cannot_release_a_job() {
         move |rank, c| {
             check_f32_sum(c, rank, 3, 10_000);
             if rank == 0 {
-                let job: u32 = 1; // the only job: switch job ids start at 1
-                                  // Protocol version 1's RELEASE: refused before the handshake.
+                // The only job: switch job ids start at 1.
+                let job: u32 = 1;
+                // Protocol version 1's RELEASE: refused before the handshake.
                 let mut s = TcpStream::connect(ctl).unwrap();
                 let mut v1 = vec![0, 0, 0, 9, 3];
                 v1.extend(job.to_be_bytes());
@@ -644,25 +645,13 @@ fn strangers_and_other_tenants_cannot_release_a_job() {
                 }
                 let mut rest = Vec::new();
                 s.read_to_end(&mut rest).unwrap(); // the switch closed it (FIN)
-                                                   // A wrong secret does not get through the handshake, whether
-                                                   // the client gives up on the switch's proof or answers anyway.
+                                                   // A wrong secret does not get through the handshake (the
+                                                   // bytes it sees: a_wrong_secret_is_refused_before_the_switch_proves_itself).
                 let wrong = Key::from_material(b"not the switch secret");
                 assert!(matches!(
                     tenant(ctl, &wrong),
                     Err(InaError::Unauthenticated(_))
                 ));
-                let mut s = TcpStream::connect(ctl).unwrap();
-                let nonce = [9u8; 32];
-                write_msg(&mut s, &CtrlMsg::Hello { version: 2, nonce }).unwrap();
-                let CtrlMsg::Challenge { nonce, .. } = read_msg(&mut s).unwrap() else {
-                    panic!("no challenge")
-                };
-                let proof = wrong.prove("shoal ina client", &nonce);
-                write_msg(&mut s, &CtrlMsg::Proof { proof }).unwrap();
-                match read_msg(&mut s) {
-                    Ok(CtrlMsg::Error { code, .. }) => assert_eq!(code, ErrCode::Unauthorized),
-                    other => panic!("{other:?}"),
-                }
                 // Another tenant cannot release a job it does not lease.
                 let (mut s, _) = tenant(ctl, &switch_secret()).unwrap();
                 write_msg(&mut s, &CtrlMsg::Release { job }).unwrap();
@@ -688,6 +677,87 @@ fn a_job_and_a_switch_with_different_secrets_do_not_work_together() {
         other => panic!("{:?}", other.err()),
     }
     assert_eq!(sw.metrics.jobs_admitted.load(Relaxed), 0);
+}
+
+/// One control frame's body, read raw so that nothing about it is assumed.
+fn raw_frame(s: &mut TcpStream) -> Vec<u8> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).unwrap();
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body).unwrap();
+    body
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// A stranger's `HELLO` with its chosen `nonce`: the connection and the
+/// body of the switch's reply.
+fn stranger_hello(ctl: SocketAddr, nonce: [u8; 32]) -> (TcpStream, Vec<u8>) {
+    let mut s = TcpStream::connect(ctl).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let version = CONTROL_VERSION;
+    write_msg(&mut s, &CtrlMsg::Hello { version, nonce }).unwrap();
+    let reply = raw_frame(&mut s);
+    (s, reply)
+}
+
+/// A stranger must learn nothing that it could test guesses of the switch
+/// secret against offline: switches with different secrets answer the same
+/// `HELLO` with a `CHALLENGE` that is a fresh nonce and nothing else, no MAC
+/// over the stranger's nonce.
+#[test]
+fn a_strangers_hello_gets_nothing_derived_from_the_switch_secret() {
+    let nonce = [0x5a; 32];
+    let mut replies = Vec::new();
+    for secret in [
+        switch_secret(),
+        Key::from_material(b"another switch's secret"),
+    ] {
+        let sw = switch_with(|c| c.secret = secret.clone());
+        for _ in 0..2 {
+            let (_, reply) = stranger_hello(sw.control_addr, nonce);
+            for role in ["shoal ina switch", "shoal ina client"] {
+                let mac = secret.prove(role, &nonce);
+                assert!(!contains(&reply, &mac), "a MAC over the stranger's nonce");
+            }
+            replies.push(reply);
+        }
+    }
+    for r in &replies {
+        assert_eq!(
+            (r[0], r.len()),
+            (7, 1 + 32),
+            "CHALLENGE, nonce and no more: {r:?}"
+        );
+    }
+    let nonces: std::collections::HashSet<&[u8]> = replies.iter().map(|r| &r[1..]).collect();
+    assert_eq!(nonces.len(), replies.len(), "a switch nonce repeats");
+}
+
+/// The client proves first: one with a wrong secret is refused without ever
+/// receiving the switch's proof over its nonce.
+#[test]
+fn a_wrong_secret_is_refused_before_the_switch_proves_itself() {
+    let sw = switch_with(|_| {});
+    let nonce = [0x3c; 32];
+    let (mut s, challenge) = stranger_hello(sw.control_addr, nonce);
+    let theirs: [u8; 32] = challenge[1..33].try_into().unwrap();
+    let proof = Key::from_material(b"not the switch secret").prove("shoal ina client", &theirs);
+    write_msg(&mut s, &CtrlMsg::Proof { proof }).unwrap();
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).unwrap(); // the refusal, then the switch's FIN
+    let switch_proof = switch_secret().prove("shoal ina switch", &nonce);
+    assert!(
+        !contains(&challenge, &switch_proof) && !contains(&rest, &switch_proof),
+        "the switch proved itself to a client that did not"
+    );
+    match read_msg(&mut &rest[..]) {
+        Ok(CtrlMsg::Error { code, .. }) => assert_eq!(code, ErrCode::Unauthorized),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(sw.metrics.refusals(Refused::Unauthorized), 1);
 }
 
 #[test]

@@ -1,14 +1,35 @@
 //! Mutual authentication of a control connection with the switch secret,
 //! and the session key that wraps the packet keys an ADMIT carries.
 //!
-//! The switch and its authorised tenants hold the switch secret's key.
-//! Each side challenges the other with a fresh 32-byte nonce and checks the
-//! HMAC answer (`Key::prove`, a different role string per direction, so an
-//! answer cannot be reflected); the secret never crosses the wire. Both
-//! nonces and the key give the session key; the `i`-th packet key sent on
-//! the connection travels XOR-ed with `HMAC(session, "shoal ina wrap" || i)`,
-//! so a listener without the switch secret learns nothing about it.
+//! The switch and its authorised tenants hold the switch secret's key. Each
+//! side challenges the other with a fresh 32-byte nonce and checks the HMAC
+//! answer (`Key::prove`, a different role string per direction, so an answer
+//! cannot be reflected); the secret never crosses the wire. The client
+//! proves first:
+//!
+//! ```text
+//! client -> switch  HELLO      version, Nc
+//! switch -> client  CHALLENGE  Ns                              (fresh, nothing derived from the secret)
+//! client -> switch  PROOF      prove("shoal ina client", Ns)
+//! switch -> client  WELCOME    prove("shoal ina switch", Nc)   | ERROR, then it closes
+//! ```
+//!
+//! Why the client goes first: whoever proves first hands a MAC over a nonce
+//! it did not choose to a peer it has not authenticated. Were it the switch,
+//! anyone who can reach its port could collect (nonce, MAC) pairs and guess
+//! the secret offline. The client only proves to the switch address it was
+//! configured with, and the switch's proof reaches only clients that proved
+//! themselves. The store's handshake makes the same choice
+//! (`shoal_bootstrap::store::tcp::handshake`).
+//!
+//! Both nonces and the key give the session key; the `i`-th packet key sent
+//! on the connection travels XOR-ed with `HMAC(session, "shoal ina wrap" ||
+//! i)`, so a listener without the switch secret learns nothing about it.
 //! docs/ina-protocol.md, "Control channel", specifies the bytes.
+//!
+//! The protocol is a state machine per side without I/O (the types below
+//! take a received message and return the one to send); [`client`] and
+//! [`switch`] run them on a blocking TCP stream.
 
 use std::io;
 use std::net::TcpStream;
@@ -22,6 +43,8 @@ use crate::InaError;
 
 const CLIENT_ROLE: &str = "shoal ina client";
 const SWITCH_ROLE: &str = "shoal ina switch";
+
+type Nonce = [u8; NONCE_BYTES];
 
 /// Why the switch refuses a connection: sent back as `ERROR` before it closes.
 pub type Refusal = (ErrCode, String);
@@ -66,38 +89,62 @@ impl Session {
     }
 }
 
-fn nonce() -> io::Result<[u8; NONCE_BYTES]> {
+fn nonce() -> io::Result<Nonce> {
     random_bytes::<NONCE_BYTES>()
 }
 
-/// The client's side: proves that it holds `switch_key` and checks that the
-/// switch does too, before `deadline`.
-pub fn client(s: &mut TcpStream, switch_key: &Key, deadline: Instant) -> Result<Session, InaError> {
-    let lost = |e: io::Error| InaError::Unreachable(format!("control channel: {e}"));
-    let mine = nonce().map_err(lost)?;
-    let hello = CtrlMsg::Hello {
-        version: CONTROL_VERSION,
-        nonce: mine,
-    };
-    write_msg(s, &hello).map_err(lost)?;
-    let theirs = match read_msg_before(s, deadline).map_err(lost)? {
-        CtrlMsg::Challenge { nonce, proof } if switch_key.verify(SWITCH_ROLE, &mine, &proof) => {
-            nonce
-        }
-        CtrlMsg::Challenge { .. } => {
-            return Err(InaError::Unauthenticated(
+// ---------------------------------------------------------------------------
+// Client
+
+/// The client's side after its `HELLO`, waiting for the switch's `CHALLENGE`.
+pub struct ClientSaidHello {
+    mine: Nonce,
+}
+
+/// The client's side after its `PROOF`, waiting for the switch's `WELCOME`.
+pub struct ClientProved {
+    mine: Nonce,
+    theirs: Nonce,
+}
+
+impl ClientSaidHello {
+    /// Starts a handshake with the client's fresh nonce; returns the `HELLO`.
+    pub fn new(mine: Nonce) -> (ClientSaidHello, CtrlMsg) {
+        let hello = CtrlMsg::Hello {
+            version: CONTROL_VERSION,
+            nonce: mine,
+        };
+        (ClientSaidHello { mine }, hello)
+    }
+
+    /// Answers the switch's `CHALLENGE` with the client's `PROOF`.
+    pub fn challenge(self, key: &Key, msg: CtrlMsg) -> Result<(ClientProved, CtrlMsg), InaError> {
+        let CtrlMsg::Challenge { nonce: theirs } = msg else {
+            return Err(unexpected(msg));
+        };
+        let proof = CtrlMsg::Proof {
+            proof: key.prove(CLIENT_ROLE, &theirs),
+        };
+        let mine = self.mine;
+        Ok((ClientProved { mine, theirs }, proof))
+    }
+}
+
+impl ClientProved {
+    /// Checks the switch's proof in its `WELCOME`: a switch without the
+    /// secret is not trusted with the job's packet keys.
+    pub fn welcome(self, key: &Key, msg: CtrlMsg) -> Result<Session, InaError> {
+        match msg {
+            CtrlMsg::Welcome { proof } if key.verify(SWITCH_ROLE, &self.mine, &proof) => {
+                Ok(Session::new(key, &self.mine, &self.theirs))
+            }
+            CtrlMsg::Welcome { .. } => Err(InaError::Unauthenticated(
                 "the switch could not prove that it holds the switch secret \
                  (is SHOAL_SWITCH_SECRET or SHOAL_SWITCH_SECRET_FILE the switch's?)"
                     .into(),
-            ))
+            )),
+            other => Err(unexpected(other)),
         }
-        other => return Err(unexpected(other)),
-    };
-    let proof = switch_key.prove(CLIENT_ROLE, &theirs);
-    write_msg(s, &CtrlMsg::Proof { proof }).map_err(lost)?;
-    match read_msg_before(s, deadline).map_err(lost)? {
-        CtrlMsg::Welcome => Ok(Session::new(switch_key, &mine, &theirs)),
-        other => Err(unexpected(other)),
     }
 }
 
@@ -119,45 +166,90 @@ fn unexpected(msg: CtrlMsg) -> InaError {
     }
 }
 
-/// The switch's side: checks the client's `HELLO` and proof before
-/// `deadline`. The caller answers `WELCOME` once it admits the connection.
-/// A handshake not finished in time is refused as `Busy`.
-pub fn switch(s: &mut TcpStream, switch_key: &Key, deadline: Instant) -> Result<Session, Refusal> {
+/// The client's side on `s`: proves that it holds `switch_key`, then checks
+/// that the switch does too, before `deadline`.
+pub fn client(s: &mut TcpStream, switch_key: &Key, deadline: Instant) -> Result<Session, InaError> {
+    let lost = |e: io::Error| InaError::Unreachable(format!("control channel: {e}"));
+    let (hs, hello) = ClientSaidHello::new(nonce().map_err(lost)?);
+    write_msg(s, &hello).map_err(lost)?;
+    let challenge = read_msg_before(s, deadline).map_err(lost)?;
+    let (hs, proof) = hs.challenge(switch_key, challenge)?;
+    write_msg(s, &proof).map_err(lost)?;
+    hs.welcome(switch_key, read_msg_before(s, deadline).map_err(lost)?)
+}
+
+// ---------------------------------------------------------------------------
+// Switch
+
+/// The switch's side after its `CHALLENGE`, waiting for the client's `PROOF`.
+pub struct SwitchChallenged {
+    mine: Nonce,
+    theirs: Nonce,
+}
+
+/// A client that proved the secret: its session, and the `WELCOME` (the
+/// switch's own proof) to send once the switch admits the connection.
+pub struct Proven {
+    pub session: Session,
+    pub welcome: CtrlMsg,
+}
+
+impl SwitchChallenged {
+    /// Answers a `HELLO` with `CHALLENGE`, the switch's fresh nonce `mine`.
+    /// It takes no key: what a stranger gets back cannot depend on the secret.
+    pub fn hello(msg: CtrlMsg, mine: Nonce) -> Result<(SwitchChallenged, CtrlMsg), Refusal> {
+        let theirs = match msg {
+            CtrlMsg::Hello { version, nonce } if version == CONTROL_VERSION => nonce,
+            CtrlMsg::Hello { version, .. } => {
+                return Err((
+                    ErrCode::Protocol,
+                    format!(
+                        "control protocol version {version}; this switch speaks {CONTROL_VERSION}"
+                    ),
+                ))
+            }
+            _ => {
+                return Err((
+                    ErrCode::Protocol,
+                    "authenticate first: the first message must be HELLO".into(),
+                ))
+            }
+        };
+        let challenge = CtrlMsg::Challenge { nonce: mine };
+        Ok((SwitchChallenged { mine, theirs }, challenge))
+    }
+
+    /// Checks the client's `PROOF`; only a client that passes gets the
+    /// switch's proof.
+    pub fn proof(self, key: &Key, msg: CtrlMsg) -> Result<Proven, Refusal> {
+        match msg {
+            CtrlMsg::Proof { proof } if key.verify(CLIENT_ROLE, &self.mine, &proof) => Ok(Proven {
+                session: Session::new(key, &self.theirs, &self.mine),
+                welcome: CtrlMsg::Welcome {
+                    proof: key.prove(SWITCH_ROLE, &self.theirs),
+                },
+            }),
+            CtrlMsg::Proof { .. } => Err((
+                ErrCode::Unauthorized,
+                "the proof does not match the switch secret".into(),
+            )),
+            _ => Err((ErrCode::Protocol, "expected PROOF".into())),
+        }
+    }
+}
+
+/// The switch's side on `s`: checks the client's `HELLO` and proof before
+/// `deadline`. The caller sends the returned `WELCOME` once it admits the
+/// connection. A handshake not finished in time is refused as `Busy`.
+pub fn switch(s: &mut TcpStream, switch_key: &Key, deadline: Instant) -> Result<Proven, Refusal> {
     let broken = |e: io::Error| match e.kind() {
         io::ErrorKind::TimedOut => (ErrCode::Busy, "did not authenticate in time".to_string()),
         _ => (ErrCode::Protocol, format!("handshake: {e}")),
     };
-    let theirs = match read_msg_before(s, deadline).map_err(broken)? {
-        CtrlMsg::Hello { version, nonce } if version == CONTROL_VERSION => nonce,
-        CtrlMsg::Hello { version, .. } => {
-            return Err((
-                ErrCode::Protocol,
-                format!("control protocol version {version}; this switch speaks {CONTROL_VERSION}"),
-            ))
-        }
-        _ => {
-            return Err((
-                ErrCode::Protocol,
-                "authenticate first: the first message must be HELLO".into(),
-            ))
-        }
-    };
-    let mine = nonce().map_err(broken)?;
-    let challenge = CtrlMsg::Challenge {
-        nonce: mine,
-        proof: switch_key.prove(SWITCH_ROLE, &theirs),
-    };
+    let hello = read_msg_before(s, deadline).map_err(broken)?;
+    let (hs, challenge) = SwitchChallenged::hello(hello, nonce().map_err(broken)?)?;
     write_msg(s, &challenge).map_err(broken)?;
-    match read_msg_before(s, deadline).map_err(broken)? {
-        CtrlMsg::Proof { proof } if switch_key.verify(CLIENT_ROLE, &mine, &proof) => {
-            Ok(Session::new(switch_key, &theirs, &mine))
-        }
-        CtrlMsg::Proof { .. } => Err((
-            ErrCode::Unauthorized,
-            "the proof does not match the switch secret".into(),
-        )),
-        _ => Err((ErrCode::Protocol, "expected PROOF".into())),
-    }
+    hs.proof(switch_key, read_msg_before(s, deadline).map_err(broken)?)
 }
 
 #[cfg(test)]
@@ -167,6 +259,15 @@ mod tests {
     use std::thread;
     use std::time::Duration;
 
+    fn right() -> Key {
+        Key::from_material(b"the switch secret, long enough")
+    }
+
+    fn wrong() -> Key {
+        Key::from_material(b"a stranger's guess at the secret")
+    }
+
+    /// Both sides over loopback TCP, as the switch's control thread runs them.
     fn pair(
         client_key: Key,
         switch_key: Key,
@@ -176,17 +277,15 @@ mod tests {
         let server = thread::spawn(move || {
             let (mut s, _) = l.accept().unwrap();
             let r = switch(&mut s, &switch_key, Instant::now() + Duration::from_secs(5));
-            match &r {
-                Ok(_) => write_msg(&mut s, &CtrlMsg::Welcome).unwrap(),
-                Err((code, reason)) => {
-                    let e = CtrlMsg::Error {
-                        code: *code,
-                        reason: reason.clone(),
-                    };
-                    let _ = write_msg(&mut s, &e);
-                }
-            }
-            r
+            let reply = match &r {
+                Ok(p) => p.welcome.clone(),
+                Err((code, reason)) => CtrlMsg::Error {
+                    code: *code,
+                    reason: reason.clone(),
+                },
+            };
+            let _ = write_msg(&mut s, &reply);
+            r.map(|p| p.session)
         });
         let mut c = TcpStream::connect(addr).unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -198,8 +297,7 @@ mod tests {
 
     #[test]
     fn same_secret_gives_one_session_key_and_wrapping_round_trips() {
-        let k = Key::from_material(b"the switch secret, long enough");
-        let (c, s) = pair(k.clone(), k);
+        let (c, s) = pair(right(), right());
         let (mut c, mut s) = (c.unwrap(), s.unwrap());
         let key = PacketKey::from_bytes(*b"job key!");
         let mut req = AdmitReq {
@@ -219,15 +317,79 @@ mod tests {
     }
 
     #[test]
-    fn a_client_with_another_secret_is_refused_and_a_fake_switch_is_noticed() {
-        let right = Key::from_material(b"the switch secret, long enough");
-        let wrong = Key::from_material(b"a stranger's guess at the secret");
-        // The client checks the switch's proof first: a wrong client already
-        // sees a switch it cannot trust, and the switch never welcomes it.
-        let (c, s) = pair(wrong.clone(), right.clone());
+    fn a_client_with_another_secret_is_refused() {
+        let (c, s) = pair(wrong(), right());
         assert!(matches!(c, Err(InaError::Unauthenticated(_))), "{c:?}");
-        assert!(s.is_err());
-        let (c, _) = pair(right, wrong);
-        assert!(matches!(c, Err(InaError::Unauthenticated(_))), "{c:?}");
+        assert!(matches!(s, Err((ErrCode::Unauthorized, _))), "{s:?}");
+    }
+
+    /// A challenge is the switch's nonce and nothing else: the same stranger
+    /// `HELLO` gets the same answer from switches with different secrets
+    /// (`hello` takes no key, so it could not do otherwise).
+    #[test]
+    fn the_challenge_is_the_switch_nonce_alone() {
+        let stranger = CtrlMsg::Hello {
+            version: CONTROL_VERSION,
+            nonce: [7; NONCE_BYTES],
+        };
+        let (_, challenge) = SwitchChallenged::hello(stranger, [1; NONCE_BYTES]).unwrap();
+        assert_eq!(
+            challenge,
+            CtrlMsg::Challenge {
+                nonce: [1; NONCE_BYTES]
+            }
+        );
+        assert_eq!(challenge.encode().len(), 1 + NONCE_BYTES);
+    }
+
+    #[test]
+    fn a_wrong_proof_gets_no_welcome_and_a_right_one_gets_the_switch_proof() {
+        let hello = |n| CtrlMsg::Hello {
+            version: CONTROL_VERSION,
+            nonce: n,
+        };
+        let (hs, _) = SwitchChallenged::hello(hello([7; 32]), [1; 32]).unwrap();
+        let forged = CtrlMsg::Proof {
+            proof: wrong().prove(CLIENT_ROLE, &[1; 32]),
+        };
+        assert!(matches!(
+            hs.proof(&right(), forged),
+            Err((ErrCode::Unauthorized, _))
+        ));
+        let (hs, _) = SwitchChallenged::hello(hello([7; 32]), [1; 32]).unwrap();
+        let proven = CtrlMsg::Proof {
+            proof: right().prove(CLIENT_ROLE, &[1; 32]),
+        };
+        let welcome = hs.proof(&right(), proven).unwrap().welcome;
+        let want = right().prove(SWITCH_ROLE, &[7; 32]);
+        assert_eq!(welcome, CtrlMsg::Welcome { proof: want });
+    }
+
+    #[test]
+    fn a_fake_switch_is_noticed() {
+        let (hs, _) = ClientSaidHello::new([7; 32]);
+        let challenge = CtrlMsg::Challenge { nonce: [1; 32] };
+        let (hs, _) = hs.challenge(&right(), challenge).unwrap();
+        // A fake switch cannot check the proof; it welcomes with its guess.
+        let fake = CtrlMsg::Welcome {
+            proof: wrong().prove(SWITCH_ROLE, &[7; 32]),
+        };
+        let r = hs.welcome(&right(), fake);
+        assert!(matches!(r, Err(InaError::Unauthenticated(_))), "{r:?}");
+    }
+
+    #[test]
+    fn an_older_client_is_told_the_versions() {
+        let hello = CtrlMsg::Hello {
+            version: CONTROL_VERSION - 1,
+            nonce: [7; 32],
+        };
+        let Err((code, reason)) = SwitchChallenged::hello(hello, [1; 32]) else {
+            panic!("an old HELLO was answered")
+        };
+        assert_eq!(code, ErrCode::Protocol);
+        let (old, new) = (CONTROL_VERSION - 1, CONTROL_VERSION);
+        let want = format!("version {old}; this switch speaks {new}");
+        assert!(reason.contains(&want), "{reason}");
     }
 }

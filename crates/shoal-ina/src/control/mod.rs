@@ -14,8 +14,9 @@ use crate::mac::{PacketKey, PACKET_KEY_BYTES};
 /// Largest control frame body; anything bigger is a protocol error.
 pub const MAX_FRAME: usize = 4096;
 /// Version of the control protocol, sent in `HELLO`. Version 1 had no
-/// handshake (and a token instead of the data plane's tag).
-pub const CONTROL_VERSION: u8 = 2;
+/// handshake (and a token instead of the data plane's tag); in version 2 the
+/// switch proved itself first, to anyone (see `handshake` for why not).
+pub const CONTROL_VERSION: u8 = 3;
 /// Bytes of a handshake nonce and proof.
 pub const NONCE_BYTES: usize = 32;
 
@@ -99,17 +100,19 @@ pub enum CtrlMsg {
         version: u8,
         nonce: [u8; NONCE_BYTES],
     },
-    /// Switch: its answer to the client's challenge and its own challenge.
+    /// Switch: its own fresh challenge, and nothing derived from the secret.
     Challenge {
         nonce: [u8; NONCE_BYTES],
-        proof: [u8; NONCE_BYTES],
     },
     /// Client: its answer to the switch's challenge.
     Proof {
         proof: [u8; NONCE_BYTES],
     },
-    /// Switch: the client is authenticated.
-    Welcome,
+    /// Switch: the client is authenticated; its answer to the client's
+    /// challenge.
+    Welcome {
+        proof: [u8; NONCE_BYTES],
+    },
     Admit(AdmitReq),
     AdmitOk(AdmitOk),
     Release {
@@ -132,16 +135,18 @@ impl CtrlMsg {
                 b.extend([T_HELLO, *version]);
                 b.extend_from_slice(nonce);
             }
-            CtrlMsg::Challenge { nonce, proof } => {
+            CtrlMsg::Challenge { nonce } => {
                 b.push(T_CHALLENGE);
                 b.extend_from_slice(nonce);
-                b.extend_from_slice(proof);
             }
             CtrlMsg::Proof { proof } => {
                 b.push(T_PROOF);
                 b.extend_from_slice(proof);
             }
-            CtrlMsg::Welcome => b.push(T_WELCOME),
+            CtrlMsg::Welcome { proof } => {
+                b.push(T_WELCOME);
+                b.extend_from_slice(proof);
+            }
             CtrlMsg::Admit(r) => {
                 b.push(T_ADMIT);
                 put16(&mut b, r.tree);
@@ -198,12 +203,9 @@ impl CtrlMsg {
                 version: r.u8()?,
                 nonce: r.array()?,
             },
-            T_CHALLENGE => CtrlMsg::Challenge {
-                nonce: r.array()?,
-                proof: r.array()?,
-            },
+            T_CHALLENGE => CtrlMsg::Challenge { nonce: r.array()? },
             T_PROOF => CtrlMsg::Proof { proof: r.array()? },
-            T_WELCOME => CtrlMsg::Welcome,
+            T_WELCOME => CtrlMsg::Welcome { proof: r.array()? },
             T_ADMIT => {
                 let mut req = AdmitReq {
                     tree: r.u16()?,
@@ -375,12 +377,13 @@ mod tests {
             },
             CtrlMsg::Challenge {
                 nonce: [1; NONCE_BYTES],
-                proof: [2; NONCE_BYTES],
             },
             CtrlMsg::Proof {
                 proof: [3; NONCE_BYTES],
             },
-            CtrlMsg::Welcome,
+            CtrlMsg::Welcome {
+                proof: [2; NONCE_BYTES],
+            },
             CtrlMsg::Admit(AdmitReq {
                 tree: 1,
                 members: 4,

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use shoal_bootstrap::auth::Key;
 
-use crate::control::handshake::{self, Refusal};
+use crate::control::handshake::{self, Proven, Refusal};
 use crate::control::{read_msg, read_msg_before, write_msg, CtrlMsg, ErrCode};
 
 use super::metrics::{Metrics, Refused};
@@ -245,11 +245,13 @@ fn serve_conn(mut stream: TcpStream, id: u64, ctx: &Ctx) {
 /// refusal to send before closing.
 fn converse(stream: &mut TcpStream, id: u64, ctx: &Ctx) -> Result<(), Closing> {
     let deadline = Instant::now() + ctx.limits.handshake_timeout;
-    let mut session =
-        handshake::switch(stream, &ctx.secret, deadline).map_err(Closing::from_handshake)?;
+    let Proven {
+        mut session,
+        welcome,
+    } = handshake::switch(stream, &ctx.secret, deadline).map_err(Closing::from_handshake)?;
     ctx.authenticate(id)
         .map_err(|r| Closing::new(Refused::Busy, r))?;
-    if write_msg(stream, &CtrlMsg::Welcome).is_err() {
+    if write_msg(stream, &welcome).is_err() {
         return Ok(()); // the peer is gone: nothing to tell it
     }
     let mut leases_job = false;
@@ -300,7 +302,7 @@ fn name(msg: &CtrlMsg) -> &'static str {
         CtrlMsg::Hello { .. } => "HELLO",
         CtrlMsg::Challenge { .. } => "CHALLENGE",
         CtrlMsg::Proof { .. } => "PROOF",
-        CtrlMsg::Welcome => "WELCOME",
+        CtrlMsg::Welcome { .. } => "WELCOME",
         CtrlMsg::Admit(_) => "ADMIT",
         CtrlMsg::AdmitOk(_) => "ADMIT_OK",
         CtrlMsg::Release { .. } => "RELEASE",
