@@ -326,6 +326,39 @@ mod tests {
         assert_eq!(Header::decode(&pkt[..40]), Err(ProtoError::Length));
     }
 
+    /// docs/ina-protocol.md is the specification other implementations
+    /// follow: its header length, datagram length, tagged bytes and field
+    /// table must be this code's.
+    #[test]
+    fn the_documented_header_is_the_codes() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/ina-protocol.md");
+        let doc = std::fs::read_to_string(path).unwrap();
+        for stated in [
+            format!("### Header ({HEADER_LEN} bytes)"),
+            format!("`{HEADER_LEN} + count × size(wire)`"),
+            format!("of bytes 0–{}", TAGGED_LEN - 1),
+        ] {
+            assert!(
+                doc.contains(&stated),
+                "the document does not say {stated:?}"
+            );
+        }
+        // The table's rows (`| offset | size | field | meaning |`) follow one
+        // another without gaps up to the header's end.
+        let table = doc.split("### Header").nth(1).unwrap().lines();
+        let rows = table
+            .skip_while(|l| !l.starts_with('|'))
+            .take_while(|l| l.starts_with('|'))
+            .skip(2);
+        let mut end = 0;
+        for row in rows {
+            let cell = |i: usize| row.split('|').nth(i).unwrap().trim().parse::<usize>();
+            assert_eq!(cell(1), Ok(end), "{row}");
+            end += cell(2).unwrap();
+        }
+        assert_eq!(end, HEADER_LEN);
+    }
+
     #[test]
     fn slots_alternate_copies() {
         assert_eq!(slot_of(3, 8), (3, false));
