@@ -36,13 +36,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_with(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def init_with(
+    env: dict[str, str], timeout: float = 60, max_memory: int | None = None
+) -> subprocess.CompletedProcess[str]:
     """A one-rank `shoal.init()` in a fresh process with `env` on top of an
-    environment without SHOAL_* or launcher variables; prints `initialised`."""
+    environment without SHOAL_* or launcher variables; prints `initialised`.
+    `max_memory` bounds its address space (bytes), so that a test of a read
+    without bound fails instead of taking the machine's memory."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("SHOAL_", "RANK", "WORLD_SIZE", "MASTER_"))}
     code = "import shoal; shoal.init(); print('initialised')"
+
+    def limit_memory() -> None:
+        import resource
+
+        if max_memory is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (max_memory, max_memory))
+
     return subprocess.run(
-        [sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=limit_memory,
     )
 
 

@@ -19,6 +19,14 @@ def test_api_behaviour(transport: str, world: int) -> None:
     assert proc.stdout.count("OK api") == world
 
 
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_finalize_ends_sub_groups_and_init_works_again(transport: str) -> None:
+    """Sub-groups still referenced end with the world: they raise, the fds,
+    threads and shared memory go, and init on the same address works again."""
+    proc = launch(3, "finalize.py", env={"SHOAL_TRANSPORT": transport}, timeout=120)
+    assert proc.stdout.count("OK finalize") == 3
+
+
 def test_single_process_without_environment() -> None:
     code = (
         "import numpy as np, shoal; shoal.init(); x = np.arange(4.0); shoal.allreduce(x); "

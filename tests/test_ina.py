@@ -226,9 +226,10 @@ def test_a_restarted_switch_is_readmitted_and_the_job_continues_exactly() -> Non
 
 
 def test_sub_groups_use_the_switch() -> None:
-    """Each sub-group is a switch job of its own members: exact sums, no fallback."""
+    """Each sub-group is a switch job of its own members: exact sums, no fallback;
+    finalize ends every one of them though the program still holds the groups."""
     with switch() as (addr, url):
-        res = launch(4, "ina_group.py", env={"SHOAL_SWITCH": addr}, timeout=120)
+        res = launch(4, "ina_group.py", env={"SHOAL_SWITCH": addr, "INA_METRICS_URL": url}, timeout=120)
         assert res.stdout.count("OK ina groups") == 4, res.stdout + res.stderr
         assert "falls back" not in res.stdout + res.stderr
         assert metric(url, "shoal_switch_jobs_admitted_total") == 3  # the world's and the two groups'

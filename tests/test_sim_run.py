@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +64,16 @@ def test_bad_scenario_is_named(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "shoal.cli", "sim", "run", str(config), "--out", str(tmp_path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "unknown model" in proc.stderr
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib")
+def test_a_scenario_must_be_a_regular_file(tmp_path: Path) -> None:
+    fifo = tmp_path / "scenario.toml"
+    os.mkfifo(fifo)
+    cmd = [sys.executable, "-m", "shoal.cli", "sim", "run", str(fifo), "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"shoal sim run: {fifo}: it is a FIFO, not a regular file"
 
 
 def test_panama_fairness_figure() -> None:

@@ -5,7 +5,11 @@ names the pending call when a call fails."""
 from __future__ import annotations
 
 import json
+import os
+import random
 import re
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -156,6 +160,48 @@ def test_merge_says_what_is_wrong(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "not a shoal trace" in capsys.readouterr().err
     assert cli.main(["trace", "merge", str(tmp_path / "nowhere")]) == 1
     assert "not a directory" in capsys.readouterr().err
+
+
+def merge_in_subprocess(directory: Path) -> subprocess.CompletedProcess[str]:
+    """`shoal trace merge DIR` as a user runs it, killed after 30 s so a merge that blocks fails the test."""
+    cmd = [sys.executable, "-m", "shoal.cli", "trace", "merge", str(directory)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+
+
+def clock_event(args: dict[str, Any]) -> str:
+    return json.dumps([{"name": "shoal_clock", "ph": "M", "pid": 0, "tid": 0, "args": args}])
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"\xff\xfe" + random.Random(1).randbytes(4096), "not a shoal trace (not UTF-8 text"),
+        (b'{"traceEvents": 3}', "not a shoal trace (expected a JSON array of trace events)"),
+        (b"[1, 2, 3]", "not a shoal trace (expected a JSON array of trace events)"),
+        (clock_event({"rtt_ns": 10}).encode(), "its shoal_clock event has no numeric args.offset_ns"),
+        (clock_event({"offset_ns": "soon"}).encode(), "its shoal_clock event has no numeric args.offset_ns"),
+        (
+            clock_event({"offset_ns": 0})[:-1].encode() + b', {"name": "copy", "ph": "X", "ts": "late"}]',
+            "event 1 has a ts that is not a number",
+        ),
+    ],
+    ids=["random-bytes", "object", "numbers", "no-offset", "text-offset", "text-ts"],
+)
+def test_merge_names_the_file_and_the_problem(tmp_path: Path, content: bytes, problem: str) -> None:
+    rank = tmp_path / "rank-0.json"
+    rank.write_bytes(content)
+    proc = merge_in_subprocess(tmp_path)
+    assert proc.returncode == 1, proc.stdout
+    assert proc.stderr.startswith(f"shoal trace merge: {rank}: {problem}"), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_merge_refuses_a_fifo_without_opening_it(tmp_path: Path) -> None:
+    """Opening a FIFO waits for a writer: merge must refuse it from its type, not block."""
+    os.mkfifo(tmp_path / "rank-0.json")
+    proc = merge_in_subprocess(tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"shoal trace merge: {tmp_path / 'rank-0.json'}: it is a FIFO, not a regular file"
 
 
 @pytest.mark.parametrize(

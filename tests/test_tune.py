@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,31 @@ def test_a_missing_tune_file_fails_init(tmp_path: Path) -> None:
     assert "nope.txt: cannot read it" in proc.stderr
 
 
+def oversized_table(path: Path) -> Path:
+    """A table that parses but is larger than the 1 MiB a tuning table may have."""
+    path.write_text("# padding\n" * (110 << 10) + ROW)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (lambda tmp: Path("/dev/zero"), "it is a character device, not a regular file"),
+        (lambda tmp: (os.mkfifo(tmp / "fifo.txt"), tmp / "fifo.txt")[1], "it is a FIFO, not a regular file"),
+        (lambda tmp: oversized_table(tmp / "big.txt"), "it is 1126433 bytes, more than the 1048576 allowed"),
+        (lambda tmp: tmp, "it is a directory, not a regular file"),
+    ],
+    ids=["dev-zero", "fifo", "oversized", "directory"],
+)
+def test_a_tune_file_is_a_bounded_regular_file(tmp_path: Path, make: Callable[[Path], Path], problem: str) -> None:
+    """Refused at once, naming the variable and the file, in bounded memory:
+    /dev/zero was read until the OOM killer took the rank, a FIFO blocked it."""
+    path = make(tmp_path)
+    proc = init_with({"SHOAL_TUNE_FILE": str(path)}, timeout=30, max_memory=2 << 30)
+    assert proc.returncode != 0, proc.stdout
+    assert f"SHOAL_TUNE_FILE={path}: cannot read it: {problem}" in proc.stderr, proc.stderr[-2000:]
+
+
 def test_shoal_tune_quick_writes_a_table_that_loads(tmp_path: Path) -> None:
     """End to end on 2 ranks; the candidates come from the registry at run
     time, so a Python algorithm loaded through SHOAL_ALGORITHMS is measured too."""
@@ -120,6 +146,15 @@ def algorithm_for(row: str, nbytes: int) -> str:
         if size(lo) <= nbytes < size(hi):
             return algo
     raise AssertionError(f"no range of {row!r} holds {nbytes}")
+
+
+def test_shoal_tune_from_refuses_a_fifo(tmp_path: Path) -> None:
+    fifo = tmp_path / "results.json"
+    os.mkfifo(fifo)
+    cmd = [sys.executable, "-m", "shoal.cli", "tune", "--from", str(fifo), "--out", str(tmp_path / "t.txt")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"shoal tune: cannot read {fifo}: it is a FIFO, not a regular file"
 
 
 def test_shoal_tune_refuses_a_bad_grid(tmp_path: Path) -> None:

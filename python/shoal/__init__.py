@@ -109,12 +109,21 @@ def world() -> Group:
 
 
 def finalize() -> None:
-    """Waits for outstanding work, synchronises all ranks, and leaves the job."""
+    """Waits for outstanding work, synchronises all ranks, and leaves the job.
+
+    Every group of the world ends, sub-groups included however many references
+    to them remain: their threads, sockets and shared memory are released, and
+    using one raises. ``init`` may then join a job again."""
     global _world
     if _world is None:
         return
     group, _world = _world, None
-    group.close()
+    comm = group._live()
+    try:
+        comm.synchronize()
+        group.barrier()
+    finally:
+        comm.finalize()  # even when a peer is gone: this rank's resources go all the same
 
 
 def _group(group: Group | None) -> Group:

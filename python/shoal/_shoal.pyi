@@ -76,6 +76,9 @@ class Communicator:
     def members(self) -> list[int]:
         """Global ranks of the members in group order."""
     @property
+    def finalized(self) -> bool:
+        """Whether this communicator's world was finalized (using it raises)."""
+    @property
     def local_ranks(self) -> list[int]:
         """Global ranks that share this process's host (shared memory peers)."""
     @property
@@ -101,6 +104,8 @@ class Communicator:
         (None for non-members); with ``key`` only the members call it, with the same key."""
     def synchronize(self) -> None:
         """Waits for every asynchronous collective issued so far."""
+    def finalize(self) -> None:
+        """Ends every communicator of this one's world, sub-groups too; using one afterwards raises."""
     def choose_algorithm(
         self,
         collective: CollectiveName,

@@ -171,8 +171,8 @@ class Group:
         return self._live().choose_algorithm(collective, count, dtype, root)
 
     def close(self) -> None:
-        """Finishes outstanding work and synchronises the members."""
-        if self._comm is None:
+        """Finishes outstanding work and synchronises the members (nothing once closed or finalized)."""
+        if self._comm is None or self._comm.finalized:
             return
         self._comm.synchronize()
         self.barrier()

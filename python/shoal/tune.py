@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from shoal._files import MiB, read_regular
 from shoal.bench import check
 from shoal.bench.progress import Progress
 from shoal.bench.runners import base_env, python, run_job, shoal_run_argv
@@ -47,6 +48,8 @@ COLLECTIVES = ("allreduce", "broadcast", "allgather", "reduce_scatter")
 DEFAULT_SIZES = "8,64:64M:4"
 QUICK_SIZES = "8,4K,256K"
 QUICK_COLLECTIVES = ("allreduce", "broadcast")
+#: The largest ``--from-json`` results file read (a full run writes a few hundred KiB).
+MAX_RESULTS_BYTES = 256 * MiB
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
@@ -298,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "shoal tune " + " ".join(shlex.quote(a) for a in argv)
     if ns.from_json is not None:
         try:
-            doc = json.loads(ns.from_json.read_text())
+            doc = json.loads(read_regular(ns.from_json, MAX_RESULTS_BYTES))
         except (OSError, ValueError) as e:
             print(f"shoal tune: cannot read {ns.from_json}: {e}", file=sys.stderr)
             return EXIT_USAGE

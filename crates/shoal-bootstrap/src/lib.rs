@@ -3,6 +3,7 @@
 //! * [`auth`]: keys and the challenge-response proofs every connection
 //!   between a job's processes starts with;
 //! * [`secret`]: where a rank finds its job secret;
+//! * [`small_file`]: reading the small files a user names, bounded;
 //! * [`store`]: the key-value stores ranks meet at (TCP, a shared
 //!   directory, scoped views of either);
 //! * [`rendezvous`]: who this process is (launcher detection), which store
@@ -19,6 +20,7 @@ pub mod auth;
 mod error;
 pub mod rendezvous;
 pub mod secret;
+pub mod small_file;
 pub mod store;
 
 pub use error::{Error, Result};

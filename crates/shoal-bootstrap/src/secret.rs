@@ -15,10 +15,15 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsE
 use std::path::{Path, PathBuf};
 
 use crate::auth::{random_bytes, to_hex, Key};
+use crate::small_file::read_text;
 
 /// The shortest secret accepted: shorter ones could be guessed offline from
 /// one recorded handshake.
 pub const MIN_SECRET_CHARS: usize = 16;
+
+/// The largest secret file read: a secret is a line, and a bound keeps a
+/// mistaken path (`/dev/zero`) from taking the process's memory.
+pub const MAX_SECRET_FILE_BYTES: u64 = 64 << 10;
 
 /// Where the secret came from, for error messages ("which secret was refused").
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -212,7 +217,7 @@ fn read_or_create(path: &Path) -> Result<String, SecretError> {
     match fs::metadata(path) {
         Ok(meta) => {
             check_private(path, &meta)?;
-            fs::read_to_string(path).map_err(unreadable)
+            read_text(path, MAX_SECRET_FILE_BYTES).map_err(unreadable)
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => create(path),
         Err(e) => Err(unreadable(e)),
@@ -330,6 +335,19 @@ mod tests {
         assert!(err.contains("chmod 600"), "{err}");
         fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
         assert!(JobSecret::load(&env).is_ok());
+        fs::remove_dir_all(home).unwrap();
+    }
+
+    #[test]
+    fn a_private_fifo_is_refused_without_blocking() {
+        let home = temp_home("fifo");
+        let path = home.join("s");
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: c is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let env = env_of(&[("SHOAL_SECRET_FILE", path.display().to_string())]);
+        let err = JobSecret::load(&env).unwrap_err().to_string();
+        assert!(err.contains("a FIFO, not a regular file"), "{err}");
         fs::remove_dir_all(home).unwrap();
     }
 

@@ -26,6 +26,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Mutex;
 
+use shoal_bootstrap::small_file::read_text;
 use shoal_ina::{InaClient, InaConfig, InaDType, InaError, InaKeys, InaOp, PeerCheck};
 use shoal_plan::CostParams;
 use shoal_transport::auth::Key;
@@ -34,7 +35,7 @@ use crate::config::InaSettings;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::log;
-use crate::secret::{key_of, JobSecret};
+use crate::secret::{key_of, JobSecret, MAX_SECRET_FILE_BYTES};
 use crate::store::ScopedStore;
 
 /// The name users give to force it: `algorithm="ina"`, `SHOAL_ALGO=allreduce:ina`.
@@ -421,7 +422,8 @@ fn read_shared_secret(path: &Path, what: &str) -> std::result::Result<Key, Strin
             mode & 0o777
         ));
     }
-    let text = fs::read_to_string(path).map_err(|e| format!("{what}: cannot read {shown}: {e}"))?;
+    let text = read_text(path, MAX_SECRET_FILE_BYTES)
+        .map_err(|e| format!("{what}: cannot read {shown}: {e}"))?;
     Ok(key_of(text.trim(), "switch", &format!("{what} ({shown})"))?)
 }
 

@@ -18,6 +18,7 @@
 use std::fmt;
 use std::path::Path;
 
+use shoal_bootstrap::small_file::read_text;
 use shoal_plan::{algorithms, CallShape, Collective};
 
 use crate::comm::Communicator;
@@ -195,10 +196,16 @@ pub fn builtin() -> Table {
     parse(BUILTIN_TEXT, BUILTIN_SOURCE).expect("the built-in tuning table parses")
 }
 
-/// Reads and parses the table at `path`.
+/// The largest tuning table read (docs/tuning.md): `shoal tune` writes a few
+/// KiB, and a bound keeps a mistaken `SHOAL_TUNE_FILE` (`/dev/zero`, a huge
+/// log) from taking the rank's memory.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// Reads and parses the table at `path` (a regular file of at most
+/// [`MAX_FILE_BYTES`]).
 pub fn load_file(path: &Path) -> Result<Table> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path)
+    let text = read_text(path, MAX_FILE_BYTES)
         .map_err(|e| Error::invalid(format!("SHOAL_TUNE_FILE={shown}: cannot read it: {e}")))?;
     parse(&text, &shown)
 }

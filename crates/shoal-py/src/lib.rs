@@ -11,6 +11,7 @@ mod sim;
 mod sim_run;
 mod switch;
 mod tune;
+mod world;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +30,7 @@ use shoal_plan::Collective;
 
 use buffers::{release_deferred, Held};
 use call::PyCall;
+use world::{Slot, World};
 
 create_exception!(
     _shoal,
@@ -74,7 +76,8 @@ fn invalid(msg: String) -> PyErr {
 /// A group of ranks that run collectives together.
 #[pyclass(module = "shoal._shoal", name = "Communicator", frozen)]
 struct PyCommunicator {
-    inner: Arc<Communicator>,
+    slot: Arc<Slot>,
+    world: Arc<World>,
 }
 
 /// A started asynchronous collective.
@@ -122,35 +125,50 @@ fn wait_limit(timeout: Option<f64>) -> PyResult<Option<Duration>> {
     }
 }
 
+impl PyCommunicator {
+    /// The core communicator; a RuntimeError once its world is finalized.
+    fn comm(&self) -> PyResult<Arc<Communicator>> {
+        self.slot.get()
+    }
+}
+
 #[pymethods]
 impl PyCommunicator {
+    // Rank, size and members outlive the world, so a finalized group still
+    // prints itself.
     #[getter]
     fn rank(&self) -> usize {
-        self.inner.rank()
+        self.slot.rank()
     }
 
     #[getter]
     fn size(&self) -> usize {
-        self.inner.size()
+        self.slot.members().len()
     }
 
     /// Global ranks of the members in group order.
     #[getter]
     fn members(&self) -> Vec<usize> {
-        self.inner.members().to_vec()
+        self.slot.members().to_vec()
+    }
+
+    /// Whether this communicator's world was finalized (using it raises).
+    #[getter]
+    fn finalized(&self) -> bool {
+        self.slot.is_finalized()
     }
 
     /// Global ranks that share this process's host (shared memory peers).
     #[getter]
-    fn local_ranks(&self) -> Vec<usize> {
-        self.inner.engine().local_ranks.clone()
+    fn local_ranks(&self) -> PyResult<Vec<usize>> {
+        Ok(self.comm()?.engine().local_ranks.clone())
     }
 
     /// The cost model in use: {"alpha": s, "beta": s/byte, "gamma": s/byte}.
     #[getter]
-    fn cost_model(&self) -> std::collections::HashMap<&'static str, f64> {
-        let c = self.inner.engine().selector.cost();
-        [
+    fn cost_model(&self) -> PyResult<std::collections::HashMap<&'static str, f64>> {
+        let c = self.comm()?.engine().selector.cost();
+        Ok([
             ("alpha", c.alpha),
             ("beta", c.beta),
             ("gamma", c.gamma),
@@ -158,19 +176,19 @@ impl PyCommunicator {
             ("beta_local", c.beta_local),
         ]
         .into_iter()
-        .collect()
+        .collect())
     }
 
     /// How many compiled plans this process caches (all communicators).
     #[getter]
-    fn plans_cached(&self) -> usize {
-        self.inner.plan_cache_usage().0
+    fn plans_cached(&self) -> PyResult<usize> {
+        Ok(self.comm()?.plan_cache_usage().0)
     }
 
     /// The most plans the cache keeps (`SHOAL_PLAN_CACHE`).
     #[getter]
-    fn plan_cache_capacity(&self) -> usize {
-        self.inner.plan_cache_usage().1
+    fn plan_cache_capacity(&self) -> PyResult<usize> {
+        Ok(self.comm()?.plan_cache_usage().1)
     }
 
     /// Runs the collective `call` describes over buffer-protocol objects
@@ -187,6 +205,7 @@ impl PyCommunicator {
         async_op: bool,
     ) -> PyResult<Option<PyWork>> {
         let args = &call.args; // (frozen: borrowed for the call, not copied)
+        let comm = self.comm()?;
         release_deferred(py);
         let input = Held::export_opt(input.as_ref(), false)?;
         let output = Held::export_opt(output.as_ref(), true)?;
@@ -198,7 +217,6 @@ impl PyCommunicator {
             output: output_ptr,
             output_bytes,
         };
-        let comm = self.inner.clone();
         // Prepared here, holding the GIL: a registered algorithm's plan is
         // built in Python on a cache miss (see algo::PySource).
         let source = algo::PySource::new(py);
@@ -237,7 +255,7 @@ impl PyCommunicator {
         let data = Held::export(&data, false)?;
         let (address, bytes) = data.span();
         let address = address as usize;
-        let comm = self.inner.clone();
+        let comm = self.comm()?;
         blocking(py, move || {
             comm.send(peer, tag, dtype, address as *const u8, bytes / dtype.size())
         })
@@ -256,7 +274,7 @@ impl PyCommunicator {
         let data = Held::export(&data, true)?;
         let (address, bytes) = data.span();
         let address = address as usize;
-        let comm = self.inner.clone();
+        let comm = self.comm()?;
         blocking(py, move || {
             comm.recv(peer, tag, dtype, address as *mut u8, bytes / dtype.size())
         })
@@ -266,17 +284,33 @@ impl PyCommunicator {
     /// alike; with `key` only the new group's members do, with the same key.
     #[pyo3(signature = (ranks, key=None))]
     fn new_group(&self, ranks: Vec<usize>, key: Option<&str>) -> PyResult<Option<PyCommunicator>> {
-        let group = self.inner.new_group(&ranks, key).map_err(to_py)?;
-        Ok(group.map(|c| PyCommunicator { inner: Arc::new(c) }))
+        let Some(group) = self.comm()?.new_group(&ranks, key).map_err(to_py)? else {
+            return Ok(None);
+        };
+        Ok(Some(PyCommunicator {
+            slot: self.world.adopt(group)?,
+            world: self.world.clone(),
+        }))
     }
 
     /// Waits for every asynchronous collective issued so far.
-    fn synchronize(&self, py: Python<'_>) {
-        let comm = self.inner.clone();
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        let comm = self.comm()?;
         let _ = blocking(py, move || {
             comm.synchronize();
             Ok(())
         });
+        Ok(())
+    }
+
+    /// Ends every communicator of this one's world (sub-groups too, however
+    /// many references to them remain): the transport, its threads and
+    /// shared memory, the store server and the switch jobs go; using any of
+    /// them afterwards raises. `shoal.finalize()` synchronises first.
+    fn finalize(&self, py: Python<'_>) {
+        let world = self.world.clone();
+        py.allow_threads(move || world.finalize());
+        release_deferred(py);
     }
 
     /// Which algorithm the selector would run for a call (for inspection).
@@ -292,7 +326,7 @@ impl PyCommunicator {
     ) -> PyResult<String> {
         let (collective, dtype) = inspected(collective, dtype)?;
         let source = algo::PySource::new(py);
-        self.inner
+        self.comm()?
             .choose_algorithm(collective, count, dtype, root, algorithm, Some(&source))
             .map_err(|e| source.to_py(e))
     }
@@ -311,7 +345,7 @@ impl PyCommunicator {
     ) -> PyResult<usize> {
         let (collective, dtype) = inspected(collective, dtype)?;
         let source = algo::PySource::new(py);
-        self.inner
+        self.comm()?
             .plan_steps(collective, count, dtype, root, algorithm, Some(&source))
             .map_err(|e| source.to_py(e))
     }
@@ -356,8 +390,10 @@ fn init(
         addr,
     };
     let comm = py.allow_threads(move || init_world(&args)).map_err(to_py)?;
+    let world = Arc::new(World::default());
     Ok(PyCommunicator {
-        inner: Arc::new(comm),
+        slot: world.adopt(comm)?,
+        world,
     })
 }
 

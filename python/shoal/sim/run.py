@@ -13,6 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from shoal._files import MiB, UnreadableFile, read_regular
+
+#: The largest scenario file read (a scenario is a page of settings).
+MAX_SCENARIO_BYTES = 16 * MiB
+
 
 def load_toml(path: Path) -> dict[str, Any]:
     """Reads a TOML file (tomllib on Python >= 3.11, else the tomli package)."""
@@ -24,11 +29,10 @@ def load_toml(path: Path) -> dict[str, Any]:
         toml: Any = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")
     except ImportError:
         raise ValueError("reading TOML needs Python >= 3.11 or the tomli package (pip install tomli)") from None
-    with open(path, "rb") as f:
-        try:
-            table: dict[str, Any] = toml.load(f)
-        except toml.TOMLDecodeError as e:
-            raise ValueError(f"{path}: {e}") from None
+    try:
+        table: dict[str, Any] = toml.loads(read_regular(path, MAX_SCENARIO_BYTES).decode())
+    except (toml.TOMLDecodeError, UnicodeDecodeError, UnreadableFile) as e:
+        raise ValueError(f"{path}: {e}") from None
     return table
 
 
