@@ -2,11 +2,9 @@
 //!
 //! Every rank listens on the address it publishes in the store (never on
 //! all interfaces), and the higher rank of each pair dials the lower one.
-//! Each connection starts with a mutual challenge-response (byte by byte in
-//! docs/security.md, "Connections between ranks"): both ends prove that
-//! they hold the job's transport key by a MAC over a challenge that binds
-//! the job id, both claimed ranks and a fresh nonce from each end, so a
-//! proof is worthless for another rank, another job or another connection.
+//! Each connection starts with the mutual challenge-response of
+//! [`super::handshake`], the dialer proving first; this file runs it on
+//! sockets.
 //!
 //! The listening rank answers each incoming connection on its own thread,
 //! with a deadline, so a stranger that sends nothing, garbage or a forged
@@ -19,26 +17,17 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::{Duration, Instant};
 
-use sha2::{Digest, Sha256};
 use tracing::warn;
 
+use super::handshake::{
+    AcceptorChallenged, DialerSaidHello, Expect, Hello, Nonce, Proof, Proven, ACCEPTED, HELLO_HEAD,
+    REFUSED,
+};
 use super::{io, io_err, set_tcp_option, Congestion, TcpConfig};
 use crate::auth::{random_bytes, Key, KEY_BYTES};
 use crate::setup::wait_for_rank;
 use crate::{KvStore, Result};
 
-/// First bytes of a hello; the digit is the handshake's version.
-const MAGIC: &[u8; 8] = b"SHOALTC2";
-/// Bytes of a hello before the job id: magic, dialer's rank, acceptor's
-/// rank, dialer's nonce, job id length.
-const HELLO_HEAD: usize = MAGIC.len() + 4 + 4 + KEY_BYTES + 4;
-const MAX_JOB_LEN: usize = 4096;
-/// Proof roles: each end proves in its own, so neither can reflect the
-/// other's proof back.
-const DIALER: &str = "shoal tcp dialer";
-const ACCEPTOR: &str = "shoal tcp acceptor";
-/// The acceptor's last byte: the dialer is in.
-const ACCEPTED: u8 = 1;
 /// How long an incoming connection gets to prove itself. A rank needs a
 /// few round trips; only a stranger takes longer.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -115,8 +104,9 @@ fn dial(cfg: &TcpConfig, store: &dyn KvStore, peer: usize, deadline: Instant) ->
     }
 }
 
-/// The dialer's side of the handshake: hello, check the acceptor's proof,
-/// send ours, wait to be let in.
+/// The dialer's side of the handshake: hello, prove the key over the
+/// acceptor's nonce, then check the acceptor's proof that comes with "you
+/// are in".
 fn introduce(
     cfg: &TcpConfig,
     mut s: TcpStream,
@@ -131,38 +121,39 @@ fn introduce(
         ))
     };
     limit_io(&s, deadline).map_err(|e| failed("setting a deadline", e))?;
-    let nonce: [u8; KEY_BYTES] = random_bytes().map_err(io)?;
-    let hello = Hello {
-        dialer: cfg.rank as u32,
-        acceptor: peer as u32,
-        nonce,
-        job: cfg.job_id.as_bytes().to_vec(),
-    };
-    s.write_all(&hello.encode())
+    let (hs, hello) =
+        DialerSaidHello::new(cfg.rank, peer, &cfg.job_id, random_bytes().map_err(io)?);
+    s.write_all(&hello)
         .map_err(|e| failed("sending the hello", e))?;
-    let mut reply = [0u8; 2 * KEY_BYTES];
-    s.read_exact(&mut reply)
+    let mut theirs: Nonce = [0; KEY_BYTES];
+    s.read_exact(&mut theirs)
         .map_err(|e| failed("no answer to the hello", e))?;
-    let (their_nonce, their_proof) = reply.split_at(KEY_BYTES);
-    let c = hello.challenge(their_nonce.try_into().unwrap());
-    if !cfg.key.verify(ACCEPTOR, &c, their_proof) {
-        return Err(io_err(&format!(
-            "rank {peer} at {addr} could not prove that it holds this job's key: \
-             the ranks do not share one job secret (SHOAL_SECRET or the secret file), \
-             or another process answers at that address"
-        )));
-    }
-    s.write_all(&cfg.key.prove(DIALER, &c))
+    let (hs, proof) = hs.challenge(&cfg.key, &theirs);
+    s.write_all(&proof)
         .map_err(|e| failed("sending our proof", e))?;
-    let mut ack = [0u8; 1];
-    match s.read_exact(&mut ack) {
-        Ok(()) if ack[0] == ACCEPTED => {}
-        _ => {
+    let mut verdict = [0u8; 1];
+    match s.read_exact(&mut verdict).map(|()| verdict[0]) {
+        Ok(ACCEPTED) => {}
+        Ok(REFUSED) => {
             return Err(io_err(&format!(
-                "rank {peer} at {addr} did not let this rank in (it proved itself, so this \
-                 rank's proof failed there, or rank {peer} stopped waiting)"
+                "rank {peer} at {addr} refused this rank's proof of the job's key: \
+                 the ranks do not share one job secret (SHOAL_SECRET or the secret file)"
             )))
         }
+        _ => {
+            return Err(io_err(&format!(
+                "rank {peer} at {addr} did not let this rank in (rank {peer} stopped \
+                 waiting, or another process answers at that address)"
+            )))
+        }
+    }
+    let mut their_proof: Proof = [0; KEY_BYTES];
+    let proved = s.read_exact(&mut their_proof).is_ok();
+    if !(proved && hs.acceptor_proved(&cfg.key, &their_proof)) {
+        return Err(io_err(&format!(
+            "rank {peer} at {addr} could not prove that it holds this job's key: \
+             another process answers at that address"
+        )));
     }
     s.set_read_timeout(None).map_err(io)?;
     s.set_write_timeout(None).map_err(io)?;
@@ -172,9 +163,9 @@ fn introduce(
 // ---------------------------------------------------------------------------
 // Letting peers in
 
-/// What a handshake thread hands back: the rank the connection proved to
-/// be, or why it was dropped.
-type Answer = std::result::Result<(usize, TcpStream), String>;
+/// What a handshake thread hands back: the dialer that proved the key (and
+/// the verdict that lets it in), or why the connection was dropped.
+type Answer = std::result::Result<(Proven, TcpStream), String>;
 
 /// The listening side: answers incoming connections until every higher
 /// rank is in.
@@ -240,20 +231,18 @@ impl<'a> Gate<'a> {
     fn answer(&mut self, s: TcpStream, from: SocketAddr, deadline: Instant) {
         let limit = deadline.min(Instant::now() + HANDSHAKE_TIMEOUT);
         let expect = Expect {
-            key: self.cfg.key.clone(),
             job: self.cfg.job_id.clone(),
             rank: self.cfg.rank,
             dialers: self.missing.clone(),
         };
+        let key = self.cfg.key.clone();
         let tx = self.answers_tx.clone();
         let run = move || {
             // The connection stays open until the gate has the answer: a
             // refused stranger sees it close only once its refusal is queued
             // (ahead of anyone who connects after), so the count is exact.
             let held = s.try_clone().ok();
-            let answer = expect
-                .check(s, limit)
-                .map_err(|why| format!("{from}: {why}"));
+            let answer = check(&expect, &key, s, limit).map_err(|why| format!("{from}: {why}"));
             let _ = tx.send(answer); // (the gate may have closed meanwhile)
             drop(held);
         };
@@ -268,9 +257,9 @@ impl<'a> Gate<'a> {
         }
     }
 
-    /// Lets a proven rank in, once.
+    /// Lets a proven rank in, once: only then does it get this rank's proof.
     fn settle(&mut self, answer: Answer, admitted: &mut Vec<(usize, TcpStream)>) -> Result<()> {
-        let (rank, mut s) = match answer {
+        let (Proven { rank, welcome }, mut s) = match answer {
             Ok(proven) => proven,
             Err(why) => {
                 self.refused.push(why);
@@ -284,7 +273,7 @@ impl<'a> Gate<'a> {
         }
         tune(&s, self.cfg)?;
         let entered = s
-            .write_all(&[ACCEPTED])
+            .write_all(&welcome)
             .and_then(|()| s.set_read_timeout(None))
             .and_then(|()| s.set_write_timeout(None));
         if let Err(e) = entered {
@@ -328,118 +317,36 @@ impl<'a> Gate<'a> {
     }
 }
 
-/// What the acceptor expects of a hello, for a handshake thread.
-struct Expect {
-    key: Key,
-    job: String,
-    rank: usize,
-    /// Ranks that may still connect.
-    dialers: Vec<usize>,
-}
-
-impl Expect {
-    /// The acceptor's side of the handshake; returns the proven rank.
-    fn check(
-        &self,
-        mut s: TcpStream,
-        limit: Instant,
-    ) -> std::result::Result<(usize, TcpStream), String> {
-        s.set_nonblocking(false).map_err(|e| e.to_string())?;
-        limit_io(&s, limit).map_err(|e| e.to_string())?;
-        let hello = Hello::read(&mut s)?;
-        let dialer = hello.dialer as usize;
-        if hello.job != self.job.as_bytes() {
-            return Err("a hello for another job".into());
+/// The acceptor's side of the handshake, on a handshake thread: returns the
+/// proven dialer.
+fn check(
+    expect: &Expect,
+    key: &Key,
+    mut s: TcpStream,
+    limit: Instant,
+) -> std::result::Result<(Proven, TcpStream), String> {
+    s.set_nonblocking(false).map_err(|e| e.to_string())?;
+    limit_io(&s, limit).map_err(|e| e.to_string())?;
+    let incomplete = |e: std::io::Error| format!("no complete hello ({e})");
+    let mut head = [0u8; HELLO_HEAD];
+    s.read_exact(&mut head).map_err(incomplete)?;
+    let mut job = vec![0u8; Hello::job_len(&head)?];
+    s.read_exact(&mut job).map_err(incomplete)?;
+    let mine = random_bytes().map_err(|e| e.to_string())?;
+    let (hs, challenge) = AcceptorChallenged::hello(expect, Hello::decode(&head, job), mine)?;
+    let dialer = hs.dialer();
+    s.write_all(&challenge)
+        .map_err(|e| format!("claims rank {dialer}, then hung up: {e}"))?;
+    let mut proof: Proof = [0; KEY_BYTES];
+    s.read_exact(&mut proof).map_err(|e| {
+        format!("claims rank {dialer} but gave no proof ({e}): a stranger, or a rank that stopped")
+    })?;
+    match hs.proof(key, &proof) {
+        Ok(proven) => Ok((proven, s)),
+        Err(why) => {
+            let _ = s.write_all(&[REFUSED]); // (so a rank with another secret can say so)
+            Err(why)
         }
-        if hello.acceptor as usize != self.rank {
-            return Err(format!(
-                "a hello for rank {}, not this rank",
-                hello.acceptor
-            ));
-        }
-        if !self.dialers.contains(&dialer) {
-            return Err(format!(
-                "claims rank {dialer}, which is not expected to connect"
-            ));
-        }
-        let nonce: [u8; KEY_BYTES] = random_bytes().map_err(|e| e.to_string())?;
-        let c = hello.challenge(&nonce);
-        let mut reply = nonce.to_vec();
-        reply.extend_from_slice(&self.key.prove(ACCEPTOR, &c));
-        s.write_all(&reply)
-            .map_err(|e| format!("claims rank {dialer}, then hung up: {e}"))?;
-        let mut proof = [0u8; KEY_BYTES];
-        s.read_exact(&mut proof).map_err(|e| {
-            format!("claims rank {dialer} but gave no proof ({e}): a rank with another job secret?")
-        })?;
-        if !self.key.verify(DIALER, &c, &proof) {
-            return Err(format!(
-                "claims rank {dialer} but its proof does not match this job's key \
-                 (another job secret, or replayed bytes)"
-            ));
-        }
-        Ok((dialer, s))
-    }
-}
-
-// ---------------------------------------------------------------------------
-// The hello
-
-/// The dialer's first message.
-struct Hello {
-    dialer: u32,
-    acceptor: u32,
-    nonce: [u8; KEY_BYTES],
-    job: Vec<u8>,
-}
-
-impl Hello {
-    fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(HELLO_HEAD + self.job.len());
-        b.extend_from_slice(MAGIC);
-        b.extend_from_slice(&self.dialer.to_le_bytes());
-        b.extend_from_slice(&self.acceptor.to_le_bytes());
-        b.extend_from_slice(&self.nonce);
-        b.extend_from_slice(&(self.job.len() as u32).to_le_bytes());
-        b.extend_from_slice(&self.job);
-        b
-    }
-
-    fn read(s: &mut TcpStream) -> std::result::Result<Hello, String> {
-        let mut head = [0u8; HELLO_HEAD];
-        s.read_exact(&mut head)
-            .map_err(|e| format!("no complete hello ({e})"))?;
-        if &head[..MAGIC.len()] != MAGIC {
-            return Err("not a shoal hello".into());
-        }
-        let word = |at: usize| u32::from_le_bytes(head[at..at + 4].try_into().unwrap());
-        let job_len = word(HELLO_HEAD - 4) as usize;
-        if job_len > MAX_JOB_LEN {
-            return Err(format!("a hello with a job id of {job_len} bytes"));
-        }
-        let mut job = vec![0u8; job_len];
-        s.read_exact(&mut job)
-            .map_err(|e| format!("no complete hello ({e})"))?;
-        Ok(Hello {
-            dialer: word(8),
-            acceptor: word(12),
-            nonce: head[16..16 + KEY_BYTES].try_into().unwrap(),
-            job,
-        })
-    }
-
-    /// What both ends prove they can MAC: the hello's claims and both nonces.
-    fn challenge(&self, acceptor_nonce: &[u8; KEY_BYTES]) -> [u8; KEY_BYTES] {
-        Sha256::new()
-            .chain_update(b"shoal tcp hello 2\0")
-            .chain_update((self.job.len() as u32).to_le_bytes())
-            .chain_update(&self.job)
-            .chain_update(self.dialer.to_le_bytes())
-            .chain_update(self.acceptor.to_le_bytes())
-            .chain_update(self.nonce)
-            .chain_update(acceptor_nonce)
-            .finalize()
-            .into()
     }
 }
 
@@ -527,32 +434,5 @@ mod tests {
             system.trim()
         );
         assert!(congestion_in_effect(Some(&missing(true))).is_err());
-    }
-
-    fn hello(dialer: u32, acceptor: u32, job: &str) -> Hello {
-        Hello {
-            dialer,
-            acceptor,
-            nonce: [7; KEY_BYTES],
-            job: job.as_bytes().to_vec(),
-        }
-    }
-
-    #[test]
-    fn a_proof_holds_only_for_its_ranks_job_nonces_and_role() {
-        let key = Key::random().unwrap();
-        let theirs = [9u8; KEY_BYTES];
-        let c = hello(1, 0, "job").challenge(&theirs);
-        let proof = key.prove(DIALER, &c);
-        assert!(key.verify(DIALER, &c, &proof));
-        assert!(!key.verify(ACCEPTOR, &c, &proof));
-        for other in [
-            hello(2, 0, "job").challenge(&theirs),
-            hello(1, 2, "job").challenge(&theirs),
-            hello(1, 0, "jobs").challenge(&theirs),
-            hello(1, 0, "job").challenge(&[8; KEY_BYTES]),
-        ] {
-            assert!(!key.verify(DIALER, &other, &proof));
-        }
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! The higher rank dials the lower one (whose `ip:port` it reads from the
 //! store); both prove that they hold the job's transport key before the
-//! connection is used ([`connect`]). Each connection
+//! connection is used, the dialer first ([`handshake`], run on sockets by
+//! [`connect`]). Each connection
 //! has a writer thread fed by a queue, so `isend` never blocks (small sends
 //! on an idle connection are written by the caller), and a read side
 //! ([`reader`]) that parses frames and reads payloads straight into the
@@ -13,6 +14,7 @@
 //! frame marks the peer dead. Sending to self is rejected: plans never do it.
 
 mod connect;
+mod handshake;
 mod reader;
 
 pub use connect::congestion_in_effect;
