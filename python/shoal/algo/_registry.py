@@ -79,9 +79,11 @@ def register(collective: CollectiveName, name: str, *, cost: Cost | None = None)
     """Registers the decorated function as algorithm ``name`` of ``collective``,
     for every call made from this process: ``algorithm=name``,
     ``SHOAL_ALGO=collective:name`` (register before ``shoal.init``) and, given a
-    ``cost``, the selector. Every rank must register it (an algorithm's identity
-    in messages is a hash of ``collective/name``, so the order does not matter).
-    A name a built-in algorithm has, or one registered before, is a ValueError."""
+    ``cost``, the selector. Every rank must register it, with the same definition
+    (the ranks compare it at the first use of each call shape: docs/algorithms.md);
+    an algorithm's identity in messages is a hash of ``collective/name``, so the
+    order does not matter. A name a built-in algorithm has, or one registered
+    before, is a ValueError."""
     if collective not in get_args(CollectiveName):
         raise ValueError(f"register: unknown collective {collective!r}")
     if collective == "barrier":
