@@ -18,11 +18,20 @@ world = shoal.world()
 r, n = shoal.rank(), shoal.world_size()
 comm = world._live()
 expected: list[dict[str, object]] = []
+agreed: set[tuple[object, ...]] = set()
+# The ranks agree on what they run at the first use of a call shape and
+# algorithm: a ring allgather of one 64-byte record per rank, traced as the
+# call's own "(agreement)" (docs/algorithms.md).
+AGREEMENT_STEPS = comm.plan_steps("allgather", 64, "uint8", 0, "ring")
 
 
 def expect(collective: str, count: int, dtype: str, root: int = 0, algorithm: str | None = None) -> None:
     chosen = algorithm or comm.choose_algorithm(collective, count, dtype, root)
     steps = comm.plan_steps(collective, count, dtype, root, algorithm)
+    shape = (collective, count, np.dtype(dtype).itemsize, root, chosen)
+    if n > 1 and shape not in agreed:
+        agreed.add(shape)
+        expected.append({"collective": collective, "algorithm": "(agreement)", "steps": AGREEMENT_STEPS})
     expected.append({"collective": collective, "algorithm": chosen, "steps": steps})
 
 

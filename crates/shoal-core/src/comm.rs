@@ -9,10 +9,11 @@ use shoal_plan::algorithms::allreduce::hierarchical_ina;
 use shoal_plan::{Buf, CallShape, Collective, Op, Plan, Region};
 use shoal_transport::{CallSig, Transport};
 
+use crate::agree::first_use;
 use crate::alias::{self, InPlace, Staging};
 use crate::config::Config;
 use crate::dtype::{DType, ReduceOp};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{describe_call, Error, ErrorKind, Result};
 use crate::exec::{execute, CallBuffers, CallContext, CompiledPlan};
 use crate::fnv::Fnv64;
 use crate::ina::{
@@ -29,6 +30,18 @@ use crate::work::{AsyncQueue, Work};
 const P2P_SEQ: u32 = 1 << 31;
 /// The signature kind of point-to-point messages.
 const P2P_KIND: u8 = CallSig::P2P_KIND;
+
+/// The algorithm agreements run under in signatures (`allgather_bytes`, the
+/// first use of a call shape): a fixed built-in allgather, so a rank in an
+/// agreement and a rank in a call are told apart. Not an identifier, so no
+/// registered algorithm has the name.
+pub const AGREEMENT: &str = "(agreement)";
+pub const AGREEMENT_ALGO_ID: u32 =
+    shoal_plan::algorithms::algorithm_id(Collective::Allgather, AGREEMENT);
+
+/// Call shapes whose agreement a communicator remembers (see `first_use`).
+/// A constant, not a setting: every member's cache must forget alike.
+const AGREED_CACHED: usize = 1024;
 
 /// What the ranks of one process share: the transport and the execution lock.
 pub struct Engine {
@@ -141,6 +154,8 @@ pub struct CollArgs {
 /// Per-communicator mutable state.
 #[derive(Default)]
 struct CommState {
+    /// The verdicts of the first-use agreements, per call shape and algorithm.
+    agreed: Agreed,
     seq: u32,
     /// The `history` of the next call's signature (see `CallSig::history`).
     history: u32,
@@ -152,9 +167,49 @@ struct CommState {
     recvs: HashMap<(usize, u32), u32>,
 }
 
+impl CommState {
+    /// Takes the next sequence number of a collective call.
+    fn next_seq(&mut self) -> u32 {
+        let seq = self.seq;
+        self.seq = (self.seq + 1) & !P2P_SEQ;
+        seq
+    }
+}
+
 /// A plan is the same for every communicator with the same call shape,
 /// algorithm (its id) and group rank.
 type PlanKey = (CallShape, u32, usize);
+
+/// What the ranks agree on at the first use: a call shape, who runs it (the
+/// id in its signature) and the host algorithm (the plan, or the switch's
+/// fallback).
+type AgreeKey = (CallShape, u32, u32);
+
+/// The ranks' verdict on one [`AgreeKey`], set by the call that ran the
+/// agreement; later calls of the key prepared before it ran read it then.
+type Verdict = Arc<OnceLock<Result<()>>>;
+
+/// The verdicts of a communicator, bounded: a program may use endless
+/// distinct counts, and a forgotten shape is only agreed on again.
+struct Agreed(Lru<AgreeKey, Verdict>);
+
+impl Default for Agreed {
+    fn default() -> Agreed {
+        Agreed(Lru::new(AGREED_CACHED))
+    }
+}
+
+/// A call's part in the first-use agreement of its key.
+enum FirstUse {
+    /// This call runs it, as sequence number `seq`, contributing `record`.
+    Run {
+        seq: u32,
+        record: [u8; first_use::RECORD],
+        verdict: Verdict,
+    },
+    /// An earlier call of the key runs it; this one reads its verdict.
+    Await { verdict: Verdict, key: AgreeKey },
+}
 
 pub struct Communicator {
     engine: Arc<Engine>,
@@ -207,6 +262,8 @@ struct Prepared {
     ina_agree_seq: Option<u32>,
     /// `hierarchical_ina`: the host phases around the switch call.
     hier: Option<HostPhases>,
+    /// At the first use of its key: the agreement to run or to wait for.
+    first_use: Option<FirstUse>,
 }
 
 /// The host phases of `hierarchical_ina` for one call: reduce-scatter into
@@ -286,17 +343,66 @@ impl Communicator {
     }
 
     /// Every member's `mine` (all of one length), in rank order: the small
-    /// agreements of init (tracing on, tuning tables) use it.
+    /// agreements of init (the build, tracing on, tuning tables) use it. It
+    /// runs a fixed built-in allgather that no setting changes (not the
+    /// selector's choice), outside the first-use agreement: the agreement
+    /// on the build comes before anything a build could do differently.
     pub fn allgather_bytes(&self, mine: &[u8]) -> Result<Vec<u8>> {
+        self.engine.queue.flush();
+        let (seq, history) = {
+            let mut st = self.state.lock().unwrap();
+            (st.next_seq(), st.history)
+        };
+        let sig = CallSig {
+            kind: kind_of(Collective::Allgather),
+            dtype: DType::U8.index(),
+            op: 0,
+            algo: AGREEMENT_ALGO_ID,
+            root: 0,
+            count: mine.len() as u64,
+            history,
+        };
+        let describe = || {
+            format!(
+                "an agreement of {} bytes per rank on rank {}",
+                mine.len(),
+                self.members[self.rank]
+            )
+        };
+        self.exchange(seq, sig, mine, &describe)
+    }
+
+    /// Every member's `mine` (all of one length), in rank order, by the
+    /// ring allgather run directly (not through `prepare`) as call `seq`
+    /// with signature `sig`.
+    fn exchange(
+        &self,
+        seq: u32,
+        sig: CallSig,
+        mine: &[u8],
+        describe: &dyn Fn() -> String,
+    ) -> Result<Vec<u8>> {
+        use shoal_plan::algorithms::allgather::ring::ALGORITHM as RING;
+        // One piece per block, whatever SHOAL_CHUNK_BYTES says on each rank.
+        let shape = CallShape::new(
+            Collective::Allgather,
+            self.size(),
+            mine.len(),
+            mine.len().max(1),
+        );
+        let rank = self.rank;
+        let cp = self.cached_plan(shape, RING.id(), |s| Ok((RING.generate)(s, rank)))?;
         let mut all = vec![0u8; mine.len() * self.size()];
-        let args = CollArgs {
-            collective: Collective::Allgather,
-            count: mine.len(),
-            counts: None,
+        let ctx = CallContext {
+            transport: &*self.engine.transport,
+            members: &self.members,
+            comm: self.id,
+            seq,
+            sig,
             dtype: DType::U8,
             op: ReduceOp::Sum,
-            root: 0,
-            algorithm: None,
+            timeout: self.engine.config.timeout,
+            describe,
         };
         let bufs = CallBuffers {
             input: mine.as_ptr(),
@@ -304,7 +410,7 @@ impl Communicator {
             output: all.as_mut_ptr(),
             output_bytes: all.len(),
         };
-        self.collective(&args, bufs)?;
+        self.engine.run(&cp, &ctx, bufs)?;
         Ok(all)
     }
 
@@ -428,12 +534,64 @@ impl Communicator {
     }
 
     fn run_prepared(&self, p: &Prepared, bufs: CallBuffers) -> Result<()> {
+        if let Some(first) = &p.first_use {
+            self.agree_on_first_use(p, first)?;
+        }
         match (p.provider, p.ina_agree_seq, &p.hier) {
             (ProviderId::Switch, Some(agree_seq), _) => self.run_via_switch(p, agree_seq, bufs),
             (ProviderId::HierarchicalSwitch, Some(agree_seq), Some(phases)) => {
                 self.run_hierarchical_switch(p, phases, agree_seq, bufs)
             }
             _ => self.run_plan(p, bufs),
+        }
+    }
+
+    /// The first-use agreement of a call's key (`agree::first_use`), in
+    /// call order on the thread that runs the call: the first call of the
+    /// key gathers every rank's record and keeps the verdict; calls of the
+    /// key prepared before it ran read the verdict. Nothing of the call
+    /// itself has been sent yet, so a disagreement leaves the group usable
+    /// (the same error on every rank).
+    fn agree_on_first_use(&self, p: &Prepared, first: &FirstUse) -> Result<()> {
+        match first {
+            FirstUse::Run {
+                seq,
+                record,
+                verdict,
+            } => {
+                let sig = CallSig {
+                    algo: AGREEMENT_ALGO_ID,
+                    ..p.sig
+                };
+                let describe = || format!("the agreement at the first use of {}", p.describe());
+                let outcome = self.exchange(*seq, sig, record, &describe).and_then(|all| {
+                    let call = describe_call(&p.sig);
+                    first_use::verdict(&all, &self.members, p.collective, &call)
+                });
+                let _ = verdict.set(outcome.clone());
+                outcome
+            }
+            FirstUse::Await { verdict, key } => match verdict.get() {
+                Some(outcome) => outcome.clone(),
+                None => {
+                    // The call that was to agree ended before it did: forget
+                    // the key, so that the next call of it agrees again.
+                    let mut st = self.state.lock().unwrap();
+                    if st
+                        .agreed
+                        .0
+                        .peek(key)
+                        .is_some_and(|v| Arc::ptr_eq(v, verdict))
+                    {
+                        st.agreed.0.remove(key);
+                    }
+                    Err(Error::runtime(format!(
+                        "{}: the first call of this shape ended before the ranks agreed on what it runs; \
+                         the next call of it agrees again",
+                        p.describe()
+                    )))
+                }
+            },
         }
     }
 
@@ -762,10 +920,7 @@ impl Communicator {
             ReduceOp::Sum
         };
         let mut sig = CallSig {
-            kind: Collective::ALL
-                .iter()
-                .position(|&c| c == args.collective)
-                .unwrap() as u8,
+            kind: kind_of(args.collective),
             dtype: args.dtype.index(),
             op: op.index(),
             algo: match provider {
@@ -785,31 +940,53 @@ impl Communicator {
         } else {
             None
         };
+        let counts = shape.counts.clone();
+        let key = (shape, sig.algo, algo_id);
         let mut st = self.state.lock().unwrap();
+        // One lookup for a key agreed on; the first use of a key makes its
+        // record (a registered algorithm's digest: Python) unlocked.
+        let known = (self.size() > 1).then(|| st.agreed.0.get(&key));
+        let mut first_use = match known {
+            None => None, // one rank agrees with itself
+            Some(Some(verdict)) if matches!(verdict.get(), Some(Ok(()))) => None,
+            Some(Some(verdict)) => Some(FirstUse::Await { verdict, key }),
+            Some(None) => {
+                drop(st);
+                let record = self.first_use_record(&key, choice, source)?;
+                st = self.state.lock().unwrap();
+                let verdict = Verdict::default();
+                st.agreed.0.insert(key, verdict.clone());
+                Some(FirstUse::Run {
+                    seq: 0, // taken below, in order
+                    record,
+                    verdict,
+                })
+            }
+        };
         // Every member folds the same calls in the same order.
         sig.history = st.history;
         st.history = sig.next_history();
-        let mut next_seq = || {
-            let seq = st.seq;
-            st.seq = (st.seq + 1) & !P2P_SEQ;
-            seq
-        };
         // Numbered in the order they run (the transport counts a call's
-        // messages as late once a later call finished): the host phases of
-        // `hierarchical_ina`; through the switch, the agreement on its
-        // outcome, then the host plan, which runs only if the switch failed.
+        // messages as late once a later call finished): the first-use
+        // agreement; the host phases of `hierarchical_ina`; through the
+        // switch, the agreement on its outcome, then the host plan, which
+        // runs only if the switch failed.
+        if let Some(FirstUse::Run { seq, .. }) = &mut first_use {
+            *seq = st.next_seq();
+        }
         let hier = phases.map(|(rs, ag, shard, job)| HostPhases {
-            reduce_scatter: (rs, next_seq()),
-            allgather: (ag, next_seq()),
+            reduce_scatter: (rs, st.next_seq()),
+            allgather: (ag, st.next_seq()),
             shard,
             job,
         });
-        let first = next_seq();
+        let first = st.next_seq();
         let (seq, ina_agree_seq) = if via_switch {
-            (next_seq(), Some(first))
+            (st.next_seq(), Some(first))
         } else {
             (first, None)
         };
+        drop(st);
         let algorithm = match provider {
             ProviderId::Switch => INA,
             ProviderId::HierarchicalSwitch => HIERARCHICAL_INA,
@@ -823,7 +1000,7 @@ impl Communicator {
             collective: args.collective,
             algorithm,
             count: args.count,
-            counts: shape.counts.clone(),
+            counts,
             root: args.root,
             global_rank: self.members[self.rank],
             op,
@@ -833,7 +1010,36 @@ impl Communicator {
             provider,
             ina_agree_seq,
             hier,
+            first_use,
         })
+    }
+
+    /// This rank's record for the first-use agreement of `key`.
+    fn first_use_record(
+        &self,
+        key: &AgreeKey,
+        choice: Choice,
+        source: Option<&dyn PlanSource>,
+    ) -> Result<[u8; first_use::RECORD]> {
+        let (shape, runs, host) = key;
+        let definition = match (choice, source) {
+            (Choice::Builtin(_), _) => 0,
+            (Choice::Registered(alg), Some(source)) => source.digest(alg, shape)?,
+            (Choice::Registered(alg), None) => {
+                return Err(Error::invalid(format!(
+                    "{} algorithm '{}' is registered from Python and runs only in calls made from Python",
+                    alg.collective, alg.name
+                )))
+            }
+        };
+        let record = first_use::Record {
+            shape: first_use::shape_digest(shape),
+            runs: *runs,
+            host: *host,
+            definition,
+            name: choice.name(),
+        };
+        Ok(record.encode())
     }
 
     /// The host phases of `hierarchical_ina` for a call: their plans, this
@@ -1205,6 +1411,14 @@ impl Communicator {
         }
         Ok(())
     }
+}
+
+/// The `kind` of a collective's signatures: its index in `Collective::ALL`.
+fn kind_of(collective: Collective) -> u8 {
+    Collective::ALL
+        .iter()
+        .position(|&c| c == collective)
+        .unwrap() as u8
 }
 
 /// The `count` of a call's signature: its count, or with per-rank counts a

@@ -117,6 +117,16 @@ fn describe_mismatch(
 /// algorithm=pipelined_chain)`: the op only where the collective reduces, the root only
 /// where it has one.
 pub fn describe_sig(sig: &CallSig) -> String {
+    describe_args(sig, true)
+}
+
+/// A call signature in words without its algorithm, e.g.
+/// `allreduce(count=1000, dtype=float32, op=sum)`.
+pub fn describe_call(sig: &CallSig) -> String {
+    describe_args(sig, false)
+}
+
+fn describe_args(sig: &CallSig, algorithm: bool) -> String {
     let dtype = sig_dtype(sig);
     let Some(coll) = Collective::ALL.get(sig.kind as usize) else {
         return format!("send/recv(count={}, dtype={dtype})", sig.count);
@@ -131,7 +141,9 @@ pub fn describe_sig(sig: &CallSig) -> String {
         let op = ReduceOp::ALL.get(sig.op as usize).map_or("?", |o| o.name());
         args.push(format!("op={op}"));
     }
-    args.push(format!("algorithm={}", sig_names(sig).1));
+    if algorithm {
+        args.push(format!("algorithm={}", sig_names(sig).1));
+    }
     format!("{coll}({})", args.join(", "))
 }
 
@@ -144,6 +156,7 @@ pub fn sig_names(sig: &CallSig) -> (&'static str, &'static str) {
     let algo = match shoal_plan::algorithms::by_id(coll, sig.algo) {
         Some(a) => a.name,
         None if sig.algo == crate::ina::INA_ALGO_ID => crate::ina::INA,
+        None if sig.algo == crate::comm::AGREEMENT_ALGO_ID => crate::comm::AGREEMENT,
         None => crate::select::registered_by_id(coll, sig.algo).map_or("?", |r| r.name),
     };
     (coll.name(), algo)

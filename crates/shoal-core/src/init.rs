@@ -9,8 +9,9 @@ use shoal_transport::auth::{random_bytes, to_hex};
 use shoal_transport::routed::Net;
 use shoal_transport::tcp::congestion_in_effect;
 use shoal_transport::{KvStore, Routed, RoutedConfig};
-use tracing::info;
+use tracing::{debug, info};
 
+use crate::agree::version::{self, Build};
 use crate::calibrate::{calibrate, describe, parse_cost, Partners};
 use crate::comm::{Communicator, Engine};
 use crate::config::{Config, RemoteChoice, TransportChoice};
@@ -101,6 +102,7 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
         keepalive,
     ));
     let world = Communicator::world(engine.clone());
+    agree_on_build(&world)?;
     if measure {
         engine
             .selector
@@ -139,6 +141,18 @@ fn start_trace(world: &Communicator) -> Result<()> {
         engine.transport.world(),
         clock,
     )
+}
+
+/// Checks that every rank runs the same build of shoal (`agree::version`),
+/// before anything else goes between them.
+fn agree_on_build(world: &Communicator) -> Result<()> {
+    let build = Build::this();
+    if world.size() > 1 {
+        let all = world.allgather_bytes(&build.record())?;
+        version::compare(&all, world.members())?;
+    }
+    debug!("every rank runs {build}");
+    Ok(())
 }
 
 /// Checks that every rank traces or none does: the clock measurement is

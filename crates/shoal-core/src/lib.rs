@@ -2,6 +2,7 @@
 //! the plan executor and communicators, on top of the rendezvous of
 //! `shoal-bootstrap` and the transports of `shoal-transport`.
 
+pub mod agree;
 pub mod alias;
 pub mod calibrate;
 pub mod comm;

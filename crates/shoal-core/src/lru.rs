@@ -31,6 +31,15 @@ impl<K: Hash + Eq, V: Clone> Lru<K, V> {
         })
     }
 
+    /// The entry of `key`, without counting it as a use.
+    pub fn peek(&self, key: &K) -> Option<&V> {
+        self.map.get(key).map(|(v, _)| v)
+    }
+
+    pub fn remove(&mut self, key: &K) -> Option<V> {
+        self.map.remove(key).map(|(v, _)| v)
+    }
+
     /// Adds (or replaces) an entry, first evicting the least recently used
     /// one if the cache is full. Eviction scans every entry: it happens only
     /// on a miss, whose plan generation costs far more.
@@ -85,6 +94,9 @@ mod tests {
         );
         c.insert(3, 31); // replacing evicts nothing
         assert_eq!((c.len(), c.get(&3)), (3, Some(31)));
+        assert_eq!(c.peek(&3), Some(&31));
+        assert_eq!((c.remove(&3), c.remove(&3)), (Some(31), None));
+        c.insert(3, 31);
         for k in 100..10_000 {
             c.insert(k, k);
         }

@@ -142,6 +142,12 @@ pub trait PlanSource {
     /// The cost factors for a group of `world` ranks, or `None` when the
     /// algorithm is to be chosen by name only.
     fn cost(&self, alg: Registered, world: usize) -> Result<Option<CostFactors>>;
+    /// A digest of the algorithm's definition for calls of `shape`, which
+    /// the ranks compare at the shape's first use (`agree::first_use`):
+    /// definitions that make different plans for any rank must differ.
+    /// Asked after `plan` for the same shape, so a source may reuse the
+    /// plans it built then.
+    fn digest(&self, alg: Registered, shape: &CallShape) -> Result<u64>;
 }
 
 /// A registered algorithm's cost, in the terms of the alpha-beta-gamma
@@ -483,6 +489,9 @@ pub(crate) mod tests {
         fn cost(&self, _: Registered, _: usize) -> Result<Option<CostFactors>> {
             self.asked.set(self.asked.get() + 1);
             Ok(self.factors)
+        }
+        fn digest(&self, _: Registered, _: &CallShape) -> Result<u64> {
+            Ok(0)
         }
     }
 

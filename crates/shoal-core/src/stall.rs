@@ -5,8 +5,10 @@
 //! neighbour, so "waiting on rank 3" says little. The executor asks the
 //! ranks it waits on what they wait for ([`Transport::ask`]), follows
 //! their answers, and names the ranks at the ends of the chains: those that
-//! do not answer (stopped, or not inside a shoal call) or answer that they
-//! are not blocked. Asking happens only once a call has timed out, so a
+//! do not answer (stopped, busy outside shoal, or preparing a call: a rank
+//! answers only from inside a call, and building a registered algorithm's
+//! plan in Python happens before the call sends anything) or answer that
+//! they are not blocked. Asking happens only once a call has timed out, so a
 //! healthy job never pays for it.
 
 use std::collections::BTreeMap;
@@ -107,7 +109,8 @@ impl Stall {
     }
 
     /// The findings in words, e.g. `rank 3 waits on rank 2; rank 2 stopped
-    /// progressing (it does not answer: stopped, or not inside a shoal call)`.
+    /// progressing (it does not answer: stopped, busy outside shoal, or
+    /// preparing a call (e.g. building a registered algorithm's plan))`.
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
         for (&p, h) in &self.heard {
@@ -121,7 +124,10 @@ impl Stall {
         let mut ends = 0;
         for (&p, h) in &self.heard {
             let why = match h {
-                Heard::Nothing => "it does not answer: stopped, or not inside a shoal call",
+                Heard::Nothing => {
+                    "it does not answer: stopped, busy outside shoal, or preparing a call \
+                     (e.g. building a registered algorithm's plan)"
+                }
                 Heard::Busy => {
                     "it answers but is not blocked in a call: still busy with an earlier one?"
                 }

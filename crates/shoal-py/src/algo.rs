@@ -379,6 +379,12 @@ impl PlanSource for PySource<'_> {
         Ok(plan)
     }
 
+    fn digest(&self, alg: Registered, shape: &CallShape) -> shoal_core::Result<u64> {
+        let args = (alg.collective.name(), alg.name, shape_tuple(shape));
+        let digest = self.call("digest", args)?;
+        digest.extract().map_err(|e| self.keep(e))
+    }
+
     fn cost(&self, alg: Registered, world: usize) -> shoal_core::Result<Option<CostFactors>> {
         let factors = self.call("cost", (alg.collective.name(), alg.name, world))?;
         let factors: Option<(f64, f64, f64)> = factors.extract().map_err(|e| self.keep(e))?;

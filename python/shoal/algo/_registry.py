@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import types
 from dataclasses import dataclass, replace
 from typing import Callable, Union, get_args
 
@@ -77,9 +79,11 @@ def register(collective: CollectiveName, name: str, *, cost: Cost | None = None)
     """Registers the decorated function as algorithm ``name`` of ``collective``,
     for every call made from this process: ``algorithm=name``,
     ``SHOAL_ALGO=collective:name`` (register before ``shoal.init``) and, given a
-    ``cost``, the selector. Every rank must register it (an algorithm's identity
-    in messages is a hash of ``collective/name``, so the order does not matter).
-    A name a built-in algorithm has, or one registered before, is a ValueError."""
+    ``cost``, the selector. Every rank must register it, with the same definition
+    (the ranks compare it at the first use of each call shape: docs/algorithms.md);
+    an algorithm's identity in messages is a hash of ``collective/name``, so the
+    order does not matter. A name a built-in algorithm has, or one registered
+    before, is a ValueError."""
     if collective not in get_args(CollectiveName):
         raise ValueError(f"register: unknown collective {collective!r}")
     if collective == "barrier":
@@ -115,6 +119,7 @@ class _Source:
 
     def __init__(self) -> None:
         self.verified: set[tuple[str, str, Shape]] = set()
+        self.digests: dict[tuple[str, str, Shape], int] = {}
 
     def plan(self, collective: str, name: str, shape_tuple: ShapeTuple, rank: int) -> tuple[int, list[OpTuple]]:
         alg = _REGISTRY[(collective, name)]
@@ -128,6 +133,7 @@ class _Source:
             lowered = Lowered(name, alg.fn, probe)
             lowered.check(name, probe)
             self.verified.add(key)
+            self.digests[key] = _plans_digest(lowered)
             if small:
                 b = lowered.builders[rank]
                 return (b.scratch_len, b.ops)
@@ -135,9 +141,58 @@ class _Source:
         alg.fn(b)
         return (b.scratch_len, b.ops)
 
+    def digest(self, collective: str, name: str, shape_tuple: ShapeTuple) -> int:
+        """What the ranks compare at the first use of a call shape: a digest of
+        the plans of every rank that this rank's definition makes at the shape
+        the verification probed (built by it, asked after ``plan``); in groups
+        above VERIFY_WORLDS, which are not verified, of the function's code."""
+        alg = _REGISTRY[(collective, name)]
+        shape = Shape.from_tuple(shape_tuple)
+        if shape.world > VERIFY_WORLDS:
+            return _code_digest(alg.fn)
+        key = (collective, name, shape)
+        if key not in self.digests:  # the plan came from the cache of another group
+            small = shape.world * shape.count <= VERIFY_ELEMENTS
+            probe = shape if small else replace(shape, count=VERIFY_ELEMENTS // shape.world)
+            self.digests[key] = _plans_digest(Lowered(name, alg.fn, probe))
+        return self.digests[key]
+
     def cost(self, collective: str, name: str, world: int) -> tuple[float, float, float] | None:
         alg = _REGISTRY[(collective, name)]
         return None if alg.cost is None else alg.cost.at(world)
+
+
+def _plans_digest(lowered: Lowered) -> int:
+    """64 bits of BLAKE2b over the plans' JSON document."""
+    text: str = lowered.plan.to_json()
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+def _code_digest(fn: AlgorithmFn) -> int:
+    """64 bits of BLAKE2b over the function's code: its bytecode, constants
+    (nested functions' code included) and names, not where it was written."""
+    h = hashlib.blake2b(digest_size=8)
+
+    def add(c: object) -> None:
+        if isinstance(c, types.CodeType):
+            h.update(c.co_code)
+            h.update(repr(c.co_names).encode())
+            add(c.co_consts)
+        elif isinstance(c, tuple):
+            h.update(b"(")
+            for item in c:
+                add(item)
+            h.update(b")")
+        elif isinstance(c, frozenset):  # its order changes with the hash seed
+            h.update(repr(sorted(repr(item) for item in c)).encode())
+        else:
+            h.update(repr(c).encode())
+
+    code = getattr(fn, "__code__", None)
+    if code is None:  # a callable object: its type's __call__
+        code = getattr(type(fn).__call__, "__code__", None)
+    add(code)
+    return int.from_bytes(h.digest(), "little")
 
 
 _SOURCE = _Source()
