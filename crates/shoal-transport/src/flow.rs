@@ -108,11 +108,6 @@ impl Flow {
     pub fn take_due(&mut self) -> Vec<(usize, u64)> {
         std::mem::take(&mut self.due)
     }
-
-    /// Whether some credit is due (cheap to ask on every progress call).
-    pub fn has_due(&self) -> bool {
-        !self.due.is_empty()
-    }
 }
 
 #[cfg(test)]
@@ -144,7 +139,7 @@ mod tests {
     fn a_receiver_gives_credit_back_in_quarter_window_batches() {
         let mut f = Flow::new(1000);
         f.free(3, 100);
-        assert!(!f.has_due(), "164 < 250");
+        assert!(f.take_due().is_empty(), "164 < 250");
         f.free(3, 100);
         assert_eq!(f.take_due(), vec![(3, 328)]);
         assert!(f.take_due().is_empty());
@@ -155,6 +150,6 @@ mod tests {
         let mut f = Flow::unlimited();
         assert!(f.spend(1, usize::MAX));
         f.free(1, 1 << 40);
-        assert!(!f.has_due());
+        assert!(f.take_due().is_empty());
     }
 }

@@ -369,10 +369,6 @@ impl Matcher {
         self.flow.take_due()
     }
 
-    pub fn has_credit_due(&self) -> bool {
-        self.flow.has_due()
-    }
-
     /// Rendezvous payloads stay readable after their sender said bye: the
     /// transport holds them (UCX, whose sender closes only once its sends
     /// completed, so their bytes have reached this side). On shm they are

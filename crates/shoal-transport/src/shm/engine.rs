@@ -12,7 +12,8 @@ use super::segment::{read_reason, Mapping};
 use crate::cma;
 use crate::doorbell::Doorbell;
 use crate::frame::{
-    credit, decode_waiting, waiting, Header, Kind, RndvInfo, ACK_OK, ACK_UNWANTED, HEADER_LEN,
+    credit, decode_waiting, waiting, Header, Kind, RndvInfo, ACK_FAILED, ACK_OK, ACK_UNWANTED,
+    HEADER_LEN,
 };
 use crate::matching::{closed, Incoming, Matcher, Pull};
 use crate::{ReqId, TransportError};
@@ -385,7 +386,7 @@ impl Inner {
                             p.inc.len
                         );
                         self.matcher.fail_incoming(p.inc, TransportError::Io(what));
-                        self.ack(ch, p.rndv.cookie, 1);
+                        self.ack(ch, p.rndv.cookie, ACK_FAILED);
                         continue;
                     }
                 }
@@ -499,7 +500,7 @@ fn on_ack(o: &mut OutChan, matcher: &mut Matcher, peer: usize, info: RndvInfo) {
         }
         return;
     }
-    if info.word == 0 {
+    if info.word == ACK_OK {
         matcher.complete(id);
     } else {
         let what = format!("shm: rank {peer} could not read this message from our memory");
