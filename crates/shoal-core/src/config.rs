@@ -133,7 +133,7 @@ pub const VARIABLES: &[Variable] = &[
     ),
     var(
         "SHOAL_UNEXPECTED_BYTES",
-        "4194304",
+        "16777216",
         "bytes of one peer's messages a rank holds before their receives are posted (flow control)",
         "shoal-core config.rs",
     ),
@@ -340,7 +340,7 @@ pub struct Config {
     /// shared slot buffers; shared-memory collective steps exposing this
     /// little are copied there and read with plain loads (0: never).
     pub shm_slot_bytes: usize,
-    /// `SHOAL_UNEXPECTED_BYTES` (default 4194304, 65536 to 1 TiB): the
+    /// `SHOAL_UNEXPECTED_BYTES` (default 16777216, 65536 to 1 TiB): the
     /// flow-control window: bytes of one peer's messages a rank holds
     /// before their receives are posted; beyond it the sender's messages
     /// wait for their receives (rendezvous).

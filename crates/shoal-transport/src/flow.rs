@@ -24,8 +24,11 @@ use std::collections::HashMap;
 /// holds a queue entry, so a flood of empty messages is bounded too.
 pub const OVERHEAD: usize = 64;
 
-/// Default window per peer (`SHOAL_UNEXPECTED_BYTES`).
-pub const DEFAULT_WINDOW: usize = 4 << 20;
+/// Default window per peer (`SHOAL_UNEXPECTED_BYTES`): large enough that
+/// two ranks that both send a 4 MiB message before receiving the other's
+/// (tests/workers/api.py) still do not wait for each other; at least three
+/// quarters of it is free whenever the receiver has taken what came.
+pub const DEFAULT_WINDOW: usize = 16 << 20;
 
 /// Both sides of the credit of one transport, per peer.
 pub(crate) struct Flow {

@@ -28,8 +28,10 @@
 //! runs them under rendezvous semantics). UCX moves large payloads by its
 //! rendezvous protocol: zero-copy
 //! (RDMA, CMA) with no staging copy in shoal. Standalone point-to-point
-//! sends always ride inline (as on shm, so two ranks that both send first
-//! cannot deadlock).
+//! sends ride inline while they fit the flow-control credit (as on shm, so
+//! two ranks that both send first do not wait for each other); a message
+//! beyond the credit ([`crate::flow`]) takes the rendezvous path, its
+//! payload sent synchronously so UCX does not deliver it early either.
 //!
 //! UCX tag layout: bit 63 the class (0 control, 1 payload), bits 32..62 the
 //! sender's rank, bits 0..31 the payload id.
