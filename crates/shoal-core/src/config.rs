@@ -132,6 +132,12 @@ pub const VARIABLES: &[Variable] = &[
         "shoal-core config.rs",
     ),
     var(
+        "SHOAL_UNEXPECTED_BYTES",
+        "16777216",
+        "bytes of one peer's messages a rank holds before their receives are posted (flow control)",
+        "shoal-core config.rs",
+    ),
+    var(
         "SHOAL_HOST_ID",
         "",
         "ranks with equal ids share memory (default: the hostname)",
@@ -334,6 +340,11 @@ pub struct Config {
     /// shared slot buffers; shared-memory collective steps exposing this
     /// little are copied there and read with plain loads (0: never).
     pub shm_slot_bytes: usize,
+    /// `SHOAL_UNEXPECTED_BYTES` (default 16777216, 65536 to 1 TiB): the
+    /// flow-control window: bytes of one peer's messages a rank holds
+    /// before their receives are posted; beyond it the sender's messages
+    /// wait for their receives (rendezvous).
+    pub unexpected_bytes: usize,
     /// `SHOAL_HOST_ID` (default: the hostname): ranks with equal ids share memory.
     pub host_id: Option<String>,
     /// `SHOAL_TCP_ADDR` (default: the address that reaches the store, else 127.0.0.1):
@@ -407,6 +418,8 @@ const MAX_RING_BYTES: usize = 1 << 30;
 /// Chunks beyond this are no different from one piece, and keep plan arithmetic far from overflow.
 const MAX_CHUNK_BYTES: usize = 1 << 40;
 const MAX_PLAN_CACHE: usize = 65_536;
+/// A smaller flow-control window only sends more messages by rendezvous.
+const MIN_UNEXPECTED_BYTES: usize = 65_536;
 /// More calls than anyone reads in a dump.
 const MAX_FLIGHT_RECORDER: usize = 65_536;
 /// The longest `SHOAL_INA_TIMEOUT` (a day): longer is a typo, and would not
@@ -447,6 +460,13 @@ impl Config {
             shm_ring_bytes: whole(env, "SHOAL_SHM_RING_BYTES", 4_194_304, 4096, MAX_RING_BYTES)?,
             shm_cma_bytes: whole(env, "SHOAL_SHM_CMA_BYTES", 1_048_576, 0, usize::MAX)?,
             shm_slot_bytes: whole(env, "SHOAL_SHM_SLOT_BYTES", 16_384, 0, 1 << 20)?,
+            unexpected_bytes: whole(
+                env,
+                "SHOAL_UNEXPECTED_BYTES",
+                shoal_transport::flow::DEFAULT_WINDOW,
+                MIN_UNEXPECTED_BYTES,
+                1 << 40,
+            )?,
             host_id: env("SHOAL_HOST_ID").filter(|s| !s.is_empty()),
             tcp_addr: parse_tcp_addr(env)?,
             tcp_congestion: parse_congestion(env)?,
@@ -721,6 +741,7 @@ pub(crate) mod tests {
             ("SHOAL_SHM_RING_BYTES", "99999999999", "at most"),
             ("SHOAL_SHM_CMA_BYTES", "-1", "whole number"),
             ("SHOAL_SHM_SLOT_BYTES", "2097152", "at most"),
+            ("SHOAL_UNEXPECTED_BYTES", "1000", "at least 65536"),
             ("SHOAL_CALIBRATE", "2", "0 or 1"),
             ("SHOAL_CALIBRATE", "maybe", "0 or 1"),
             ("SHOAL_INA_TIMEOUT", "soon", "seconds"),

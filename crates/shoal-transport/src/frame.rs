@@ -4,14 +4,16 @@
 //! keeps the payload cache-line aligned in shm rings, which is what lets sink
 //! pieces be multiples of 64 without staging.
 //!
-//! Bytes 48..64 belong to the frame's kind. The shm transport sends two
-//! header-only frames for its single-copy path: a rendezvous descriptor
-//! (`Rndv`: the message stays in the sender's memory, the receiver reads it
-//! with `process_vm_readv`) and its acknowledgement (`Ack`), with the fields
-//! of [`RndvInfo`] there. Both transports send two header-only frames about
-//! blocked calls: `Waiting` (this rank is blocked in the call of the header's
-//! tag and signature, waiting on the ranks listed there) and `Query` (tell me
-//! what you wait for).
+//! Bytes 48..64 belong to the frame's kind. A rendezvous message travels as
+//! a header-only descriptor (`Rndv`: the payload stays with the sender) and
+//! its acknowledgement (`Ack`), with the fields of [`RndvInfo`] there. On shm
+//! the receiver reads the payload from the sender's memory with
+//! `process_vm_readv`, then acks; on tcp the `Ack` asks for the payload,
+//! which follows as a `Payload` frame. A receiver gives flow-control credit
+//! back ([`crate::flow`]) in `Credit` frames. Every transport sends two
+//! header-only frames about blocked calls: `Waiting` (this rank is blocked
+//! in the call of the header's tag and signature, waiting on the ranks
+//! listed there) and `Query` (tell me what you wait for).
 
 use crate::{Answer, Blocked, CallSig, Tag, TransportError};
 
@@ -30,11 +32,12 @@ pub enum Kind {
     Abort = 2,
     /// The sender closed cleanly; no more frames follow.
     Bye = 3,
-    /// A rendezvous descriptor (shm only): `len` bytes wait at the
-    /// [`RndvInfo`] address in the sender's memory; no payload follows.
+    /// A rendezvous descriptor: `len` bytes wait with the sender (shm: at
+    /// the [`RndvInfo`] address in its memory); no payload follows.
     Rndv = 4,
-    /// The receiver of a rendezvous message is done with the sender's
-    /// memory (shm only); no payload follows.
+    /// The receiver of a rendezvous message is done with it (shm: read it
+    /// from the sender's memory) or, on tcp, asks for its payload; the
+    /// [`RndvInfo`] names the message. No payload follows.
     Ack = 5,
     /// The sender is blocked in the call of the header's tag and signature,
     /// waiting on the ranks in bytes 48..64 (four little-endian u32, unused
@@ -43,13 +46,21 @@ pub enum Kind {
     /// The sender asks what the receiver is waiting for (answered with a
     /// `Waiting` frame). No payload follows.
     Query = 7,
+    /// The sender gives back flow-control credit: bytes 48..56 (little
+    /// endian) say how much. No payload follows.
+    Credit = 8,
+    /// The payload of a rendezvous message whose `Ack` asked for it (tcp);
+    /// bytes 56..64 are the descriptor's cookie.
+    Payload = 9,
 }
 
-/// The extra fields of `Rndv` and `Ack` frames (header bytes 48..64).
+/// The extra fields of `Rndv`, `Ack`, `Payload` and `Credit` frames
+/// (header bytes 48..64).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct RndvInfo {
-    /// `Rndv`: the message's address in the sender's memory. `Ack`: a
-    /// status, 0 when the bytes were read.
+    /// `Rndv`: the message's address in the sender's memory (shm; 0 on
+    /// tcp). `Ack`: a status, 0 when the bytes were read (shm) or are
+    /// wanted (tcp). `Credit`: the bytes given back.
     pub word: u64,
     /// Names the send request; echoed by the `Ack`.
     pub cookie: u64,
@@ -71,6 +82,24 @@ impl RndvInfo {
         b[56..64].copy_from_slice(&self.cookie.to_le_bytes());
         b
     }
+}
+
+/// `Ack` status: shm read the payload; tcp (and shm without
+/// `process_vm_readv`) asks for it.
+pub const ACK_OK: u64 = 0;
+/// `Ack` status: shm could not read the payload from the sender's memory.
+pub const ACK_FAILED: u64 = 1;
+/// `Ack` status: the receive that matched wants no payload (the lengths
+/// differ, and it failed); the send is over.
+pub const ACK_UNWANTED: u64 = 2;
+
+/// A `Credit` frame giving `bytes` of flow-control credit back.
+pub fn credit(bytes: u64) -> [u8; HEADER_LEN] {
+    let info = RndvInfo {
+        word: bytes,
+        cookie: 0,
+    };
+    info.encode(&Header::control(Kind::Credit, 0))
 }
 
 /// A `Waiting` frame saying `b`, or that the sender is not blocked (`None`).
@@ -138,8 +167,17 @@ impl Header {
         }
     }
 
-    /// A header for a control frame (`Abort`, `Bye`, `Ack`, `Query`) with
-    /// `len` payload bytes.
+    /// The header of the payload of rendezvous message `cookie` (tcp).
+    pub fn payload(tag: Tag, sig: CallSig, len: usize, cookie: u64) -> [u8; HEADER_LEN] {
+        let h = Header {
+            kind: Kind::Payload,
+            ..Header::data(tag, sig, len)
+        };
+        RndvInfo { word: 0, cookie }.encode(&h)
+    }
+
+    /// A header for a control frame (`Abort`, `Bye`, `Ack`, `Query`,
+    /// `Credit`) with `len` payload bytes.
     pub fn control(kind: Kind, len: usize) -> Header {
         let tag = Tag {
             comm: 0,
@@ -186,6 +224,8 @@ impl Header {
             5 => Kind::Ack,
             6 => Kind::Waiting,
             7 => Kind::Query,
+            8 => Kind::Credit,
+            9 => Kind::Payload,
             k => return Err(TransportError::Io(format!("unknown frame kind {k}"))),
         };
         Ok(Header {
@@ -259,6 +299,22 @@ mod tests {
             RndvInfo::decode(&Header::data(h.tag, h.sig, 5).encode()),
             RndvInfo::default()
         );
+    }
+
+    #[test]
+    fn credit_and_payload_roundtrip() {
+        let c = credit(1 << 33);
+        assert_eq!(Header::decode(&c).unwrap().kind, Kind::Credit);
+        assert_eq!(RndvInfo::decode(&c).word, 1 << 33);
+        let tag = Tag {
+            comm: 4,
+            seq: 5,
+            step: 6,
+        };
+        let p = Header::payload(tag, CallSig::default(), 77, 12);
+        let h = Header::decode(&p).unwrap();
+        assert_eq!((h.kind, h.tag, h.len), (Kind::Payload, tag, 77));
+        assert_eq!(RndvInfo::decode(&p).cookie, 12);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 mod cma;
 pub mod doorbell;
+pub mod flow;
 mod frame;
 mod matching;
 mod pool;

@@ -26,6 +26,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use crate::flow::Flow;
 use crate::frame::{Header, RndvInfo};
 use crate::pool::{BufferPool, KEEP_NONE};
 use crate::{Answer, Blocked, CallSig, RecvInto, ReqId, Result, Sink, Tag, TransportError};
@@ -284,6 +285,9 @@ pub(crate) struct Matcher {
     /// Whether a rendezvous payload stays readable after its sender closed
     /// ([`Matcher::rndv_outlives_bye`]).
     rndv_outlives_bye: bool,
+    /// Credit for eager messages, both ways ([`crate::flow`]); unlimited
+    /// unless the transport asks ([`Matcher::limit_unexpected`]).
+    flow: Flow,
 }
 
 fn same_call(a: Tag, b: Tag) -> bool {
@@ -336,7 +340,33 @@ impl Matcher {
             queries: Vec::new(),
             heap: BufferPool::new(KEEP_NONE),
             rndv_outlives_bye: false,
+            flow: Flow::unlimited(),
         }
+    }
+
+    /// Holds at most `window` bytes of each peer's eager messages before
+    /// their receives are posted; the transport sends by rendezvous what
+    /// [`Matcher::may_send_eagerly`] refuses, gives back the credit of
+    /// [`Matcher::take_credit_due`], and passes on the peers' credit to
+    /// [`Matcher::on_credit`].
+    pub fn limit_unexpected(&mut self, window: usize) {
+        self.flow = Flow::new(window);
+    }
+
+    /// Whether a `len`-byte message to `peer` may go eagerly (its credit is
+    /// then spent); otherwise it must go by rendezvous.
+    pub fn may_send_eagerly(&mut self, peer: usize, len: usize) -> bool {
+        self.flow.spend(peer, len)
+    }
+
+    /// `peer` gave `bytes` of credit back.
+    pub fn on_credit(&mut self, peer: usize, bytes: u64) {
+        self.flow.refund(peer, bytes);
+    }
+
+    /// Credit this rank owes its peers now, as (peer, bytes).
+    pub fn take_credit_due(&mut self) -> Vec<(usize, u64)> {
+        self.flow.take_due()
     }
 
     /// Rendezvous payloads stay readable after their sender said bye: the
@@ -451,8 +481,8 @@ impl Matcher {
                     rndv,
                     inc: Incoming::discard(got),
                 });
-            } else {
-                drop_unexpected(q, i);
+            } else if drop_unexpected(q, i) {
+                self.flow.free(peer, got);
             }
             let e = TransportError::LengthMismatch {
                 peer,
@@ -466,6 +496,7 @@ impl Matcher {
             let data = q.unexpected.remove(i).unwrap().data.unwrap();
             deliver(into, &data);
             self.heap.give(data);
+            self.flow.free(peer, len);
             return Ok(self.new_req(peer, State::Done));
         }
         if let Some(rndv) = q.unexpected[i].rndv {
@@ -492,9 +523,12 @@ impl Matcher {
     /// call with another signature, then picks where the payload goes.
     pub fn on_header(&mut self, peer: usize, h: &Header) -> Incoming {
         if self.refuses(peer, h) {
+            self.flow.free(peer, h.len as usize);
             return Incoming::discard(h.len as usize);
         }
         if let Some(inc) = self.match_posted(peer, h) {
+            // (the payload goes to the receive's memory, or nowhere)
+            self.flow.free(peer, inc.len);
             return inc;
         }
         let len = h.len as usize;
@@ -788,15 +822,26 @@ impl Matcher {
             Claim::None => q.unexpected[i].data = Some(data),
             Claim::Drop => {
                 q.unexpected.remove(i);
+                self.flow.free(peer, data.len());
                 self.heap.give(data);
             }
             Claim::Recv(id, into) => {
                 q.unexpected.remove(i);
                 deliver(into, &data);
+                self.flow.free(peer, data.len());
                 self.heap.give(data);
                 self.complete(id);
             }
         }
+    }
+
+    /// Whether request `id` is still under way (neither done nor failed).
+    pub fn is_pending(&self, id: ReqId) -> bool {
+        self.fatal.is_none()
+            && self
+                .reqs
+                .get(&id)
+                .is_some_and(|r| matches!(r.state, State::Pending))
     }
 
     pub fn complete(&mut self, id: ReqId) {
@@ -947,11 +992,15 @@ impl Matcher {
     }
 }
 
-fn drop_unexpected(q: &mut PeerQ, i: usize) {
+/// Drops unexpected message `i`, now if it has arrived (then returns true),
+/// else once it has.
+fn drop_unexpected(q: &mut PeerQ, i: usize) -> bool {
     if q.unexpected[i].data.is_some() {
         q.unexpected.remove(i);
+        true
     } else {
         q.unexpected[i].claim = Claim::Drop;
+        false
     }
 }
 

@@ -44,6 +44,8 @@ pub struct RoutedConfig {
     pub cma_threshold: usize,
     /// Bytes of each shm slot buffer (`ShmConfig::slot_size`).
     pub slot_size: usize,
+    /// The flow-control window per peer, on every transport ([`crate::flow`]).
+    pub unexpected_bytes: usize,
     /// Address tcp listens on and publishes.
     pub bind_ip: IpAddr,
     /// Limit for setup and for flushing on close.
@@ -81,6 +83,7 @@ impl RoutedConfig {
             ring_size: DEFAULT_RING_SIZE,
             cma_threshold: DEFAULT_CMA_THRESHOLD,
             slot_size: DEFAULT_SLOT_SIZE,
+            unexpected_bytes: crate::flow::DEFAULT_WINDOW,
             bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             timeout: Duration::from_secs(60),
             tcp_congestion: None,
@@ -147,6 +150,7 @@ impl Routed {
                 timeout: cfg.timeout,
                 cma_threshold: cfg.cma_threshold,
                 slot_size: cfg.slot_size,
+                unexpected_bytes: cfg.unexpected_bytes,
             };
             Some(ShmTransport::connect(&c, store)?)
         } else {
@@ -162,6 +166,7 @@ impl Routed {
             c.local_ranks = locals;
             c.timeout = cfg.timeout;
             c.lib = cfg.ucx_lib.clone();
+            c.unexpected_bytes = cfg.unexpected_bytes;
             let ucx = UcxTransport::connect(&c, store)?;
             let mut routed = Routed::new(cfg.rank, cfg.world, shm, None);
             routed.add_ucx(ucx);
@@ -174,6 +179,7 @@ impl Routed {
             c.bind_ip = cfg.bind_ip;
             c.timeout = cfg.timeout;
             c.congestion = cfg.tcp_congestion.clone();
+            c.unexpected_bytes = cfg.unexpected_bytes;
             Some(TcpTransport::connect_with_doorbell(
                 &c,
                 store,

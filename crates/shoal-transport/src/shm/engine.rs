@@ -2,7 +2,7 @@
 //! the rings into receives, runs rendezvous reads (`process_vm_readv`) and
 //! acks them, and picks up peers' abort and bye flags and deaths.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,7 +11,10 @@ use super::ring::{pad64, Ring};
 use super::segment::{read_reason, Mapping};
 use crate::cma;
 use crate::doorbell::Doorbell;
-use crate::frame::{decode_waiting, waiting, Header, Kind, RndvInfo, HEADER_LEN};
+use crate::frame::{
+    credit, decode_waiting, waiting, Header, Kind, RndvInfo, ACK_FAILED, ACK_OK, ACK_UNWANTED,
+    HEADER_LEN,
+};
 use crate::matching::{closed, Incoming, Matcher, Pull};
 use crate::{ReqId, TransportError};
 
@@ -60,6 +63,9 @@ pub(super) struct OutChan {
     pub(super) cma: bool,
     /// Rendezvous sends whose descriptor is out, waiting for the peer's ack.
     pub(super) awaiting: Vec<ReqId>,
+    /// Payloads the peer is to ask for (it may not read our memory), by
+    /// request id: the `Payload` header, the data and its length.
+    pub(super) held: HashMap<ReqId, ([u8; HEADER_LEN], *const u8, usize)>,
     pub(super) bell: Doorbell,
 }
 
@@ -68,6 +74,9 @@ struct InChan {
     ring: Ring,
     head: u64,
     incoming: Option<Incoming>,
+    /// Rendezvous messages whose payload we asked for, by cookie: where
+    /// each goes when its `Payload` frame comes through the ring.
+    asked: HashMap<u64, Incoming>,
     /// Rung after freeing space, in case the producer waits for it.
     producer_bell: Doorbell,
     producer: Arc<Mapping>,
@@ -137,6 +146,7 @@ impl Inner {
             ctl: VecDeque::new(),
             cma,
             awaiting: Vec::new(),
+            held: HashMap::new(),
             bell: theirs.bell(),
         });
         self.ins.push(InChan {
@@ -144,6 +154,7 @@ impl Inner {
             ring: from_peer,
             head: 0,
             incoming: None,
+            asked: HashMap::new(),
             producer_bell: theirs.bell(),
             producer: theirs,
             pid,
@@ -160,7 +171,12 @@ impl Inner {
         for i in 0..self.ins.len() {
             changed |= self.pull_in(i);
         }
-        // Answers to queries just read (they do not count as progress).
+        for (peer, bytes) in self.matcher.take_credit_due() {
+            if let Some(o) = self.index[peer].and_then(|ch| self.outs.get_mut(ch)) {
+                o.ctl.push_back(credit(bytes));
+            }
+        }
+        // Answers to queries and credit (they do not count as progress).
         for i in 0..self.outs.len() {
             if !self.outs[i].ctl.is_empty() {
                 self.push_out(i);
@@ -248,7 +264,7 @@ impl Inner {
                     let info = RndvInfo::decode(raw);
                     let answer = (h.kind == Kind::Waiting).then(|| decode_waiting(&h, raw));
                     c.head += HEADER_LEN as u64;
-                    moved |= !matches!(h.kind, Kind::Waiting | Kind::Query);
+                    moved |= !matches!(h.kind, Kind::Waiting | Kind::Query | Kind::Credit);
                     match h.kind {
                         Kind::Rndv => {
                             matcher.on_rndv(c.peer, &h, info);
@@ -272,6 +288,18 @@ impl Inner {
                             }
                             continue;
                         }
+                        Kind::Credit => {
+                            matcher.on_credit(c.peer, info.word);
+                            continue;
+                        }
+                        Kind::Payload => match c.asked.remove(&info.cookie) {
+                            Some(inc) if inc.len as u64 == h.len => inc,
+                            _ => {
+                                let why = format!("a payload nobody asked for ({})", info.cookie);
+                                matcher.peer_down(c.peer, &why);
+                                return true;
+                            }
+                        },
                         _ => matcher.on_header(c.peer, &h),
                     }
                 }
@@ -322,6 +350,18 @@ impl Inner {
                 continue;
             }
             moved = true;
+            if p.rndv.word == 0 {
+                // The sender holds the payload until we ask for it.
+                let p = self.pulls.pop_front().unwrap();
+                let status = if p.inc.wanted() {
+                    self.ins[ch].asked.insert(p.rndv.cookie, p.inc);
+                    ACK_OK
+                } else {
+                    ACK_UNWANTED
+                };
+                self.ack(ch, p.rndv.cookie, status);
+                continue;
+            }
             let pid = self.ins[ch].pid;
             let status = if p.inc.wanted() {
                 let step = budget.min(p.inc.remaining());
@@ -346,7 +386,7 @@ impl Inner {
                             p.inc.len
                         );
                         self.matcher.fail_incoming(p.inc, TransportError::Io(what));
-                        self.ack(ch, p.rndv.cookie, 1);
+                        self.ack(ch, p.rndv.cookie, ACK_FAILED);
                         continue;
                     }
                 }
@@ -380,9 +420,9 @@ impl Inner {
     }
 
     /// Queues an ack of the rendezvous send `cookie` to `outs[ch]`'s peer.
-    fn ack(&mut self, ch: usize, cookie: u64, status: u32) {
+    fn ack(&mut self, ch: usize, cookie: u64, status: u64) {
         let info = RndvInfo {
-            word: status as u64,
+            word: status,
             cookie,
         };
         let frame = info.encode(&Header::control(Kind::Ack, 0));
@@ -416,6 +456,7 @@ impl Inner {
         let fatal = self.matcher.is_fatal();
         for (o, c) in self.outs.iter_mut().zip(&self.ins) {
             if c.bye_done && !fatal {
+                o.held.clear();
                 for id in o.awaiting.drain(..) {
                     self.matcher.fail(id, closed(c.peer));
                 }
@@ -436,13 +477,30 @@ impl Inner {
     }
 }
 
-/// Completes (or fails) the rendezvous send `info.cookie` to `peer`, acked.
+/// Completes (or fails) the rendezvous send `info.cookie` to `peer`, acked;
+/// or queues its payload, when the peer asks for it.
 fn on_ack(o: &mut OutChan, matcher: &mut Matcher, peer: usize, info: RndvInfo) {
     let Some(k) = o.awaiting.iter().position(|&id| id == info.cookie) else {
         return;
     };
     let id = o.awaiting.swap_remove(k);
-    if info.word == 0 {
+    if let Some((header, data, len)) = o.held.remove(&id) {
+        if info.word == ACK_OK && matcher.is_pending(id) {
+            // Completes once written, as an eager send does.
+            o.queue.push_back(SendOp {
+                id,
+                header,
+                data,
+                len,
+                rndv: false,
+                sent: 0,
+            });
+        } else {
+            matcher.complete(id);
+        }
+        return;
+    }
+    if info.word == ACK_OK {
         matcher.complete(id);
     } else {
         let what = format!("shm: rank {peer} could not read this message from our memory");

@@ -93,6 +93,9 @@ pub struct ShmConfig {
     /// line): exposures this small are copied there and read by peers with
     /// plain loads; 0 turns slots off. Equal on all local ranks.
     pub slot_size: usize,
+    /// Bytes of one peer's messages this rank holds before their receives
+    /// are posted (the flow-control window, [`crate::flow`]).
+    pub unexpected_bytes: usize,
 }
 
 impl ShmConfig {
@@ -106,8 +109,23 @@ impl ShmConfig {
             timeout: Duration::from_secs(60),
             cma_threshold: DEFAULT_CMA_THRESHOLD,
             slot_size: DEFAULT_SLOT_SIZE,
+            unexpected_bytes: crate::flow::DEFAULT_WINDOW,
         }
     }
+}
+
+/// How a message goes to its receiver.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum How {
+    /// Through the ring, header and payload (spends flow-control credit).
+    Eager,
+    /// A descriptor through the ring; the receiver reads the payload from
+    /// our memory once a receive matches it.
+    Read,
+    /// A descriptor through the ring; once a receive matches it, the
+    /// receiver asks for the payload, which follows through the ring (a
+    /// receiver that may not read our memory, out of credit).
+    OnRequest,
 }
 
 /// Shared-memory transport; see the module docs.
@@ -196,6 +214,7 @@ impl ShmTransport {
         drop(name);
 
         let mut inner = Inner::new(cfg.rank, cfg.world, &locals, cfg.cma_threshold);
+        inner.matcher.limit_unexpected(cfg.unexpected_bytes);
         for (r, map, peer_pid) in maps.into_iter().filter(|(r, ..)| *r != cfg.rank) {
             let theirs = slot_of(r).unwrap();
             // The peer published (before the barrier) whether it reads us.
@@ -309,27 +328,44 @@ impl Transport for ShmTransport {
         }
         let id = g.matcher.add_send(peer)?;
         let i = g.index[peer].expect("add_send checked the peer");
-        // Standalone point-to-point sends stay eager: a rank runs one of them
-        // at a time and may send before it receives, so waiting for the peer's
-        // receive could deadlock two ranks that send to each other first.
-        // Collective plans post receives beside sends (verified deadlock-free
-        // under rendezvous semantics), so they take the single-copy path.
-        let rndv = g.outs[i].cma && len >= g.cma_threshold && sig.kind != CallSig::P2P_KIND;
-        let (header, payload) = if rndv {
-            let info = RndvInfo {
-                word: data as u64,
-                cookie: id,
-            };
-            (info.encode(&Header::rndv(tag, sig, len)), 0)
+        // Standalone point-to-point sends stay eager while the receiver has
+        // credit for them: a rank runs one of them at a time and may send
+        // before it receives, so two ranks that send to each other first
+        // work up to the flow-control window. Collective plans post
+        // receives beside sends (verified deadlock-free under rendezvous
+        // semantics), so their large messages take the single-copy path.
+        let cma = g.outs[i].cma;
+        let single_copy = cma && len >= g.cma_threshold && sig.kind != CallSig::P2P_KIND;
+        let how = if single_copy {
+            How::Read
+        } else if g.matcher.may_send_eagerly(peer, len) {
+            How::Eager
+        } else if cma {
+            How::Read
         } else {
-            (Header::data(tag, sig, len).encode(), len)
+            How::OnRequest
         };
+        let (header, payload) = match how {
+            How::Eager => (Header::data(tag, sig, len).encode(), len),
+            How::Read | How::OnRequest => {
+                let info = RndvInfo {
+                    // (0: no address to read; the receiver asks for the payload)
+                    word: if how == How::Read { data as u64 } else { 0 },
+                    cookie: id,
+                };
+                (info.encode(&Header::rndv(tag, sig, len)), 0)
+            }
+        };
+        if how == How::OnRequest {
+            let payload_header = Header::payload(tag, sig, len, id);
+            g.outs[i].held.insert(id, (payload_header, data, len));
+        }
         g.outs[i].queue.push_back(SendOp {
             id,
             header,
             data,
             len: payload,
-            rndv,
+            rndv: how != How::Eager,
             sent: 0,
         });
         g.push_out(i);

@@ -12,6 +12,16 @@
 //! connection's reader thread and by the waiting rank's own polling. Both
 //! ring a [`Doorbell`] the waiting rank sleeps on. EOF without a prior `Bye`
 //! frame marks the peer dead. Sending to self is rejected: plans never do it.
+//!
+//! Flow control ([`crate::flow`]): a message goes eagerly while the
+//! receiver has credit for it, so a receiver holds at most
+//! [`TcpConfig::unexpected_bytes`] of one peer's unreceived messages. Beyond
+//! that, the sender sends a `Rndv` header only and keeps the payload; once a
+//! receive matches the header, the receiver asks for the payload with an
+//! `Ack`, and it follows as a `Payload` frame, read straight into the
+//! receive. Payloads ride the same stream as everything else, so they are
+//! asked for and sent by the ranks' own threads, when they poll (a rank
+//! outside shoal neither asks nor answers, as with any receive).
 
 mod connect;
 mod handshake;
@@ -19,6 +29,7 @@ mod reader;
 
 pub use connect::congestion_in_effect;
 
+use std::collections::HashMap;
 use std::io::{ErrorKind, Write};
 use std::net::{IpAddr, Ipv4Addr, Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
@@ -30,8 +41,9 @@ use std::time::{Duration, Instant};
 
 use crate::auth::Key;
 use crate::doorbell::{wait_on, Doorbell};
-use crate::frame::{waiting, Header, Kind, HEADER_LEN};
-use crate::matching::Matcher;
+use crate::flow::DEFAULT_WINDOW;
+use crate::frame::{credit, waiting, Header, Kind, RndvInfo, ACK_OK, ACK_UNWANTED, HEADER_LEN};
+use crate::matching::{Matcher, Pull};
 use crate::{
     Answer, Blocked, CallSig, KvStore, RecvInto, ReqId, Result, Tag, Transport, TransportError,
 };
@@ -56,6 +68,9 @@ pub struct TcpConfig {
     pub timeout: Duration,
     /// TCP congestion control of the connections (`None`: the system's).
     pub congestion: Option<Congestion>,
+    /// Bytes of one peer's messages this rank holds before their receives
+    /// are posted (the flow-control window, [`crate::flow`]).
+    pub unexpected_bytes: usize,
 }
 
 /// A congestion-control algorithm for the connections, by its kernel name.
@@ -78,6 +93,7 @@ impl TcpConfig {
             key,
             timeout: Duration::from_secs(60),
             congestion: None,
+            unexpected_bytes: DEFAULT_WINDOW,
         }
     }
 }
@@ -93,6 +109,9 @@ struct Shared {
     /// When the rank last polled the sockets itself (ns since `epoch`).
     polled_at: AtomicU64,
     epoch: Instant,
+    /// `Ack`s of our rendezvous messages (peer, cookie, status), read by
+    /// the reader threads, for the rank's thread to send their payloads.
+    acks: Mutex<Vec<(usize, RndvInfo)>>,
 }
 
 /// A rank that polled its sockets this recently is still polling them.
@@ -169,6 +188,16 @@ struct Conn {
     queue: Mutex<Option<Sender<Job>>>,
     write: Arc<WriteSide>,
     read: Arc<Mutex<ReadSide>>,
+    /// Our rendezvous messages to this peer whose payload it has not asked
+    /// for yet, by cookie (the send's request id).
+    held: Mutex<HashMap<u64, Held>>,
+}
+
+/// The payload of a rendezvous message, kept until the receiver asks.
+struct Held {
+    header: [u8; HEADER_LEN],
+    data: SendPtr,
+    len: usize,
 }
 
 /// The write half of a connection, shared by the caller (small sends go out
@@ -219,13 +248,16 @@ impl TcpTransport {
         peers.sort_unstable();
         peers.dedup();
         let connect::Connected { streams, refused } = connect::establish(cfg, store, &peers)?;
+        let mut matcher = Matcher::new(cfg.rank, peers.iter().copied());
+        matcher.limit_unexpected(cfg.unexpected_bytes);
         let shared = Arc::new(Shared {
-            matcher: Mutex::new(Matcher::new(cfg.rank, peers.iter().copied())),
+            matcher: Mutex::new(matcher),
             bell,
             events: AtomicU32::new(0),
             closing: AtomicBool::new(false),
             polled_at: AtomicU64::new(0),
             epoch: Instant::now(),
+            acks: Mutex::new(Vec::new()),
         });
         let mut index = vec![None; cfg.world.max(peers.last().map_or(0, |m| m + 1))];
         let mut conns = Vec::new();
@@ -257,6 +289,7 @@ impl TcpTransport {
                 queue: Mutex::new(Some(tx)),
                 write,
                 read,
+                held: Mutex::new(HashMap::new()),
             });
         }
         let last_seen = AtomicU32::new(0);
@@ -608,7 +641,15 @@ impl Transport for TcpTransport {
         data: *const u8,
         len: usize,
     ) -> Result<ReqId> {
-        let id = self.shared.lock().add_send(peer)?;
+        let (id, eager) = {
+            let mut m = self.shared.lock();
+            let id = m.add_send(peer)?;
+            (id, m.may_send_eagerly(peer, len))
+        };
+        if !eager {
+            self.send_rndv(peer, id, tag, sig, data, len)?;
+            return Ok(id);
+        }
         let header = Header::data(tag, sig, len).encode();
         match self.try_direct(peer, id, &header, data, len) {
             Some(Direct::Sent) => self.shared.update(|m| m.complete(id)),
@@ -652,13 +693,20 @@ impl Transport for TcpTransport {
     fn progress(&self) -> Result<bool> {
         self.shared.mark_polled();
         self.pump_readable();
-        let queries = {
+        let (queries, pulls, credit_due) = {
             let mut m = self.shared.lock();
             m.health()?;
-            m.take_queries()
+            (m.take_queries(), m.take_pulls(), m.take_credit_due())
         };
         if !queries.is_empty() {
             self.answer_queries(&queries);
+        }
+        for p in pulls {
+            self.ask_for_payload(p);
+        }
+        self.send_asked_payloads();
+        for (peer, bytes) in credit_due {
+            let _ = self.send_control(peer, credit(bytes));
         }
         let now = self.shared.events.load(Ordering::Acquire);
         Ok(self.last_seen.swap(now, Ordering::AcqRel) != now)
@@ -710,6 +758,106 @@ impl Transport for TcpTransport {
 }
 
 impl TcpTransport {
+    /// Sends a `Rndv` header for message `id` and holds its payload until
+    /// the receiver asks for it.
+    fn send_rndv(
+        &self,
+        peer: usize,
+        id: ReqId,
+        tag: Tag,
+        sig: CallSig,
+        data: *const u8,
+        len: usize,
+    ) -> Result<()> {
+        let c = self
+            .conn(peer)
+            .ok_or_else(|| io_err("transport is closed"))?;
+        let held = Held {
+            header: Header::payload(tag, sig, len, id),
+            data: SendPtr(data),
+            len,
+        };
+        lock(&c.held).insert(id, held);
+        let info = RndvInfo {
+            word: 0,
+            cookie: id,
+        };
+        self.send_control(peer, info.encode(&Header::rndv(tag, sig, len)))
+            .inspect_err(|e| {
+                lock(&c.held).remove(&id);
+                self.shared.lock().fail(id, e.clone());
+            })
+    }
+
+    /// A rendezvous message met its receive: the payload is to be read
+    /// into `p.inc` when it comes; asks the sender for it (or tells it the
+    /// receive does not want it: the lengths differ).
+    fn ask_for_payload(&self, p: Pull) {
+        let Some(c) = self.conn(p.peer) else {
+            return;
+        };
+        if !self.shared.lock().may_pull(p.peer) {
+            let mut m = self.shared.lock();
+            if !m.is_fatal() {
+                m.fail_incoming(p.inc, crate::matching::closed(p.peer));
+            }
+            return;
+        }
+        let cookie = p.rndv.cookie;
+        let status = if p.inc.wanted() {
+            // (before the ask: the payload may follow at once)
+            lock(&c.read).expect(cookie, p.inc);
+            ACK_OK
+        } else {
+            ACK_UNWANTED
+        };
+        let info = RndvInfo {
+            word: status,
+            cookie,
+        };
+        let _ = self.send_control(p.peer, info.encode(&Header::control(Kind::Ack, 0)));
+    }
+
+    /// Sends the payloads the receivers asked for since the last call.
+    fn send_asked_payloads(&self) {
+        let acks = {
+            let mut acks = lock(&self.shared.acks);
+            if acks.is_empty() {
+                return;
+            }
+            std::mem::take(&mut *acks)
+        };
+        for (peer, info) in acks {
+            let Some(c) = self.conn(peer) else {
+                continue;
+            };
+            let Some(held) = lock(&c.held).remove(&info.cookie) else {
+                continue;
+            };
+            let id = info.cookie;
+            if info.word != ACK_OK {
+                // (the receive failed, and with it the job: the send is over)
+                self.shared.update(|m| m.complete(id));
+                continue;
+            }
+            // A request that failed meanwhile (a death, an abort) has handed
+            // its buffer back to the caller: nothing may be read from it.
+            if !self.shared.lock().is_pending(id) {
+                continue;
+            }
+            let job = Job::Data {
+                id,
+                header: held.header,
+                data: held.data,
+                len: held.len,
+                sent: 0,
+            };
+            if let Err(e) = self.enqueue(peer, job) {
+                self.shared.update(|m| m.fail(id, e));
+            }
+        }
+    }
+
     /// Queues a header-only control frame to `peer`.
     fn send_control(&self, peer: usize, header: [u8; HEADER_LEN]) -> Result<()> {
         let payload = Vec::new();
@@ -724,6 +872,10 @@ impl TcpTransport {
             let _ = self.send_control(peer, header);
         }
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn io_err(msg: &str) -> TransportError {

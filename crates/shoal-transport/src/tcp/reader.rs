@@ -8,12 +8,13 @@
 //! waking another thread, which on a loaded or virtual machine costs tens of
 //! microseconds per message.
 
+use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 
 use super::{set_tcp_option, Shared};
-use crate::frame::{decode_waiting, Header, Kind, HEADER_LEN};
+use crate::frame::{decode_waiting, Header, Kind, RndvInfo, HEADER_LEN};
 use crate::matching::Incoming;
 use crate::TransportError;
 
@@ -34,6 +35,9 @@ pub(super) struct ReadSide {
     inbox: Vec<u8>,
     start: usize,
     end: usize,
+    /// Rendezvous messages whose payload we asked for, by cookie: where
+    /// each payload goes when its `Payload` frame comes.
+    awaiting: HashMap<u64, Incoming>,
 }
 
 enum State {
@@ -70,7 +74,13 @@ impl ReadSide {
             inbox: vec![0; INBOX],
             start: 0,
             end: 0,
+            awaiting: HashMap::new(),
         }
+    }
+
+    /// The payload of rendezvous message `cookie` goes to `inc` when it comes.
+    pub(super) fn expect(&mut self, cookie: u64, inc: Incoming) {
+        self.awaiting.insert(cookie, inc);
     }
 
     pub(super) fn closed(&self) -> bool {
@@ -232,8 +242,28 @@ impl ReadSide {
                 sh.hear(|m| m.on_query(peer));
                 State::Header
             }
-            Kind::Rndv | Kind::Ack => {
-                return self.broken(sh, &format!("unexpected {:?} frame over tcp", h.kind))
+            Kind::Rndv => {
+                sh.update(|m| m.on_rndv(peer, &h, RndvInfo::decode(buf)));
+                State::Header
+            }
+            Kind::Ack => {
+                super::lock(&sh.acks).push((peer, RndvInfo::decode(buf)));
+                sh.update(|_| {});
+                State::Header
+            }
+            Kind::Credit => {
+                sh.lock().on_credit(peer, RndvInfo::decode(buf).word);
+                State::Header
+            }
+            Kind::Payload => {
+                let cookie = RndvInfo::decode(buf).cookie;
+                match self.awaiting.remove(&cookie) {
+                    Some(inc) if inc.len as u64 == h.len => State::Data(inc),
+                    _ => {
+                        let why = format!("a payload nobody asked for (message {cookie})");
+                        return self.broken(sh, &why);
+                    }
+                }
             }
         };
     }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::ffi::{Ep, StatusPtr, Ucp, Worker, UCS_INPROGRESS, UCS_OK};
 use super::{ctl_tag, payload_tag, sender_of, CLASS_PAYLOAD};
-use crate::frame::{decode_waiting, waiting, Header, Kind, RndvInfo, HEADER_LEN};
+use crate::frame::{credit, decode_waiting, waiting, Header, Kind, RndvInfo, HEADER_LEN};
 use crate::matching::{closed, Incoming, Matcher};
 use crate::shm::pid_dead;
 use crate::{KvStore, ReqId, TransportError};
@@ -161,17 +161,26 @@ impl Inner {
     ///
     /// # Safety
     /// `data[..len]` stays valid until request `id` completes.
+    /// `sync`: the send completes only once the receiver took the payload
+    /// (for a payload sent this way for want of flow-control credit, which
+    /// UCX would otherwise deliver eagerly into the receiver's memory).
     pub(super) unsafe fn send_payload(
         &mut self,
         peer: usize,
         data: *const u8,
         len: usize,
         id: ReqId,
+        sync: bool,
     ) -> u32 {
         let pid = self.next_payload;
         self.next_payload = self.next_payload.wrapping_add(1);
         let ep = self.ep(peer).expect("add_send checked the peer");
-        let r = self.ucp.send(ep, data, len, payload_tag(self.rank, pid));
+        let tag = payload_tag(self.rank, pid);
+        let r = if sync {
+            self.ucp.send_sync(ep, data, len, tag)
+        } else {
+            self.ucp.send(ep, data, len, tag)
+        };
         self.track_send(r, peer, Some(id), Vec::new());
         pid
     }
@@ -298,6 +307,9 @@ impl Inner {
         changed |= self.take_frames();
         changed |= self.start_pulls();
         changed |= self.run_payloads();
+        for (peer, bytes) in self.matcher.take_credit_due() {
+            self.send_frame(peer, credit(bytes).to_vec(), None);
+        }
         self.check_errors();
         if self.last_liveness.elapsed() >= LIVENESS_EVERY {
             self.last_liveness = Instant::now();
@@ -397,6 +409,10 @@ impl Inner {
                 self.matcher.on_complete(peer, inc);
             }
             Kind::Rndv => self.matcher.on_rndv(peer, &h, RndvInfo::decode(b)),
+            Kind::Credit => {
+                self.matcher.on_credit(peer, RndvInfo::decode(b).word);
+                return false;
+            }
             Kind::Abort => {
                 let reason = String::from_utf8_lossy(payload).into_owned();
                 self.matcher

@@ -224,6 +224,8 @@ pub struct Ucp {
     ep_flush_nbx: unsafe extern "C" fn(Ep, *const RequestParam) -> *mut c_void,
     tag_send_nbx:
         unsafe extern "C" fn(Ep, *const c_void, usize, UcpTag, *const RequestParam) -> *mut c_void,
+    tag_send_sync_nbx:
+        unsafe extern "C" fn(Ep, *const c_void, usize, UcpTag, *const RequestParam) -> *mut c_void,
     tag_recv_nbx: unsafe extern "C" fn(
         Worker,
         *mut c_void,
@@ -299,6 +301,7 @@ impl Ucp {
             ep_close_nbx: sym!("ucp_ep_close_nbx"),
             ep_flush_nbx: sym!("ucp_ep_flush_nbx"),
             tag_send_nbx: sym!("ucp_tag_send_nbx"),
+            tag_send_sync_nbx: sym!("ucp_tag_send_sync_nbx"),
             tag_recv_nbx: sym!("ucp_tag_recv_nbx"),
             tag_probe_nb: sym!("ucp_tag_probe_nb"),
             tag_msg_recv_nbx: sym!("ucp_tag_msg_recv_nbx"),
@@ -457,6 +460,17 @@ impl Ucp {
     pub unsafe fn send(&self, ep: Ep, data: *const u8, len: usize, tag: UcpTag) -> StatusPtr {
         let p = RequestParam::bytes(0);
         StatusPtr::of((self.tag_send_nbx)(ep, data.cast(), len, tag, &p))
+    }
+
+    /// Like [`Ucp::send`], but completes only once the receiver has
+    /// received the message, so UCX holds no unbounded eager copies of
+    /// payloads the receiver has not asked for.
+    ///
+    /// # Safety
+    /// `data[..len]` stays valid until the request completes.
+    pub unsafe fn send_sync(&self, ep: Ep, data: *const u8, len: usize, tag: UcpTag) -> StatusPtr {
+        let p = RequestParam::bytes(0);
+        StatusPtr::of((self.tag_send_sync_nbx)(ep, data.cast(), len, tag, &p))
     }
 
     /// # Safety

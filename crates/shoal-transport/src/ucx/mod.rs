@@ -28,8 +28,10 @@
 //! runs them under rendezvous semantics). UCX moves large payloads by its
 //! rendezvous protocol: zero-copy
 //! (RDMA, CMA) with no staging copy in shoal. Standalone point-to-point
-//! sends always ride inline (as on shm, so two ranks that both send first
-//! cannot deadlock).
+//! sends ride inline while they fit the flow-control credit (as on shm, so
+//! two ranks that both send first do not wait for each other); a message
+//! beyond the credit ([`crate::flow`]) takes the rendezvous path, its
+//! payload sent synchronously so UCX does not deliver it early either.
 //!
 //! UCX tag layout: bit 63 the class (0 control, 1 payload), bits 32..62 the
 //! sender's rank, bits 0..31 the payload id.
@@ -136,6 +138,9 @@ pub struct UcxConfig {
     pub lib: String,
     /// See [`DEFAULT_RNDV_BYTES`].
     pub rndv_bytes: usize,
+    /// Bytes of one peer's messages this rank holds before their receives
+    /// are posted (the flow-control window, [`crate::flow`]).
+    pub unexpected_bytes: usize,
 }
 
 impl UcxConfig {
@@ -149,6 +154,7 @@ impl UcxConfig {
             timeout: Duration::from_secs(60),
             lib: DEFAULT_LIB.to_string(),
             rndv_bytes: DEFAULT_RNDV_BYTES,
+            unexpected_bytes: crate::flow::DEFAULT_WINDOW,
         }
     }
 }
@@ -265,6 +271,7 @@ impl UcxTransport {
                 });
             }
             let mut matcher = Matcher::new(cfg.rank, cfg.peers.iter().copied());
+            matcher.limit_unexpected(cfg.unexpected_bytes);
             matcher.keep_buffers(engine::KEPT_BUFFER_BYTES);
             matcher.rndv_outlives_bye();
             Ok(Inner::new(
@@ -394,11 +401,13 @@ impl Transport for UcxTransport {
             return Err(io_err("transport is closed"));
         }
         let id = g.matcher.add_send(peer)?;
-        if len >= self.rndv_bytes && sig.kind != CallSig::P2P_KIND {
+        let large = len >= self.rndv_bytes && sig.kind != CallSig::P2P_KIND;
+        let out_of_credit = !large && !g.matcher.may_send_eagerly(peer, len);
+        if large || out_of_credit {
             // The payload goes first, so its id is known for the header;
             // UCX keeps it (or, for rendezvous, its descriptor) until the
             // receiver posts the receive the header leads to.
-            let pid = g.send_payload(peer, data, len, id);
+            let pid = g.send_payload(peer, data, len, id, out_of_credit);
             let info = RndvInfo {
                 word: 0,
                 cookie: pid as u64,
