@@ -32,7 +32,7 @@ mod shared;
 mod structure;
 
 pub use error::{ErrorKind, OpText, Problem, RegionText, Stuck, VerifyError};
-pub use structure::check_plan;
+pub use structure::{check_plan, check_scratch};
 
 use crate::algorithms::Algorithm;
 use crate::plan::{CallShape, Collective, Plan};

@@ -367,3 +367,18 @@ fn location_blames_a_step_even_when_the_error_is_not_at_one() {
     let err = fails(allreduce(2, 1), &plans);
     assert_eq!(err.location(&plans), Some((0, 1)));
 }
+
+#[test]
+fn refuses_scratch_past_the_limit_before_modelling_it() {
+    // 2^40 elements aborted the process in the allocator, 2^62 panicked on
+    // the capacity; the limit for one element on two ranks is 4·2 + 2^20.
+    for scratch in [1usize << 40, 1 << 62] {
+        let mut plans = exchange_plans();
+        plans[1].scratch_len = scratch;
+        let err = fails(allreduce(2, 1), &plans);
+        assert_eq!(
+            err.to_string(),
+            format!("rank 1: scratch of {scratch} elements is more than the limit of 1048584 for this call (4 × its 2 elements + 1048576)")
+        );
+    }
+}

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::plan::{Buf, Collective, Op, Plan, Region};
+use crate::plan::{Buf, Collective, Op, Plan, Region, SCRATCH_FACTOR, SCRATCH_FLOOR};
 
 /// A verification failure. `rank` and `step` locate it when it belongs to
 /// one step; `op` is that step's operation, for the message.
@@ -26,6 +26,13 @@ pub enum ErrorKind {
     },
     RankField {
         got: usize,
+    },
+    /// Asks for more scratch than a plan of the call may use: `limit`, from
+    /// the call's `elements` (see `CallShape::max_scratch`).
+    ScratchLimit {
+        scratch: usize,
+        limit: usize,
+        elements: usize,
     },
     BadPeer {
         peer: usize,
@@ -230,6 +237,15 @@ impl fmt::Display for ErrorKind {
             }
             PlanCount { expected, got } => write!(f, "expected {expected} plans, got {got}"),
             RankField { got } => write!(f, "plan says it is rank {got}"),
+            ScratchLimit {
+                scratch,
+                limit,
+                elements,
+            } => write!(
+                f,
+                "scratch of {scratch} elements is more than the limit of {limit} for this call \
+                 ({SCRATCH_FACTOR} × its {elements} elements + {SCRATCH_FLOOR})"
+            ),
             BadPeer { peer } => write!(f, "peer {peer} is itself or outside the group"),
             BadDep { dep } => write!(f, "depends on step {dep}, which is not earlier"),
             OutOfBounds { region, buf_len } => write!(
