@@ -382,3 +382,57 @@ fn refuses_scratch_past_the_limit_before_modelling_it() {
         );
     }
 }
+
+#[test]
+fn verifies_a_large_count_in_the_memory_of_a_small_one() {
+    // 10M elements per rank were 60M symbolic values (2.7 GB); the ring
+    // moves a few dozen runs, each of which the verifier models as one.
+    let shape = CallShape::new(Collective::Allreduce, 2, 10_000_000, 1 << 18);
+    let ring = shoal_plan::find(Collective::Allreduce, "ring").unwrap();
+    let mut plans: Vec<Plan> = (0..2).map(|r| (ring.generate)(&shape, r)).collect();
+    verify_plans(&shape, &plans).unwrap();
+    // A bug is still found, and named by the call's element: rank 1
+    // overwrites its last piece of the reduce-scatter instead of reducing
+    // into it, so rank 0 gets that piece without rank 1's contribution.
+    let last = plans[1]
+        .steps
+        .iter()
+        .rposition(|s| matches!(s.op, Op::RecvReduce { .. }))
+        .unwrap();
+    let Op::RecvReduce { peer, tag, dst } = plans[1].steps[last].op else {
+        unreachable!()
+    };
+    assert!(dst.offset > 0);
+    plans[1].steps[last].op = Op::Recv { peer, tag, dst };
+    let err = fails(shape, &plans);
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "rank 0: Output[{}]: missing the contribution of rank 1",
+            dst.offset
+        )
+    );
+}
+
+#[test]
+fn refuses_plans_cut_finer_than_it_models() {
+    // Shifting by one cuts between every two elements: nothing merges.
+    let count = 2 * shoal_plan::verify::MAX_MODELED;
+    let mut plan = Plan::new(0);
+    plan.copy(
+        Region::input(0, count - 1),
+        Region::output(1, count - 1),
+        vec![],
+    );
+    let shape = CallShape::new(Collective::Allgather, 1, count, count);
+    let err = fails(shape, &[plan]);
+    assert!(
+        matches!(err.kind, ErrorKind::TooManySegments { .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("more segments than the verifier models"),
+        "{err}"
+    );
+}

@@ -34,6 +34,11 @@ pub enum ErrorKind {
         limit: usize,
         elements: usize,
     },
+    /// The plans cut their buffers into more pieces than the verifier
+    /// models (see `segments`).
+    TooManySegments {
+        limit: usize,
+    },
     BadPeer {
         peer: usize,
     },
@@ -245,6 +250,11 @@ impl fmt::Display for ErrorKind {
                 f,
                 "scratch of {scratch} elements is more than the limit of {limit} for this call \
                  ({SCRATCH_FACTOR} × its {elements} elements + {SCRATCH_FLOOR})"
+            ),
+            TooManySegments { limit } => write!(
+                f,
+                "the plans cut the buffers into more segments than the verifier models ({limit}); \
+                 verify a smaller count or larger chunks"
             ),
             BadPeer { peer } => write!(f, "peer {peer} is itself or outside the group"),
             BadDep { dep } => write!(f, "depends on step {dep}, which is not earlier"),
