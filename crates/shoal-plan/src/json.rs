@@ -793,6 +793,20 @@ mod tests {
         );
         let world = err("\"world\": 2", "\"world\": 18446744073709551615");
         assert!(world.starts_with("shape.world: "), "{world}");
+        let broadcast = shape(Collective::Broadcast, 2, 4);
+        let text = CallPlans {
+            algorithm: None,
+            plans: vec![],
+            shape: CallShape {
+                root: 2,
+                ..broadcast
+            },
+        }
+        .to_json();
+        assert_eq!(
+            CallPlans::from_json(&text).unwrap_err(),
+            "shape.root: 2 is not a rank of a world of 2"
+        );
         let overflowing = CallPlans {
             algorithm: None,
             plans: vec![],

@@ -285,6 +285,11 @@ impl CallShape {
         if self.world > u32::MAX as usize {
             return Err(format!("world: {} ranks is more than 2^32 - 1", self.world));
         }
+        // The contract names the root's buffers, which must exist.
+        if self.collective.rooted() && self.root >= self.world {
+            let (root, world) = (self.root, self.world);
+            return Err(format!("root: {root} is not a rank of a world of {world}"));
+        }
         match self.elements() {
             Some(e) if e <= MAX_ELEMENTS => Ok(()),
             _ if self.counts.is_some() => Err(format!(

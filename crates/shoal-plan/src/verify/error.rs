@@ -316,7 +316,7 @@ impl fmt::Display for ErrorKind {
             } => write!(
                 f,
                 "reads [{offset}..{}] of a region of {exposed} exposed elements",
-                offset + len
+                offset.saturating_add(*len)
             ),
             OtherHost { peer } => write!(
                 f,
