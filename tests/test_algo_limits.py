@@ -75,6 +75,11 @@ def test_a_registered_algorithm_asking_for_absurd_scratch_is_a_value_error(scrat
     assert f"scratch of {eval(scratch)} elements" in line and "more than the limit" in line, line
 
 
+def test_scratch_past_64_bits_is_refused_in_the_builder() -> None:
+    line = _run(REGISTERED.format(scratch="b.scratch(2**64)", count=4))
+    assert line == "ValueError: scratch: 18446744073709551616 elements do not fit in 64 bits", line
+
+
 def test_scratch_asked_for_only_past_the_verified_size_is_refused_before_running() -> None:
     # Registered algorithms are verified at a capped count; the plan that runs
     # must still pass the scratch limit.
