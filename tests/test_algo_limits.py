@@ -127,3 +127,15 @@ def test_a_plan_too_fine_to_model_is_refused_by_name() -> None:
     line = _run(code, memory=1 << 30)
     assert line.startswith("VerifyError: shifted is wrong for allgather(world=1, count=2097152"), line
     assert "more segments than the verifier models" in line, line
+
+
+def test_a_plan_of_too_many_steps_is_refused_by_name() -> None:
+    # At chunk 1 the steps grow with the count, and the race check's memory
+    # with their square (4.8 GB here).
+    code = """
+    from shoal import algo
+
+    print(algo.plan("allreduce", "ring", 2, 1 << 16, chunk=1).verify()[0])
+    """
+    line = _run(code, memory=1 << 30)
+    assert line.startswith("rank 0: 196608 steps are more than the verifier checks in one plan (32768)"), line

@@ -37,6 +37,7 @@ mod shared;
 mod structure;
 
 pub use error::{ErrorKind, OpText, Problem, RegionText, Stuck, VerifyError};
+pub use races::MAX_STEPS;
 pub use segments::MAX_MODELED;
 pub use structure::{check_plan, check_scratch};
 

@@ -436,3 +436,16 @@ fn refuses_plans_cut_finer_than_it_models() {
         "{err}"
     );
 }
+
+#[test]
+fn refuses_plans_of_more_steps_than_it_checks() {
+    // A ring at a small chunk: steps grow with the count, and the race
+    // check's memory with their square.
+    let shape = CallShape::new(Collective::Allreduce, 2, 1 << 16, 1);
+    let ring = shoal_plan::find(Collective::Allreduce, "ring").unwrap();
+    let plans: Vec<Plan> = (0..2).map(|r| (ring.generate)(&shape, r)).collect();
+    assert!(plans[0].steps.len() > shoal_plan::verify::MAX_STEPS);
+    let err = fails(shape, &plans);
+    assert!(matches!(err.kind, ErrorKind::TooManySteps { .. }), "{err}");
+    assert_eq!((err.rank, err.step), (Some(0), None));
+}

@@ -34,6 +34,11 @@ pub enum ErrorKind {
         limit: usize,
         elements: usize,
     },
+    /// More steps than the verifier checks in one rank's plan.
+    TooManySteps {
+        steps: usize,
+        limit: usize,
+    },
     /// The plans cut their buffers into more pieces than the verifier
     /// models (see `segments`).
     TooManySegments {
@@ -250,6 +255,11 @@ impl fmt::Display for ErrorKind {
                 f,
                 "scratch of {scratch} elements is more than the limit of {limit} for this call \
                  ({SCRATCH_FACTOR} × its {elements} elements + {SCRATCH_FLOOR})"
+            ),
+            TooManySteps { steps, limit } => write!(
+                f,
+                "{steps} steps are more than the verifier checks in one plan ({limit}); \
+                 verify a smaller count or larger chunks"
             ),
             TooManySegments { limit } => write!(
                 f,
