@@ -139,3 +139,25 @@ def test_a_plan_of_too_many_steps_is_refused_by_name() -> None:
     """
     line = _run(code, memory=1 << 30)
     assert line.startswith("rank 0: 196608 steps are more than the verifier checks in one plan (32768)"), line
+
+
+def test_a_plan_that_keeps_doubling_its_values_is_caught_in_little_memory() -> None:
+    # Two buffers reduced into each other in turn, 80 times: 2^80 contributions.
+    code = """
+    import json
+    from shoal import algo
+
+    steps = [
+        {"op": "copy", "src": ["input", 0, 1], "dst": ["output", 0, 1], "deps": []},
+        {"op": "copy", "src": ["input", 0, 1], "dst": ["scratch", 0, 1], "deps": [0]},
+    ]
+    for _ in range(80):
+        n = len(steps)
+        steps.append({"op": "reduce", "src": ["output", 0, 1], "dst": ["scratch", 0, 1], "deps": [n - 1]})
+        steps.append({"op": "reduce", "src": ["scratch", 0, 1], "dst": ["output", 0, 1], "deps": [n]})
+    shape = {"collective": "allreduce", "world": 1, "count": 1, "chunk": 1}
+    doc = {"format": "shoal-plan/1", "shape": shape, "ranks": [{"rank": 0, "scratch": 1, "steps": steps}]}
+    print(algo.Plan.from_json(json.dumps(doc)).verify()[0])
+    """
+    line = _run(code, memory=1 << 30)
+    assert line == "rank 0: Output[0]: contribution of rank 0 counted twice", line

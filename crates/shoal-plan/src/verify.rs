@@ -38,7 +38,7 @@ mod structure;
 
 pub use error::{ErrorKind, OpText, Problem, RegionText, Stuck, VerifyError};
 pub use races::MAX_STEPS;
-pub use segments::MAX_MODELED;
+pub use segments::{max_modeled, MAX_MODELED};
 pub use structure::{check_plan, check_scratch};
 
 use crate::algorithms::Algorithm;
@@ -64,7 +64,8 @@ pub fn verify_plans(shape: &CallShape, plans: &[Plan]) -> Result<(), VerifyError
 /// so their memory does not grow with the count.
 fn check_values(shape: &CallShape, plans: &[Plan]) -> Result<(), VerifyError> {
     let matches = matching::match_messages(plans)?;
-    let memories = exec::run(&mut exec::Contributions, shape, plans, &matches)?;
+    let mut contributions = exec::Contributions { world: shape.world };
+    let memories = exec::run(&mut contributions, shape, plans, &matches)?;
     expect::check(shape, &memories)?;
     if shape.collective == Collective::Allreduce {
         reproducible::check(shape, plans, &matches)?;

@@ -449,3 +449,23 @@ fn refuses_plans_of_more_steps_than_it_checks() {
     assert!(matches!(err.kind, ErrorKind::TooManySteps { .. }), "{err}");
     assert_eq!((err.rank, err.step), (Some(0), None));
 }
+
+#[test]
+fn a_plan_that_keeps_doubling_its_values_is_caught_not_modelled_to_exhaustion() {
+    // Reducing two buffers into each other in turn doubles what each holds:
+    // 2^80 contributions after 80 rounds, had the verifier kept them all.
+    let mut p = Plan::new(0);
+    p.scratch_len = 1;
+    let (out, scratch) = (Region::output(0, 1), Region::scratch(0, 1));
+    let mut last = p.copy(Region::input(0, 1), out, vec![]);
+    last = p.copy(Region::input(0, 1), scratch, vec![last]);
+    for _ in 0..80 {
+        last = p.reduce(out, scratch, vec![last]);
+        last = p.reduce(scratch, out, vec![last]);
+    }
+    let err = fails(allreduce(1, 1), &[p]);
+    assert_eq!(
+        err.to_string(),
+        "rank 0: Output[0]: contribution of rank 0 counted twice"
+    );
+}

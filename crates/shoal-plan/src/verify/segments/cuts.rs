@@ -5,16 +5,20 @@
 use std::collections::BTreeSet;
 
 use super::layout::Layout;
-use super::MAX_MODELED;
 use crate::builder::accesses;
 use crate::plan::{Op, Plan, Region};
 use crate::verify::exec::slot;
 use crate::verify::matching::Matches;
 
 /// The final cuts of each space, sorted (its ends and every cut between),
-/// or None past [`MAX_MODELED`].
-pub fn spread(layout: &Layout, plans: &[Plan], matches: &Matches) -> Option<Vec<Vec<usize>>> {
-    Cutter::new(layout, plans, matches).run(plans)
+/// or None past `limit` cuts.
+pub fn spread(
+    layout: &Layout,
+    plans: &[Plan],
+    matches: &Matches,
+    limit: usize,
+) -> Option<Vec<Vec<usize>>> {
+    Cutter::new(layout, plans, matches, limit).run(plans)
 }
 
 /// Two regions that hold the same elements once a step is done (the ends of
@@ -67,16 +71,18 @@ struct Cutter<'a> {
     /// Cuts made but not yet spread.
     work: Vec<(usize, usize)>,
     total: usize,
+    limit: usize,
 }
 
 impl<'a> Cutter<'a> {
-    fn new(layout: &'a Layout, plans: &[Plan], matches: &Matches) -> Cutter<'a> {
+    fn new(layout: &'a Layout, plans: &[Plan], matches: &Matches, limit: usize) -> Cutter<'a> {
         let mut cutter = Cutter {
             layout,
             links: plans.iter().map(|_| Default::default()).collect(),
             sets: vec![BTreeSet::new(); layout.lens.len()],
             work: Vec::new(),
             total: 0,
+            limit,
         };
         for (rank, plan) in plans.iter().enumerate() {
             for (i, step) in plan.steps.iter().enumerate() {
@@ -183,7 +189,7 @@ impl<'a> Cutter<'a> {
     fn add(&mut self, space: usize, local: usize) -> Option<()> {
         if self.sets[space].insert(local) {
             self.total += 1;
-            if self.total > MAX_MODELED {
+            if self.total > self.limit {
                 return None;
             }
             self.work.push((space, local));

@@ -2,7 +2,6 @@
 //! wherever they appear, because the buffer contract ties them together
 //! (the table in `plan.rs`), or because they are one rank's scratch.
 
-use super::MAX_MODELED;
 use crate::plan::{Buf, CallShape, Collective, Plan};
 use crate::verify::exec::slot;
 
@@ -27,9 +26,9 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// None when the buffers have more blocks than [`MAX_MODELED`] (each
-    /// block is at least one segment).
-    pub fn of(shape: &CallShape, plans: &[Plan]) -> Option<Layout> {
+    /// None when the buffers have more blocks than `limit` (each block is
+    /// at least one segment).
+    pub fn of(shape: &CallShape, plans: &[Plan], limit: usize) -> Option<Layout> {
         let mut lens = shape
             .counts
             .as_ref()
@@ -51,7 +50,7 @@ impl Layout {
                 };
                 bufs[slot(buf)] = layout.place(rank, buf, runs);
                 total += bufs[slot(buf)].len();
-                if total > MAX_MODELED {
+                if total > limit {
                     return None;
                 }
             }

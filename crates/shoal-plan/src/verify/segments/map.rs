@@ -3,7 +3,6 @@
 //! space has segments.
 
 use super::layout::Layout;
-use super::MAX_MODELED;
 use crate::plan::{Buf, CallShape, Op, Plan, Region, Step};
 use crate::verify::exec::slot;
 use crate::verify::matching::Matches;
@@ -16,8 +15,8 @@ pub struct Map {
 }
 
 impl Map {
-    /// None when the model would have more than [`MAX_MODELED`] elements.
-    pub fn new(mut layout: Layout, cuts: Vec<Vec<usize>>) -> Option<Map> {
+    /// None when the model would have more than `limit` elements.
+    pub fn new(mut layout: Layout, cuts: Vec<Vec<usize>>, limit: usize) -> Option<Map> {
         let mut total = 0usize;
         for bufs in &mut layout.bufs {
             for blocks in bufs {
@@ -29,7 +28,7 @@ impl Map {
                 total += at;
             }
         }
-        (total <= MAX_MODELED).then_some(Map { layout, cuts })
+        (total <= limit).then_some(Map { layout, cuts })
     }
 
     /// Segments of `space`.

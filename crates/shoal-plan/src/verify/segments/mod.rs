@@ -20,7 +20,7 @@
 //! segments, and the elements of a segment are never told apart, so the model
 //! passes exactly when the call does, and its errors translate back to the
 //! call's elements ([`Model::explain`]). Plans cut into more than
-//! [`MAX_MODELED`] segments are refused rather than modelled.
+//! [`max_modeled`] segments are refused rather than modelled.
 
 mod cuts;
 mod layout;
@@ -35,9 +35,15 @@ use layout::Layout;
 use map::Map;
 
 /// The most segments the verifier models, over all ranks and buffers
-/// together (1 Mi: tens of MiB for small groups, a few hundred for 64 ranks,
-/// whose elements each hold up to 64 contributions).
+/// together, in groups of up to 16 ranks (1 Mi); larger groups get
+/// proportionally fewer ([`max_modeled`]), since an element holds up to a
+/// contribution per rank.
 pub const MAX_MODELED: usize = 1 << 20;
+
+/// The most segments the verifier models for a group of `world` ranks.
+pub fn max_modeled(world: usize) -> usize {
+    MAX_MODELED * 16 / world.max(16)
+}
 
 /// The call with one element per segment, and the way back.
 pub struct Model {
@@ -49,10 +55,11 @@ pub struct Model {
 impl Model {
     /// The model of `plans`, which passed the structure and matching checks.
     pub fn of(shape: &CallShape, plans: &[Plan], matches: &Matches) -> Result<Model, VerifyError> {
-        let too_many = || VerifyError::global(ErrorKind::TooManySegments { limit: MAX_MODELED });
-        let layout = Layout::of(shape, plans).ok_or_else(too_many)?;
-        let cuts = cuts::spread(&layout, plans, matches).ok_or_else(too_many)?;
-        let map = Map::new(layout, cuts).ok_or_else(too_many)?;
+        let limit = max_modeled(shape.world);
+        let too_many = || VerifyError::global(ErrorKind::TooManySegments { limit });
+        let layout = Layout::of(shape, plans, limit).ok_or_else(too_many)?;
+        let cuts = cuts::spread(&layout, plans, matches, limit).ok_or_else(too_many)?;
+        let map = Map::new(layout, cuts, limit).ok_or_else(too_many)?;
         let plans = plans.iter().map(|p| map.plan(p, matches)).collect();
         Ok(Model {
             shape: map.shape(shape),
