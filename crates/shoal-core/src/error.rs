@@ -21,6 +21,8 @@ pub enum ErrorKind {
     Timeout,
     /// Rendezvous or transport setup, or another runtime failure.
     Runtime,
+    /// Memory the call needs (a plan's scratch) could not be allocated.
+    OutOfMemory,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

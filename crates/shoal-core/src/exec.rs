@@ -118,16 +118,19 @@ pub fn execute(
     scratch: &mut Vec<u64>,
     tracing: &Tracing,
 ) -> Result<()> {
-    let esize = ctx.dtype.size();
-    let words = (cp.plan.scratch_len * esize).div_ceil(8);
-    if scratch.len() < words {
-        scratch.resize(words, 0);
-    }
+    let scratch = match grow_scratch(scratch, cp.plan.scratch_len, ctx) {
+        Ok(scratch) => scratch,
+        Err(e) => {
+            // Nothing was sent: the peers would wait for this rank until they time out.
+            ctx.transport.abort(&e.message);
+            return Err(e);
+        }
+    };
     let mut run = Run {
         cp,
         ctx,
         bufs,
-        scratch: scratch.as_mut_ptr() as *mut u8,
+        scratch,
         remaining: cp.dep_counts.clone(),
         ready: (0..cp.plan.steps.len())
             .filter(|&i| cp.dep_counts[i] == 0)
@@ -156,6 +159,30 @@ pub fn execute(
         }
     }
     result
+}
+
+/// Grows the reusable scratch to `elements` of the call's dtype. Fails
+/// instead of aborting the process when the memory is not there: a
+/// registered algorithm's scratch is within `CallShape::max_scratch`, which
+/// may still be more than the machine has.
+fn grow_scratch(scratch: &mut Vec<u64>, elements: usize, ctx: &CallContext) -> Result<*mut u8> {
+    let out_of_memory = || {
+        let what = format!("no memory for the plan's {elements} elements of scratch");
+        Error::new(
+            ErrorKind::OutOfMemory,
+            format!("{}: {what}", (ctx.describe)()),
+        )
+    };
+    let bytes = elements.checked_mul(ctx.dtype.size());
+    let words = bytes.ok_or_else(out_of_memory)?.div_ceil(8);
+    if scratch.len() < words {
+        let more = words - scratch.len();
+        scratch
+            .try_reserve_exact(more)
+            .map_err(|_| out_of_memory())?;
+        scratch.resize(words, 0);
+    }
+    Ok(scratch.as_mut_ptr() as *mut u8)
 }
 
 impl Run<'_> {

@@ -19,6 +19,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use crate::plan::{Buf, CallShape, Collective, Op, Plan, Region, Step};
+use crate::verify::check_scratch;
 
 /// The `format` of documents this module writes and reads.
 pub const FORMAT: &str = "shoal-plan/1";
@@ -91,7 +92,7 @@ impl CallPlans {
             .get("ranks")?
             .array()?
             .iter()
-            .map(plan_from)
+            .map(|r| plan_from(r, &shape))
             .collect::<Result<Vec<Plan>, String>>()?;
         Ok(CallPlans {
             shape,
@@ -242,6 +243,8 @@ fn shape_from(f: &Field<'_>) -> Result<CallShape, String> {
         ranks_per_host: f.opt("ranks_per_host")?.map_or(Ok(1), |r| r.usize())?,
         counts,
     };
+    // Before anything below multiplies or sums the shape's numbers.
+    shape.check().map_err(|e| format!("{}.{e}", f.path))?;
     if let (Some(c), Some(want)) = (&shape.counts, shape.counts_len()) {
         if c.len() != want {
             return Err(format!(
@@ -255,7 +258,7 @@ fn shape_from(f: &Field<'_>) -> Result<CallShape, String> {
     Ok(shape)
 }
 
-fn plan_from(f: &Field<'_>) -> Result<Plan, String> {
+fn plan_from(f: &Field<'_>, shape: &CallShape) -> Result<Plan, String> {
     let steps = f
         .get("steps")?
         .array()?
@@ -264,9 +267,19 @@ fn plan_from(f: &Field<'_>) -> Result<Plan, String> {
         .collect::<Result<Vec<Step>, String>>()?;
     Ok(Plan {
         rank: f.get("rank")?.usize()?,
-        scratch_len: f.opt("scratch")?.map_or(Ok(0), |s| s.usize())?,
+        scratch_len: scratch_from(f, shape)?,
         steps,
     })
+}
+
+/// A plan's `scratch`, within what a plan of `shape` may use.
+fn scratch_from(f: &Field<'_>, shape: &CallShape) -> Result<usize, String> {
+    let Some(field) = f.opt("scratch")? else {
+        return Ok(0);
+    };
+    let scratch = field.usize()?;
+    check_scratch(shape, scratch).map_err(|e| format!("{}: {e}", field.path))?;
+    Ok(scratch)
 }
 
 fn step_from(f: &Field<'_>) -> Result<Step, String> {
@@ -742,6 +755,71 @@ mod tests {
         assert!(err(&good[..good.len() - 3]).starts_with("invalid JSON at line"));
         assert!(err("[").starts_with("invalid JSON"));
         assert!(err(&"[".repeat(1000)).contains("nested too deeply"));
+    }
+
+    /// A document of a two-rank ring allreduce of `count` elements.
+    fn ring_json(count: usize) -> String {
+        let shape = shape(Collective::Allreduce, 2, count);
+        let alg = crate::algorithms::find(Collective::Allreduce, "ring").unwrap();
+        CallPlans {
+            algorithm: None,
+            plans: (0..2).map(|r| (alg.generate)(&shape, r)).collect(),
+            shape,
+        }
+        .to_json()
+    }
+
+    #[test]
+    fn scratch_past_the_limit_names_its_field() {
+        let text = ring_json(4).replacen("\"scratch\": 0", "\"scratch\": 4294967296", 1);
+        let limit = 4 * 8 + (1 << 20);
+        assert_eq!(
+            CallPlans::from_json(&text).unwrap_err(),
+            format!("ranks[0].scratch: scratch of 4294967296 elements is more than the limit of {limit} for this call (4 × its 8 elements + 1048576)")
+        );
+    }
+
+    #[test]
+    fn sizes_past_what_a_call_can_hold_name_their_field() {
+        let err = |from: &str, to: &str| {
+            let text = ring_json(4);
+            assert!(text.contains(from), "{from}");
+            CallPlans::from_json(&text.replacen(from, to, 1)).unwrap_err()
+        };
+        let count = err("\"count\": 4", "\"count\": 18446744073709551615");
+        assert!(
+            count.starts_with("shape.count: 2 ranks × 18446744073709551615 elements is more than"),
+            "{count}"
+        );
+        let world = err("\"world\": 2", "\"world\": 18446744073709551615");
+        assert!(world.starts_with("shape.world: "), "{world}");
+        let broadcast = shape(Collective::Broadcast, 2, 4);
+        let text = CallPlans {
+            algorithm: None,
+            plans: vec![],
+            shape: CallShape {
+                root: 2,
+                ..broadcast
+            },
+        }
+        .to_json();
+        assert_eq!(
+            CallPlans::from_json(&text).unwrap_err(),
+            "shape.root: 2 is not a rank of a world of 2"
+        );
+        let overflowing = CallPlans {
+            algorithm: None,
+            plans: vec![],
+            shape: CallShape {
+                counts: Some(vec![usize::MAX, 1].into()),
+                ..shape(Collective::Allgather, 2, 0)
+            },
+        };
+        let counts = CallPlans::from_json(&overflowing.to_json()).unwrap_err();
+        assert!(
+            counts.starts_with("shape.counts: they add up to more than"),
+            "{counts}"
+        );
     }
 
     #[test]

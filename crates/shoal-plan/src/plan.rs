@@ -248,6 +248,71 @@ impl CallShape {
     }
 }
 
+/// The most elements any buffer of a call, scratch included, may hold: at 8
+/// bytes, the largest element the executor runs, the most one allocation can
+/// have (`isize::MAX` bytes). Larger numbers in a plan document are typos or
+/// attacks, and would overflow the executor's byte arithmetic.
+pub const MAX_ELEMENTS: usize = isize::MAX as usize / 8;
+
+/// A plan may use scratch of at most `SCRATCH_FACTOR` times the call's
+/// elements ([`CallShape::elements`]) plus [`SCRATCH_FLOOR`]. The built-in
+/// algorithms need at most once the call's elements (allreduce `direct`
+/// keeps every rank's block); the rest is room for Python algorithms. A
+/// plan asking for more is refused before anything is allocated, rather
+/// than aborting the process on an allocation that cannot succeed.
+pub const SCRATCH_FACTOR: usize = 4;
+
+/// Scratch every plan may use whatever the call's size (1 Mi elements, a
+/// few MiB), for algorithms that stage small calls.
+pub const SCRATCH_FLOOR: usize = 1 << 20;
+
+impl CallShape {
+    /// Elements of every rank's blocks together: `world × count`, or the sum
+    /// of `counts`; no buffer of the call is larger. None on overflow.
+    pub fn elements(&self) -> Option<usize> {
+        match &self.counts {
+            None => self.world.checked_mul(self.count),
+            Some(c) => c.iter().try_fold(0usize, |sum, &n| sum.checked_add(n)),
+        }
+    }
+
+    /// Why no executor could run a call of this shape, if so: the field at
+    /// fault (`world`, `count`, `counts`) and what is wrong with it. Every
+    /// size the plan crate computes from a shape that passes fits a `usize`.
+    pub fn check(&self) -> Result<(), String> {
+        // Ranks are 32-bit in messages and in the verifier, and `world²`
+        // (alltoall's counts) must not overflow.
+        if self.world > u32::MAX as usize {
+            return Err(format!("world: {} ranks is more than 2^32 - 1", self.world));
+        }
+        // The contract names the root's buffers, which must exist.
+        if self.collective.rooted() && self.root >= self.world {
+            let (root, world) = (self.root, self.world);
+            return Err(format!("root: {root} is not a rank of a world of {world}"));
+        }
+        match self.elements() {
+            Some(e) if e <= MAX_ELEMENTS => Ok(()),
+            _ if self.counts.is_some() => Err(format!(
+                "counts: they add up to more than the {MAX_ELEMENTS} elements a call can hold"
+            )),
+            _ => Err(format!(
+                "count: {} ranks × {} elements is more than the {MAX_ELEMENTS} elements a call can hold",
+                self.world, self.count
+            )),
+        }
+    }
+
+    /// The most scratch elements a plan of this call may use (see
+    /// [`SCRATCH_FACTOR`]).
+    pub fn max_scratch(&self) -> usize {
+        let elements = self.elements().unwrap_or(MAX_ELEMENTS);
+        elements
+            .saturating_mul(SCRATCH_FACTOR)
+            .saturating_add(SCRATCH_FLOOR)
+            .min(MAX_ELEMENTS)
+    }
+}
+
 /// A buffer a step reads or writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Buf {

@@ -20,6 +20,10 @@
 //! 6. [`reproducible`]: for allreduce, every rank combines each element in
 //!    the same order (up to commutativity), so results agree bit for bit;
 //! 7. [`barrier`]: for barriers, no rank can leave before all have entered.
+//!
+//! Steps 4 to 6 hold a value per element; they run on a model of the call
+//! with one element per run of elements the plans always move together
+//! ([`segments`]), which decides the same and bounds the memory.
 
 mod barrier;
 mod error;
@@ -28,11 +32,14 @@ mod expect;
 mod matching;
 mod races;
 mod reproducible;
+mod segments;
 mod shared;
 mod structure;
 
 pub use error::{ErrorKind, OpText, Problem, RegionText, Stuck, VerifyError};
-pub use structure::check_plan;
+pub use races::MAX_STEPS;
+pub use segments::{max_modeled, MAX_MODELED};
+pub use structure::{check_plan, check_scratch};
 
 use crate::algorithms::Algorithm;
 use crate::plan::{CallShape, Collective, Plan};
@@ -45,13 +52,23 @@ pub fn verify_plans(shape: &CallShape, plans: &[Plan]) -> Result<(), VerifyError
         races::check(shape, plan)?;
         shared::check(shape, plan, &matches)?;
     }
-    let memories = exec::run(&mut exec::Contributions, shape, plans, &matches)?;
+    let model = segments::Model::of(shape, plans, &matches)?;
+    check_values(&model.shape, &model.plans).map_err(|e| model.explain(e, plans))?;
+    if shape.collective == Collective::Barrier {
+        barrier::check(plans, &matches)?;
+    }
+    Ok(())
+}
+
+/// The checks that hold a value per element: run on the [`segments`] model,
+/// so their memory does not grow with the count.
+fn check_values(shape: &CallShape, plans: &[Plan]) -> Result<(), VerifyError> {
+    let matches = matching::match_messages(plans)?;
+    let mut contributions = exec::Contributions { world: shape.world };
+    let memories = exec::run(&mut contributions, shape, plans, &matches)?;
     expect::check(shape, &memories)?;
     if shape.collective == Collective::Allreduce {
         reproducible::check(shape, plans, &matches)?;
-    }
-    if shape.collective == Collective::Barrier {
-        barrier::check(plans, &matches)?;
     }
     Ok(())
 }

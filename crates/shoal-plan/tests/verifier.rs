@@ -367,3 +367,105 @@ fn location_blames_a_step_even_when_the_error_is_not_at_one() {
     let err = fails(allreduce(2, 1), &plans);
     assert_eq!(err.location(&plans), Some((0, 1)));
 }
+
+#[test]
+fn refuses_scratch_past_the_limit_before_modelling_it() {
+    // 2^40 elements aborted the process in the allocator, 2^62 panicked on
+    // the capacity; the limit for one element on two ranks is 4·2 + 2^20.
+    for scratch in [1usize << 40, 1 << 62] {
+        let mut plans = exchange_plans();
+        plans[1].scratch_len = scratch;
+        let err = fails(allreduce(2, 1), &plans);
+        assert_eq!(
+            err.to_string(),
+            format!("rank 1: scratch of {scratch} elements is more than the limit of 1048584 for this call (4 × its 2 elements + 1048576)")
+        );
+    }
+}
+
+#[test]
+fn verifies_a_large_count_in_the_memory_of_a_small_one() {
+    // 10M elements per rank were 60M symbolic values (2.7 GB); the ring
+    // moves a few dozen runs, each of which the verifier models as one.
+    let shape = CallShape::new(Collective::Allreduce, 2, 10_000_000, 1 << 18);
+    let ring = shoal_plan::find(Collective::Allreduce, "ring").unwrap();
+    let mut plans: Vec<Plan> = (0..2).map(|r| (ring.generate)(&shape, r)).collect();
+    verify_plans(&shape, &plans).unwrap();
+    // A bug is still found, and named by the call's element: rank 1
+    // overwrites its last piece of the reduce-scatter instead of reducing
+    // into it, so rank 0 gets that piece without rank 1's contribution.
+    let last = plans[1]
+        .steps
+        .iter()
+        .rposition(|s| matches!(s.op, Op::RecvReduce { .. }))
+        .unwrap();
+    let Op::RecvReduce { peer, tag, dst } = plans[1].steps[last].op else {
+        unreachable!()
+    };
+    assert!(dst.offset > 0);
+    plans[1].steps[last].op = Op::Recv { peer, tag, dst };
+    let err = fails(shape, &plans);
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "rank 0: Output[{}]: missing the contribution of rank 1",
+            dst.offset
+        )
+    );
+}
+
+#[test]
+fn refuses_plans_cut_finer_than_it_models() {
+    // Shifting by one cuts between every two elements: nothing merges.
+    let count = 2 * shoal_plan::verify::MAX_MODELED;
+    let mut plan = Plan::new(0);
+    plan.copy(
+        Region::input(0, count - 1),
+        Region::output(1, count - 1),
+        vec![],
+    );
+    let shape = CallShape::new(Collective::Allgather, 1, count, count);
+    let err = fails(shape, &[plan]);
+    assert!(
+        matches!(err.kind, ErrorKind::TooManySegments { .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("more segments than the verifier models"),
+        "{err}"
+    );
+}
+
+#[test]
+fn refuses_plans_of_more_steps_than_it_checks() {
+    // A ring at a small chunk: steps grow with the count, and the race
+    // check's memory with their square.
+    let shape = CallShape::new(Collective::Allreduce, 2, 1 << 16, 1);
+    let ring = shoal_plan::find(Collective::Allreduce, "ring").unwrap();
+    let plans: Vec<Plan> = (0..2).map(|r| (ring.generate)(&shape, r)).collect();
+    assert!(plans[0].steps.len() > shoal_plan::verify::MAX_STEPS);
+    let err = fails(shape, &plans);
+    assert!(matches!(err.kind, ErrorKind::TooManySteps { .. }), "{err}");
+    assert_eq!((err.rank, err.step), (Some(0), None));
+}
+
+#[test]
+fn a_plan_that_keeps_doubling_its_values_is_caught_not_modelled_to_exhaustion() {
+    // Reducing two buffers into each other in turn doubles what each holds:
+    // 2^80 contributions after 80 rounds, had the verifier kept them all.
+    let mut p = Plan::new(0);
+    p.scratch_len = 1;
+    let (out, scratch) = (Region::output(0, 1), Region::scratch(0, 1));
+    let mut last = p.copy(Region::input(0, 1), out, vec![]);
+    last = p.copy(Region::input(0, 1), scratch, vec![last]);
+    for _ in 0..80 {
+        last = p.reduce(out, scratch, vec![last]);
+        last = p.reduce(scratch, out, vec![last]);
+    }
+    let err = fails(allreduce(1, 1), &[p]);
+    assert_eq!(
+        err.to_string(),
+        "rank 0: Output[0]: contribution of rank 0 counted twice"
+    );
+}

@@ -63,6 +63,7 @@ pub fn shape_from(t: ShapeTuple) -> PyResult<CallShape> {
         ranks_per_host: ranks_per_host.max(1),
         counts: counts.map(Into::into),
     };
+    shape.check().map_err(invalid)?;
     match (&shape.counts, shape.counts_len()) {
         (Some(_), None) => Err(invalid(format!("{collective} takes no per-rank counts"))),
         (Some(c), Some(want)) if c.len() != want => Err(invalid(format!(

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 
 use shoal_core::comm::Communicator;
@@ -66,6 +66,7 @@ fn to_py(e: Error) -> PyErr {
         ErrorKind::Aborted => AbortedError::new_err(e.message),
         ErrorKind::Timeout => ShoalTimeoutError::new_err(e.message),
         ErrorKind::Runtime => ShoalError::new_err(e.message),
+        ErrorKind::OutOfMemory => PyMemoryError::new_err(e.message),
     }
 }
 

@@ -21,6 +21,10 @@ BUFFERS = ("input", "output", "scratch")
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 """Files of shoal.algo, skipped when naming the line that made an operation."""
 
+MAX_INDEX = (1 << 64) - 1
+"""The largest offset or length the Rust side takes; it refuses sizes past the
+limits of a call (docs/algorithms.md, "Limits") naming the algorithm."""
+
 RegionTuple = tuple[str, int, int]
 ShapeTuple = tuple[str, int, int, int, int, int, Optional[list[int]]]
 """A call shape as ``shoal._shoal`` passes it."""
@@ -70,6 +74,8 @@ class Region:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"Region: {name} must be a non-negative int, got {value!r}")
+            if value > MAX_INDEX:
+                raise ValueError(f"Region: {name} {value} does not fit in 64 bits")
 
     def sub(self, offset: int, length: int) -> Region:
         """The region ``[offset, offset + length)`` relative to this one."""
@@ -126,6 +132,8 @@ class Builder:
 
     def scratch(self, length: int) -> Region:
         """``length`` fresh elements of private scratch memory."""
+        if isinstance(length, int) and self.scratch_len + length > MAX_INDEX:
+            raise ValueError(f"scratch: {self.scratch_len + length} elements do not fit in 64 bits")
         region = Region("scratch", self.scratch_len, length)
         self.scratch_len += length
         return region

@@ -61,8 +61,10 @@ VERIFY_WORLDS = 64
 seen in groups up to this size; larger groups get the per-rank checks only."""
 
 VERIFY_ELEMENTS = 1 << 16
-"""The verifier models every element symbolically, so a call of more elements
-(count x world) is verified at the same shape with a count of this size / world."""
+"""Building every rank's plans takes time with the count, so a call of more
+elements (count x world) is verified at the same shape with a count of this
+size / world; the plan that runs still gets the per-rank checks (bounds, peers,
+scratch within its limit) before it runs."""
 
 
 def registered(collective: str, name: str) -> Algorithm | None:

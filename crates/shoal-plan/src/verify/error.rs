@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::plan::{Buf, Collective, Op, Plan, Region};
+use crate::plan::{Buf, Collective, Op, Plan, Region, SCRATCH_FACTOR, SCRATCH_FLOOR};
 
 /// A verification failure. `rank` and `step` locate it when it belongs to
 /// one step; `op` is that step's operation, for the message.
@@ -26,6 +26,23 @@ pub enum ErrorKind {
     },
     RankField {
         got: usize,
+    },
+    /// Asks for more scratch than a plan of the call may use: `limit`, from
+    /// the call's `elements` (see `CallShape::max_scratch`).
+    ScratchLimit {
+        scratch: usize,
+        limit: usize,
+        elements: usize,
+    },
+    /// More steps than the verifier checks in one rank's plan.
+    TooManySteps {
+        steps: usize,
+        limit: usize,
+    },
+    /// The plans cut their buffers into more pieces than the verifier
+    /// models (see `segments`).
+    TooManySegments {
+        limit: usize,
     },
     BadPeer {
         peer: usize,
@@ -230,6 +247,25 @@ impl fmt::Display for ErrorKind {
             }
             PlanCount { expected, got } => write!(f, "expected {expected} plans, got {got}"),
             RankField { got } => write!(f, "plan says it is rank {got}"),
+            ScratchLimit {
+                scratch,
+                limit,
+                elements,
+            } => write!(
+                f,
+                "scratch of {scratch} elements is more than the limit of {limit} for this call \
+                 ({SCRATCH_FACTOR} × its {elements} elements + {SCRATCH_FLOOR})"
+            ),
+            TooManySteps { steps, limit } => write!(
+                f,
+                "{steps} steps are more than the verifier checks in one plan ({limit}); \
+                 verify a smaller count or larger chunks"
+            ),
+            TooManySegments { limit } => write!(
+                f,
+                "the plans cut the buffers into more segments than the verifier models ({limit}); \
+                 verify a smaller count or larger chunks"
+            ),
             BadPeer { peer } => write!(f, "peer {peer} is itself or outside the group"),
             BadDep { dep } => write!(f, "depends on step {dep}, which is not earlier"),
             OutOfBounds { region, buf_len } => write!(
@@ -290,7 +326,7 @@ impl fmt::Display for ErrorKind {
             } => write!(
                 f,
                 "reads [{offset}..{}] of a region of {exposed} exposed elements",
-                offset + len
+                offset.saturating_add(*len)
             ),
             OtherHost { peer } => write!(
                 f,

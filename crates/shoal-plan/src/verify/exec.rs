@@ -31,7 +31,15 @@ pub type Value = Vec<Contribution>;
 pub const UNDEFINED: Contribution = (u32::MAX, u32::MAX);
 
 /// Values as multisets of contributions: what the result check needs.
-pub struct Contributions;
+///
+/// A value keeps at most `world + 1` contributions, plus [`UNDEFINED`] if it
+/// holds garbage: a right one has one per rank, and the result check finds
+/// what is wrong with a longer one within its first `world + 1` (sorted), so
+/// a broken plan that keeps reducing a buffer into itself, doubling its
+/// values each time, cannot grow them without bound.
+pub struct Contributions {
+    pub world: usize,
+}
 
 impl Domain for Contributions {
     type Value = Value;
@@ -44,6 +52,13 @@ impl Domain for Contributions {
     fn reduce(&mut self, acc: &Value, incoming: &Value) -> Value {
         let mut merged = [acc.as_slice(), incoming].concat();
         merged.sort_unstable();
+        if merged.len() > self.world + 1 {
+            let garbage = merged.last() == Some(&UNDEFINED);
+            merged.truncate(self.world + 1);
+            if garbage && merged.last() != Some(&UNDEFINED) {
+                merged.push(UNDEFINED);
+            }
+        }
         merged
     }
 }

@@ -11,7 +11,19 @@ use super::error::{ErrorKind, VerifyError};
 use crate::builder::{accesses, may_alias};
 use crate::plan::{Buf, CallShape, Op, Plan, Region};
 
+/// The most steps of one rank the verifier checks: [`Order`] holds a bit per
+/// pair of steps (128 MiB at this size), and steps grow with the count at a
+/// given chunk size.
+pub const MAX_STEPS: usize = 1 << 15;
+
 pub fn check(shape: &CallShape, plan: &Plan) -> Result<(), VerifyError> {
+    if plan.steps.len() > MAX_STEPS {
+        let (steps, limit) = (plan.steps.len(), MAX_STEPS);
+        return Err(VerifyError {
+            rank: Some(plan.rank),
+            ..VerifyError::global(ErrorKind::TooManySteps { steps, limit })
+        });
+    }
     let aliased = may_alias(shape.collective);
     let order = Order::of(plan);
     let mut all = Vec::new();

@@ -2,7 +2,7 @@
 
 use super::error::{ErrorKind, VerifyError};
 use crate::builder::accesses;
-use crate::plan::{Buf, CallShape, Op, Plan, Region};
+use crate::plan::{Buf, CallShape, Op, Plan, Region, MAX_ELEMENTS};
 
 pub fn check(shape: &CallShape, plans: &[Plan]) -> Result<(), VerifyError> {
     if plans.len() != shape.world {
@@ -18,13 +18,20 @@ pub fn check(shape: &CallShape, plans: &[Plan]) -> Result<(), VerifyError> {
 }
 
 /// The checks of one rank's plan on its own: every step in bounds, peers in
-/// the group, dependencies backwards. What the executor relies on to run a
+/// the group, dependencies backwards, scratch within
+/// [`CallShape::max_scratch`]. What the executor relies on to run a
 /// plan safely, so plans from outside (Python, JSON) get it before running.
 pub fn check_plan(shape: &CallShape, rank: usize, plan: &Plan) -> Result<(), VerifyError> {
     if plan.rank != rank {
         return Err(VerifyError {
             rank: Some(rank),
             ..VerifyError::global(ErrorKind::RankField { got: plan.rank })
+        });
+    }
+    if let Err(kind) = check_scratch(shape, plan.scratch_len) {
+        return Err(VerifyError {
+            rank: Some(rank),
+            ..VerifyError::global(kind)
         });
     }
     for (i, step) in plan.steps.iter().enumerate() {
@@ -37,6 +44,20 @@ pub fn check_plan(shape: &CallShape, rank: usize, plan: &Plan) -> Result<(), Ver
         }
     }
     Ok(())
+}
+
+/// Why a plan of `shape` may not use `scratch` elements, if so.
+pub fn check_scratch(shape: &CallShape, scratch: usize) -> Result<(), ErrorKind> {
+    let limit = shape.max_scratch();
+    if scratch <= limit {
+        return Ok(());
+    }
+    let elements = shape.elements().unwrap_or(MAX_ELEMENTS);
+    Err(ErrorKind::ScratchLimit {
+        scratch,
+        limit,
+        elements,
+    })
 }
 
 fn check_op(shape: &CallShape, plan: &Plan, op: &Op) -> Option<ErrorKind> {
