@@ -704,6 +704,13 @@ fn ask_and_answer(kind: Kind) {
             phase.wait();
         } else {
             phase.wait();
+            // Take in the Waiting frame rank 1's set_blocked sent first: read
+            // after the question, it would end the loop below early, and the
+            // answer to the question would then arrive in the next phase.
+            let until = Instant::now() + Duration::from_millis(100);
+            while Instant::now() < until {
+                t.wait(Duration::from_millis(10)).unwrap();
+            }
             t.ask(1).unwrap();
             let deadline = Instant::now() + Duration::from_millis(400);
             let answer = loop {
