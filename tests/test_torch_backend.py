@@ -37,6 +37,14 @@ def test_every_c10d_call(world: int, transport: str) -> None:
     assert proc.stdout.count("OK torch collectives") == world, proc.stdout[-2000:]
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_list_form_calls_match_gloo(world: int) -> None:
+    """all_gather_coalesced (one output list per rank) and every other list-form
+    call, with input counts equal to and different from the world size, exactly as Gloo."""
+    proc = launch(world, "torch_list_forms.py")
+    assert proc.stdout.count("OK torch list forms") == world, proc.stdout[-2000:]
+
+
 def test_every_op_appears_in_torch_profiler_traces() -> None:
     proc = launch(2, "torch_profiler.py")
     assert proc.stdout.count("OK torch profiler") == 2, proc.stdout[-2000:]

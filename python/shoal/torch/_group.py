@@ -264,16 +264,36 @@ class ShoalProcessGroup(dist.ProcessGroup):
 
     @_profiled("allgather")
     def allgather(self, output_tensors: list[list[Tensor]], input_tensors: list[Tensor], opts: Any = None) -> ShoalWork:
+        """``output_tensors[0][q]`` receives rank q's input (torch's layout: one list per input)."""
         _single(input_tensors, "allgather")
-        return self.allgather_coalesced(output_tensors, input_tensors, opts)
+        if len(output_tensors) != 1:
+            raise ValueError(f"allgather: {len(output_tensors)} output lists for 1 input")
+        return self._allgather_per_input(output_tensors, input_tensors, opts, output_tensors)
 
     @_profiled("allgather_coalesced")
     def allgather_coalesced(
         self, output_lists: list[list[Tensor]], input_tensors: list[Tensor], opts: Any = None
     ) -> ShoalWork:
-        """For each input, every rank's copy into the matching output list."""
-        if len(output_lists) != len(input_tensors):
-            raise ValueError(f"allgather: {len(output_lists)} output lists for {len(input_tensors)} inputs")
+        """``output_lists[q][i]`` receives rank q's input i: torch's (and Gloo's)
+        layout for ``all_gather_coalesced``, one list per rank, which is the
+        transpose of ``allgather``'s one list per input."""
+        if len(output_lists) != self._size:
+            raise ValueError(
+                f"all_gather_coalesced: output_tensor_lists must hold {self._size} lists (one per rank), "
+                f"got {len(output_lists)}"
+            )
+        for q, outs in enumerate(output_lists):
+            if len(outs) != len(input_tensors):
+                raise ValueError(
+                    f"all_gather_coalesced: output list {q} holds {len(outs)} tensors for {len(input_tensors)} inputs"
+                )
+        per_input = [[output_lists[q][i] for q in range(self._size)] for i in range(len(input_tensors))]
+        return self._allgather_per_input(per_input, input_tensors, opts, output_lists)
+
+    def _allgather_per_input(
+        self, output_lists: list[list[Tensor]], input_tensors: list[Tensor], opts: Any, result: Any
+    ) -> ShoalWork:
+        """For each input i, every rank's copy into ``output_lists[i]`` (one tensor per rank)."""
         # Output q may have its own size (rank q's input): per-rank counts then.
         counts = [self._varied_list(outs, t, "allgather output") for outs, t in zip(output_lists, input_tensors)]
         ins = [_host(t) for t in input_tensors]
@@ -289,7 +309,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
             for flat, outs in zip(flats, output_lists):
                 _unpack(flat, outs)
 
-        return self._launch(opts, output_lists, issue, finish)
+        return self._launch(opts, result, issue, finish)
 
     @_profiled("all_gather_single")
     def all_gather_single(self, output: Tensor, input: Tensor, opts: Any = None) -> ShoalWork:  # noqa: A002
