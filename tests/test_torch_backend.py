@@ -45,6 +45,12 @@ def test_list_form_calls_match_gloo(world: int) -> None:
     assert proc.stdout.count("OK torch list forms") == world, proc.stdout[-2000:]
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_sparse_all_reduce_matches_gloo(world: int) -> None:
+    proc = launch(world, "torch_sparse.py")
+    assert proc.stdout.count("OK torch sparse") == world, proc.stdout[-2000:]
+
+
 def test_every_op_appears_in_torch_profiler_traces() -> None:
     proc = launch(2, "torch_profiler.py")
     assert proc.stdout.count("OK torch profiler") == 2, proc.stdout[-2000:]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import collections
 import functools
+import math
 import threading
+import types
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar, cast
 
@@ -33,6 +35,8 @@ from ._host import (
 from ._work import ShoalWork, _Calls, _complete, _completer
 
 BACKEND = "shoal"
+
+_SYNC = types.SimpleNamespace(asyncOp=False)  # the options of a call the backend makes itself and waits for
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
@@ -164,7 +168,48 @@ class ShoalProcessGroup(dist.ProcessGroup):
     @_profiled("allreduce")
     def allreduce(self, tensors: list[Tensor], opts: Any = None) -> ShoalWork:
         _single(tensors, "allreduce")
+        if tensors[0].layout == torch.sparse_coo:
+            return self._sparse_allreduce(tensors[0], opts)
         return self.allreduce_coalesced(tensors, opts)
+
+    def _sparse_allreduce(self, t: Tensor, opts: Any) -> ShoalWork:
+        """A sparse COO tensor summed as Gloo sums it: every rank's indices and
+        values gathered (sizes agreed first), added up, coalesced, and copied
+        into ``t``. Runs to its end before returning (its work is complete)."""
+        op = _compat.reduce_op(opts)
+        if _op_name(op) != "sum":
+            raise ValueError(f"the shoal backend reduces sparse tensors with SUM only (as Gloo), got {op}")
+        mine = t.detach().coalesce().cpu()
+        indices, values = mine.indices().contiguous(), mine.values().contiguous()
+        meta = torch.tensor([mine.sparse_dim(), mine.dense_dim(), mine._nnz(), *mine.shape], dtype=torch.int64)
+        metas = self._gather_all(meta, [meta.numel()] * self._size)
+        if any(not (torch.equal(m[:2], meta[:2]) and torch.equal(m[3:], meta[3:])) for m in metas):
+            raise ValueError(
+                "sparse all_reduce: the ranks' tensors differ in shape or in sparse and dense dimensions: "
+                f"{[m.tolist() for m in metas]} ([sparse_dim, dense_dim, nnz, *shape] per rank)"
+            )
+        nnz = [int(m[2]) for m in metas]
+        row = math.prod(values.shape[1:])  # elements per entry (its dense dimensions)
+        all_indices = self._gather_all(indices.reshape(-1), [k * mine.sparse_dim() for k in nnz])
+        all_values = self._gather_all(values.reshape(-1), [k * row for k in nnz])
+        total = torch.sparse_coo_tensor(
+            torch.cat([i.view(mine.sparse_dim(), -1) for i in all_indices], dim=1),
+            torch.cat([v.view(-1, *values.shape[1:]) for v in all_values]),
+            mine.shape,
+            dtype=mine.dtype,
+        ).coalesce()
+        with torch.no_grad():  # not t.detach(): a sparse copy_ replaces the detached alias's indices, not t's
+            t.copy_(total.to(t.device))
+        future = Future()
+        future.set_result([t])
+        return self._track(ShoalWork(future))
+
+    def _gather_all(self, flat: Tensor, counts: list[int]) -> list[Tensor]:
+        """Every rank's ``flat`` (rank q's of ``counts[q]`` elements), synchronously."""
+        outs = [flat.new_empty(c) for c in counts]
+        if sum(counts):
+            self._allgather_per_input([outs], [flat], _SYNC, [outs]).wait()
+        return outs
 
     @_profiled("allreduce_coalesced")
     def allreduce_coalesced(self, tensors: list[Tensor], opts: Any = None) -> ShoalWork:
