@@ -79,6 +79,11 @@ class Communicator:
     def local_ranks(self) -> list[int]:
         """Global ranks that share this process's host (shared memory peers)."""
     @property
+    def timeout(self) -> float:
+        """Seconds a call may wait without progress (``SHOAL_TIMEOUT`` unless set)."""
+    @timeout.setter
+    def timeout(self, seconds: float) -> None: ...
+    @property
     def cost_model(self) -> dict[str, float]:
         """The cost model in use: alpha, beta, gamma, alpha_local, beta_local."""
     @property

@@ -136,6 +136,21 @@ class Group:
         return self._live().local_ranks
 
     @property
+    def timeout(self) -> float:
+        """Seconds a call of this group may wait without progress before it
+        fails with ``ShoalTimeoutError``: ``SHOAL_TIMEOUT`` (default 300) unless
+        set for this group. Setting it (a positive number; longer than a year
+        is a year) applies to the calls issued after; groups made from this
+        one start from ``SHOAL_TIMEOUT``."""
+        return self._live().timeout
+
+    @timeout.setter
+    def timeout(self, seconds: float) -> None:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise TypeError(f"timeout must be a number of seconds, got {type(seconds).__name__}")
+        self._live().timeout = float(seconds)
+
+    @property
     def plans_cached(self) -> int:
         """Compiled plans this process keeps (all groups); at most ``plan_cache_capacity``."""
         return self._live().plans_cached

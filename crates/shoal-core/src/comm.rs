@@ -3,7 +3,9 @@
 //! made by `new_group` share one [`Engine`].
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use shoal_plan::algorithms::allreduce::hierarchical_ina;
 use shoal_plan::{Buf, CallShape, Collective, Op, Plan, Region};
@@ -167,6 +169,9 @@ pub struct Communicator {
     /// The most members on one host: they share its link to a switch.
     busiest_host: usize,
     state: Mutex<CommState>,
+    /// How long a call may wait without progress before it fails (nanoseconds):
+    /// `SHOAL_TIMEOUT` unless set for this communicator (`set_timeout`).
+    timeout_ns: AtomicU64,
     /// A sub-group's own switch job, joined at its first allreduce that
     /// could use the switch (the world's is the engine's).
     group_ina: OnceLock<std::result::Result<Ina, String>>,
@@ -251,6 +256,7 @@ impl Communicator {
     ) -> Communicator {
         let ranks_per_host = block_layout(&engine.host_of, &members);
         let busiest_host = busiest_host(&engine.host_of, &members);
+        let timeout_ns = AtomicU64::new(duration_ns(engine.config.timeout));
         Communicator {
             engine,
             members,
@@ -258,6 +264,7 @@ impl Communicator {
             id,
             ranks_per_host,
             busiest_host,
+            timeout_ns,
             state: Mutex::new(CommState::default()),
             group_ina: OnceLock::new(),
             shard_job: ShardJob::default(),
@@ -274,6 +281,20 @@ impl Communicator {
     pub fn members(&self) -> &[usize] {
         &self.members
     }
+    /// How long this communicator's calls may wait without progress before
+    /// they fail with a timeout (`SHOAL_TIMEOUT` unless set).
+    pub fn timeout(&self) -> Duration {
+        Duration::from_nanos(self.timeout_ns.load(Ordering::Relaxed))
+    }
+
+    /// Sets this communicator's timeout (its calls from now on; not its
+    /// sub-groups', which start from `SHOAL_TIMEOUT`), as `SHOAL_TIMEOUT`
+    /// does for every communicator. At most a year, as `SHOAL_TIMEOUT`.
+    pub fn set_timeout(&self, timeout: Duration) {
+        self.timeout_ns
+            .store(duration_ns(timeout), Ordering::Relaxed);
+    }
+
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }
@@ -536,7 +557,7 @@ impl Communicator {
             sig: p.sig,
             dtype: p.dtype,
             op: p.op,
-            timeout: self.engine.config.timeout,
+            timeout: self.timeout(),
             describe: &|| p.describe(),
         };
         self.engine.run(cp, &ctx, bufs)
@@ -640,7 +661,7 @@ impl Communicator {
             sig,
             dtype: DType::U8,
             op: ReduceOp::Min,
-            timeout: self.engine.config.timeout,
+            timeout: self.timeout(),
             describe: &|| {
                 format!(
                     "agreement after an in-network allreduce on rank {}",
@@ -713,7 +734,7 @@ impl Communicator {
             sig: p.sig,
             dtype: p.dtype,
             op: p.op,
-            timeout: self.engine.config.timeout,
+            timeout: self.timeout(),
             describe: &|| p.describe(),
         };
         let engine = &self.engine;
@@ -1142,7 +1163,7 @@ impl Communicator {
             sig,
             dtype,
             op: ReduceOp::Sum,
-            timeout: self.engine.config.timeout,
+            timeout: self.timeout(),
             describe: &describe,
         };
         self.engine.queue.flush();
@@ -1317,4 +1338,11 @@ mod tests {
         }
         assert_eq!(ids[1], group_id(0, GroupName::Keyed("a", 1), &[0, 1]));
     }
+}
+
+/// A timeout in nanoseconds, at most a year (as `SHOAL_TIMEOUT`): every
+/// deadline (now + timeout) stays representable.
+fn duration_ns(t: Duration) -> u64 {
+    const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+    t.min(YEAR).as_nanos() as u64
 }

@@ -161,6 +161,27 @@ impl PyCommunicator {
         .collect()
     }
 
+    /// How long a call may wait without progress before it fails, in seconds
+    /// (`SHOAL_TIMEOUT` unless set for this communicator). Setting it takes
+    /// effect for the calls issued after; sub-groups start from `SHOAL_TIMEOUT`.
+    #[getter]
+    fn timeout(&self) -> f64 {
+        self.inner.timeout().as_secs_f64()
+    }
+
+    #[setter]
+    fn set_timeout(&self, seconds: f64) -> PyResult<()> {
+        if !(seconds > 0.0) {
+            return Err(invalid(format!(
+                "timeout must be a positive number of seconds, got {seconds}"
+            )));
+        }
+        // Longer than a year is a year (as SHOAL_TIMEOUT): torch's "no timeout" is huge
+        let t = Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX);
+        self.inner.set_timeout(t);
+        Ok(())
+    }
+
     /// How many compiled plans this process caches (all communicators).
     #[getter]
     fn plans_cached(&self) -> usize {
