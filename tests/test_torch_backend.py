@@ -51,6 +51,25 @@ def test_sparse_all_reduce_matches_gloo(world: int) -> None:
     assert proc.stdout.count("OK torch sparse") == world, proc.stdout[-2000:]
 
 
+@pytest.mark.parametrize("mode", ["timeout_new_group", "timeout_init"])
+def test_group_timeout_is_honoured(mode: str) -> None:
+    """new_group(timeout=) and init_process_group(timeout=) bound that group's
+    calls, as SHOAL_TIMEOUT does every group's; without one, SHOAL_TIMEOUT."""
+    results = spawn_ranks(3, "torch_group_options.py", mode, env={"SHOAL_TIMEOUT": "30"})
+    for r, p in enumerate(results):
+        assert p.returncode == 0 and "OK timeouts" in p.stdout, (r, p.stdout, p.stderr[-3000:])
+    assert "RAISED" in results[0].stdout
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_monitored_barrier_names_the_ranks_that_did_not_arrive(world: int) -> None:
+    """torch's monitored_barrier semantics (Gloo's messages), and the group's
+    device types registered with torch where it lets Python register them."""
+    results = spawn_ranks(world, "torch_group_options.py", "monitored", env={"SHOAL_TIMEOUT": "30"})
+    for r, p in enumerate(results):
+        assert p.returncode == 0 and "OK monitored" in p.stdout, (r, p.stdout, p.stderr[-3000:])
+
+
 def test_every_op_appears_in_torch_profiler_traces() -> None:
     proc = launch(2, "torch_profiler.py")
     assert proc.stdout.count("OK torch profiler") == 2, proc.stdout[-2000:]

@@ -6,7 +6,9 @@ import collections
 import functools
 import math
 import threading
+import time
 import types
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar, cast
 
@@ -64,7 +66,27 @@ def _profiled(name: str) -> Callable[[_Method], _Method]:
 def create_process_group(opts: Any, backend_options: Any = None) -> ShoalProcessGroup:
     """The backend creator torch calls (extended API) on every member of a new group."""
     _cuda.settings()  # a wrong SHOAL_TORCH_* value fails here, not at the first CUDA call
-    return ShoalProcessGroup(_world.communicator(opts), opts.group_rank, opts.group_size)
+    group = _world.communicator(opts)
+    timeout = _group_timeout(getattr(opts, "timeout", None))
+    if timeout is not None:
+        group.timeout = timeout
+    pg = ShoalProcessGroup(group, opts.group_rank, opts.group_size, store=opts.store)
+    _compat.register_devices(pg, DEVICES, _DeviceBackend)
+    return pg
+
+
+DEVICES = ["cpu", "cuda"]
+
+
+def _group_timeout(timeout: Any) -> float | None:
+    """The seconds a group's calls may wait: torch's ``timeout=`` when given
+    (``init_process_group``, ``new_group``); None (``SHOAL_TIMEOUT``, default
+    300 s) when torch passes its own default, 30 minutes, for which the
+    caller asked nothing."""
+    if timeout is None or timeout == _compat.default_timeout():
+        return None
+    seconds = float(timeout.total_seconds())
+    return seconds if seconds > 0 else None
 
 
 @dataclass
@@ -80,9 +102,11 @@ class _PendingRecv:
 class ShoalProcessGroup(dist.ProcessGroup):
     """A torch process group whose collectives run on a shoal communicator."""
 
-    def __init__(self, group: shoal.Group, rank: int, size: int) -> None:
+    def __init__(self, group: shoal.Group, rank: int, size: int, store: dist.Store | None = None) -> None:
         super().__init__(rank, size)
         self._group = group
+        self._store = store  # monitored_barrier's
+        self._monitored = 0  # monitored barriers so far
         self._rank = rank
         self._size = size
         self._recvs: collections.deque[_PendingRecv] = collections.deque()
@@ -519,6 +543,21 @@ class ShoalProcessGroup(dist.ProcessGroup):
 
         return self._launch(opts, [], issue)
 
+    def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
+        """Gloo's ``monitored_barrier``: rank 0 waits for each other rank in
+        turn, within ``timeout`` of the start, and raises naming the first rank
+        that did not arrive (every such rank with ``wait_all_ranks``); then it
+        lets the others go, which wait for it as long. The ranks meet through
+        torch's store (not shoal's transport), so that a rank that never comes
+        leaves nothing pending in the communicator."""
+        seconds = _seconds(timeout) if timeout is not None else self._group.timeout
+        self._monitored += 1
+        if self._size == 1:
+            return
+        if self._store is None:
+            raise RuntimeError("monitored_barrier: this group has no store")
+        _monitored_barrier(self._store, f"shoal/monitored/{self._monitored}", self._rank, self._size, seconds, wait_all_ranks)
+
     @_profiled("send")
     def send(self, tensors: list[Tensor], dst: int, tag: int) -> ShoalWork:
         """Sends right away: shoal's sends do not wait for the receiver (it buffers
@@ -626,6 +665,119 @@ class ShoalProcessGroup(dist.ProcessGroup):
                     f"{what}: every tensor must have {like.numel()} elements of {like.dtype}, "
                     f"got {t.numel()} of {t.dtype}"
                 )
+
+
+# ---------------------------------------------------------------------------
+# monitored_barrier
+
+
+def _seconds(timeout: Any) -> float:
+    return float(timeout.total_seconds()) if hasattr(timeout, "total_seconds") else float(timeout)
+
+
+def _monitored_barrier(store: dist.Store, key: str, rank: int, size: int, seconds: float, wait_all: bool) -> None:
+    """One monitored barrier through ``store`` (the messages are Gloo's)."""
+    from datetime import timedelta
+
+    ms = int(seconds * 1000)
+    if rank != 0:
+        store.set(f"{key}/arrived/{rank}", b"1")
+        try:
+            store.wait([f"{key}/go"], timedelta(seconds=seconds))
+        except Exception as e:  # noqa: BLE001 - torch's store raises its own types
+            raise RuntimeError(
+                f"Rank {rank} successfully reached monitoredBarrier, but received errors while waiting "
+                f"for send/recv from rank 0. Please check rank 0 logs for faulty rank. ({e})"
+            ) from e
+        return
+    start = time.monotonic()
+    arrived: list[int] = []
+    missing: list[int] = []
+    for q in range(1, size):
+        left = seconds - (time.monotonic() - start)
+        if not wait_all and left <= 0:
+            raise RuntimeError(
+                f"Rank 0 timed out in monitoredBarrier after {ms} ms. Successfully processed ranks: "
+                f"{', '.join(map(str, arrived))}"
+            )
+        try:
+            # with wait_all_ranks every rank gets the whole timeout (as Gloo): one
+            # that never comes must not use up the others' time
+            store.wait([f"{key}/arrived/{q}"], timedelta(seconds=max(seconds if wait_all else left, 0.001)))
+            arrived.append(q)
+        except Exception as e:  # noqa: BLE001 - torch's store raises its own types
+            if not wait_all:
+                raise RuntimeError(f"[Rank 0]: Rank {q} failed to pass monitoredBarrier in {ms} ms") from e
+            missing.append(q)
+    if missing:
+        raise RuntimeError(
+            f"[Rank 0]: Ranks {', '.join(map(str, missing))} failed to pass monitoredBarrier in {ms} ms"
+        )
+    store.set(f"{key}/go", b"1")
+
+
+# ---------------------------------------------------------------------------
+# The group's backend for each device type
+
+
+class _DeviceBackend(_compat.BACKEND_BASE):  # type: ignore[misc, valid-type]
+    """What torch finds as the group's backend for a device type
+    (``group._get_backend(device)``, ``_device_types``): every call goes to
+    the group (held weakly: the group holds this backend)."""
+
+    def __init__(self, pg: ShoalProcessGroup) -> None:
+        super().__init__(pg.rank(), pg.size())
+        self._pg = weakref.ref(pg)
+
+    def _group(self) -> ShoalProcessGroup:
+        pg = self._pg()
+        if pg is None:
+            raise RuntimeError("the shoal process group of this backend was destroyed")
+        return pg
+
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return BACKEND
+
+
+def _forward(name: str, to: str) -> Callable[..., Any]:
+    def call(self: _DeviceBackend, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self._group(), to)(*args, **kwargs)
+
+    call.__name__ = name
+    return call
+
+
+for _name, _to in {
+    "broadcast": "broadcast",
+    "allreduce": "allreduce",
+    "allreduce_sparse": "allreduce",
+    "allreduce_coalesced": "allreduce_coalesced",
+    "reduce": "reduce",
+    "allgather": "allgather",
+    "all_gather_single": "all_gather_single",
+    "_allgather_base": "all_gather_single",
+    "allgather_coalesced": "allgather_coalesced",
+    "all_gather_single_coalesced": "all_gather_single_coalesced",
+    "allgather_into_tensor_coalesced": "all_gather_single_coalesced",
+    "gather": "gather",
+    "scatter": "scatter",
+    "reduce_scatter": "reduce_scatter",
+    "reduce_scatter_single": "reduce_scatter_single",
+    "_reduce_scatter_base": "reduce_scatter_single",
+    "reduce_scatter_single_coalesced": "reduce_scatter_single_coalesced",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter_single_coalesced",
+    "all_to_all_single": "all_to_all_single",
+    "alltoall_base": "all_to_all_single",
+    "alltoall": "alltoall",
+    "send": "send",
+    "recv": "recv",
+    "recv_anysource": "recv_anysource",
+    "barrier": "barrier",
+    "monitored_barrier": "monitored_barrier",
+    "start_coalescing": "start_coalescing",
+    "end_coalescing": "end_coalescing",
+}.items():
+    setattr(_DeviceBackend, _name, _forward(_name, _to))
 
 
 # ---------------------------------------------------------------------------
