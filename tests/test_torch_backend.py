@@ -169,6 +169,15 @@ def test_p2p_large_exchange(world: int) -> None:
         assert p.returncode == 0 and "OK" in p.stdout and "RAISED" not in p.stdout, (r, p.stdout, p.stderr[-1000:])
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_p2p_receive_from_any_source(world: int) -> None:
+    """dist.recv and dist.irecv without src (the group's recv_anysource): the
+    sender as torch reports it (work._source_rank(), the global rank)."""
+    results = spawn_ranks(world, "torch_p2p.py", "any_source", env={"SHOAL_TIMEOUT": "30"})
+    for r, p in enumerate(results):
+        assert p.returncode == 0 and "OK" in p.stdout and "RAISED" not in p.stdout, (r, p.stdout, p.stderr[-1000:])
+
+
 def test_p2p_same_tag_different_shapes() -> None:
     results = spawn_ranks(2, "torch_p2p.py", "same_tag", env={"SHOAL_TIMEOUT": "30"})
     for r, p in enumerate(results):

@@ -4,7 +4,7 @@ C-contiguous buffer, without copying."""
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import numpy as np
 
@@ -476,12 +476,34 @@ class Group:
         dt = dtype_name(a, dtype)
         self._live().send(dst, tag, dt, a)
 
-    def recv(self, x: BufferT, src: int, tag: int = 0, *, dtype: DTypeName | DTypeAlias | None = None) -> BufferT:
-        """Receives into ``x`` what rank ``src`` sent with ``tag``; returns ``x``."""
-        src = self._peer_check(src, "recv", "src")
+    @overload
+    def recv(self, x: BufferT, src: int, tag: int = 0, *, dtype: DTypeName | DTypeAlias | None = None) -> BufferT: ...
+
+    @overload
+    def recv(
+        self, x: BufferT, src: None = None, tag: int = 0, *, dtype: DTypeName | DTypeAlias | None = None
+    ) -> tuple[BufferT, int]: ...
+
+    def recv(
+        self, x: BufferT, src: int | None = None, tag: int = 0, *, dtype: DTypeName | DTypeAlias | None = None
+    ) -> BufferT | tuple[BufferT, int]:
+        """Receives into ``x`` what rank ``src`` sent with ``tag``; returns ``x``.
+
+        Without ``src`` (receive from any source): the first message with
+        ``tag`` from any rank of the group; returns ``(x, source)``. From each
+        rank only its next message with ``tag`` can match (messages from one
+        rank with one tag are received in the order they were sent, whichever
+        receive takes them); among the ranks whose next message has arrived,
+        the one that arrived first is taken, so no sender is passed over for
+        later arrivals. A message of another size or type fails as with
+        ``src``, and so does a wait longer than the group's timeout, naming
+        what the other ranks wait for."""
         tag = tag_argument("recv", tag)
         a = as_array(x, "x", writable=True)
         dt = dtype_name(a, dtype)
+        if src is None:
+            return x, self._live().recv_any(tag, dt, a)
+        src = self._peer_check(src, "recv", "src")
         self._live().recv(src, tag, dt, a)
         return x
 

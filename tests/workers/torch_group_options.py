@@ -89,8 +89,10 @@ def monitored(r: int, n: int) -> None:
     # every rank but 0 stays away: wait_all_ranks names them all
     if r == 0:
         ranks = ", ".join(str(q) for q in range(1, n))
-        raises(f"Ranks {ranks} failed to pass monitoredBarrier",
-               lambda: dist.monitored_barrier(timeout=timedelta(seconds=0.5), wait_all_ranks=True))
+        raises(
+            f"Ranks {ranks} failed to pass monitoredBarrier",
+            lambda: dist.monitored_barrier(timeout=timedelta(seconds=0.5), wait_all_ranks=True),
+        )
         raises("Rank 0 timed out in monitoredBarrier", lambda: world.monitored_barrier(timedelta(seconds=0)))
     store_barrier(r, n, "all-away")
     # a sub-group (others call it too: they are not members, it returns at once)
@@ -112,5 +114,5 @@ def monitored(r: int, n: int) -> None:
 
 if __name__ == "__main__":
     assert shoal.torch.BACKEND == "shoal"
-    dist_rank, dist_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    {"timeout_new_group": timeout_new_group, "timeout_init": timeout_init, "monitored": monitored}[sys.argv[1]](dist_rank, dist_size)
+    modes = {"timeout_new_group": timeout_new_group, "timeout_init": timeout_init, "monitored": monitored}
+    modes[sys.argv[1]](int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))

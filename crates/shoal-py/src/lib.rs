@@ -283,6 +283,25 @@ impl PyCommunicator {
         })
     }
 
+    /// Receives into the buffer (of `dtype` elements) the first message with
+    /// `tag` from any group rank; returns that rank.
+    fn recv_any(
+        &self,
+        py: Python<'_>,
+        tag: u32,
+        dtype: &str,
+        data: Bound<'_, PyAny>,
+    ) -> PyResult<usize> {
+        let dtype = DType::from_name(dtype).map_err(invalid)?;
+        let data = Held::export(&data, true)?;
+        let (address, bytes) = data.span();
+        let address = address as usize;
+        let comm = self.inner.clone();
+        blocking(py, move || {
+            comm.recv_any(tag, dtype, address as *mut u8, bytes / dtype.size())
+        })
+    }
+
     /// A sub-communicator: without `key` every member of this one calls it
     /// alike; with `key` only the new group's members do, with the same key.
     #[pyo3(signature = (ranks, key=None))]

@@ -135,7 +135,7 @@ def _backends_from_python() -> bool:
     if BACKEND_BASE is object:
         return False
 
-    class Probe(BACKEND_BASE):  # type: ignore[misc, valid-type]
+    class Probe(BACKEND_BASE):
         pass
 
     try:

@@ -94,9 +94,15 @@ class _PendingRecv:
     """A posted receive: run in issue order when it (or a later one) is waited for."""
 
     buf: _Host
-    src: int
+    src: int | None  # None: from any source
     tag: int
     future: Future
+    source: int = -1  # the rank it came from, once received
+
+    def source_rank(self) -> int:
+        if self.source < 0:
+            raise RuntimeError("source_rank(): the receive has not completed")
+        return self.source
 
 
 class ShoalProcessGroup(dist.ProcessGroup):
@@ -556,7 +562,9 @@ class ShoalProcessGroup(dist.ProcessGroup):
             return
         if self._store is None:
             raise RuntimeError("monitored_barrier: this group has no store")
-        _monitored_barrier(self._store, f"shoal/monitored/{self._monitored}", self._rank, self._size, seconds, wait_all_ranks)
+        _monitored_barrier(
+            self._store, f"shoal/monitored/{self._monitored}", self._rank, self._size, seconds, wait_all_ranks
+        )
 
     @_profiled("send")
     def send(self, tensors: list[Tensor], dst: int, tag: int) -> ShoalWork:
@@ -571,9 +579,12 @@ class ShoalProcessGroup(dist.ProcessGroup):
     def recv(self, tensors: list[Tensor], src: int, tag: int) -> ShoalWork:
         """Posts a receive; it runs when its work, or a later receive's, is waited for (in issue order)."""
         op = _PendingRecv(self._p2p_buffer(tensors, src, "recv", fill=False), src, tag, Future())
+        return self._post_recv(op)
+
+    def _post_recv(self, op: _PendingRecv) -> ShoalWork:
         with self._recv_lock:
             self._recvs.append(op)
-        return self._track(ShoalWork(op.future, before_wait=lambda: self._run_recvs_until(op)))
+        return self._track(ShoalWork(op.future, before_wait=lambda: self._run_recvs_until(op), source=op.source_rank))
 
     def _p2p_buffer(self, tensors: list[Tensor], peer: int, what: str, fill: bool) -> _Host:
         _single(tensors, what)
@@ -587,14 +598,31 @@ class ShoalProcessGroup(dist.ProcessGroup):
                 op = self._recvs.popleft()
                 _complete(op.future, [op.buf.user], lambda op=op: self._receive(op))  # type: ignore[misc]
 
-    @_profiled("recv")
     def _receive(self, op: _PendingRecv) -> None:
         _pipeline.wait_until_issued()
-        self._group.recv(op.buf.array, op.src, op.tag, dtype=op.buf.dtype)
+        if op.src is None:
+            self._receive_any(op)
+        else:
+            self._receive_from(op)
         op.buf.copy_back()
 
+    @_profiled("recv")
+    def _receive_from(self, op: _PendingRecv) -> None:
+        assert op.src is not None
+        self._group.recv(op.buf.array, op.src, op.tag, dtype=op.buf.dtype)
+        op.source = op.src
+
+    @_profiled("recvAnySource")
+    def _receive_any(self, op: _PendingRecv) -> None:
+        _, op.source = self._group.recv(op.buf.array, None, op.tag, dtype=op.buf.dtype)
+
     def recv_anysource(self, tensors: list[Tensor], tag: int) -> ShoalWork:
-        raise NotImplementedError("the shoal backend has no receive from any source; name the source rank")
+        """Posts a receive of the first message with ``tag`` from any rank (shoal's
+        ``recv`` without ``src``); its work's ``_source_rank()`` names the sender."""
+        _single(tensors, "recv")
+        if self._size < 2:
+            raise ValueError("recv from any source: this group has no other rank")
+        return self._post_recv(_PendingRecv(_host(tensors[0], fill=False), None, tag, Future()))
 
     recvAnysource = recv_anysource  # noqa: N815 - the name older torch looks up
 
@@ -710,9 +738,7 @@ def _monitored_barrier(store: dist.Store, key: str, rank: int, size: int, second
                 raise RuntimeError(f"[Rank 0]: Rank {q} failed to pass monitoredBarrier in {ms} ms") from e
             missing.append(q)
     if missing:
-        raise RuntimeError(
-            f"[Rank 0]: Ranks {', '.join(map(str, missing))} failed to pass monitoredBarrier in {ms} ms"
-        )
+        raise RuntimeError(f"[Rank 0]: Ranks {', '.join(map(str, missing))} failed to pass monitoredBarrier in {ms} ms")
     store.set(f"{key}/go", b"1")
 
 
@@ -720,7 +746,7 @@ def _monitored_barrier(store: dist.Store, key: str, rank: int, size: int, second
 # The group's backend for each device type
 
 
-class _DeviceBackend(_compat.BACKEND_BASE):  # type: ignore[misc, valid-type]
+class _DeviceBackend(_compat.BACKEND_BASE):
     """What torch finds as the group's backend for a device type
     (``group._get_backend(device)``, ``_device_types``): every call goes to
     the group (held weakly: the group holds this backend)."""
