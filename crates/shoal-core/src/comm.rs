@@ -1434,6 +1434,13 @@ fn group_id(parent: u32, name: GroupName<'_>, ranks: &[usize]) -> u32 {
     ((h ^ (h >> 32)) as u32).max(1)
 }
 
+/// A timeout in nanoseconds, at most a year (as `SHOAL_TIMEOUT`): every
+/// deadline (now + timeout) stays representable.
+fn duration_ns(t: Duration) -> u64 {
+    const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+    t.min(YEAR).as_nanos() as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1453,11 +1460,4 @@ mod tests {
         }
         assert_eq!(ids[1], group_id(0, GroupName::Keyed("a", 1), &[0, 1]));
     }
-}
-
-/// A timeout in nanoseconds, at most a year (as `SHOAL_TIMEOUT`): every
-/// deadline (now + timeout) stays representable.
-fn duration_ns(t: Duration) -> u64 {
-    const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
-    t.min(YEAR).as_nanos() as u64
 }

@@ -171,7 +171,7 @@ impl PyCommunicator {
 
     #[setter]
     fn set_timeout(&self, seconds: f64) -> PyResult<()> {
-        if !(seconds > 0.0) {
+        if seconds.is_nan() || seconds <= 0.0 {
             return Err(invalid(format!(
                 "timeout must be a positive number of seconds, got {seconds}"
             )));
