@@ -29,7 +29,8 @@ python3 -m venv .venv
 . .venv/bin/activate
 pip install -q --upgrade pip
 pip install -q maturin numpy pytest pytest-timeout 'ruff>=0.6' 'mypy>=1.11'
-timeout 1200 pip install -q matplotlib torch torchvision scikit-learn \
+# expecttest: torch.testing._internal needs it (tests/test_torch_dist_suite.py runs torch's own test class)
+timeout 1200 pip install -q matplotlib torch torchvision scikit-learn expecttest \
     || echo "test.sh: optional extras not installed; the tests that need them will be skipped"
 # an extension built before shoal became abi3 (_shoal.cpython-3XX-*.so)
 # would shadow the new _shoal.abi3.so on import
@@ -51,11 +52,11 @@ TEST_SHOAL_WHEEL=1 python -m pytest -q tests
 # torch 2.4: the oldest release the torch backend supports (docs/torch.md)
 if timeout 1200 bash -c 'python3 -m venv .venv-torch24 && .venv-torch24/bin/pip install -q --upgrade pip &&
         .venv-torch24/bin/pip install -q maturin numpy pytest pytest-timeout \
-            torch==2.4.1 torchvision==0.19.1 scikit-learn'; then
+            torch==2.4.1 torchvision==0.19.1 scikit-learn expecttest'; then
     (
         . .venv-torch24/bin/activate
         maturin develop --release -q
-        python -m pytest -q tests/test_torch_backend.py tests/test_torch_cuda.py
+        python -m pytest -q tests/test_torch_backend.py tests/test_torch_cuda.py tests/test_torch_dist_suite.py
     )
 else
     echo "test.sh: torch 2.4.1 could not be installed; the torch backend's tests ran on the newest torch only"

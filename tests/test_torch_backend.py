@@ -37,6 +37,39 @@ def test_every_c10d_call(world: int, transport: str) -> None:
     assert proc.stdout.count("OK torch collectives") == world, proc.stdout[-2000:]
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_list_form_calls_match_gloo(world: int) -> None:
+    """all_gather_coalesced (one output list per rank) and every other list-form
+    call, with input counts equal to and different from the world size, exactly as Gloo."""
+    proc = launch(world, "torch_list_forms.py")
+    assert proc.stdout.count("OK torch list forms") == world, proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_sparse_all_reduce_matches_gloo(world: int) -> None:
+    proc = launch(world, "torch_sparse.py")
+    assert proc.stdout.count("OK torch sparse") == world, proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize("mode", ["timeout_new_group", "timeout_init"])
+def test_group_timeout_is_honoured(mode: str) -> None:
+    """new_group(timeout=) and init_process_group(timeout=) bound that group's
+    calls, as SHOAL_TIMEOUT does every group's; without one, SHOAL_TIMEOUT."""
+    results = spawn_ranks(3, "torch_group_options.py", mode, env={"SHOAL_TIMEOUT": "30"})
+    for r, p in enumerate(results):
+        assert p.returncode == 0 and "OK timeouts" in p.stdout, (r, p.stdout, p.stderr[-3000:])
+    assert "RAISED" in results[0].stdout
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_monitored_barrier_names_the_ranks_that_did_not_arrive(world: int) -> None:
+    """torch's monitored_barrier semantics (Gloo's messages), and the group's
+    device types registered with torch where it lets Python register them."""
+    results = spawn_ranks(world, "torch_group_options.py", "monitored", env={"SHOAL_TIMEOUT": "30"})
+    for r, p in enumerate(results):
+        assert p.returncode == 0 and "OK monitored" in p.stdout, (r, p.stdout, p.stderr[-3000:])
+
+
 def test_every_op_appears_in_torch_profiler_traces() -> None:
     proc = launch(2, "torch_profiler.py")
     assert proc.stdout.count("OK torch profiler") == 2, proc.stdout[-2000:]
@@ -132,6 +165,15 @@ def test_works_nobody_consumes_are_let_go_once_complete_and_old() -> None:
 def test_p2p_large_exchange(world: int) -> None:
     """isend before irecv on every rank, 8 MB each: sends must not wait for the receiver."""
     results = spawn_ranks(world, "torch_p2p.py", "exchange", env={"SHOAL_TIMEOUT": "30"})
+    for r, p in enumerate(results):
+        assert p.returncode == 0 and "OK" in p.stdout and "RAISED" not in p.stdout, (r, p.stdout, p.stderr[-1000:])
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_p2p_receive_from_any_source(world: int) -> None:
+    """dist.recv and dist.irecv without src (the group's recv_anysource): the
+    sender as torch reports it (work._source_rank(), the global rank)."""
+    results = spawn_ranks(world, "torch_p2p.py", "any_source", env={"SHOAL_TIMEOUT": "30"})
     for r, p in enumerate(results):
         assert p.returncode == 0 and "OK" in p.stdout and "RAISED" not in p.stdout, (r, p.stdout, p.stderr[-1000:])
 

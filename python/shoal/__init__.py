@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from typing import overload
+
 from shoal import _log  # noqa: F401  (starts handing Rust's log records to logging)
 from shoal._shoal import (
     AbortedError,
@@ -298,6 +300,7 @@ def send(
     return _group(group).send(x, dst, tag, dtype=dtype)
 
 
+@overload
 def recv(
     x: BufferT,
     src: int,
@@ -305,8 +308,31 @@ def recv(
     *,
     group: Group | None = None,
     dtype: DTypeName | DTypeAlias | None = None,
-) -> BufferT:
-    """Receives into ``x`` from rank ``src``; returns ``x``."""
+) -> BufferT: ...
+
+
+@overload
+def recv(
+    x: BufferT,
+    src: None = None,
+    tag: int = 0,
+    *,
+    group: Group | None = None,
+    dtype: DTypeName | DTypeAlias | None = None,
+) -> tuple[BufferT, int]: ...
+
+
+def recv(
+    x: BufferT,
+    src: int | None = None,
+    tag: int = 0,
+    *,
+    group: Group | None = None,
+    dtype: DTypeName | DTypeAlias | None = None,
+) -> BufferT | tuple[BufferT, int]:
+    """Receives into ``x`` from rank ``src`` and returns ``x``; without ``src``,
+    the first message with ``tag`` from any rank, and returns ``(x, source)``
+    (see ``Group.recv``)."""
     return _group(group).recv(x, src, tag, dtype=dtype)
 
 

@@ -82,6 +82,11 @@ class Communicator:
     def local_ranks(self) -> list[int]:
         """Global ranks that share this process's host (shared memory peers)."""
     @property
+    def timeout(self) -> float:
+        """Seconds a call may wait without progress (``SHOAL_TIMEOUT`` unless set)."""
+    @timeout.setter
+    def timeout(self, seconds: float) -> None: ...
+    @property
     def cost_model(self) -> dict[str, float]:
         """The cost model in use: alpha, beta, gamma, alpha_local, beta_local."""
     @property
@@ -99,6 +104,8 @@ class Communicator:
         """Sends the buffer (of ``dtype`` elements) to group rank ``peer``."""
     def recv(self, peer: int, tag: int, dtype: DTypeName, data: Buffer) -> None:
         """Receives from group rank ``peer`` into the buffer (of ``dtype`` elements)."""
+    def recv_any(self, tag: int, dtype: DTypeName, data: Buffer) -> int:
+        """Receives the first message with ``tag`` from any group rank; returns that rank."""
     def new_group(self, ranks: list[int], key: str | None = None) -> Communicator | None:
         """A sub-communicator. Without ``key`` every member of this one calls it alike
         (None for non-members); with ``key`` only the members call it, with the same key."""

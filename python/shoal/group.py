@@ -4,7 +4,7 @@ C-contiguous buffer, without copying."""
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import numpy as np
 
@@ -134,6 +134,21 @@ class Group:
     def local_ranks(self) -> list[int]:
         """World ranks on this host (reached through shared memory)."""
         return self._live().local_ranks
+
+    @property
+    def timeout(self) -> float:
+        """Seconds a call of this group may wait without progress before it
+        fails with ``ShoalTimeoutError``: ``SHOAL_TIMEOUT`` (default 300) unless
+        set for this group. Setting it (a positive number; longer than a year
+        is a year) applies to the calls issued after; groups made from this
+        one start from ``SHOAL_TIMEOUT``."""
+        return self._live().timeout
+
+    @timeout.setter
+    def timeout(self, seconds: float) -> None:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise TypeError(f"timeout must be a number of seconds, got {type(seconds).__name__}")
+        self._live().timeout = float(seconds)
 
     @property
     def plans_cached(self) -> int:
@@ -461,12 +476,34 @@ class Group:
         dt = dtype_name(a, dtype)
         self._live().send(dst, tag, dt, a)
 
-    def recv(self, x: BufferT, src: int, tag: int = 0, *, dtype: DTypeName | DTypeAlias | None = None) -> BufferT:
-        """Receives into ``x`` what rank ``src`` sent with ``tag``; returns ``x``."""
-        src = self._peer_check(src, "recv", "src")
+    @overload
+    def recv(self, x: BufferT, src: int, tag: int = 0, *, dtype: DTypeName | DTypeAlias | None = None) -> BufferT: ...
+
+    @overload
+    def recv(
+        self, x: BufferT, src: None = None, tag: int = 0, *, dtype: DTypeName | DTypeAlias | None = None
+    ) -> tuple[BufferT, int]: ...
+
+    def recv(
+        self, x: BufferT, src: int | None = None, tag: int = 0, *, dtype: DTypeName | DTypeAlias | None = None
+    ) -> BufferT | tuple[BufferT, int]:
+        """Receives into ``x`` what rank ``src`` sent with ``tag``; returns ``x``.
+
+        Without ``src`` (receive from any source): the first message with
+        ``tag`` from any rank of the group; returns ``(x, source)``. From each
+        rank only its next message with ``tag`` can match (messages from one
+        rank with one tag are received in the order they were sent, whichever
+        receive takes them); among the ranks whose next message has arrived,
+        the one that arrived first is taken, so no sender is passed over for
+        later arrivals. A message of another size or type fails as with
+        ``src``, and so does a wait longer than the group's timeout, naming
+        what the other ranks wait for."""
         tag = tag_argument("recv", tag)
         a = as_array(x, "x", writable=True)
         dt = dtype_name(a, dtype)
+        if src is None:
+            return x, self._live().recv_any(tag, dt, a)
+        src = self._peer_check(src, "recv", "src")
         self._live().recv(src, tag, dt, a)
         return x
 

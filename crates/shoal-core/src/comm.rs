@@ -3,11 +3,13 @@
 //! made by `new_group` share one [`Engine`].
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use shoal_plan::algorithms::allreduce::hierarchical_ina;
 use shoal_plan::{Buf, CallShape, Collective, Op, Plan, Region};
-use shoal_transport::{CallSig, Transport};
+use shoal_transport::{Blocked, CallSig, Tag, Transport};
 
 use crate::agree::first_use;
 use crate::alias::{self, InPlace, Staging};
@@ -23,6 +25,7 @@ use crate::lru::Lru;
 use crate::provider::{self, HierarchicalSwitch, PlanExecutor, ProviderId, Switch};
 use crate::reduce::divide;
 use crate::select::{Choice, PlanSource, Selector};
+use crate::stall::{answer_time, Stall};
 use crate::trace::Tracing;
 use crate::work::{AsyncQueue, Work};
 
@@ -222,6 +225,9 @@ pub struct Communicator {
     /// The most members on one host: they share its link to a switch.
     busiest_host: usize,
     state: Mutex<CommState>,
+    /// How long a call may wait without progress before it fails (nanoseconds):
+    /// `SHOAL_TIMEOUT` unless set for this communicator (`set_timeout`).
+    timeout_ns: AtomicU64,
     /// A sub-group's own switch job, joined at its first allreduce that
     /// could use the switch (the world's is the engine's).
     group_ina: OnceLock<std::result::Result<Ina, String>>,
@@ -308,6 +314,7 @@ impl Communicator {
     ) -> Communicator {
         let ranks_per_host = block_layout(&engine.host_of, &members);
         let busiest_host = busiest_host(&engine.host_of, &members);
+        let timeout_ns = AtomicU64::new(duration_ns(engine.config.timeout));
         Communicator {
             engine,
             members,
@@ -315,6 +322,7 @@ impl Communicator {
             id,
             ranks_per_host,
             busiest_host,
+            timeout_ns,
             state: Mutex::new(CommState::default()),
             group_ina: OnceLock::new(),
             shard_job: ShardJob::default(),
@@ -331,6 +339,20 @@ impl Communicator {
     pub fn members(&self) -> &[usize] {
         &self.members
     }
+    /// How long this communicator's calls may wait without progress before
+    /// they fail with a timeout (`SHOAL_TIMEOUT` unless set).
+    pub fn timeout(&self) -> Duration {
+        Duration::from_nanos(self.timeout_ns.load(Ordering::Relaxed))
+    }
+
+    /// Sets this communicator's timeout (its calls from now on; not its
+    /// sub-groups', which start from `SHOAL_TIMEOUT`), as `SHOAL_TIMEOUT`
+    /// does for every communicator. At most a year, as `SHOAL_TIMEOUT`.
+    pub fn set_timeout(&self, timeout: Duration) {
+        self.timeout_ns
+            .store(duration_ns(timeout), Ordering::Relaxed);
+    }
+
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }
@@ -694,7 +716,7 @@ impl Communicator {
             sig: p.sig,
             dtype: p.dtype,
             op: p.op,
-            timeout: self.engine.config.timeout,
+            timeout: self.timeout(),
             describe: &|| p.describe(),
         };
         self.engine.run(cp, &ctx, bufs)
@@ -798,7 +820,7 @@ impl Communicator {
             sig,
             dtype: DType::U8,
             op: ReduceOp::Min,
-            timeout: self.engine.config.timeout,
+            timeout: self.timeout(),
             describe: &|| {
                 format!(
                     "agreement after an in-network allreduce on rank {}",
@@ -871,7 +893,7 @@ impl Communicator {
             sig: p.sig,
             dtype: p.dtype,
             op: p.op,
-            timeout: self.engine.config.timeout,
+            timeout: self.timeout(),
             describe: &|| p.describe(),
         };
         let engine = &self.engine;
@@ -1282,6 +1304,120 @@ impl Communicator {
         })
     }
 
+    /// Receives `count` elements into `data` from whichever group rank's
+    /// message with `tag` comes first, and returns that rank.
+    ///
+    /// Matching: from each peer, only its next message with `tag` (per peer
+    /// and tag, messages are received in the order they were sent, as by
+    /// [`Communicator::recv`]); among the peers whose next message has
+    /// arrived, the one that arrived first at this rank (on a job over hosts,
+    /// same-host and remote peers are asked first in turn). The message is
+    /// then received as `recv` from that peer would: a size or type that
+    /// differs fails the same way, and a wait with no message for the
+    /// communicator's timeout fails naming what the peers wait for.
+    pub fn recv_any(&self, tag: u32, dtype: DType, data: *mut u8, count: usize) -> Result<usize> {
+        self.engine.check_healthy()?;
+        if tag >= P2P_SEQ {
+            return Err(Error::invalid(format!(
+                "tag {tag} too large (must be < 2^31)"
+            )));
+        }
+        if self.size() < 2 {
+            return Err(Error::invalid(
+                "recv from any source: this group has no other rank",
+            ));
+        }
+        let t = &*self.engine.transport;
+        let me = self.members[self.rank];
+        let peers: Vec<usize> = (0..self.size()).filter(|&p| p != self.rank).collect();
+        let describe =
+            || format!("recv({count} x {dtype}, tag={tag}) from any source on rank {me}");
+        let fail = |e: Error| -> Error {
+            if e.kind != ErrorKind::InvalidArgument {
+                t.abort(&e.message);
+                self.engine
+                    .failed
+                    .lock()
+                    .unwrap()
+                    .get_or_insert_with(|| e.clone());
+            }
+            e
+        };
+        let sig = CallSig {
+            kind: P2P_KIND,
+            dtype: dtype.index(),
+            op: 0,
+            algo: 0,
+            root: 0,
+            count: count as u64,
+            history: 0,
+        };
+        let timeout = self.timeout();
+        let blocked_after = Duration::from_millis(100).min(timeout / 4);
+        let mut last_progress = std::time::Instant::now();
+        let mut told_blocked = false;
+        self.engine.queue.flush();
+        let source = loop {
+            let _one_at_a_time = self.engine.scratch.lock().unwrap();
+            let from: Vec<(usize, Tag)> = {
+                let st = self.state.lock().unwrap();
+                (peers.iter())
+                    .map(|&p| {
+                        let step = st.recvs.get(&(p, tag)).copied().unwrap_or(0);
+                        (
+                            self.members[p],
+                            Tag {
+                                comm: self.id,
+                                seq: P2P_SEQ | tag,
+                                step,
+                            },
+                        )
+                    })
+                    .collect()
+            };
+            let transport_error =
+                |e: &shoal_transport::TransportError| fail(Error::from_transport(e, &describe()));
+            if let Some(g) = t.probe(&from).map_err(|e| transport_error(&e))? {
+                break self.members.iter().position(|&m| m == g).unwrap();
+            }
+            if t.progress().map_err(|e| transport_error(&e))? {
+                last_progress = std::time::Instant::now();
+                continue;
+            }
+            let idle = last_progress.elapsed();
+            let on: Vec<usize> = from.iter().map(|&(g, _)| g).collect();
+            if idle > timeout {
+                let stall = Stall::find(t, me, &on, answer_time(timeout))
+                    .map_err(|e| transport_error(&e))?;
+                let mut message = format!(
+                    "{}: no progress for {timeout:.0?}, the timeout of its communicator \
+                     (SHOAL_TIMEOUT unless set); waiting on a message from any of ranks {on:?}",
+                    describe()
+                );
+                let found = stall.describe();
+                if !found.is_empty() {
+                    message = format!("{message}; {found}");
+                }
+                return Err(fail(Error::new(ErrorKind::Timeout, message)));
+            }
+            if !told_blocked && idle >= blocked_after {
+                let mut on = on;
+                on.truncate(Blocked::MAX_ON);
+                let tag = Tag {
+                    comm: self.id,
+                    seq: P2P_SEQ | tag,
+                    step: 0,
+                };
+                t.set_blocked(&Blocked { tag, sig, on });
+                told_blocked = true;
+            }
+            t.wait(Duration::from_millis(50))
+                .map_err(|e| transport_error(&e))?;
+        };
+        self.recv(source, tag, dtype, data, count)?;
+        Ok(source)
+    }
+
     /// Point-to-point messages run as one-step plans, so they share the
     /// executor's error handling, timeouts and mismatch checks.
     #[allow(clippy::too_many_arguments)]
@@ -1348,7 +1484,7 @@ impl Communicator {
             sig,
             dtype,
             op: ReduceOp::Sum,
-            timeout: self.engine.config.timeout,
+            timeout: self.timeout(),
             describe: &describe,
         };
         self.engine.queue.flush();
@@ -1510,6 +1646,13 @@ fn group_id(parent: u32, name: GroupName<'_>, ranks: &[usize]) -> u32 {
     ranks.iter().for_each(|&r| mix(r as u64));
     // Id 0 is the world's.
     ((h ^ (h >> 32)) as u32).max(1)
+}
+
+/// A timeout in nanoseconds, at most a year (as `SHOAL_TIMEOUT`): every
+/// deadline (now + timeout) stays representable.
+fn duration_ns(t: Duration) -> u64 {
+    const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+    t.min(YEAR).as_nanos() as u64
 }
 
 #[cfg(test)]

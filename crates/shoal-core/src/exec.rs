@@ -625,7 +625,7 @@ impl Run<'_> {
         Error::new(
             ErrorKind::Timeout,
             format!(
-                "{}: no progress for {:.0?} (SHOAL_TIMEOUT); waiting on {}",
+                "{}: no progress for {:.0?}, the timeout of its communicator (SHOAL_TIMEOUT unless set); waiting on {}",
                 (self.ctx.describe)(),
                 self.ctx.timeout,
                 self.pending_steps(4)

@@ -180,6 +180,27 @@ impl PyCommunicator {
         .collect())
     }
 
+    /// How long a call may wait without progress before it fails, in seconds
+    /// (`SHOAL_TIMEOUT` unless set for this communicator). Setting it takes
+    /// effect for the calls issued after; sub-groups start from `SHOAL_TIMEOUT`.
+    #[getter]
+    fn timeout(&self) -> f64 {
+        self.inner.timeout().as_secs_f64()
+    }
+
+    #[setter]
+    fn set_timeout(&self, seconds: f64) -> PyResult<()> {
+        if seconds.is_nan() || seconds <= 0.0 {
+            return Err(invalid(format!(
+                "timeout must be a positive number of seconds, got {seconds}"
+            )));
+        }
+        // Longer than a year is a year (as SHOAL_TIMEOUT): torch's "no timeout" is huge
+        let t = Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX);
+        self.inner.set_timeout(t);
+        Ok(())
+    }
+
     /// How many compiled plans this process caches (all communicators).
     #[getter]
     fn plans_cached(&self) -> PyResult<usize> {
@@ -278,6 +299,25 @@ impl PyCommunicator {
         let comm = self.comm()?;
         blocking(py, move || {
             comm.recv(peer, tag, dtype, address as *mut u8, bytes / dtype.size())
+        })
+    }
+
+    /// Receives into the buffer (of `dtype` elements) the first message with
+    /// `tag` from any group rank; returns that rank.
+    fn recv_any(
+        &self,
+        py: Python<'_>,
+        tag: u32,
+        dtype: &str,
+        data: Bound<'_, PyAny>,
+    ) -> PyResult<usize> {
+        let dtype = DType::from_name(dtype).map_err(invalid)?;
+        let data = Held::export(&data, true)?;
+        let (address, bytes) = data.span();
+        let address = address as usize;
+        let comm = self.inner.clone();
+        blocking(py, move || {
+            comm.recv_any(tag, dtype, address as *mut u8, bytes / dtype.size())
         })
     }
 

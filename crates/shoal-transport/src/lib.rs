@@ -236,6 +236,13 @@ pub trait Transport: Send + Sync {
     /// untouched until the request completes.
     unsafe fn irecv(&self, peer: usize, tag: Tag, sig: CallSig, into: RecvInto) -> Result<ReqId>;
 
+    /// Receive from any source: of the messages from the `(peer, tag)` pairs
+    /// of `from` that have arrived here and wait for their receive, the
+    /// sender of the earliest (see `Matcher::probe`); `None` while there is
+    /// none. Moves nothing: the caller then posts the receive from that peer
+    /// with [`Transport::irecv`], which takes the message.
+    fn probe(&self, from: &[(usize, Tag)]) -> Result<Option<usize>>;
+
     /// Whether the request is complete; a completed request is forgotten, so
     /// `test` returns `Ok(true)` once per request. Errors name the failing peer.
     fn test(&self, req: ReqId) -> Result<bool>;

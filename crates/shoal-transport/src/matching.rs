@@ -519,6 +519,26 @@ impl Matcher {
         Ok(id)
     }
 
+    /// Receive from any source: of the messages from the `(peer, tag)` pairs
+    /// of `from` that wait for a receive (queued unexpected: their header or
+    /// rendezvous descriptor has arrived), the sender of the one that arrived
+    /// first; `None` while there is none. The caller then posts the receive
+    /// from that peer as usual ([`Matcher::post_recv`]), which takes it.
+    pub fn probe(&self, from: &[(usize, Tag)]) -> Option<usize> {
+        let first_waiting = |&(peer, tag): &(usize, Tag)| {
+            let q = self.peers.get(&peer)?;
+            let u = q
+                .unexpected
+                .iter()
+                .find(|u| u.tag == tag && matches!(u.claim, Claim::None))?;
+            Some((u.key, peer))
+        };
+        from.iter()
+            .filter_map(first_waiting)
+            .min()
+            .map(|(_, peer)| peer)
+    }
+
     /// A data header arrived from `peer`: fails posted receives of the same
     /// call with another signature, then picks where the payload goes.
     pub fn on_header(&mut self, peer: usize, h: &Header) -> Incoming {

@@ -10,6 +10,7 @@
 //! side: tcp or UCX, never both).
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::auth::Key;
@@ -110,6 +111,8 @@ pub struct Routed {
     /// Side reaching each global rank (`None`: self or unreachable).
     route: Vec<Option<Via>>,
     bell: Doorbell,
+    /// Which side `probe` asks first next (alternates).
+    probe_turn: AtomicUsize,
 }
 
 impl Routed {
@@ -232,6 +235,7 @@ impl Routed {
             ucx: None,
             route,
             bell,
+            probe_turn: AtomicUsize::new(0),
         }
     }
 
@@ -331,6 +335,28 @@ impl Transport for Routed {
 
     fn test(&self, req: ReqId) -> Result<bool> {
         self.side(req)?.test(req >> 1)
+    }
+
+    /// Each side probes the peers it reaches; when both have a message, the
+    /// side asked first alternates (arrival order is only known per side).
+    fn probe(&self, from: &[(usize, Tag)]) -> Result<Option<usize>> {
+        let mut sides: [Vec<(usize, Tag)>; 2] = [Vec::new(), Vec::new()];
+        for &(peer, tag) in from {
+            let (via, _) = self.via(peer)?;
+            sides[via as usize].push((peer, tag));
+        }
+        let turn = self.probe_turn.fetch_add(1, Ordering::Relaxed) % 2;
+        for i in [turn, 1 - turn] {
+            let peers = &sides[i];
+            if peers.is_empty() {
+                continue;
+            }
+            let (_, t) = self.via(peers[0].0)?;
+            if let Some(peer) = t.probe(peers)? {
+                return Ok(Some(peer));
+            }
+        }
+        Ok(None)
     }
 
     fn progress(&self) -> Result<bool> {

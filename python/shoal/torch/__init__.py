@@ -20,10 +20,11 @@ releases, detected rather than assumed). See docs/torch.md.
 
 from __future__ import annotations
 
-from ._compat import register_backend
-from ._group import BACKEND, ShoalProcessGroup, create_process_group
+from ._compat import let_monitored_barrier_take, register_backend
+from ._group import BACKEND, DEVICES, ShoalProcessGroup, create_process_group
 from ._work import ShoalWork
 
 __all__ = ["BACKEND", "ShoalProcessGroup", "ShoalWork"]
 
-register_backend(BACKEND, create_process_group, devices=["cpu", "cuda"])
+register_backend(BACKEND, create_process_group, devices=DEVICES)
+let_monitored_barrier_take(BACKEND)

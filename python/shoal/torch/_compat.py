@@ -20,11 +20,17 @@ from its version number:
   backend keeps its works alive itself (see ``_work.py``).
 - **Registration.** ``Backend.register_backend`` takes ``devices`` only on
   newer releases; ``extended_api`` is required (the creator needs the
-  group's global ranks).
+  group's global ranks). A creator that returns a process group (as shoal's
+  does) has no backend registered per device type by torch; the group
+  registers one itself (``register_devices``) where torch lets Python
+  subclass ``Backend`` (not 2.4). Where ``dist.monitored_barrier`` takes
+  Gloo groups only (2.4), it is wrapped to let shoal groups through
+  (``let_monitored_barrier_take``).
 """
 
 from __future__ import annotations
 
+import datetime
 import gc
 import inspect
 import weakref
@@ -106,3 +112,88 @@ def register_backend(name: str, creator: Callable[..., Any], devices: list[str])
     if "devices" in params:
         kwargs["devices"] = devices
     dist.Backend.register_backend(name, creator, **kwargs)
+
+
+def default_timeout() -> Any:
+    """torch's default group timeout (what it passes when the caller gave none)."""
+    return getattr(dist.distributed_c10d, "default_pg_timeout", None)
+
+
+# ---------------------------------------------------------------------------
+# Device types: a Python process group has no C++ backend per device type,
+# which torch's device dispatch looks up (``_device_types``, ``monitored_barrier``,
+# ``_get_backend(device)`` from C++). Releases whose ``Backend`` Python can
+# subclass (newer than 2.4) take one registered per device type; older ones
+# do not, and their ``dist.monitored_barrier`` takes Gloo groups only.
+
+_C10D: Any = getattr(torch._C, "_distributed_c10d", None)
+BACKEND_BASE: type = getattr(_C10D, "Backend", object)
+
+
+def _backends_from_python() -> bool:
+    """Whether this torch can register a Python backend for a device type."""
+    if BACKEND_BASE is object:
+        return False
+
+    class Probe(BACKEND_BASE):
+        pass
+
+    try:
+        probe = Probe(0, 1)
+        dist.ProcessGroup(0, 1)._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM, probe)
+        return True
+    except Exception:  # noqa: BLE001 - "No constructor defined" on 2.4; any failure: do without
+        return False
+
+
+BACKENDS_FROM_PYTHON = _backends_from_python()
+
+
+def register_devices(pg: Any, devices: list[str], make: Callable[[Any], Any]) -> None:
+    """Registers ``make(pg)`` as ``pg``'s backend for each device type, where
+    this torch can (the group keeps the backend alive)."""
+    if not BACKENDS_FROM_PYTHON:
+        return
+    backend = make(pg)
+    for device in devices:
+        pg._register_backend(torch.device(device), dist.ProcessGroup.BackendType.CUSTOM, backend)
+    pg._set_default_backend(dist.ProcessGroup.BackendType.CUSTOM)
+    pg._shoal_device_backend = backend
+
+
+def _monitored_barrier_takes_only_gloo() -> bool:
+    """Whether ``dist.monitored_barrier`` refuses groups by backend name (2.4 and
+    other releases before it looked at the group's device types)."""
+    try:
+        source = inspect.getsource(dist.distributed_c10d.monitored_barrier)
+    except (OSError, TypeError):
+        return not BACKENDS_FROM_PYTHON
+    return "_device_types" not in source or not BACKENDS_FROM_PYTHON
+
+
+def let_monitored_barrier_take(backend: str) -> None:
+    """On releases whose ``dist.monitored_barrier`` takes Gloo groups only,
+    wraps it (once) so that a group of ``backend`` runs its own
+    ``monitored_barrier``, with torch's checks and arguments; every other
+    group still goes to torch's."""
+    c10d = dist.distributed_c10d
+    original = c10d.monitored_barrier
+    if getattr(original, "_shoal", False) or not _monitored_barrier_takes_only_gloo():
+        return
+
+    def monitored_barrier(group: Any = None, timeout: Any = None, wait_all_ranks: bool = False) -> Any:
+        if c10d._rank_not_in_group(group):
+            return None
+        target = group or c10d._get_default_group()
+        if c10d.get_backend(target) != backend:
+            return original(group, timeout, wait_all_ranks)
+        if timeout is None:
+            timeout = c10d._get_default_timeout(backend)
+        elif isinstance(timeout, (int, float)):
+            timeout = datetime.timedelta(seconds=timeout)
+        return target.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+    monitored_barrier.__doc__ = original.__doc__
+    monitored_barrier._shoal = True  # type: ignore[attr-defined]
+    c10d.monitored_barrier = monitored_barrier
+    dist.monitored_barrier = monitored_barrier

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import collections
 import functools
+import math
 import threading
+import time
+import types
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar, cast
 
@@ -34,6 +38,8 @@ from ._work import ShoalWork, _Calls, _complete, _completer
 
 BACKEND = "shoal"
 
+_SYNC = types.SimpleNamespace(asyncOp=False)  # the options of a call the backend makes itself and waits for
+
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
@@ -60,7 +66,27 @@ def _profiled(name: str) -> Callable[[_Method], _Method]:
 def create_process_group(opts: Any, backend_options: Any = None) -> ShoalProcessGroup:
     """The backend creator torch calls (extended API) on every member of a new group."""
     _cuda.settings()  # a wrong SHOAL_TORCH_* value fails here, not at the first CUDA call
-    return ShoalProcessGroup(_world.communicator(opts), opts.group_rank, opts.group_size)
+    group = _world.communicator(opts)
+    timeout = _group_timeout(getattr(opts, "timeout", None))
+    if timeout is not None:
+        group.timeout = timeout
+    pg = ShoalProcessGroup(group, opts.group_rank, opts.group_size, store=opts.store)
+    _compat.register_devices(pg, DEVICES, _DeviceBackend)
+    return pg
+
+
+DEVICES = ["cpu", "cuda"]
+
+
+def _group_timeout(timeout: Any) -> float | None:
+    """The seconds a group's calls may wait: torch's ``timeout=`` when given
+    (``init_process_group``, ``new_group``); None (``SHOAL_TIMEOUT``, default
+    300 s) when torch passes its own default, 30 minutes, for which the
+    caller asked nothing."""
+    if timeout is None or timeout == _compat.default_timeout():
+        return None
+    seconds = float(timeout.total_seconds())
+    return seconds if seconds > 0 else None
 
 
 @dataclass
@@ -68,17 +94,25 @@ class _PendingRecv:
     """A posted receive: run in issue order when it (or a later one) is waited for."""
 
     buf: _Host
-    src: int
+    src: int | None  # None: from any source
     tag: int
     future: Future
+    source: int = -1  # the rank it came from, once received
+
+    def source_rank(self) -> int:
+        if self.source < 0:
+            raise RuntimeError("source_rank(): the receive has not completed")
+        return self.source
 
 
 class ShoalProcessGroup(dist.ProcessGroup):
     """A torch process group whose collectives run on a shoal communicator."""
 
-    def __init__(self, group: shoal.Group, rank: int, size: int) -> None:
+    def __init__(self, group: shoal.Group, rank: int, size: int, store: dist.Store | None = None) -> None:
         super().__init__(rank, size)
         self._group = group
+        self._store = store  # monitored_barrier's
+        self._monitored = 0  # monitored barriers so far
         self._rank = rank
         self._size = size
         self._recvs: collections.deque[_PendingRecv] = collections.deque()
@@ -164,7 +198,48 @@ class ShoalProcessGroup(dist.ProcessGroup):
     @_profiled("allreduce")
     def allreduce(self, tensors: list[Tensor], opts: Any = None) -> ShoalWork:
         _single(tensors, "allreduce")
+        if tensors[0].layout == torch.sparse_coo:
+            return self._sparse_allreduce(tensors[0], opts)
         return self.allreduce_coalesced(tensors, opts)
+
+    def _sparse_allreduce(self, t: Tensor, opts: Any) -> ShoalWork:
+        """A sparse COO tensor summed as Gloo sums it: every rank's indices and
+        values gathered (sizes agreed first), added up, coalesced, and copied
+        into ``t``. Runs to its end before returning (its work is complete)."""
+        op = _compat.reduce_op(opts)
+        if _op_name(op) != "sum":
+            raise ValueError(f"the shoal backend reduces sparse tensors with SUM only (as Gloo), got {op}")
+        mine = t.detach().coalesce().cpu()
+        indices, values = mine.indices().contiguous(), mine.values().contiguous()
+        meta = torch.tensor([mine.sparse_dim(), mine.dense_dim(), mine._nnz(), *mine.shape], dtype=torch.int64)
+        metas = self._gather_all(meta, [meta.numel()] * self._size)
+        if any(not (torch.equal(m[:2], meta[:2]) and torch.equal(m[3:], meta[3:])) for m in metas):
+            raise ValueError(
+                "sparse all_reduce: the ranks' tensors differ in shape or in sparse and dense dimensions: "
+                f"{[m.tolist() for m in metas]} ([sparse_dim, dense_dim, nnz, *shape] per rank)"
+            )
+        nnz = [int(m[2]) for m in metas]
+        row = math.prod(values.shape[1:])  # elements per entry (its dense dimensions)
+        all_indices = self._gather_all(indices.reshape(-1), [k * mine.sparse_dim() for k in nnz])
+        all_values = self._gather_all(values.reshape(-1), [k * row for k in nnz])
+        total = torch.sparse_coo_tensor(
+            torch.cat([i.view(mine.sparse_dim(), -1) for i in all_indices], dim=1),
+            torch.cat([v.view(-1, *values.shape[1:]) for v in all_values]),
+            mine.shape,
+            dtype=mine.dtype,
+        ).coalesce()
+        with torch.no_grad():  # not t.detach(): a sparse copy_ replaces the detached alias's indices, not t's
+            t.copy_(total.to(t.device))
+        future = Future()
+        future.set_result([t])
+        return self._track(ShoalWork(future))
+
+    def _gather_all(self, flat: Tensor, counts: list[int]) -> list[Tensor]:
+        """Every rank's ``flat`` (rank q's of ``counts[q]`` elements), synchronously."""
+        outs = [flat.new_empty(c) for c in counts]
+        if sum(counts):
+            self._allgather_per_input([outs], [flat], _SYNC, [outs]).wait()
+        return outs
 
     @_profiled("allreduce_coalesced")
     def allreduce_coalesced(self, tensors: list[Tensor], opts: Any = None) -> ShoalWork:
@@ -264,16 +339,36 @@ class ShoalProcessGroup(dist.ProcessGroup):
 
     @_profiled("allgather")
     def allgather(self, output_tensors: list[list[Tensor]], input_tensors: list[Tensor], opts: Any = None) -> ShoalWork:
+        """``output_tensors[0][q]`` receives rank q's input (torch's layout: one list per input)."""
         _single(input_tensors, "allgather")
-        return self.allgather_coalesced(output_tensors, input_tensors, opts)
+        if len(output_tensors) != 1:
+            raise ValueError(f"allgather: {len(output_tensors)} output lists for 1 input")
+        return self._allgather_per_input(output_tensors, input_tensors, opts, output_tensors)
 
     @_profiled("allgather_coalesced")
     def allgather_coalesced(
         self, output_lists: list[list[Tensor]], input_tensors: list[Tensor], opts: Any = None
     ) -> ShoalWork:
-        """For each input, every rank's copy into the matching output list."""
-        if len(output_lists) != len(input_tensors):
-            raise ValueError(f"allgather: {len(output_lists)} output lists for {len(input_tensors)} inputs")
+        """``output_lists[q][i]`` receives rank q's input i: torch's (and Gloo's)
+        layout for ``all_gather_coalesced``, one list per rank, which is the
+        transpose of ``allgather``'s one list per input."""
+        if len(output_lists) != self._size:
+            raise ValueError(
+                f"all_gather_coalesced: output_tensor_lists must hold {self._size} lists (one per rank), "
+                f"got {len(output_lists)}"
+            )
+        for q, outs in enumerate(output_lists):
+            if len(outs) != len(input_tensors):
+                raise ValueError(
+                    f"all_gather_coalesced: output list {q} holds {len(outs)} tensors for {len(input_tensors)} inputs"
+                )
+        per_input = [[output_lists[q][i] for q in range(self._size)] for i in range(len(input_tensors))]
+        return self._allgather_per_input(per_input, input_tensors, opts, output_lists)
+
+    def _allgather_per_input(
+        self, output_lists: list[list[Tensor]], input_tensors: list[Tensor], opts: Any, result: Any
+    ) -> ShoalWork:
+        """For each input i, every rank's copy into ``output_lists[i]`` (one tensor per rank)."""
         # Output q may have its own size (rank q's input): per-rank counts then.
         counts = [self._varied_list(outs, t, "allgather output") for outs, t in zip(output_lists, input_tensors)]
         ins = [_host(t) for t in input_tensors]
@@ -289,7 +384,7 @@ class ShoalProcessGroup(dist.ProcessGroup):
             for flat, outs in zip(flats, output_lists):
                 _unpack(flat, outs)
 
-        return self._launch(opts, output_lists, issue, finish)
+        return self._launch(opts, result, issue, finish)
 
     @_profiled("all_gather_single")
     def all_gather_single(self, output: Tensor, input: Tensor, opts: Any = None) -> ShoalWork:  # noqa: A002
@@ -454,6 +549,23 @@ class ShoalProcessGroup(dist.ProcessGroup):
 
         return self._launch(opts, [], issue)
 
+    def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
+        """Gloo's ``monitored_barrier``: rank 0 waits for each other rank in
+        turn, within ``timeout`` of the start, and raises naming the first rank
+        that did not arrive (every such rank with ``wait_all_ranks``); then it
+        lets the others go, which wait for it as long. The ranks meet through
+        torch's store (not shoal's transport), so that a rank that never comes
+        leaves nothing pending in the communicator."""
+        seconds = _seconds(timeout) if timeout is not None else self._group.timeout
+        self._monitored += 1
+        if self._size == 1:
+            return
+        if self._store is None:
+            raise RuntimeError("monitored_barrier: this group has no store")
+        _monitored_barrier(
+            self._store, f"shoal/monitored/{self._monitored}", self._rank, self._size, seconds, wait_all_ranks
+        )
+
     @_profiled("send")
     def send(self, tensors: list[Tensor], dst: int, tag: int) -> ShoalWork:
         """Sends right away: shoal's sends do not wait for the receiver (it buffers
@@ -467,9 +579,12 @@ class ShoalProcessGroup(dist.ProcessGroup):
     def recv(self, tensors: list[Tensor], src: int, tag: int) -> ShoalWork:
         """Posts a receive; it runs when its work, or a later receive's, is waited for (in issue order)."""
         op = _PendingRecv(self._p2p_buffer(tensors, src, "recv", fill=False), src, tag, Future())
+        return self._post_recv(op)
+
+    def _post_recv(self, op: _PendingRecv) -> ShoalWork:
         with self._recv_lock:
             self._recvs.append(op)
-        return self._track(ShoalWork(op.future, before_wait=lambda: self._run_recvs_until(op)))
+        return self._track(ShoalWork(op.future, before_wait=lambda: self._run_recvs_until(op), source=op.source_rank))
 
     def _p2p_buffer(self, tensors: list[Tensor], peer: int, what: str, fill: bool) -> _Host:
         _single(tensors, what)
@@ -483,14 +598,31 @@ class ShoalProcessGroup(dist.ProcessGroup):
                 op = self._recvs.popleft()
                 _complete(op.future, [op.buf.user], lambda op=op: self._receive(op))  # type: ignore[misc]
 
-    @_profiled("recv")
     def _receive(self, op: _PendingRecv) -> None:
         _pipeline.wait_until_issued()
-        self._group.recv(op.buf.array, op.src, op.tag, dtype=op.buf.dtype)
+        if op.src is None:
+            self._receive_any(op)
+        else:
+            self._receive_from(op)
         op.buf.copy_back()
 
+    @_profiled("recv")
+    def _receive_from(self, op: _PendingRecv) -> None:
+        assert op.src is not None
+        self._group.recv(op.buf.array, op.src, op.tag, dtype=op.buf.dtype)
+        op.source = op.src
+
+    @_profiled("recvAnySource")
+    def _receive_any(self, op: _PendingRecv) -> None:
+        _, op.source = self._group.recv(op.buf.array, None, op.tag, dtype=op.buf.dtype)
+
     def recv_anysource(self, tensors: list[Tensor], tag: int) -> ShoalWork:
-        raise NotImplementedError("the shoal backend has no receive from any source; name the source rank")
+        """Posts a receive of the first message with ``tag`` from any rank (shoal's
+        ``recv`` without ``src``); its work's ``_source_rank()`` names the sender."""
+        _single(tensors, "recv")
+        if self._size < 2:
+            raise ValueError("recv from any source: this group has no other rank")
+        return self._post_recv(_PendingRecv(_host(tensors[0], fill=False), None, tag, Future()))
 
     recvAnysource = recv_anysource  # noqa: N815 - the name older torch looks up
 
@@ -561,6 +693,117 @@ class ShoalProcessGroup(dist.ProcessGroup):
                     f"{what}: every tensor must have {like.numel()} elements of {like.dtype}, "
                     f"got {t.numel()} of {t.dtype}"
                 )
+
+
+# ---------------------------------------------------------------------------
+# monitored_barrier
+
+
+def _seconds(timeout: Any) -> float:
+    return float(timeout.total_seconds()) if hasattr(timeout, "total_seconds") else float(timeout)
+
+
+def _monitored_barrier(store: dist.Store, key: str, rank: int, size: int, seconds: float, wait_all: bool) -> None:
+    """One monitored barrier through ``store`` (the messages are Gloo's)."""
+    from datetime import timedelta
+
+    ms = int(seconds * 1000)
+    if rank != 0:
+        store.set(f"{key}/arrived/{rank}", b"1")
+        try:
+            store.wait([f"{key}/go"], timedelta(seconds=seconds))
+        except Exception as e:  # noqa: BLE001 - torch's store raises its own types
+            raise RuntimeError(
+                f"Rank {rank} successfully reached monitoredBarrier, but received errors while waiting "
+                f"for send/recv from rank 0. Please check rank 0 logs for faulty rank. ({e})"
+            ) from e
+        return
+    start = time.monotonic()
+    arrived: list[int] = []
+    missing: list[int] = []
+    for q in range(1, size):
+        left = seconds - (time.monotonic() - start)
+        if not wait_all and left <= 0:
+            raise RuntimeError(
+                f"Rank 0 timed out in monitoredBarrier after {ms} ms. Successfully processed ranks: "
+                f"{', '.join(map(str, arrived))}"
+            )
+        try:
+            # with wait_all_ranks every rank gets the whole timeout (as Gloo): one
+            # that never comes must not use up the others' time
+            store.wait([f"{key}/arrived/{q}"], timedelta(seconds=max(seconds if wait_all else left, 0.001)))
+            arrived.append(q)
+        except Exception as e:  # noqa: BLE001 - torch's store raises its own types
+            if not wait_all:
+                raise RuntimeError(f"[Rank 0]: Rank {q} failed to pass monitoredBarrier in {ms} ms") from e
+            missing.append(q)
+    if missing:
+        raise RuntimeError(f"[Rank 0]: Ranks {', '.join(map(str, missing))} failed to pass monitoredBarrier in {ms} ms")
+    store.set(f"{key}/go", b"1")
+
+
+# ---------------------------------------------------------------------------
+# The group's backend for each device type
+
+
+class _DeviceBackend(_compat.BACKEND_BASE):
+    """What torch finds as the group's backend for a device type
+    (``group._get_backend(device)``, ``_device_types``): every call goes to
+    the group (held weakly: the group holds this backend)."""
+
+    def __init__(self, pg: ShoalProcessGroup) -> None:
+        super().__init__(pg.rank(), pg.size())
+        self._pg = weakref.ref(pg)
+
+    def _group(self) -> ShoalProcessGroup:
+        pg = self._pg()
+        if pg is None:
+            raise RuntimeError("the shoal process group of this backend was destroyed")
+        return pg
+
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return BACKEND
+
+
+def _forward(name: str, to: str) -> Callable[..., Any]:
+    def call(self: _DeviceBackend, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self._group(), to)(*args, **kwargs)
+
+    call.__name__ = name
+    return call
+
+
+for _name, _to in {
+    "broadcast": "broadcast",
+    "allreduce": "allreduce",
+    "allreduce_sparse": "allreduce",
+    "allreduce_coalesced": "allreduce_coalesced",
+    "reduce": "reduce",
+    "allgather": "allgather",
+    "all_gather_single": "all_gather_single",
+    "_allgather_base": "all_gather_single",
+    "allgather_coalesced": "allgather_coalesced",
+    "all_gather_single_coalesced": "all_gather_single_coalesced",
+    "allgather_into_tensor_coalesced": "all_gather_single_coalesced",
+    "gather": "gather",
+    "scatter": "scatter",
+    "reduce_scatter": "reduce_scatter",
+    "reduce_scatter_single": "reduce_scatter_single",
+    "_reduce_scatter_base": "reduce_scatter_single",
+    "reduce_scatter_single_coalesced": "reduce_scatter_single_coalesced",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter_single_coalesced",
+    "all_to_all_single": "all_to_all_single",
+    "alltoall_base": "all_to_all_single",
+    "alltoall": "alltoall",
+    "send": "send",
+    "recv": "recv",
+    "recv_anysource": "recv_anysource",
+    "barrier": "barrier",
+    "monitored_barrier": "monitored_barrier",
+    "start_coalescing": "start_coalescing",
+    "end_coalescing": "end_coalescing",
+}.items():
+    setattr(_DeviceBackend, _name, _forward(_name, _to))
 
 
 # ---------------------------------------------------------------------------

@@ -133,6 +133,11 @@ def _host(t: Tensor, *, reduce: bool = False, fill: bool = True) -> _Host:
     """``t`` as a host buffer. ``reduce``: the buffer will be reduced (picks a
     reducible type); ``fill``: the collective reads ``t``'s values (otherwise
     a staging copy need not copy them in)."""
+    if t.layout != torch.strided:
+        raise ValueError(
+            f"the shoal backend takes {t.layout} tensors only in all_reduce with SUM "
+            "(as Gloo); other calls take dense (strided) tensors"
+        )
     src = t.detach()
     wide = _WIDENED.get(src.dtype) if reduce else None
     in_place = src.device.type == "cpu" and src.is_contiguous() and not (src.is_conj() or src.is_neg())

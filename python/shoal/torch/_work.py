@@ -201,10 +201,15 @@ class ShoalWork(dist.Work):
     which the completion thread completes a little later."""
 
     def __init__(
-        self, future: Future, before_wait: Callable[[], None] | None = None, direct: list[Any] | None = None
+        self,
+        future: Future,
+        before_wait: Callable[[], None] | None = None,
+        direct: list[Any] | None = None,
+        source: Callable[[], int] | None = None,
     ) -> None:
         super().__init__()
         self._future = future
+        self._source = source
         self._before_wait = before_wait
         self._direct = direct
         _keeper.hold(self)
@@ -253,6 +258,16 @@ class ShoalWork(dist.Work):
 
     def result(self) -> Any:
         return self._future.value()
+
+    def source_rank(self) -> int:
+        """The group rank a receive got its message from (every receive; torch
+        asks a receive from any source)."""
+        if self._source is None:
+            raise RuntimeError("source_rank() is known for a completed receive only")
+        source: int = self._source()
+        return source
+
+    _source_rank = sourceRank = source_rank  # noqa: N815 - the names torch calls
 
     def synchronize(self) -> None:
         self.wait()

@@ -687,6 +687,10 @@ impl Transport for TcpTransport {
         self.shared.lock().test(req)
     }
 
+    fn probe(&self, from: &[(usize, Tag)]) -> Result<Option<usize>> {
+        Ok(self.shared.lock().probe(from))
+    }
+
     /// Reads what has arrived on connections no other thread is reading, then
     /// reports whether anything happened since the last call (here or in the
     /// I/O threads), or a peer failure.

@@ -437,6 +437,12 @@ impl Transport for UcxTransport {
         Ok(id)
     }
 
+    fn probe(&self, from: &[(usize, Tag)]) -> Result<Option<usize>> {
+        let mut g = self.lock();
+        g.poll();
+        Ok(g.matcher.probe(from))
+    }
+
     fn test(&self, req: ReqId) -> Result<bool> {
         let mut g = self.lock();
         g.poll();
