@@ -184,8 +184,8 @@ impl PyCommunicator {
     /// (`SHOAL_TIMEOUT` unless set for this communicator). Setting it takes
     /// effect for the calls issued after; sub-groups start from `SHOAL_TIMEOUT`.
     #[getter]
-    fn timeout(&self) -> f64 {
-        self.inner.timeout().as_secs_f64()
+    fn timeout(&self) -> PyResult<f64> {
+        Ok(self.comm()?.timeout().as_secs_f64())
     }
 
     #[setter]
@@ -197,7 +197,7 @@ impl PyCommunicator {
         }
         // Longer than a year is a year (as SHOAL_TIMEOUT): torch's "no timeout" is huge
         let t = Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX);
-        self.inner.set_timeout(t);
+        self.comm()?.set_timeout(t);
         Ok(())
     }
 
@@ -315,7 +315,7 @@ impl PyCommunicator {
         let data = Held::export(&data, true)?;
         let (address, bytes) = data.span();
         let address = address as usize;
-        let comm = self.inner.clone();
+        let comm = self.comm()?;
         blocking(py, move || {
             comm.recv_any(tag, dtype, address as *mut u8, bytes / dtype.size())
         })
