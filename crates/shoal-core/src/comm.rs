@@ -423,7 +423,7 @@ impl Communicator {
             sig,
             dtype: DType::U8,
             op: ReduceOp::Sum,
-            timeout: self.engine.config.timeout,
+            timeout: self.timeout(),
             describe,
         };
         let bufs = CallBuffers {
