@@ -149,3 +149,37 @@ def test_the_code_digest_does_not_depend_on_the_hash_seed() -> None:
         for seed in ("1", "2", "3")
     }
     assert len(seen) == 1 and seen != {""}, seen
+
+
+def test_the_source_remembers_a_bounded_number_of_call_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job whose calls take ever new shapes must not grow the verified set
+    without bound; an evicted shape is verified again (every rank's plans built)."""
+    from shoal.algo import _registry, phases
+
+    built_ranks: list[int] = []
+
+    def tree(b: algo.Builder) -> None:
+        built_ranks.append(b.rank)
+        data = algo.output(0, b.count)
+        if b.rank == b.root:
+            b.copy(algo.input(0, b.count), data)
+        phases.tree_broadcast(b, b.root, data)
+
+    monkeypatch.setitem(
+        _registry._REGISTRY,
+        ("broadcast", "bounded_shapes"),
+        algo.Algorithm("broadcast", "bounded_shapes", tree, None),
+    )
+    monkeypatch.setattr(_registry, "SHAPES_REMEMBERED", 4)
+    source = _registry._Source()
+    world = 3
+    for count in range(1, 11):
+        source.plan("broadcast", "bounded_shapes", ("broadcast", world, count, 0, 64, 1, None), 0)
+        source.digest("broadcast", "bounded_shapes", ("broadcast", world, count, 0, 64, 1, None))
+    assert len(source.shapes) == 4
+    built_ranks.clear()
+    source.plan("broadcast", "bounded_shapes", ("broadcast", world, 1, 0, 64, 1, None), 0)
+    assert sorted(built_ranks) == list(range(world)), "an evicted shape is verified again"
+    built_ranks.clear()
+    source.plan("broadcast", "bounded_shapes", ("broadcast", world, 10, 0, 64, 1, None), 0)
+    assert built_ranks == [0], "a remembered shape builds only the calling rank's plan"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import types
 from dataclasses import dataclass, replace
@@ -59,6 +60,12 @@ _REGISTRY: dict[tuple[str, str], Algorithm] = {}
 VERIFY_WORLDS = 64
 """Registered algorithms are verified (all ranks) the first time a call shape is
 seen in groups up to this size; larger groups get the per-rank checks only."""
+
+SHAPES_REMEMBERED = 1024
+"""How many call shapes the source remembers as verified, with their digests
+(least recently used first out, as a communicator's 1024 first-use records):
+a job that makes calls of ever new shapes re-verifies an evicted one instead of
+growing without bound."""
 
 VERIFY_ELEMENTS = 1 << 16
 """Building every rank's plans takes time with the count, so a call of more
@@ -120,22 +127,35 @@ class _Source:
     cost factors for one group size."""
 
     def __init__(self) -> None:
-        self.verified: set[tuple[str, str, Shape]] = set()
-        self.digests: dict[tuple[str, str, Shape], int] = {}
+        # (collective, name, shape) -> (plans digest, verified here): a digest
+        # computed for another group's cached plan is known without verifying.
+        self.shapes: collections.OrderedDict[tuple[str, str, Shape], tuple[int, bool]] = collections.OrderedDict()
+
+    def _recall(self, key: tuple[str, str, Shape]) -> tuple[int, bool] | None:
+        known = self.shapes.get(key)
+        if known is not None:
+            self.shapes.move_to_end(key)
+        return known
+
+    def _remember(self, key: tuple[str, str, Shape], digest: int, verified: bool) -> None:
+        self.shapes[key] = (digest, verified)
+        self.shapes.move_to_end(key)
+        while len(self.shapes) > SHAPES_REMEMBERED:
+            self.shapes.popitem(last=False)
 
     def plan(self, collective: str, name: str, shape_tuple: ShapeTuple, rank: int) -> tuple[int, list[OpTuple]]:
         alg = _REGISTRY[(collective, name)]
         shape = Shape.from_tuple(shape_tuple)
         key = (collective, name, shape)
-        if shape.world <= VERIFY_WORLDS and key not in self.verified:
+        known = self._recall(key)
+        if shape.world <= VERIFY_WORLDS and not (known and known[1]):
             # Every rank verifies the same plans, so all raise the same error
             # instead of some hanging on a broken plan.
             small = shape.world * shape.count <= VERIFY_ELEMENTS
             probe = shape if small else replace(shape, count=VERIFY_ELEMENTS // shape.world)
             lowered = Lowered(name, alg.fn, probe)
             lowered.check(name, probe)
-            self.verified.add(key)
-            self.digests[key] = _plans_digest(lowered)
+            self._remember(key, _plans_digest(lowered), verified=True)
             if small:
                 b = lowered.builders[rank]
                 return (b.scratch_len, b.ops)
@@ -153,11 +173,15 @@ class _Source:
         if shape.world > VERIFY_WORLDS:
             return _code_digest(alg.fn)
         key = (collective, name, shape)
-        if key not in self.digests:  # the plan came from the cache of another group
-            small = shape.world * shape.count <= VERIFY_ELEMENTS
-            probe = shape if small else replace(shape, count=VERIFY_ELEMENTS // shape.world)
-            self.digests[key] = _plans_digest(Lowered(name, alg.fn, probe))
-        return self.digests[key]
+        known = self._recall(key)
+        if known is not None:
+            return known[0]
+        # the plan came from the cache of another group (or was evicted here)
+        small = shape.world * shape.count <= VERIFY_ELEMENTS
+        probe = shape if small else replace(shape, count=VERIFY_ELEMENTS // shape.world)
+        digest = _plans_digest(Lowered(name, alg.fn, probe))
+        self._remember(key, digest, verified=False)
+        return digest
 
     def cost(self, collective: str, name: str, world: int) -> tuple[float, float, float] | None:
         alg = _REGISTRY[(collective, name)]
