@@ -38,7 +38,9 @@ pub enum Kind {
 
 /// Why the UCX tests cannot run here (`libucp` missing), or `None`.
 pub fn ucx_missing() -> Option<String> {
-    shoal_transport::ucx::probe_library(shoal_transport::ucx::DEFAULT_LIB).err()
+    shoal_transport::ucx::probe_library(shoal_transport::ucx::DEFAULT_LIB)
+        .err()
+        .map(|e| e.to_string())
 }
 
 pub const TIMEOUT: Duration = Duration::from_secs(20);
