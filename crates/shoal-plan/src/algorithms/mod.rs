@@ -26,6 +26,8 @@ pub mod scatter;
 
 use std::fmt;
 
+use shoal_bootstrap::fnv;
+
 use crate::plan::{CallShape, Collective, Plan};
 
 /// Per-transport cost parameters (seconds), calibrated by the core.
@@ -115,19 +117,9 @@ pub const TAKE_COUNTS: &[(Collective, &str)] = &[
 /// a position in the registry, so builds or registrations that list
 /// algorithms in another order still agree (docs/architecture.md, frame header).
 pub const fn algorithm_id(collective: Collective, name: &str) -> u32 {
-    const OFFSET: u32 = 0x811c_9dc5;
-    const PRIME: u32 = 0x0100_0193;
-    const fn mix(mut h: u32, bytes: &[u8]) -> u32 {
-        let mut i = 0;
-        while i < bytes.len() {
-            h = (h ^ bytes[i] as u32).wrapping_mul(PRIME);
-            i += 1;
-        }
-        h
-    }
-    let h = mix(OFFSET, collective.name().as_bytes());
-    let h = mix(h, b"/");
-    mix(h, name.as_bytes())
+    let h = fnv::fold_32(fnv::OFFSET_32, collective.name().as_bytes());
+    let h = fnv::fold_32(h, b"/");
+    fnv::fold_32(h, name.as_bytes())
 }
 
 /// The algorithm of `collective` whose [`Algorithm::id`] is `id`.
