@@ -100,7 +100,7 @@ impl PyCallPlans {
     /// Reads the JSON document (schema in docs/algorithms.md).
     #[staticmethod]
     fn from_json(text: &str) -> PyResult<PyCallPlans> {
-        let inner = CallPlans::from_json(text).map_err(invalid)?;
+        let inner = CallPlans::from_json(text).map_err(|e| invalid(e.to_string()))?;
         Ok(PyCallPlans {
             inner,
             origins: None,
