@@ -25,7 +25,7 @@ use std::time::Duration;
 use shoal_bootstrap::auth::Key;
 use tracing::{error, info};
 
-pub use args::{parse_args, USAGE};
+pub use args::{command, parse_args, ArgsError};
 pub use control::ControlLimits;
 pub use metrics::{DropReason, Metrics, Refused};
 
@@ -234,14 +234,16 @@ pub type SecretLoader<'a> = &'a dyn Fn(Option<&Path>) -> Result<Key, String>;
 /// command line is printed with the usage; the daemon's life (its
 /// addresses, jobs admitted and released, failure to start) is logged.
 pub fn daemon_main(argv: &[String], load_secret: SecretLoader<'_>) -> i32 {
-    if argv.iter().any(|a| a == "-h" || a == "--help") {
-        println!("{USAGE}");
-        return 0;
-    }
     let cfg = match parse_args(argv, load_secret) {
         Ok(c) => c,
+        // clap's own output: the help (on stdout, 0), or the error with
+        // the usage (on stderr, 2).
+        Err(ArgsError::Cli(e)) => {
+            let _ = e.print();
+            return e.exit_code();
+        }
         Err(e) => {
-            eprintln!("shoal switch: {e}\n\n{USAGE}");
+            eprintln!("shoal switch: {e}\n\n{}", command().render_usage());
             return 2;
         }
     };
