@@ -5,7 +5,7 @@
 //! call that sent it, so a receiver whose own call differs (another
 //! collective, count, dtype, op or root) reports a mismatch instead of
 //! waiting forever or reading the wrong bytes. Calls that exchange no message
-//! between the two differing ranks are caught too (see `matching.rs`): a
+//! between the two differing ranks are caught too (see `matching/mismatch.rs`): a
 //! message for a call the receiver has finished, a message left over when it
 //! finishes, a rank blocked in a call telling the rank it waits on which call
 //! that is ([`Blocked`]), and the signature's `history` of the earlier calls.
