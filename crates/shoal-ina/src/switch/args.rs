@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
-use super::{SecretLoader, SwitchConfig};
+use super::{SecretLoader, SecretUnavailable, SwitchConfig};
 use crate::proto::MAX_SLOTS;
 use crate::switch::jobs::{slot_copy_bytes, MIN_SHARE_SLOTS};
 
@@ -137,7 +137,7 @@ pub enum ArgsError {
     /// flag), or a request for the help.
     Cli(clap::Error),
     /// The switch secret could not be loaded (the loader's reason).
-    Secret(String),
+    Secret(SecretUnavailable),
     /// `--memory` cannot hold one job per data-plane thread.
     Memory {
         memory: usize,

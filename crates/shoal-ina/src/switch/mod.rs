@@ -227,7 +227,10 @@ extern "C" fn on_signal(_: libc::c_int) {
 
 /// Finds the switch secret: from `--secret-file` when given, else from the
 /// environment (`SHOAL_SWITCH_SECRET`, ...); returns its key.
-pub type SecretLoader<'a> = &'a dyn Fn(Option<&Path>) -> Result<Key, String>;
+pub type SecretLoader<'a> = &'a dyn Fn(Option<&Path>) -> Result<Key, SecretUnavailable>;
+
+/// Why the loader found no switch secret (its own error, whatever its type).
+pub type SecretUnavailable = Box<dyn std::error::Error + Send + Sync>;
 
 /// `shoal switch ARGS...`: runs the daemon until SIGINT or SIGTERM; returns
 /// the process exit code. The previous signal handlers are restored. A bad
