@@ -343,11 +343,7 @@ mod tests {
     use shoal_bootstrap::auth::Key;
     use std::path::Path;
 
-    fn parse(line: &str) -> Result<SwitchConfig, String> {
-        parse_typed(line).map_err(|e| e.to_string())
-    }
-
-    fn parse_typed(line: &str) -> Result<SwitchConfig, ArgsError> {
+    fn parse(line: &str) -> Result<SwitchConfig, ArgsError> {
         let argv: Vec<String> = line.split_whitespace().map(String::from).collect();
         parse_args(&argv, &|file: Option<&Path>| {
             Ok(Key::from_material(
@@ -381,7 +377,7 @@ mod tests {
 
     #[test]
     fn defaults_are_the_documented_ones() {
-        let c = parse_typed("").unwrap();
+        let c = parse("").unwrap();
         let d = SwitchConfig::new(Key::from_material(b"default"));
         assert_eq!(c.listen, "0.0.0.0:9800".parse().unwrap());
         assert_eq!(c.control, c.listen);
@@ -410,10 +406,10 @@ mod tests {
         assert!(!c.int_only && c.metrics.is_none() && c.parent.is_none());
         assert!(parse("--int-only --seed 9").is_ok_and(|c| c.int_only && c.seed == 9));
         assert!(matches!(
-            parse_typed("--memory 1KiB"),
+            parse("--memory 1KiB"),
             Err(ArgsError::Memory { .. })
         ));
-        let help = parse_typed("--help").unwrap_err();
+        let help = parse("--help").unwrap_err();
         let ArgsError::Cli(e) = help else {
             panic!("{help}")
         };
@@ -451,7 +447,7 @@ mod tests {
             "--idle-timeout -1",
             "--idle-timeout nan",
         ] {
-            let err = parse(line).unwrap_err();
+            let err = parse(line).unwrap_err().to_string();
             let flag = line.split(' ').next().unwrap();
             assert!(err.contains(flag), "{line}: {err}");
         }

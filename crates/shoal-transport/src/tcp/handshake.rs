@@ -321,7 +321,7 @@ mod tests {
     /// Runs a whole handshake between a dialer holding `dk` and an acceptor
     /// holding `ak`: whether the acceptor let it in, and whether the dialer
     /// then took the acceptor's proof.
-    fn run(dk: &Key, ak: &Key) -> (Result<usize, String>, bool) {
+    fn run(dk: &Key, ak: &Key) -> (Result<usize, Refusal>, bool) {
         let (d, hello) = DialerSaidHello::new(1, 0, "job", [7; KEY_BYTES]);
         let (a, nonce) =
             AcceptorChallenged::hello(&expect(), received(&hello).unwrap(), [9; KEY_BYTES])
@@ -329,20 +329,24 @@ mod tests {
         let (d, proof) = d.challenge(dk, &nonce);
         match a.proof(ak, &proof) {
             Ok(p) => (Ok(p.rank), d.acceptor_proved(dk, &p.welcome[1..])),
-            Err(why) => (Err(why.to_string()), false),
+            Err(why) => (Err(why), false),
         }
     }
 
     #[test]
     fn the_same_key_is_proven_both_ways() {
         let k = Key::random().unwrap();
-        assert_eq!(run(&k, &k), (Ok(1), true));
+        let (verdict, proved) = run(&k, &k);
+        assert_eq!(verdict.ok(), Some(1));
+        assert!(proved);
     }
 
     #[test]
     fn a_wrong_key_is_refused_and_gets_no_proof() {
         let (verdict, _) = run(&Key::random().unwrap(), &Key::random().unwrap());
         let why = verdict.unwrap_err();
+        assert!(matches!(why, Refusal::WrongProof(1)), "{why:?}");
+        let why = why.to_string();
         assert!(why.contains("does not match this job's key"), "{why}");
     }
 
