@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -103,3 +104,12 @@ def spawn_ranks(
             pytest.fail(f"rank {r} of {script} hung for {timeout}s")
         results.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
     return results
+
+
+def ucx_missing() -> str | None:
+    """Why the UCX tests cannot run here (libucp cannot be loaded), or None."""
+    try:
+        ctypes.CDLL("libucp.so.0")
+    except OSError as e:
+        return f"libucp cannot be loaded ({e}); apt-get install libucx0"
+    return None

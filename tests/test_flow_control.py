@@ -4,22 +4,12 @@ on every transport, and every message still arrives intact."""
 
 from __future__ import annotations
 
-import ctypes
 import re
 
 import pytest
-from conftest import launch
+from conftest import launch, ucx_missing
 
-
-def _ucx_missing() -> str | None:
-    try:
-        ctypes.CDLL("libucp.so.0")
-    except OSError as e:
-        return f"libucp cannot be loaded ({e}); apt-get install libucx0"
-    return None
-
-
-UCX_MISSING = _ucx_missing()
+UCX_MISSING = ucx_missing()
 
 TRANSPORTS = {
     "shm": {"SHOAL_TRANSPORT": "shm"},

@@ -6,7 +6,6 @@ loaded (scripts/test.sh installs it: apt-get install libucx0)."""
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import subprocess
@@ -14,18 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import init_with, launch, spawn_ranks
+from conftest import init_with, launch, spawn_ranks, ucx_missing
 
-
-def _ucx_missing() -> str | None:
-    try:
-        ctypes.CDLL("libucp.so.0")
-    except OSError as e:
-        return f"libucp cannot be loaded ({e}); apt-get install libucx0"
-    return None
-
-
-MISSING = _ucx_missing()
+MISSING = ucx_missing()
 needs_ucx = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 
 # UCX 1.13 names its shared-memory transports sm (posix, sysv, cma) and self.

@@ -2,6 +2,7 @@
 //!
 //! * [`auth`]: keys and the challenge-response proofs every connection
 //!   between a job's processes starts with;
+//! * [`fnv`]: the hash ranks compare (algorithm ids, call signatures);
 //! * [`secret`]: where a rank finds its job secret;
 //! * [`small_file`]: reading the small files a user names, bounded;
 //! * [`store`]: the key-value stores ranks meet at (TCP, a shared
@@ -18,6 +19,7 @@ use std::io;
 
 pub mod auth;
 mod error;
+pub mod fnv;
 pub mod rendezvous;
 pub mod secret;
 pub mod small_file;

@@ -11,15 +11,21 @@
 //!     {"op": "send", "peer": 1, "tag": 0, "src": ["output", 0, 2], "deps": [0]}]}]}
 //! ```
 //!
-//! Regions are `[buffer, offset, length]` in elements. Written by hand (the
-//! schema is small and fixed) so the crate keeps no dependencies, and so a
-//! bad document gets an error naming the field, e.g. `ranks[1].steps[4].op`.
+//! Regions are `[buffer, offset, length]` in elements. serde_json parses and
+//! writes the text. The reader walks the parsed document itself (rather than
+//! deriving `Deserialize`) so that a bad document gets an error naming the
+//! field, e.g. `ranks[1].steps[4].op`.
 
-use std::fmt::Write as _;
+use std::fmt;
+use std::io;
 use std::sync::Arc;
 
-use crate::plan::{Buf, CallShape, Collective, Op, Plan, Region, Step};
-use crate::verify::check_scratch;
+use serde::ser::{SerializeMap, SerializeSeq, SerializeTuple};
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+
+use crate::plan::{Buf, CallShape, Collective, Op, Plan, Region, ShapeError, Step};
+use crate::verify::{check_scratch, ErrorKind};
 
 /// The `format` of documents this module writes and reads.
 pub const FORMAT: &str = "shoal-plan/1";
@@ -37,51 +43,27 @@ pub struct CallPlans {
 impl CallPlans {
     /// The document, one step per line so diffs and greps stay readable.
     pub fn to_json(&self) -> String {
-        let mut out = String::new();
-        let s = &self.shape;
-        let counts = match &s.counts {
-            Some(c) => format!("[{}]", join(c.iter())),
-            None => "null".into(),
-        };
-        let algorithm = match &self.algorithm {
-            Some(a) => quote(a),
-            None => "null".into(),
-        };
-        let _ = write!(
-            out,
-            "{{\"format\": {}, \"algorithm\": {algorithm},\n \"shape\": {{\"collective\": {}, \"world\": {}, \"count\": {}, \"root\": {}, \"chunk\": {}, \"ranks_per_host\": {}, \"counts\": {counts}}},\n \"ranks\": [",
-            quote(FORMAT),
-            quote(s.collective.name()),
-            s.world,
-            s.count,
-            s.root,
-            s.chunk,
-            s.ranks_per_host,
-        );
-        for (i, plan) in self.plans.iter().enumerate() {
-            let sep = if i == 0 { "" } else { "," };
-            let _ = write!(
-                out,
-                "{sep}\n  {{\"rank\": {}, \"scratch\": {}, \"steps\": [",
-                plan.rank, plan.scratch_len
-            );
-            for (j, step) in plan.steps.iter().enumerate() {
-                let sep = if j == 0 { "" } else { "," };
-                let _ = write!(out, "{sep}\n    {}", step_json(step));
-            }
-            out.push_str("]}");
-        }
-        out.push_str("]}\n");
-        out
+        let mut out = Vec::new();
+        let mut ser = serde_json::Serializer::with_formatter(&mut out, Layout::default());
+        Document(self)
+            .serialize(&mut ser)
+            .expect("a plan document serializes into memory without failing");
+        out.push(b'\n');
+        String::from_utf8(out).expect("serde_json writes UTF-8")
     }
 
     /// Reads a document; the error names the field that is wrong.
-    pub fn from_json(text: &str) -> Result<CallPlans, String> {
-        let doc = Parser::new(text).document()?;
+    pub fn from_json(text: &str) -> Result<CallPlans, PlanJsonError> {
+        let doc: Value = serde_json::from_str(text).map_err(|e| PlanJsonError::Syntax {
+            line: e.line(),
+            column: e.column(),
+            message: without_position(&e),
+        })?;
         let root = Field::root(&doc);
-        let format = root.get("format")?.str()?;
-        if format != FORMAT {
-            return Err(format!("format: expected {FORMAT:?}, got {format:?}"));
+        let format = root.get("format")?;
+        let got = format.str()?;
+        if got != FORMAT {
+            return Err(format.error(FieldProblem::Format(got.to_string())));
         }
         let algorithm = root
             .opt("algorithm")?
@@ -93,80 +75,13 @@ impl CallPlans {
             .array()?
             .iter()
             .map(|r| plan_from(r, &shape))
-            .collect::<Result<Vec<Plan>, String>>()?;
+            .collect::<Result<Vec<Plan>, PlanJsonError>>()?;
         Ok(CallPlans {
             shape,
             algorithm,
             plans,
         })
     }
-}
-
-fn step_json(step: &Step) -> String {
-    let deps = join(step.deps.iter());
-    let body = match &step.op {
-        Op::Send { peer, tag, src } => {
-            format!(
-                "\"op\": \"send\", \"peer\": {peer}, \"tag\": {tag}, \"src\": {}",
-                region_json(src)
-            )
-        }
-        Op::Recv { peer, tag, dst } => {
-            format!(
-                "\"op\": \"recv\", \"peer\": {peer}, \"tag\": {tag}, \"dst\": {}",
-                region_json(dst)
-            )
-        }
-        Op::RecvReduce { peer, tag, dst } => format!(
-            "\"op\": \"recv_reduce\", \"peer\": {peer}, \"tag\": {tag}, \"dst\": {}",
-            region_json(dst)
-        ),
-        Op::Copy { src, dst } => format!(
-            "\"op\": \"copy\", \"src\": {}, \"dst\": {}",
-            region_json(src),
-            region_json(dst)
-        ),
-        Op::Reduce { src, dst } => format!(
-            "\"op\": \"reduce\", \"src\": {}, \"dst\": {}",
-            region_json(src),
-            region_json(dst)
-        ),
-        Op::Expose { flag, src, slot } => format!(
-            "\"op\": \"{}\", \"flag\": {flag}, \"src\": {}",
-            if *slot { "expose_slot" } else { "expose" },
-            region_json(src)
-        ),
-        Op::PeerRead {
-            peer,
-            flag,
-            offset,
-            dst,
-        }
-        | Op::PeerReadReduce {
-            peer,
-            flag,
-            offset,
-            dst,
-        } => {
-            let kind = if matches!(step.op, Op::PeerRead { .. }) {
-                "peer_read"
-            } else {
-                "peer_read_reduce"
-            };
-            format!(
-                "\"op\": \"{kind}\", \"peer\": {peer}, \"flag\": {flag}, \"offset\": {offset}, \"dst\": {}",
-                region_json(dst)
-            )
-        }
-        Op::Release { flag, reads } => {
-            format!("\"op\": \"release\", \"flag\": {flag}, \"reads\": {reads}")
-        }
-    };
-    format!("{{{body}, \"deps\": [{deps}]}}")
-}
-
-fn region_json(r: &Region) -> String {
-    format!("[\"{}\", {}, {}]", buf_name(r.buf), r.offset, r.len)
 }
 
 /// The name of a buffer in documents (and in Python).
@@ -188,50 +103,172 @@ pub fn buf_from_name(name: &str) -> Option<Buf> {
     }
 }
 
-fn join<T: ToString>(items: impl Iterator<Item = T>) -> String {
-    items.map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
-}
-
-fn quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    write_string(&mut out, s);
-    out
-}
-
-/// Appends `s` as a JSON string (quoted, escaped); shared with other JSON
-/// writers of the project (the traces).
+/// Appends `s` as a JSON string (quoted, escaped by serde_json); shared with
+/// the project's other JSON writers (the traces, the simulator's reports).
 pub fn write_string(out: &mut String, s: &str) {
-    out.push('"');
     // Names and keys rarely need escaping: copy them whole.
     if !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        out.push('"');
         out.push_str(s);
         out.push('"');
         return;
     }
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    let escaped = serde_json::to_string(s).expect("a string serializes without failing");
+    out.push_str(&escaped);
 }
 
-fn shape_from(f: &Field<'_>) -> Result<CallShape, String> {
-    let name = f.get("collective")?.str()?;
-    let collective = Collective::from_name(name)
-        .ok_or_else(|| format!("{}.collective: unknown collective {name:?}", f.path))?;
+// ---------------------------------------------------------------------------
+// Errors
+
+/// Why a text is not a plan document: bad JSON, or a field that is missing
+/// or wrong, named by its path (`ranks[0].steps[3].op`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum PlanJsonError {
+    /// The text is not JSON (serde_json's `message`, without its position).
+    Syntax {
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    /// An object lacks member `key`; `within` is its path (`None`: the
+    /// document itself).
+    Missing { key: String, within: Option<String> },
+    /// The field at `path` is wrong.
+    Field { path: String, problem: FieldProblem },
+}
+
+/// What is wrong with a field.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FieldProblem {
+    ExpectedObject,
+    ExpectedArray,
+    ExpectedString,
+    /// Not a non-negative integer that fits a `usize`: `got` is the number,
+    /// if it was one.
+    ExpectedInteger {
+        got: Option<String>,
+    },
+    /// `format` names another format.
+    Format(String),
+    UnknownCollective(String),
+    UnknownOp(String),
+    UnknownBuffer(String),
+    /// A region of this many items instead of `[buffer, offset, length]`.
+    RegionItems(usize),
+    /// A region whose `offset + length` overflows.
+    RegionEnd,
+    /// A 32-bit field (tags, flags, read counts) holding a larger value.
+    Not32Bit(&'static str),
+    /// The shape describes no call an executor could run.
+    Shape(ShapeError),
+    /// Per-rank counts, but not one per rank.
+    CountsLen {
+        collective: Collective,
+        world: usize,
+        want: usize,
+        got: usize,
+    },
+    /// A plan's scratch beyond what a call of its shape may use.
+    Scratch(ErrorKind),
+}
+
+impl fmt::Display for PlanJsonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PlanJsonError::Syntax {
+                line,
+                column,
+                message,
+            } => write!(
+                f,
+                "invalid JSON at line {line} (column {column}): {message}"
+            ),
+            PlanJsonError::Missing { key, within: None } => write!(f, "missing field {key:?}"),
+            PlanJsonError::Missing {
+                key,
+                within: Some(path),
+            } => write!(f, "missing field {key:?} in {path}"),
+            // The shape's error starts with the field it is about.
+            PlanJsonError::Field {
+                path,
+                problem: FieldProblem::Shape(e),
+            } => write!(f, "{path}.{e}"),
+            PlanJsonError::Field { path, problem } => write!(f, "{path}: {problem}"),
+        }
+    }
+}
+
+impl fmt::Display for FieldProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FieldProblem::ExpectedObject => write!(f, "expected an object"),
+            FieldProblem::ExpectedArray => write!(f, "expected an array"),
+            FieldProblem::ExpectedString => write!(f, "expected a string"),
+            FieldProblem::ExpectedInteger { got: None } => {
+                write!(f, "expected a non-negative integer")
+            }
+            FieldProblem::ExpectedInteger { got: Some(n) } => {
+                write!(f, "expected a non-negative integer, got {n}")
+            }
+            FieldProblem::Format(got) => write!(f, "expected {FORMAT:?}, got {got:?}"),
+            FieldProblem::UnknownCollective(name) => write!(f, "unknown collective {name:?}"),
+            FieldProblem::UnknownOp(op) => write!(
+                f,
+                "unknown op {op:?}; valid: send, recv, recv_reduce, copy, reduce, expose, \
+                 expose_slot, peer_read, peer_read_reduce, release"
+            ),
+            FieldProblem::UnknownBuffer(name) => {
+                write!(f, "unknown buffer {name:?}; valid: input, output, scratch")
+            }
+            FieldProblem::RegionItems(n) => {
+                write!(f, "a region is [buffer, offset, length], got {n} items")
+            }
+            FieldProblem::RegionEnd => write!(f, "the region's end overflows"),
+            FieldProblem::Not32Bit(what) => write!(f, "{what} is 32-bit"),
+            FieldProblem::Shape(e) => write!(f, "{e}"),
+            FieldProblem::CountsLen {
+                collective,
+                world,
+                want,
+                got,
+            } => write!(
+                f,
+                "a {collective} of world {world} takes {want} counts, got {got}"
+            ),
+            FieldProblem::Scratch(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for PlanJsonError {}
+
+/// serde_json's message without the " at line L column C" it ends with
+/// (ours says where first).
+fn without_position(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" at line ") {
+        Some(at) => text[..at].to_string(),
+        None => text,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Reading
+
+fn shape_from(f: &Field<'_>) -> Result<CallShape, PlanJsonError> {
+    let name = f.get("collective")?;
+    let collective = Collective::from_name(name.str()?).ok_or_else(|| {
+        f.error(FieldProblem::UnknownCollective(
+            name.str().unwrap_or_default().to_string(),
+        ))
+    })?;
     let counts = match f.opt("counts")? {
         None => None,
         Some(c) => Some(
             c.array()?
                 .iter()
                 .map(|x| x.usize())
-                .collect::<Result<Arc<[usize]>, String>>()?,
+                .collect::<Result<Arc<[usize]>, PlanJsonError>>()?,
         ),
     };
     let shape = CallShape {
@@ -244,27 +281,27 @@ fn shape_from(f: &Field<'_>) -> Result<CallShape, String> {
         counts,
     };
     // Before anything below multiplies or sums the shape's numbers.
-    shape.check().map_err(|e| format!("{}.{e}", f.path))?;
+    shape.check().map_err(|e| f.error(FieldProblem::Shape(e)))?;
     if let (Some(c), Some(want)) = (&shape.counts, shape.counts_len()) {
         if c.len() != want {
-            return Err(format!(
-                "{}.counts: a {collective} of world {} takes {want} counts, got {}",
-                f.path,
-                shape.world,
-                c.len()
-            ));
+            return Err(f.get("counts")?.error(FieldProblem::CountsLen {
+                collective,
+                world: shape.world,
+                want,
+                got: c.len(),
+            }));
         }
     }
     Ok(shape)
 }
 
-fn plan_from(f: &Field<'_>, shape: &CallShape) -> Result<Plan, String> {
+fn plan_from(f: &Field<'_>, shape: &CallShape) -> Result<Plan, PlanJsonError> {
     let steps = f
         .get("steps")?
         .array()?
         .iter()
         .map(step_from)
-        .collect::<Result<Vec<Step>, String>>()?;
+        .collect::<Result<Vec<Step>, PlanJsonError>>()?;
     Ok(Plan {
         rank: f.get("rank")?.usize()?,
         scratch_len: scratch_from(f, shape)?,
@@ -273,24 +310,21 @@ fn plan_from(f: &Field<'_>, shape: &CallShape) -> Result<Plan, String> {
 }
 
 /// A plan's `scratch`, within what a plan of `shape` may use.
-fn scratch_from(f: &Field<'_>, shape: &CallShape) -> Result<usize, String> {
+fn scratch_from(f: &Field<'_>, shape: &CallShape) -> Result<usize, PlanJsonError> {
     let Some(field) = f.opt("scratch")? else {
         return Ok(0);
     };
     let scratch = field.usize()?;
-    check_scratch(shape, scratch).map_err(|e| format!("{}: {e}", field.path))?;
+    check_scratch(shape, scratch).map_err(|e| field.error(FieldProblem::Scratch(e)))?;
     Ok(scratch)
 }
 
-fn step_from(f: &Field<'_>) -> Result<Step, String> {
-    let kind = f.get("op")?.str()?;
-    let message = |f: &Field<'_>| -> Result<(usize, u32), String> {
-        let tag = f.get("tag")?;
-        let t =
-            u32::try_from(tag.usize()?).map_err(|_| format!("{}: tags are 32-bit", tag.path))?;
-        Ok((f.get("peer")?.usize()?, t))
+fn step_from(f: &Field<'_>) -> Result<Step, PlanJsonError> {
+    let kind = f.get("op")?;
+    let message = |f: &Field<'_>| -> Result<(usize, u32), PlanJsonError> {
+        Ok((f.get("peer")?.usize()?, f.get("tag")?.u32("tags")?))
     };
-    let op = match kind {
+    let op = match kind.str()? {
         "send" => {
             let (peer, tag) = message(f)?;
             Op::Send {
@@ -299,46 +333,41 @@ fn step_from(f: &Field<'_>) -> Result<Step, String> {
                 src: region_from(&f.get("src")?)?,
             }
         }
-        "recv" | "recv_reduce" => {
+        name @ ("recv" | "recv_reduce") => {
             let (peer, tag) = message(f)?;
             let dst = region_from(&f.get("dst")?)?;
-            if kind == "recv" {
+            if name == "recv" {
                 Op::Recv { peer, tag, dst }
             } else {
                 Op::RecvReduce { peer, tag, dst }
             }
         }
-        "copy" | "reduce" => {
+        name @ ("copy" | "reduce") => {
             let src = region_from(&f.get("src")?)?;
             let dst = region_from(&f.get("dst")?)?;
-            if kind == "copy" {
+            if name == "copy" {
                 Op::Copy { src, dst }
             } else {
                 Op::Reduce { src, dst }
             }
         }
-        "expose" | "expose_slot" => Op::Expose {
-            flag: u32_field(f, "flag")?,
+        name @ ("expose" | "expose_slot") => Op::Expose {
+            flag: f.get("flag")?.u32("flag")?,
             src: region_from(&f.get("src")?)?,
-            slot: kind == "expose_slot",
+            slot: name == "expose_slot",
         },
-        "peer_read" | "peer_read_reduce" => {
+        name @ ("peer_read" | "peer_read_reduce") => {
             let peer = f.get("peer")?.usize()?;
-            let flag = u32_field(f, "flag")?;
+            let flag = f.get("flag")?.u32("flag")?;
             let offset = f.get("offset")?.usize()?;
             let dst = region_from(&f.get("dst")?)?;
-            Op::peer_read(peer, flag, offset, dst, kind == "peer_read_reduce")
+            Op::peer_read(peer, flag, offset, dst, name == "peer_read_reduce")
         }
         "release" => Op::Release {
-            flag: u32_field(f, "flag")?,
-            reads: u32_field(f, "reads")?,
+            flag: f.get("flag")?.u32("flag")?,
+            reads: f.get("reads")?.u32("reads")?,
         },
-        other => {
-            return Err(format!(
-                "{}.op: unknown op {other:?}; valid: send, recv, recv_reduce, copy, reduce, expose, expose_slot, peer_read, peer_read_reduce, release",
-                f.path
-            ))
-        }
+        other => return Err(kind.error(FieldProblem::UnknownOp(other.to_string()))),
     };
     let deps = match f.opt("deps")? {
         None => Vec::new(),
@@ -351,330 +380,336 @@ fn step_from(f: &Field<'_>) -> Result<Step, String> {
     Ok(Step { op, deps })
 }
 
-/// A 32-bit unsigned field (flags, read counts).
-fn u32_field(f: &Field<'_>, name: &str) -> Result<u32, String> {
-    let v = f.get(name)?;
-    u32::try_from(v.usize()?).map_err(|_| format!("{}: {name} is 32-bit", v.path))
-}
-
-fn region_from(f: &Field<'_>) -> Result<Region, String> {
+fn region_from(f: &Field<'_>) -> Result<Region, PlanJsonError> {
     let parts = f.array()?;
-    if parts.len() != 3 {
-        return Err(format!(
-            "{}: a region is [buffer, offset, length], got {} items",
-            f.path,
-            parts.len()
-        ));
-    }
-    let name = parts[0].str()?;
-    let buf = buf_from_name(name).ok_or_else(|| {
-        format!(
-            "{}: unknown buffer {name:?}; valid: input, output, scratch",
-            parts[0].path
-        )
+    let [name, offset, len] = parts.as_slice() else {
+        return Err(f.error(FieldProblem::RegionItems(parts.len())));
+    };
+    let buf = buf_from_name(name.str()?).ok_or_else(|| {
+        name.error(FieldProblem::UnknownBuffer(
+            name.str().unwrap_or_default().into(),
+        ))
     })?;
-    let (offset, len) = (parts[1].usize()?, parts[2].usize()?);
+    let (offset, len) = (offset.usize()?, len.usize()?);
     if offset.checked_add(len).is_none() {
-        return Err(format!("{}: the region's end overflows", f.path));
+        return Err(f.error(FieldProblem::RegionEnd));
     }
     Ok(Region::new(buf, offset, len))
 }
 
-/// A parsed JSON value. Numbers keep their text: plans hold only integers,
-/// and reading them as `f64` would round large ones.
-#[derive(Debug)]
-enum Value {
-    Null,
-    Bool,
-    Number(String),
-    Str(String),
-    Array(Vec<Value>),
-    Object(Vec<(String, Value)>),
-}
-
-/// A value and where it sits in the document, for errors.
+/// A value of the parsed document and where it sits, for errors.
 struct Field<'a> {
     value: &'a Value,
-    path: String,
+    /// `None` for the document itself.
+    path: Option<String>,
 }
 
 impl<'a> Field<'a> {
     fn root(value: &'a Value) -> Field<'a> {
-        Field {
-            value,
-            path: "document".into(),
+        Field { value, path: None }
+    }
+
+    fn error(&self, problem: FieldProblem) -> PlanJsonError {
+        PlanJsonError::Field {
+            path: self.path.clone().unwrap_or_else(|| "document".into()),
+            problem,
         }
     }
 
     /// Member `key` of an object, `None` when absent or null.
-    fn opt(&self, key: &str) -> Result<Option<Field<'a>>, String> {
+    fn opt(&self, key: &str) -> Result<Option<Field<'a>>, PlanJsonError> {
         let Value::Object(members) = self.value else {
-            return Err(format!("{}: expected an object", self.path));
+            return Err(self.error(FieldProblem::ExpectedObject));
         };
-        let path = if self.path == "document" {
-            key.to_string()
-        } else {
-            format!("{}.{key}", self.path)
+        let path = match &self.path {
+            None => key.to_string(),
+            Some(p) => format!("{p}.{key}"),
         };
         Ok(members
-            .iter()
-            .find(|(k, _)| k == key)
-            .filter(|(_, v)| !matches!(v, Value::Null))
-            .map(|(_, value)| Field { value, path }))
+            .get(key)
+            .filter(|v| !v.is_null())
+            .map(|value| Field {
+                value,
+                path: Some(path),
+            }))
     }
 
-    fn get(&self, key: &str) -> Result<Field<'a>, String> {
-        self.opt(key)?.ok_or_else(|| {
-            let at = if self.path == "document" {
-                String::new()
-            } else {
-                format!(" in {}", self.path)
-            };
-            format!("missing field {key:?}{at}")
+    fn get(&self, key: &str) -> Result<Field<'a>, PlanJsonError> {
+        self.opt(key)?.ok_or_else(|| PlanJsonError::Missing {
+            key: key.to_string(),
+            within: self.path.clone(),
         })
     }
 
-    fn array(&self) -> Result<Vec<Field<'a>>, String> {
+    fn array(&self) -> Result<Vec<Field<'a>>, PlanJsonError> {
         let Value::Array(items) = self.value else {
-            return Err(format!("{}: expected an array", self.path));
+            return Err(self.error(FieldProblem::ExpectedArray));
         };
+        let path = self.path.as_deref().unwrap_or("document");
         Ok(items
             .iter()
             .enumerate()
             .map(|(i, value)| Field {
                 value,
-                path: format!("{}[{i}]", self.path),
+                path: Some(format!("{path}[{i}]")),
             })
             .collect())
     }
 
-    fn str(&self) -> Result<&'a str, String> {
-        match self.value {
-            Value::Str(s) => Ok(s),
-            _ => Err(format!("{}: expected a string", self.path)),
-        }
+    fn str(&self) -> Result<&'a str, PlanJsonError> {
+        self.value
+            .as_str()
+            .ok_or_else(|| self.error(FieldProblem::ExpectedString))
     }
 
-    fn usize(&self) -> Result<usize, String> {
-        match self.value {
-            Value::Number(text) => text
-                .parse()
-                .map_err(|_| format!("{}: expected a non-negative integer, got {text}", self.path)),
-            _ => Err(format!("{}: expected a non-negative integer", self.path)),
-        }
-    }
-}
-
-/// A small recursive-descent JSON parser (RFC 8259).
-struct Parser<'a> {
-    text: &'a [u8],
-    pos: usize,
-}
-
-/// Nesting deeper than this is no plan document; refusing it keeps a
-/// hostile document from overflowing the stack.
-const MAX_DEPTH: usize = 64;
-
-impl<'a> Parser<'a> {
-    fn new(text: &'a str) -> Parser<'a> {
-        Parser {
-            text: text.as_bytes(),
-            pos: 0,
-        }
-    }
-
-    fn document(mut self) -> Result<Value, String> {
-        let v = self.value(0)?;
-        self.skip_ws();
-        if self.pos != self.text.len() {
-            return Err(self.error("unexpected text after the document"));
-        }
-        Ok(v)
-    }
-
-    fn error(&self, what: &str) -> String {
-        let line = self.text[..self.pos]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count()
-            + 1;
-        format!("invalid JSON at line {line} (byte {}): {what}", self.pos)
-    }
-
-    fn skip_ws(&mut self) {
-        while self
-            .text
-            .get(self.pos)
-            .is_some_and(|b| b" \t\r\n".contains(b))
-        {
-            self.pos += 1;
-        }
-    }
-
-    fn peek(&mut self) -> Option<u8> {
-        self.skip_ws();
-        self.text.get(self.pos).copied()
-    }
-
-    fn expect(&mut self, byte: u8) -> Result<(), String> {
-        if self.peek() == Some(byte) {
-            self.pos += 1;
-            Ok(())
-        } else {
-            Err(self.error(&format!("expected '{}'", byte as char)))
-        }
-    }
-
-    fn value(&mut self, depth: usize) -> Result<Value, String> {
-        if depth > MAX_DEPTH {
-            return Err(self.error("nested too deeply"));
-        }
-        match self.peek() {
-            Some(b'{') => self.object(depth),
-            Some(b'[') => self.array(depth),
-            Some(b'"') => Ok(Value::Str(self.string()?)),
-            Some(b'-' | b'0'..=b'9') => self.number(),
-            Some(_) => self.literal(),
-            None => Err(self.error("unexpected end")),
-        }
-    }
-
-    fn object(&mut self, depth: usize) -> Result<Value, String> {
-        self.expect(b'{')?;
-        let mut members = Vec::new();
-        if self.peek() == Some(b'}') {
-            self.pos += 1;
-            return Ok(Value::Object(members));
-        }
-        loop {
-            if self.peek() != Some(b'"') {
-                return Err(self.error("expected a member name"));
-            }
-            let key = self.string()?;
-            self.expect(b':')?;
-            members.push((key, self.value(depth + 1)?));
-            match self.peek() {
-                Some(b',') => self.pos += 1,
-                Some(b'}') => {
-                    self.pos += 1;
-                    return Ok(Value::Object(members));
-                }
-                _ => return Err(self.error("expected ',' or '}'")),
-            }
-        }
-    }
-
-    fn array(&mut self, depth: usize) -> Result<Value, String> {
-        self.expect(b'[')?;
-        let mut items = Vec::new();
-        if self.peek() == Some(b']') {
-            self.pos += 1;
-            return Ok(Value::Array(items));
-        }
-        loop {
-            items.push(self.value(depth + 1)?);
-            match self.peek() {
-                Some(b',') => self.pos += 1,
-                Some(b']') => {
-                    self.pos += 1;
-                    return Ok(Value::Array(items));
-                }
-                _ => return Err(self.error("expected ',' or ']'")),
-            }
-        }
-    }
-
-    fn string(&mut self) -> Result<String, String> {
-        self.expect(b'"')?;
-        let mut out = Vec::new();
-        loop {
-            let Some(&b) = self.text.get(self.pos) else {
-                return Err(self.error("unterminated string"));
-            };
-            self.pos += 1;
-            match b {
-                b'"' => break,
-                b'\\' => {
-                    let Some(&e) = self.text.get(self.pos) else {
-                        return Err(self.error("unterminated string"));
-                    };
-                    self.pos += 1;
-                    match e {
-                        b'"' | b'\\' | b'/' => out.push(e),
-                        b'n' => out.push(b'\n'),
-                        b't' => out.push(b'\t'),
-                        b'r' => out.push(b'\r'),
-                        b'b' => out.push(8),
-                        b'f' => out.push(12),
-                        b'u' => {
-                            let c = self.unicode_escape()?;
-                            out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
-                        }
-                        _ => return Err(self.error("bad escape")),
-                    }
-                }
-                _ => out.push(b),
-            }
-        }
-        String::from_utf8(out).map_err(|_| self.error("string is not UTF-8"))
-    }
-
-    /// The character of a `\uXXXX` escape (the `\u` already read); a
-    /// surrogate pair takes two escapes.
-    fn unicode_escape(&mut self) -> Result<char, String> {
-        let hi = self.hex4()?;
-        let code = if (0xD800..0xDC00).contains(&hi) {
-            if self.text.get(self.pos..self.pos + 2) != Some(b"\\u") {
-                return Err(self.error("unpaired surrogate"));
-            }
-            self.pos += 2;
-            let lo = self.hex4()?;
-            0x10000 + ((hi - 0xD800) << 10) + (lo.wrapping_sub(0xDC00) & 0x3FF)
-        } else {
-            hi
+    fn usize(&self) -> Result<usize, PlanJsonError> {
+        let Value::Number(n) = self.value else {
+            return Err(self.error(FieldProblem::ExpectedInteger { got: None }));
         };
-        char::from_u32(code).ok_or_else(|| self.error("bad \\u escape"))
+        n.as_u64()
+            .and_then(|v| usize::try_from(v).ok())
+            .ok_or_else(|| {
+                self.error(FieldProblem::ExpectedInteger {
+                    got: Some(n.to_string()),
+                })
+            })
     }
 
-    fn hex4(&mut self) -> Result<u32, String> {
-        let digits = self
-            .text
-            .get(self.pos..self.pos + 4)
-            .and_then(|d| std::str::from_utf8(d).ok())
-            .and_then(|d| u32::from_str_radix(d, 16).ok())
-            .ok_or_else(|| self.error("bad \\u escape"))?;
-        self.pos += 4;
-        Ok(digits)
+    /// A 32-bit unsigned field (`what`: tags, flags, read counts).
+    fn u32(&self, what: &'static str) -> Result<u32, PlanJsonError> {
+        u32::try_from(self.usize()?).map_err(|_| self.error(FieldProblem::Not32Bit(what)))
     }
+}
 
-    fn number(&mut self) -> Result<Value, String> {
-        let start = self.pos;
-        while self
-            .text
-            .get(self.pos)
-            .is_some_and(|b| b"+-.eE0123456789".contains(b))
-        {
-            self.pos += 1;
+// ---------------------------------------------------------------------------
+// Writing
+
+/// The document as serde sees it, in the schema's field order.
+struct Document<'a>(&'a CallPlans);
+
+impl Serialize for Document<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let CallPlans {
+            shape,
+            algorithm,
+            plans,
+        } = self.0;
+        let mut doc = s.serialize_map(Some(4))?;
+        doc.serialize_entry("format", FORMAT)?;
+        doc.serialize_entry("algorithm", algorithm)?;
+        doc.serialize_entry("shape", &ShapeDoc(shape))?;
+        doc.serialize_entry("ranks", &Each(plans, RankDoc))?;
+        doc.end()
+    }
+}
+
+/// Every item of a slice, each written as `wrap` makes it.
+struct Each<'a, T, W>(&'a [T], fn(&'a T) -> W);
+
+impl<'a, T, W: Serialize> Serialize for Each<'a, T, W> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for item in self.0 {
+            seq.serialize_element(&(self.1)(item))?;
         }
-        let text = std::str::from_utf8(&self.text[start..self.pos]).unwrap_or_default();
-        if text.parse::<f64>().is_err() {
-            return Err(self.error(&format!("bad number {text:?}")));
-        }
-        Ok(Value::Number(text.to_string()))
+        seq.end()
     }
+}
 
-    fn literal(&mut self) -> Result<Value, String> {
-        for (word, value) in [
-            ("null", Value::Null),
-            ("true", Value::Bool),
-            ("false", Value::Bool),
-        ] {
-            if self.text[self.pos..].starts_with(word.as_bytes()) {
-                self.pos += word.len();
-                return Ok(value);
+struct ShapeDoc<'a>(&'a CallShape);
+
+impl Serialize for ShapeDoc<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let c = self.0;
+        let mut m = s.serialize_map(Some(7))?;
+        m.serialize_entry("collective", c.collective.name())?;
+        m.serialize_entry("world", &c.world)?;
+        m.serialize_entry("count", &c.count)?;
+        m.serialize_entry("root", &c.root)?;
+        m.serialize_entry("chunk", &c.chunk)?;
+        m.serialize_entry("ranks_per_host", &c.ranks_per_host)?;
+        m.serialize_entry("counts", &c.counts.as_deref())?;
+        m.end()
+    }
+}
+
+struct RankDoc<'a>(&'a Plan);
+
+impl Serialize for RankDoc<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let plan = self.0;
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("rank", &plan.rank)?;
+        m.serialize_entry("scratch", &plan.scratch_len)?;
+        m.serialize_entry("steps", &Each(&plan.steps, StepDoc))?;
+        m.end()
+    }
+}
+
+/// A step: `op`, the op's own fields, `deps`.
+struct StepDoc<'a>(&'a Step);
+
+impl Serialize for StepDoc<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let step = self.0;
+        let mut m = s.serialize_map(None)?;
+        match &step.op {
+            Op::Send { peer, tag, src } => {
+                m.serialize_entry("op", "send")?;
+                m.serialize_entry("peer", peer)?;
+                m.serialize_entry("tag", tag)?;
+                m.serialize_entry("src", &RegionDoc(src))?;
+            }
+            Op::Recv { peer, tag, dst } | Op::RecvReduce { peer, tag, dst } => {
+                let reduce = matches!(step.op, Op::RecvReduce { .. });
+                m.serialize_entry("op", if reduce { "recv_reduce" } else { "recv" })?;
+                m.serialize_entry("peer", peer)?;
+                m.serialize_entry("tag", tag)?;
+                m.serialize_entry("dst", &RegionDoc(dst))?;
+            }
+            Op::Copy { src, dst } | Op::Reduce { src, dst } => {
+                let reduce = matches!(step.op, Op::Reduce { .. });
+                m.serialize_entry("op", if reduce { "reduce" } else { "copy" })?;
+                m.serialize_entry("src", &RegionDoc(src))?;
+                m.serialize_entry("dst", &RegionDoc(dst))?;
+            }
+            Op::Expose { flag, src, slot } => {
+                m.serialize_entry("op", if *slot { "expose_slot" } else { "expose" })?;
+                m.serialize_entry("flag", flag)?;
+                m.serialize_entry("src", &RegionDoc(src))?;
+            }
+            Op::PeerRead {
+                peer,
+                flag,
+                offset,
+                dst,
+            }
+            | Op::PeerReadReduce {
+                peer,
+                flag,
+                offset,
+                dst,
+            } => {
+                let reduce = matches!(step.op, Op::PeerReadReduce { .. });
+                m.serialize_entry(
+                    "op",
+                    if reduce {
+                        "peer_read_reduce"
+                    } else {
+                        "peer_read"
+                    },
+                )?;
+                m.serialize_entry("peer", peer)?;
+                m.serialize_entry("flag", flag)?;
+                m.serialize_entry("offset", offset)?;
+                m.serialize_entry("dst", &RegionDoc(dst))?;
+            }
+            Op::Release { flag, reads } => {
+                m.serialize_entry("op", "release")?;
+                m.serialize_entry("flag", flag)?;
+                m.serialize_entry("reads", reads)?;
             }
         }
-        Err(self.error("unexpected character"))
+        m.serialize_entry("deps", &step.deps)?;
+        m.end()
+    }
+}
+
+/// `[buffer, offset, length]`.
+struct RegionDoc<'a>(&'a Region);
+
+impl Serialize for RegionDoc<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let r = self.0;
+        let mut t = s.serialize_tuple(3)?;
+        t.serialize_element(buf_name(r.buf))?;
+        t.serialize_element(&r.offset)?;
+        t.serialize_element(&r.len)?;
+        t.end()
+    }
+}
+
+/// The documents' layout: `", "` and `": "` between items, and a line of
+/// its own for each rank and each step (the arrays two and four levels
+/// deep), and for the document's `shape` and `ranks`.
+#[derive(Default)]
+struct Layout {
+    /// How many arrays and objects are open.
+    depth: usize,
+    /// Members of the document written so far.
+    top_members: usize,
+}
+
+impl Layout {
+    /// What goes before an item of an array or object that is not `first`.
+    fn separator<W: io::Write + ?Sized>(
+        w: &mut W,
+        first: bool,
+        line: Option<&str>,
+    ) -> io::Result<()> {
+        if !first {
+            w.write_all(b",")?;
+        }
+        match line {
+            Some(indent) => w.write_all(indent.as_bytes()),
+            None if first => Ok(()),
+            None => w.write_all(b" "),
+        }
+    }
+}
+
+impl serde_json::ser::Formatter for Layout {
+    fn begin_array<W: io::Write + ?Sized>(&mut self, w: &mut W) -> io::Result<()> {
+        self.depth += 1;
+        w.write_all(b"[")
+    }
+
+    fn end_array<W: io::Write + ?Sized>(&mut self, w: &mut W) -> io::Result<()> {
+        self.depth -= 1;
+        w.write_all(b"]")
+    }
+
+    fn begin_array_value<W: io::Write + ?Sized>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
+        let line = match self.depth {
+            2 => Some("\n  "),   // a rank
+            4 => Some("\n    "), // a step
+            _ => None,
+        };
+        Layout::separator(w, first, line)
+    }
+
+    fn begin_object<W: io::Write + ?Sized>(&mut self, w: &mut W) -> io::Result<()> {
+        self.depth += 1;
+        w.write_all(b"{")
+    }
+
+    fn end_object<W: io::Write + ?Sized>(&mut self, w: &mut W) -> io::Result<()> {
+        self.depth -= 1;
+        w.write_all(b"}")
+    }
+
+    fn begin_object_key<W: io::Write + ?Sized>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
+        let mut line = None;
+        if self.depth == 1 {
+            self.top_members += 1;
+            // `shape` and `ranks`, after `format` and `algorithm`.
+            if self.top_members > 2 {
+                line = Some("\n ");
+            }
+        }
+        Layout::separator(w, first, line)
+    }
+
+    fn begin_object_value<W: io::Write + ?Sized>(&mut self, w: &mut W) -> io::Result<()> {
+        w.write_all(b": ")
     }
 }
 
@@ -710,6 +745,56 @@ mod tests {
     }
 
     #[test]
+    fn the_layout_is_one_step_per_line() {
+        let shape = CallShape {
+            counts: Some(vec![1, 2].into()),
+            ..shape(Collective::Allgather, 2, 0)
+        };
+        let doc = CallPlans {
+            algorithm: Some("allgather/ring".into()),
+            plans: vec![
+                Plan {
+                    rank: 0,
+                    scratch_len: 0,
+                    steps: vec![],
+                },
+                Plan {
+                    rank: 1,
+                    scratch_len: 2,
+                    steps: vec![
+                        Step {
+                            op: Op::Send {
+                                peer: 0,
+                                tag: 3,
+                                src: Region::new(Buf::Input, 0, 2),
+                            },
+                            deps: vec![],
+                        },
+                        Step {
+                            op: Op::Release { flag: 1, reads: 2 },
+                            deps: vec![0],
+                        },
+                    ],
+                },
+            ],
+            shape,
+        };
+        // What the hand-written writer wrote before serde: documents and
+        // their digests stay the same.
+        assert_eq!(
+            doc.to_json(),
+            r#"{"format": "shoal-plan/1", "algorithm": "allgather/ring",
+ "shape": {"collective": "allgather", "world": 2, "count": 0, "root": 1, "chunk": 3, "ranks_per_host": 1, "counts": [1, 2]},
+ "ranks": [
+  {"rank": 0, "scratch": 0, "steps": []},
+  {"rank": 1, "scratch": 2, "steps": [
+    {"op": "send", "peer": 0, "tag": 3, "src": ["input", 0, 2], "deps": []},
+    {"op": "release", "flag": 1, "reads": 2, "deps": [0]}]}]}
+"#
+        );
+    }
+
+    #[test]
     fn per_rank_counts_round_trip() {
         let shape = CallShape {
             counts: Some(vec![1, 0, 4].into()),
@@ -735,7 +820,7 @@ mod tests {
             shape: shape(Collective::Allreduce, 1, 2),
         }
         .to_json();
-        let err = |text: &str| CallPlans::from_json(text).unwrap_err();
+        let err = |text: &str| CallPlans::from_json(text).unwrap_err().to_string();
         assert_eq!(
             err(&good.replace("\"copy\"", "\"cpy\"")),
             "ranks[0].steps[0].op: unknown op \"cpy\"; valid: send, recv, recv_reduce, copy, reduce, expose, expose_slot, peer_read, peer_read_reduce, release"
@@ -754,7 +839,21 @@ mod tests {
         );
         assert!(err(&good[..good.len() - 3]).starts_with("invalid JSON at line"));
         assert!(err("[").starts_with("invalid JSON"));
-        assert!(err(&"[".repeat(1000)).contains("nested too deeply"));
+        // serde_json refuses deep nesting before it could overflow the stack.
+        assert!(err(&"[".repeat(1000)).contains("recursion limit exceeded"));
+        assert_eq!(
+            err(r#"{"format": "shoal-plan/1", "ranks": []}"#),
+            "missing field \"shape\""
+        );
+        assert_eq!(
+            err(&good.replace("\"chunk\": 3, ", "")),
+            "missing field \"chunk\" in shape"
+        );
+        let tag = err(&ring_json(4).replacen("\"tag\": 0", "\"tag\": 4294967296", 1));
+        assert!(
+            tag.starts_with("ranks[0].steps[") && tag.ends_with("].tag: tags is 32-bit"),
+            "{tag}"
+        );
     }
 
     /// A document of a two-rank ring allreduce of `count` elements.
@@ -774,7 +873,7 @@ mod tests {
         let text = ring_json(4).replacen("\"scratch\": 0", "\"scratch\": 4294967296", 1);
         let limit = 4 * 8 + (1 << 20);
         assert_eq!(
-            CallPlans::from_json(&text).unwrap_err(),
+            CallPlans::from_json(&text).unwrap_err().to_string(),
             format!("ranks[0].scratch: scratch of 4294967296 elements is more than the limit of {limit} for this call (4 × its 8 elements + 1048576)")
         );
     }
@@ -784,7 +883,9 @@ mod tests {
         let err = |from: &str, to: &str| {
             let text = ring_json(4);
             assert!(text.contains(from), "{from}");
-            CallPlans::from_json(&text.replacen(from, to, 1)).unwrap_err()
+            CallPlans::from_json(&text.replacen(from, to, 1))
+                .unwrap_err()
+                .to_string()
         };
         let count = err("\"count\": 4", "\"count\": 18446744073709551615");
         assert!(
@@ -803,10 +904,18 @@ mod tests {
             },
         }
         .to_json();
+        let root = CallPlans::from_json(&text).unwrap_err();
         assert_eq!(
-            CallPlans::from_json(&text).unwrap_err(),
+            root.to_string(),
             "shape.root: 2 is not a rank of a world of 2"
         );
+        assert!(matches!(
+            root,
+            PlanJsonError::Field {
+                problem: FieldProblem::Shape(ShapeError::RootOutside { root: 2, world: 2 }),
+                ..
+            }
+        ));
         let overflowing = CallPlans {
             algorithm: None,
             plans: vec![],
@@ -815,7 +924,9 @@ mod tests {
                 ..shape(Collective::Allgather, 2, 0)
             },
         };
-        let counts = CallPlans::from_json(&overflowing.to_json()).unwrap_err();
+        let counts = CallPlans::from_json(&overflowing.to_json())
+            .unwrap_err()
+            .to_string();
         assert!(
             counts.starts_with("shape.counts: they add up to more than"),
             "{counts}"

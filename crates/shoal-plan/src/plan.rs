@@ -279,26 +279,26 @@ impl CallShape {
     /// Why no executor could run a call of this shape, if so: the field at
     /// fault (`world`, `count`, `counts`) and what is wrong with it. Every
     /// size the plan crate computes from a shape that passes fits a `usize`.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ShapeError> {
         // Ranks are 32-bit in messages and in the verifier, and `world²`
         // (alltoall's counts) must not overflow.
         if self.world > u32::MAX as usize {
-            return Err(format!("world: {} ranks is more than 2^32 - 1", self.world));
+            return Err(ShapeError::WorldTooLarge(self.world));
         }
         // The contract names the root's buffers, which must exist.
         if self.collective.rooted() && self.root >= self.world {
-            let (root, world) = (self.root, self.world);
-            return Err(format!("root: {root} is not a rank of a world of {world}"));
+            return Err(ShapeError::RootOutside {
+                root: self.root,
+                world: self.world,
+            });
         }
         match self.elements() {
             Some(e) if e <= MAX_ELEMENTS => Ok(()),
-            _ if self.counts.is_some() => Err(format!(
-                "counts: they add up to more than the {MAX_ELEMENTS} elements a call can hold"
-            )),
-            _ => Err(format!(
-                "count: {} ranks × {} elements is more than the {MAX_ELEMENTS} elements a call can hold",
-                self.world, self.count
-            )),
+            _ if self.counts.is_some() => Err(ShapeError::CountsTooLarge),
+            _ => Err(ShapeError::CountTooLarge {
+                world: self.world,
+                count: self.count,
+            }),
         }
     }
 
@@ -312,6 +312,54 @@ impl CallShape {
             .min(MAX_ELEMENTS)
     }
 }
+
+/// Why no executor could run a call of some shape ([`CallShape::check`]).
+/// Its text starts with the field at fault (`world: ...`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ShapeError {
+    /// More ranks than 32-bit rank numbers hold.
+    WorldTooLarge(usize),
+    /// A rooted collective whose root is no rank of the world.
+    RootOutside { root: usize, world: usize },
+    /// Per-rank counts that add up to more than a call can hold.
+    CountsTooLarge,
+    /// `world × count` is more than a call can hold.
+    CountTooLarge { world: usize, count: usize },
+}
+
+impl ShapeError {
+    /// The field of the shape at fault.
+    pub fn field(&self) -> &'static str {
+        match self {
+            ShapeError::WorldTooLarge(_) => "world",
+            ShapeError::RootOutside { .. } => "root",
+            ShapeError::CountsTooLarge => "counts",
+            ShapeError::CountTooLarge { .. } => "count",
+        }
+    }
+}
+
+impl fmt::Display for ShapeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: ", self.field())?;
+        match self {
+            ShapeError::WorldTooLarge(world) => write!(f, "{world} ranks is more than 2^32 - 1"),
+            ShapeError::RootOutside { root, world } => {
+                write!(f, "{root} is not a rank of a world of {world}")
+            }
+            ShapeError::CountsTooLarge => write!(
+                f,
+                "they add up to more than the {MAX_ELEMENTS} elements a call can hold"
+            ),
+            ShapeError::CountTooLarge { world, count } => write!(
+                f,
+                "{world} ranks × {count} elements is more than the {MAX_ELEMENTS} elements a call can hold"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ShapeError {}
 
 /// A buffer a step reads or writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

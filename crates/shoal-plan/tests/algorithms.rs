@@ -124,7 +124,8 @@ fn names_are_unique_per_collective() {
 fn unknown_name_lists_valid_ones() {
     let err = find(Collective::Allreduce, "nope")
         .err()
-        .expect("unknown name must fail");
+        .expect("unknown name must fail")
+        .to_string();
     for name in [
         "ring",
         "recursive_doubling",

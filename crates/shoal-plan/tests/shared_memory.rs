@@ -164,7 +164,7 @@ fn rejects_unknown_json_ops_with_the_valid_list() {
         plans: plans(),
     };
     let text = call.to_json().replace("\"peer_read\"", "\"peer_peek\"");
-    let err = json::CallPlans::from_json(&text).unwrap_err();
+    let err = json::CallPlans::from_json(&text).unwrap_err().to_string();
     assert!(
         err.contains("peer_read_reduce") && err.contains("peer_peek"),
         "{err}"

@@ -63,7 +63,7 @@ pub fn shape_from(t: ShapeTuple) -> PyResult<CallShape> {
         ranks_per_host: ranks_per_host.max(1),
         counts: counts.map(Into::into),
     };
-    shape.check().map_err(invalid)?;
+    shape.check().map_err(|e| invalid(e.to_string()))?;
     match (&shape.counts, shape.counts_len()) {
         (Some(_), None) => Err(invalid(format!("{collective} takes no per-rank counts"))),
         (Some(c), Some(want)) if c.len() != want => Err(invalid(format!(
@@ -100,7 +100,7 @@ impl PyCallPlans {
     /// Reads the JSON document (schema in docs/algorithms.md).
     #[staticmethod]
     fn from_json(text: &str) -> PyResult<PyCallPlans> {
-        let inner = CallPlans::from_json(text).map_err(invalid)?;
+        let inner = CallPlans::from_json(text).map_err(|e| invalid(e.to_string()))?;
         Ok(PyCallPlans {
             inner,
             origins: None,
@@ -188,7 +188,7 @@ impl PyCallPlans {
 #[pyfunction]
 pub fn builtin_plans(shape: ShapeTuple, algorithm: &str) -> PyResult<PyCallPlans> {
     let shape = shape_from(shape)?;
-    let alg = algorithms::find(shape.collective, algorithm).map_err(invalid)?;
+    let alg = algorithms::find(shape.collective, algorithm).map_err(|e| invalid(e.to_string()))?;
     if let Some(why) = alg.refuses(&shape) {
         return Err(invalid(format!(
             "{} algorithm '{}' {why}",

@@ -14,6 +14,8 @@ pub fn switch_main(py: Python<'_>, argv: Vec<String>) -> PyResult<i32> {
         return Ok(2);
     }
     let env = |k: &str| std::env::var(k).ok();
-    let secret = move |file: Option<&std::path::Path>| shoal_core::ina::switch_secret(&env, file);
+    let secret = move |file: Option<&std::path::Path>| {
+        shoal_core::ina::switch_secret(&env, file).map_err(Into::into)
+    };
     Ok(py.allow_threads(move || shoal_ina::switch::daemon_main(&argv, &secret)))
 }

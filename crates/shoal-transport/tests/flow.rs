@@ -25,26 +25,26 @@ enum Via {
     Ucx,
 }
 
-fn build(via: Via, rank: usize, job: &str, store: &dyn KvStore) -> Box<dyn Transport> {
-    match via {
-        Via::ShmRead | Via::ShmAsk => {
-            let mut c = ShmConfig::new(rank, 2, vec![0, 1], job);
-            c.unexpected_bytes = WINDOW;
-            if matches!(via, Via::ShmAsk) {
-                c.cma_threshold = 0;
+impl Via {
+    fn kind(self) -> Kind {
+        match self {
+            Via::ShmRead | Via::ShmAsk => Kind::Shm,
+            Via::Tcp => Kind::Tcp,
+            Via::Ucx => Kind::Ucx,
+        }
+    }
+
+    /// The small window, and for `ShmAsk` no reading of the sender's memory.
+    fn configure(self, config: &mut Config) {
+        match config {
+            Config::Shm(c) => {
+                c.unexpected_bytes = WINDOW;
+                if matches!(self, Via::ShmAsk) {
+                    c.cma_threshold = 0;
+                }
             }
-            Box::new(ShmTransport::connect(&c, store).unwrap())
-        }
-        Via::Tcp => {
-            let mut c = TcpConfig::new(rank, 2, vec![0, 1], job, test_key());
-            c.unexpected_bytes = WINDOW;
-            Box::new(TcpTransport::connect(&c, store).unwrap())
-        }
-        Via::Ucx => {
-            let mut c = UcxConfig::new(rank, 2, vec![0, 1], job);
-            c.local_ranks = vec![0, 1];
-            c.unexpected_bytes = WINDOW;
-            Box::new(UcxTransport::connect(&c, store).unwrap())
+            Config::Tcp(c) => c.unexpected_bytes = WINDOW,
+            Config::Ucx(c) => c.unexpected_bytes = WINDOW,
         }
     }
 }
@@ -60,18 +60,7 @@ where
             return;
         }
     }
-    let store = Arc::new(MemStore::default());
-    let job = job_id("flow");
-    let body = Arc::new(body);
-    let handles: Vec<_> = (0..2)
-        .map(|r| {
-            let (store, job, body) = (store.clone(), job.clone(), body.clone());
-            std::thread::spawn(move || body(r, &*build(via, r, &job, &*store)))
-        })
-        .collect();
-    for h in handles {
-        h.join().unwrap();
-    }
+    run_with(via.kind(), 2, move |c| via.configure(c), body);
 }
 
 macro_rules! every_transport {
@@ -135,21 +124,7 @@ fn beyond_the_window_senders_wait_and_every_message_arrives(via: Via) {
             for i in (0..n).rev() {
                 let want = pattern(MSG + i, i);
                 let got = if i % 2 == 0 {
-                    let mut buf = vec![0u8; want.len()];
-                    let q = unsafe {
-                        t.irecv(
-                            0,
-                            tag(i as u32),
-                            p2p_sig(),
-                            RecvInto::Buffer {
-                                dst: buf.as_mut_ptr(),
-                                len: buf.len(),
-                            },
-                        )
-                    }
-                    .unwrap();
-                    wait_all(t, &[q]).unwrap();
-                    buf
+                    recv_p2p(t, i as u32, want.len())
                 } else {
                     sink_recv(t, i as u32, want.len())
                 };
@@ -185,39 +160,14 @@ fn a_rendezvous_length_mismatch_fails_only_that_receive(via: Via) {
             wait_all(t, &[b]).unwrap();
         } else {
             let mut small = vec![0u8; 100];
-            let q = unsafe {
-                t.irecv(
-                    0,
-                    tag(0),
-                    p2p_sig(),
-                    RecvInto::Buffer {
-                        dst: small.as_mut_ptr(),
-                        len: small.len(),
-                    },
-                )
-            }
-            .unwrap();
+            let q = post_recv_p2p(t, 0, &mut small);
             match wait_all(t, &[q]) {
                 Err(TransportError::LengthMismatch { expected, got, .. }) => {
                     assert_eq!((expected, got), (100, 2 * WINDOW))
                 }
                 other => panic!("expected a length mismatch, got {other:?}"),
             }
-            let mut buf = vec![0u8; big.len()];
-            let q = unsafe {
-                t.irecv(
-                    0,
-                    tag(1),
-                    p2p_sig(),
-                    RecvInto::Buffer {
-                        dst: buf.as_mut_ptr(),
-                        len: buf.len(),
-                    },
-                )
-            }
-            .unwrap();
-            wait_all(t, &[q]).unwrap();
-            assert!(buf == big);
+            assert!(recv_p2p(t, 1, big.len()) == big);
         }
     });
 }
@@ -243,20 +193,20 @@ fn a_long_stream_keeps_flowing(via: Via) {
 }
 every_transport!(a_long_stream_keeps_flowing);
 
+/// Receives point-to-point message `step` of `len` bytes from rank 0.
 fn recv_p2p(t: &dyn Transport, step: u32, len: usize) -> Vec<u8> {
     let mut buf = vec![0u8; len];
-    let q = unsafe {
-        t.irecv(
-            0,
-            tag(step),
-            p2p_sig(),
-            RecvInto::Buffer {
-                dst: buf.as_mut_ptr(),
-                len,
-            },
-        )
-    }
-    .unwrap();
+    let q = post_recv_p2p(t, step, &mut buf);
     wait_all(t, &[q]).unwrap();
     buf
+}
+
+/// Posts the receive of point-to-point message `step` from rank 0 into
+/// `buf`, which must outlive the request (the caller waits on it).
+fn post_recv_p2p(t: &dyn Transport, step: u32, buf: &mut [u8]) -> ReqId {
+    let into = RecvInto::Buffer {
+        dst: buf.as_mut_ptr(),
+        len: buf.len(),
+    };
+    unsafe { t.irecv(0, tag(step), p2p_sig(), into) }.unwrap()
 }

@@ -1,6 +1,8 @@
-//! The little JSON the trace files need, written by hand straight into the
-//! output text (a trace line is a flat object of numbers and short strings,
-//! and writing it is most of what tracing costs).
+//! The little JSON the trace files need, appended straight to the output
+//! text: a trace line is a flat object of numbers and short strings, and
+//! writing it is most of what tracing costs, so events are not built as
+//! values first. Strings are escaped by serde_json (through
+//! `shoal_plan::json::write_string`); numbers are plain decimals.
 
 use std::fmt::Write;
 
@@ -104,7 +106,7 @@ mod tests {
             .close();
         assert_eq!(
             o,
-            r#"{"name":"a\"b\\c\u000a","n":7,"s":-3,"ts":1234.567,"dur":0.005,"zero":0,"max":18446744073709551615,"args":{"x":1}}"#
+            r#"{"name":"a\"b\\c\n","n":7,"s":-3,"ts":1234.567,"dur":0.005,"zero":0,"max":18446744073709551615,"args":{"x":1}}"#
         );
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod handshake;
 
+use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::time::Instant;
@@ -196,7 +197,7 @@ impl CtrlMsg {
         b
     }
 
-    pub fn decode(b: &[u8]) -> Result<CtrlMsg, String> {
+    pub fn decode(b: &[u8]) -> Result<CtrlMsg, DecodeError> {
         let mut r = Reader { b, at: 0 };
         let msg = match r.u8()? {
             T_HELLO => CtrlMsg::Hello {
@@ -252,14 +253,37 @@ impl CtrlMsg {
                 let reason = String::from_utf8_lossy(r.take(n)?).into_owned();
                 CtrlMsg::Error { code, reason }
             }
-            t => return Err(format!("unknown control message type {t}")),
+            t => return Err(DecodeError::UnknownType(t)),
         };
         if r.at != b.len() {
-            return Err("trailing bytes in control message".into());
+            return Err(DecodeError::TrailingBytes);
         }
         Ok(msg)
     }
 }
+
+/// Why a control message body could not be decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The body ends inside a field.
+    Truncated,
+    /// The first byte names no message type.
+    UnknownType(u8),
+    /// Bytes follow a complete message.
+    TrailingBytes,
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Truncated => write!(f, "truncated control message"),
+            DecodeError::UnknownType(t) => write!(f, "unknown control message type {t}"),
+            DecodeError::TrailingBytes => write!(f, "trailing bytes in control message"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
 
 /// Writes one frame: a big-endian u32 body length, then the body.
 pub fn write_msg(w: &mut impl Write, msg: &CtrlMsg) -> io::Result<()> {
@@ -336,29 +360,29 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         let s = self
             .b
             .get(self.at..self.at + n)
-            .ok_or_else(|| "truncated control message".to_string())?;
+            .ok_or(DecodeError::Truncated)?;
         self.at += n;
         Ok(s)
     }
-    fn u8(&mut self) -> Result<u8, String> {
+    fn u8(&mut self) -> Result<u8, DecodeError> {
         Ok(self.take(1)?[0])
     }
-    fn u16(&mut self) -> Result<u16, String> {
+    fn u16(&mut self) -> Result<u16, DecodeError> {
         let s = self.take(2)?;
         Ok(u16::from_be_bytes([s[0], s[1]]))
     }
-    fn u32(&mut self) -> Result<u32, String> {
+    fn u32(&mut self) -> Result<u32, DecodeError> {
         let s = self.take(4)?;
         Ok(u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
     }
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
         Ok(self.take(N)?.try_into().expect("take returns N bytes"))
     }
-    fn key(&mut self) -> Result<PacketKey, String> {
+    fn key(&mut self) -> Result<PacketKey, DecodeError> {
         Ok(PacketKey::from_bytes(self.array::<PACKET_KEY_BYTES>()?))
     }
 }
@@ -420,5 +444,26 @@ mod tests {
             write_msg(&mut buf, &m).unwrap();
             assert_eq!(read_msg(&mut &buf[..]).unwrap(), m);
         }
+    }
+
+    #[test]
+    fn malformed_bodies_say_what_is_wrong() {
+        let release = CtrlMsg::Release { job: 5 }.encode();
+        assert_eq!(
+            CtrlMsg::decode(&release[..release.len() - 1]),
+            Err(DecodeError::Truncated)
+        );
+        assert_eq!(CtrlMsg::decode(&[]), Err(DecodeError::Truncated));
+        assert_eq!(
+            CtrlMsg::decode(&[0xee]),
+            Err(DecodeError::UnknownType(0xee))
+        );
+        let mut long = release.clone();
+        long.push(0);
+        assert_eq!(CtrlMsg::decode(&long), Err(DecodeError::TrailingBytes));
+        // What the control connection reports when it drops a frame.
+        let err = read_msg(&mut &[0, 0, 0, 1, 0xee][..]).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert_eq!(err.to_string(), "unknown control message type 238");
     }
 }

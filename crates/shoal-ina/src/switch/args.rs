@@ -1,38 +1,17 @@
-//! Command-line flags of `shoal switch`. Every value is checked here, so a
-//! nonsensical one is an error naming its flag rather than a switch that
-//! starts and can serve no job.
+//! Command-line flags of `shoal switch`, parsed by clap. Every value is
+//! checked here, so a nonsensical one is an error naming its flag rather
+//! than a switch that starts and can serve no job.
 
+use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{SecretLoader, SwitchConfig};
+use clap::{Arg, ArgAction, ArgMatches, Command};
+
+use super::{SecretLoader, SecretUnavailable, SwitchConfig};
 use crate::proto::MAX_SLOTS;
 use crate::switch::jobs::{slot_copy_bytes, MIN_SHARE_SLOTS};
-
-pub const USAGE: &str = "usage: shoal switch [options]
-
-  --listen ADDR         UDP data plane and TCP control address (default 0.0.0.0:9800)
-  --secret-file PATH    the switch secret tenants must prove they hold (default:
-                        SHOAL_SWITCH_SECRET, SHOAL_SWITCH_SECRET_FILE, else the
-                        per-user secret file ~/.config/shoal/secret)
-  --memory SIZE         aggregation memory shared by jobs, e.g. 64MiB (default 64MiB)
-  --threads N           data-plane threads, each with its own UDP port and its
-                        own jobs and 1/N of --memory (default: the number of cores)
-  --metrics ADDR        serve Prometheus metrics over HTTP, e.g. :9801
-  --parent HOST:PORT    UDP address of the parent switch (this one becomes a leaf)
-  --payload BYTES       largest UDP payload (default 1472, a 1500-byte MTU)
-  --max-jobs N          concurrent jobs (default 64)
-  --max-slots N         largest slot pool / window per job (default 512, at most 32767)
-  --max-conns-per-client N
-                        authenticated control connections (= jobs) per client
-                        address (default 32)
-  --idle-timeout SECS   close an authenticated control connection that leases
-                        no job after this long (default 10)
-  --ecn-threshold F     memory fraction in use past which results carry ECN (default 0.8)
-  --int-only            refuse float element types (emulates a switch ASIC)
-  --drop-rate F         test knob: drop this fraction of received packets
-  --seed N              seed of the drop knob (default 1)";
 
 /// Largest `--max-jobs`: job ids and per-job tables stay small.
 const MAX_JOBS: usize = 65536;
@@ -41,120 +20,304 @@ const MAX_THREADS: usize = 1024;
 /// Longest `--idle-timeout` (a day).
 const MAX_IDLE_SECS: f64 = 86400.0;
 
+/// The command line `shoal switch` takes; its help is `shoal switch --help`.
+pub fn command() -> Command {
+    let value = |name: &'static str, value_name: &'static str, help: &'static str| {
+        Arg::new(name)
+            .long(name)
+            .value_name(value_name)
+            .help(help)
+            .action(ArgAction::Set)
+            // `--max-jobs -1` is a bad value of --max-jobs, not a flag `-1`.
+            .allow_negative_numbers(true)
+    };
+    Command::new("shoal switch")
+        .about("The software in-network aggregation switch: sums the gradients of many jobs' allreduces.")
+        .disable_version_flag(true)
+        .arg(
+            value("listen", "ADDR", "UDP data plane and TCP control address")
+                .default_value("0.0.0.0:9800")
+                .value_parser(addr),
+        )
+        .arg(
+            value(
+                "secret-file",
+                "PATH",
+                "the switch secret tenants must prove they hold [default: SHOAL_SWITCH_SECRET, \
+                 SHOAL_SWITCH_SECRET_FILE, else the per-user secret file ~/.config/shoal/secret]",
+            )
+            .value_parser(clap::value_parser!(PathBuf)),
+        )
+        .arg(
+            value("memory", "SIZE", "aggregation memory shared by jobs, e.g. 64MiB")
+                .default_value("64MiB")
+                .value_parser(size),
+        )
+        .arg(
+            value(
+                "threads",
+                "N",
+                "data-plane threads, each with its own UDP port and its own jobs and 1/N of \
+                 --memory [default: the number of cores]",
+            )
+            .value_parser(whole(1, MAX_THREADS)),
+        )
+        .arg(
+            value("metrics", "ADDR", "serve Prometheus metrics over HTTP, e.g. :9801")
+                .value_parser(addr),
+        )
+        .arg(
+            value("parent", "HOST:PORT", "UDP address of the parent switch (this one becomes a leaf)")
+                .value_parser(addr),
+        )
+        .arg(
+            value("payload", "BYTES", "largest UDP payload (1472: a 1500-byte MTU)")
+                .default_value("1472")
+                .value_parser(whole(64, 65507)),
+        )
+        .arg(
+            value("max-jobs", "N", "concurrent jobs")
+                .default_value("64")
+                .value_parser(whole(1, MAX_JOBS)),
+        )
+        .arg(
+            value("max-slots", "N", "largest slot pool / window per job")
+                .default_value("512")
+                .value_parser(whole(1, MAX_SLOTS as usize)),
+        )
+        .arg(
+            value(
+                "max-conns-per-client",
+                "N",
+                "authenticated control connections (= jobs) per client address",
+            )
+            .default_value("32")
+            .value_parser(whole(1, MAX_JOBS)),
+        )
+        .arg(
+            value(
+                "idle-timeout",
+                "SECS",
+                "close an authenticated control connection that leases no job after this long",
+            )
+            .default_value("10")
+            .value_parser(idle_seconds),
+        )
+        .arg(
+            value(
+                "ecn-threshold",
+                "F",
+                "memory fraction in use past which results carry ECN",
+            )
+            .default_value("0.8")
+            .value_parser(|v: &str| fraction(v, Open::Above0)),
+        )
+        .arg(
+            Arg::new("int-only")
+                .long("int-only")
+                .help("refuse float element types (emulates a switch ASIC)")
+                .action(ArgAction::SetTrue),
+        )
+        .arg(
+            value("drop-rate", "F", "test knob: drop this fraction of received packets")
+                .default_value("0")
+                .value_parser(|v: &str| fraction(v, Open::Below1)),
+        )
+        .arg(
+            value("seed", "N", "seed of the drop knob")
+                .default_value("1")
+                .value_parser(clap::value_parser!(u64)),
+        )
+}
+
+/// Why `shoal switch` will not start with this command line.
+#[derive(Debug)]
+pub enum ArgsError {
+    /// clap's verdict: an unknown flag, a missing or bad value (it names the
+    /// flag), or a request for the help.
+    Cli(clap::Error),
+    /// The switch secret could not be loaded (the loader's reason).
+    Secret(SecretUnavailable),
+    /// `--memory` cannot hold one job per data-plane thread.
+    Memory {
+        memory: usize,
+        least: usize,
+        payload: usize,
+        threads: usize,
+    },
+}
+
+impl fmt::Display for ArgsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArgsError::Cli(e) => write!(f, "{}", e.render()),
+            ArgsError::Secret(why) => write!(f, "switch secret: {why}"),
+            ArgsError::Memory {
+                memory,
+                least,
+                payload,
+                threads,
+            } => write!(
+                f,
+                "--memory: {memory} bytes cannot hold one job per thread (at least {least} bytes \
+                 with --payload {payload} and --threads {threads})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ArgsError {}
+
 /// Parses `shoal switch` flags into a config; the secret comes from
 /// `--secret-file` or, without it, from `load_secret`'s defaults.
-pub fn parse_args(argv: &[String], load_secret: SecretLoader<'_>) -> Result<SwitchConfig, String> {
-    let mut flags = Vec::new();
-    let mut secret_file = None;
-    let mut it = argv.iter();
-    while let Some(flag) = it.next() {
-        if flag == "--int-only" {
-            flags.push((flag.clone(), String::new()));
-            continue;
-        }
-        let (flag, value) = match flag.split_once('=') {
-            Some((f, v)) => (f.to_string(), v.to_string()),
-            None => {
-                let v = it.next().ok_or(format!("{flag} needs a value"))?;
-                (flag.clone(), v.clone())
-            }
-        };
-        if flag == "--secret-file" {
-            secret_file = Some(PathBuf::from(value));
-        } else {
-            flags.push((flag, value));
-        }
-    }
-    let secret = load_secret(secret_file.as_deref()).map_err(|e| format!("switch secret: {e}"))?;
+pub fn parse_args(
+    argv: &[String],
+    load_secret: SecretLoader<'_>,
+) -> Result<SwitchConfig, ArgsError> {
+    let m = command()
+        .try_get_matches_from(
+            std::iter::once("shoal switch").chain(argv.iter().map(String::as_str)),
+        )
+        .map_err(ArgsError::Cli)?;
+    let secret_file = m.get_one::<PathBuf>("secret-file");
+    let secret = load_secret(secret_file.map(PathBuf::as_path)).map_err(ArgsError::Secret)?;
     let mut cfg = SwitchConfig::new(secret);
-    for (flag, value) in &flags {
-        apply(&mut cfg, flag, value)?;
-    }
+    apply(&mut cfg, &m);
     check_memory(&cfg)?;
     Ok(cfg)
 }
 
-fn apply(cfg: &mut SwitchConfig, flag: &str, v: &str) -> Result<(), String> {
-    let bad = |what: &str| format!("{flag}: {what}, got {v:?}");
-    let int = |lo: usize, hi: usize| -> Result<usize, String> {
-        v.parse::<usize>()
-            .ok()
-            .filter(|n| (lo..=hi).contains(n))
-            .ok_or_else(|| bad(&format!("expected a whole number in {lo}..={hi}")))
-    };
-    let fraction = |lo_open: bool| -> Result<f64, String> {
-        let r: f64 = v.parse().map_err(|_| bad("expected a number"))?;
-        let ok = if lo_open { r > 0.0 } else { r >= 0.0 };
-        if !(ok && r <= 1.0) {
-            return Err(bad(if lo_open {
-                "expected a fraction in (0, 1]"
-            } else {
-                "expected a fraction in [0, 1]"
-            }));
-        }
-        Ok(r)
-    };
-    match flag {
-        "--int-only" => cfg.int_only = true,
-        "--listen" => {
-            cfg.listen = addr(v)?;
-            cfg.control = cfg.listen;
-        }
-        "--memory" => {
-            cfg.memory = parse_size(v).ok_or_else(|| bad("expected a size such as 64MiB"))?;
-        }
-        "--metrics" => cfg.metrics = Some(addr(v)?),
-        "--parent" => cfg.parent = Some(addr(v)?),
-        "--threads" => cfg.threads = int(1, MAX_THREADS)?,
-        "--payload" => cfg.payload_budget = int(64, 65507)?,
-        "--max-jobs" => cfg.max_jobs = int(1, MAX_JOBS)?,
-        "--max-slots" => cfg.max_slots = int(1, MAX_SLOTS as usize)? as u16,
-        "--max-conns-per-client" => cfg.limits.max_per_client = int(1, MAX_JOBS)?,
-        "--idle-timeout" => {
-            let s: f64 = v.parse().map_err(|_| bad("expected seconds"))?;
-            if !(s > 0.0 && s <= MAX_IDLE_SECS) {
-                return Err(bad(&format!("expected seconds in (0, {MAX_IDLE_SECS}]")));
-            }
-            cfg.limits.idle_timeout = Duration::from_secs_f64(s);
-        }
-        "--ecn-threshold" => cfg.ecn_threshold = fraction(true)?,
-        "--drop-rate" => {
-            let r = fraction(false)?;
-            if r == 1.0 {
-                return Err(bad("a drop rate of 1 drops everything"));
-            }
-            cfg.drop_rate = r;
-        }
-        "--seed" => cfg.seed = v.parse().map_err(|_| bad("expected a whole number"))?,
-        _ => return Err(format!("unknown option {flag}")),
+/// The parsed (and already checked) values, into the config.
+fn apply(cfg: &mut SwitchConfig, m: &ArgMatches) {
+    let get = |name: &str| *m.get_one::<usize>(name).expect("has a default");
+    cfg.listen = *m.get_one::<SocketAddr>("listen").expect("has a default");
+    cfg.control = cfg.listen;
+    cfg.memory = get("memory");
+    cfg.metrics = m.get_one::<SocketAddr>("metrics").copied();
+    cfg.parent = m.get_one::<SocketAddr>("parent").copied();
+    if let Some(&threads) = m.get_one::<usize>("threads") {
+        cfg.threads = threads;
     }
-    Ok(())
+    cfg.payload_budget = get("payload");
+    cfg.max_jobs = get("max-jobs");
+    cfg.max_slots = get("max-slots") as u16;
+    cfg.limits.max_per_client = get("max-conns-per-client");
+    cfg.limits.idle_timeout = *m
+        .get_one::<Duration>("idle-timeout")
+        .expect("has a default");
+    cfg.ecn_threshold = *m.get_one::<f64>("ecn-threshold").expect("has a default");
+    cfg.int_only = m.get_flag("int-only");
+    cfg.drop_rate = *m.get_one::<f64>("drop-rate").expect("has a default");
+    cfg.seed = *m.get_one::<u64>("seed").expect("has a default");
 }
 
 /// Every thread's part of the memory must hold one job's minimum window
 /// (two slots, each with its shadow copy) at the configured payload size.
-fn check_memory(cfg: &SwitchConfig) -> Result<(), String> {
+fn check_memory(cfg: &SwitchConfig) -> Result<(), ArgsError> {
     let least = 2 * MIN_SHARE_SLOTS * slot_copy_bytes(cfg.payload_budget) * cfg.threads.max(1);
     if cfg.memory < least {
-        return Err(format!(
-            "--memory: {} bytes cannot hold one job per thread (at least {least} bytes with --payload {} and --threads {})",
-            cfg.memory, cfg.payload_budget, cfg.threads
-        ));
+        return Err(ArgsError::Memory {
+            memory: cfg.memory,
+            least,
+            payload: cfg.payload_budget,
+            threads: cfg.threads,
+        });
     }
     Ok(())
 }
 
+/// Why a flag's value is refused (clap names the flag and the value).
+#[derive(Debug)]
+pub enum BadValue {
+    WholeNumber {
+        lo: usize,
+        hi: usize,
+    },
+    Size,
+    Number,
+    Seconds,
+    Fraction(Open),
+    /// A drop rate of 1 drops everything.
+    DropsEverything,
+    /// The address does not resolve (`None`: to nothing).
+    Address(Option<std::io::Error>),
+}
+
+/// Which end of a fraction's range is open.
+#[derive(Clone, Copy, Debug)]
+pub enum Open {
+    /// In (0, 1].
+    Above0,
+    /// In [0, 1), the drop rate.
+    Below1,
+}
+
+impl fmt::Display for BadValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BadValue::WholeNumber { lo, hi } => write!(f, "expected a whole number in {lo}..={hi}"),
+            BadValue::Size => write!(f, "expected a size such as 64MiB"),
+            BadValue::Number => write!(f, "expected a number"),
+            BadValue::Seconds => write!(f, "expected seconds in (0, {MAX_IDLE_SECS}]"),
+            BadValue::Fraction(Open::Above0) => write!(f, "expected a fraction in (0, 1]"),
+            BadValue::Fraction(Open::Below1) => write!(f, "expected a fraction in [0, 1]"),
+            BadValue::DropsEverything => write!(f, "a drop rate of 1 drops everything"),
+            BadValue::Address(Some(e)) => write!(f, "{e}"),
+            BadValue::Address(None) => write!(f, "resolves to nothing"),
+        }
+    }
+}
+
+impl std::error::Error for BadValue {}
+
+/// A parser of whole numbers in `lo..=hi`.
+fn whole(lo: usize, hi: usize) -> impl Fn(&str) -> Result<usize, BadValue> + Clone {
+    move |v: &str| {
+        v.parse::<usize>()
+            .ok()
+            .filter(|n| (lo..=hi).contains(n))
+            .ok_or(BadValue::WholeNumber { lo, hi })
+    }
+}
+
+fn size(v: &str) -> Result<usize, BadValue> {
+    parse_size(v).ok_or(BadValue::Size)
+}
+
+fn idle_seconds(v: &str) -> Result<Duration, BadValue> {
+    let s: f64 = v.parse().map_err(|_| BadValue::Seconds)?;
+    if !(s > 0.0 && s <= MAX_IDLE_SECS) {
+        return Err(BadValue::Seconds);
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+fn fraction(v: &str, open: Open) -> Result<f64, BadValue> {
+    let r: f64 = v.parse().map_err(|_| BadValue::Number)?;
+    let in_range = match open {
+        Open::Above0 => r > 0.0 && r <= 1.0,
+        Open::Below1 => (0.0..=1.0).contains(&r),
+    };
+    if !in_range {
+        return Err(BadValue::Fraction(open));
+    }
+    if matches!(open, Open::Below1) && r == 1.0 {
+        return Err(BadValue::DropsEverything);
+    }
+    Ok(r)
+}
+
 /// `:9801` means all interfaces; host names are resolved.
-fn addr(v: &str) -> Result<SocketAddr, String> {
+fn addr(v: &str) -> Result<SocketAddr, BadValue> {
     let full = if v.starts_with(':') {
         format!("0.0.0.0{v}")
     } else {
         v.to_string()
     };
     full.to_socket_addrs()
-        .map_err(|e| format!("address {v:?}: {e}"))?
+        .map_err(|e| BadValue::Address(Some(e)))?
         .next()
-        .ok_or(format!("address {v:?} resolves to nothing"))
+        .ok_or(BadValue::Address(None))
 }
 
 /// `65536`, `64KiB`, `64MiB`, `1GiB`, `64M`, `64MB` (all binary units).
@@ -180,8 +343,8 @@ mod tests {
     use shoal_bootstrap::auth::Key;
     use std::path::Path;
 
-    fn parse(line: &str) -> Result<SwitchConfig, String> {
-        let argv: Vec<String> = line.split(' ').map(String::from).collect();
+    fn parse(line: &str) -> Result<SwitchConfig, ArgsError> {
+        let argv: Vec<String> = line.split_whitespace().map(String::from).collect();
         parse_args(&argv, &|file: Option<&Path>| {
             Ok(Key::from_material(
                 file.map_or(b"default".as_slice(), |_| b"file"),
@@ -213,6 +376,55 @@ mod tests {
     }
 
     #[test]
+    fn defaults_are_the_documented_ones() {
+        let c = parse("").unwrap();
+        let d = SwitchConfig::new(Key::from_material(b"default"));
+        assert_eq!(c.listen, "0.0.0.0:9800".parse().unwrap());
+        assert_eq!(c.control, c.listen);
+        assert_eq!(
+            (
+                c.memory,
+                c.threads,
+                c.payload_budget,
+                c.max_jobs,
+                c.max_slots
+            ),
+            (
+                d.memory,
+                d.threads,
+                d.payload_budget,
+                d.max_jobs,
+                d.max_slots
+            )
+        );
+        assert_eq!(c.limits.max_per_client, d.limits.max_per_client);
+        assert_eq!(c.limits.idle_timeout, d.limits.idle_timeout);
+        assert_eq!(
+            (c.ecn_threshold, c.drop_rate, c.seed),
+            (d.ecn_threshold, d.drop_rate, d.seed)
+        );
+        assert!(!c.int_only && c.metrics.is_none() && c.parent.is_none());
+        assert!(parse("--int-only --seed 9").is_ok_and(|c| c.int_only && c.seed == 9));
+        assert!(matches!(
+            parse("--memory 1KiB"),
+            Err(ArgsError::Memory { .. })
+        ));
+        let help = parse("--help").unwrap_err();
+        let ArgsError::Cli(e) = help else {
+            panic!("{help}")
+        };
+        assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp);
+        for flag in [
+            "--listen",
+            "--max-conns-per-client",
+            "--drop-rate",
+            "--int-only",
+        ] {
+            assert!(e.to_string().contains(flag), "{flag}");
+        }
+    }
+
+    #[test]
     fn nonsense_is_refused_naming_the_flag() {
         for line in [
             "--memory 0",
@@ -235,7 +447,7 @@ mod tests {
             "--idle-timeout -1",
             "--idle-timeout nan",
         ] {
-            let err = parse(line).unwrap_err();
+            let err = parse(line).unwrap_err().to_string();
             let flag = line.split(' ').next().unwrap();
             assert!(err.contains(flag), "{line}: {err}");
         }
@@ -243,7 +455,9 @@ mod tests {
 
     #[test]
     fn a_secret_that_cannot_be_loaded_is_an_error() {
-        let err = parse_args(&[], &|_: Option<&Path>| Err("no such file".into())).unwrap_err();
+        let err = parse_args(&[], &|_: Option<&Path>| Err("no such file".into()))
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("switch secret") && err.contains("no such file"),
             "{err}"

@@ -25,7 +25,7 @@ use std::time::Duration;
 use shoal_bootstrap::auth::Key;
 use tracing::{error, info};
 
-pub use args::{parse_args, USAGE};
+pub use args::{command, parse_args, ArgsError};
 pub use control::ControlLimits;
 pub use metrics::{DropReason, Metrics, Refused};
 
@@ -227,21 +227,26 @@ extern "C" fn on_signal(_: libc::c_int) {
 
 /// Finds the switch secret: from `--secret-file` when given, else from the
 /// environment (`SHOAL_SWITCH_SECRET`, ...); returns its key.
-pub type SecretLoader<'a> = &'a dyn Fn(Option<&Path>) -> Result<Key, String>;
+pub type SecretLoader<'a> = &'a dyn Fn(Option<&Path>) -> Result<Key, SecretUnavailable>;
+
+/// Why the loader found no switch secret (its own error, whatever its type).
+pub type SecretUnavailable = Box<dyn std::error::Error + Send + Sync>;
 
 /// `shoal switch ARGS...`: runs the daemon until SIGINT or SIGTERM; returns
 /// the process exit code. The previous signal handlers are restored. A bad
 /// command line is printed with the usage; the daemon's life (its
 /// addresses, jobs admitted and released, failure to start) is logged.
 pub fn daemon_main(argv: &[String], load_secret: SecretLoader<'_>) -> i32 {
-    if argv.iter().any(|a| a == "-h" || a == "--help") {
-        println!("{USAGE}");
-        return 0;
-    }
     let cfg = match parse_args(argv, load_secret) {
         Ok(c) => c,
+        // clap's own output: the help (on stdout, 0), or the error with
+        // the usage (on stderr, 2).
+        Err(ArgsError::Cli(e)) => {
+            let _ = e.print();
+            return e.exit_code();
+        }
         Err(e) => {
-            eprintln!("shoal switch: {e}\n\n{USAGE}");
+            eprintln!("shoal switch: {e}\n\n{}", command().render_usage());
             return 2;
         }
     };

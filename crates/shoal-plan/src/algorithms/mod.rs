@@ -24,6 +24,10 @@ pub mod reduce;
 pub mod reduce_scatter;
 pub mod scatter;
 
+use std::fmt;
+
+use shoal_bootstrap::fnv;
+
 use crate::plan::{CallShape, Collective, Plan};
 
 /// Per-transport cost parameters (seconds), calibrated by the core.
@@ -113,19 +117,9 @@ pub const TAKE_COUNTS: &[(Collective, &str)] = &[
 /// a position in the registry, so builds or registrations that list
 /// algorithms in another order still agree (docs/architecture.md, frame header).
 pub const fn algorithm_id(collective: Collective, name: &str) -> u32 {
-    const OFFSET: u32 = 0x811c_9dc5;
-    const PRIME: u32 = 0x0100_0193;
-    const fn mix(mut h: u32, bytes: &[u8]) -> u32 {
-        let mut i = 0;
-        while i < bytes.len() {
-            h = (h ^ bytes[i] as u32).wrapping_mul(PRIME);
-            i += 1;
-        }
-        h
-    }
-    let h = mix(OFFSET, collective.name().as_bytes());
-    let h = mix(h, b"/");
-    mix(h, name.as_bytes())
+    let h = fnv::fold_32(fnv::OFFSET_32, collective.name().as_bytes());
+    let h = fnv::fold_32(h, b"/");
+    fnv::fold_32(h, name.as_bytes())
 }
 
 /// The algorithm of `collective` whose [`Algorithm::id`] is `id`.
@@ -200,17 +194,44 @@ pub fn canonical_name(collective: Collective, name: &str) -> &str {
 }
 
 /// Looks an algorithm up by name or alias; the error lists the valid names.
-pub fn find(collective: Collective, name: &str) -> Result<&'static Algorithm, String> {
+pub fn find(collective: Collective, name: &str) -> Result<&'static Algorithm, UnknownAlgorithm> {
     let canonical = canonical_name(collective, name);
     for_collective(collective)
         .find(|a| a.name == canonical)
-        .ok_or_else(|| {
-            let valid: Vec<&str> = for_collective(collective).map(|a| a.name).collect();
-            format!(
-                "unknown {collective} algorithm '{name}'; valid: {}",
-                valid.join(", ")
-            )
+        .ok_or_else(|| UnknownAlgorithm {
+            collective,
+            name: name.to_string(),
         })
+}
+
+/// A name [`find`] knows no algorithm of `collective` by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownAlgorithm {
+    pub collective: Collective,
+    pub name: String,
+}
+
+impl fmt::Display for UnknownAlgorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let valid: Vec<&str> = for_collective(self.collective).map(|a| a.name).collect();
+        write!(
+            f,
+            "unknown {} algorithm '{}'; valid: {}",
+            self.collective,
+            self.name,
+            valid.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownAlgorithm {}
+
+/// For callers that report errors as text (shoal-sim's own errors are
+/// typed in their own issue).
+impl From<UnknownAlgorithm> for String {
+    fn from(e: UnknownAlgorithm) -> String {
+        e.to_string()
+    }
 }
 
 #[cfg(test)]

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use tracing::warn;
 
 use super::handshake::{
-    AcceptorChallenged, DialerSaidHello, Expect, Hello, Nonce, Proof, Proven, ACCEPTED, HELLO_HEAD,
-    REFUSED,
+    AcceptorChallenged, DialerSaidHello, Expect, Hello, Nonce, Proof, Proven, Refusal, ACCEPTED,
+    HELLO_HEAD, REFUSED,
 };
 use super::{io, io_err, set_tcp_option, Congestion, TcpConfig};
 use crate::auth::{random_bytes, Key, KEY_BYTES};
@@ -165,7 +165,13 @@ fn introduce(
 
 /// What a handshake thread hands back: the dialer that proved the key (and
 /// the verdict that lets it in), or why the connection was dropped.
-type Answer = std::result::Result<(Proven, TcpStream), String>;
+type Answer = std::result::Result<(Proven, TcpStream), Refused>;
+
+/// A connection the gate dropped: where it came from and why.
+struct Refused {
+    from: SocketAddr,
+    why: Refusal,
+}
 
 /// The listening side: answers incoming connections until every higher
 /// rank is in.
@@ -242,7 +248,7 @@ impl<'a> Gate<'a> {
             // refused stranger sees it close only once its refusal is queued
             // (ahead of anyone who connects after), so the count is exact.
             let held = s.try_clone().ok();
-            let answer = check(&expect, &key, s, limit).map_err(|why| format!("{from}: {why}"));
+            let answer = check(&expect, &key, s, limit).map_err(|why| Refused { from, why });
             let _ = tx.send(answer); // (the gate may have closed meanwhile)
             drop(held);
         };
@@ -261,8 +267,8 @@ impl<'a> Gate<'a> {
     fn settle(&mut self, answer: Answer, admitted: &mut Vec<(usize, TcpStream)>) -> Result<()> {
         let (Proven { rank, welcome }, mut s) = match answer {
             Ok(proven) => proven,
-            Err(why) => {
-                self.refused.push(why);
+            Err(Refused { from, why }) => {
+                self.refused.push(format!("{from}: {why}"));
                 return Ok(());
             }
         };
@@ -324,23 +330,21 @@ fn check(
     key: &Key,
     mut s: TcpStream,
     limit: Instant,
-) -> std::result::Result<(Proven, TcpStream), String> {
-    s.set_nonblocking(false).map_err(|e| e.to_string())?;
-    limit_io(&s, limit).map_err(|e| e.to_string())?;
-    let incomplete = |e: std::io::Error| format!("no complete hello ({e})");
+) -> std::result::Result<(Proven, TcpStream), Refusal> {
+    s.set_nonblocking(false).map_err(Refusal::Io)?;
+    limit_io(&s, limit).map_err(Refusal::Io)?;
     let mut head = [0u8; HELLO_HEAD];
-    s.read_exact(&mut head).map_err(incomplete)?;
+    s.read_exact(&mut head).map_err(Refusal::Incomplete)?;
     let mut job = vec![0u8; Hello::job_len(&head)?];
-    s.read_exact(&mut job).map_err(incomplete)?;
-    let mine = random_bytes().map_err(|e| e.to_string())?;
+    s.read_exact(&mut job).map_err(Refusal::Incomplete)?;
+    let mine = random_bytes().map_err(Refusal::Io)?;
     let (hs, challenge) = AcceptorChallenged::hello(expect, Hello::decode(&head, job), mine)?;
     let dialer = hs.dialer();
     s.write_all(&challenge)
-        .map_err(|e| format!("claims rank {dialer}, then hung up: {e}"))?;
+        .map_err(|error| Refusal::HungUp { dialer, error })?;
     let mut proof: Proof = [0; KEY_BYTES];
-    s.read_exact(&mut proof).map_err(|e| {
-        format!("claims rank {dialer} but gave no proof ({e}): a stranger, or a rank that stopped")
-    })?;
+    s.read_exact(&mut proof)
+        .map_err(|error| Refusal::NoProof { dialer, error })?;
     match hs.proof(key, &proof) {
         Ok(proven) => Ok((proven, s)),
         Err(why) => {

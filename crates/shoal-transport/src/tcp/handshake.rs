@@ -23,6 +23,8 @@
 //! Each side is a state machine without I/O (a received message in, the one
 //! to send out); `connect.rs` runs them on sockets, with deadlines.
 
+use std::fmt;
+
 use sha2::{Digest, Sha256};
 
 use crate::auth::{Key, KEY_BYTES};
@@ -47,6 +49,75 @@ pub(super) const WELCOME_LEN: usize = 1 + KEY_BYTES;
 pub(super) type Nonce = [u8; KEY_BYTES];
 pub(super) type Proof = [u8; KEY_BYTES];
 
+/// Why the acceptor dropped an incoming connection before letting it in.
+#[derive(Debug)]
+pub(super) enum Refusal {
+    /// The first bytes are not a shoal hello.
+    NotAHello,
+    /// A hello of another handshake version (`theirs`, `ours`: its digit).
+    Version {
+        theirs: u8,
+        ours: u8,
+    },
+    /// A hello announcing a job id longer than any job's.
+    JobIdTooLong(usize),
+    AnotherJob,
+    /// A hello for this job but addressed to another acceptor rank.
+    AnotherAcceptor(u32),
+    /// A hello from a rank that is not (or no longer) expected to connect.
+    NotExpected(usize),
+    /// The dialer's proof does not match this job's key.
+    WrongProof(usize),
+    /// The connection ended or timed out inside the hello.
+    Incomplete(std::io::Error),
+    /// The dialer hung up when sent the challenge.
+    HungUp {
+        dialer: usize,
+        error: std::io::Error,
+    },
+    /// The dialer sent the hello but no proof.
+    NoProof {
+        dialer: usize,
+        error: std::io::Error,
+    },
+    /// The acceptor's own socket or random source failed.
+    Io(std::io::Error),
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::NotAHello => write!(f, "not a shoal hello"),
+            Refusal::Version { theirs, ours } => write!(
+                f,
+                "a hello of handshake version {}; this rank speaks {} \
+                 (do all ranks run the same shoal?)",
+                *theirs as char, *ours as char
+            ),
+            Refusal::JobIdTooLong(len) => write!(f, "a hello with a job id of {len} bytes"),
+            Refusal::AnotherJob => write!(f, "a hello for another job"),
+            Refusal::AnotherAcceptor(rank) => write!(f, "a hello for rank {rank}, not this rank"),
+            Refusal::NotExpected(dialer) => {
+                write!(f, "claims rank {dialer}, which is not expected to connect")
+            }
+            Refusal::WrongProof(dialer) => write!(
+                f,
+                "claims rank {dialer} but its proof does not match this job's key \
+                 (another job secret, or replayed bytes)"
+            ),
+            Refusal::Incomplete(e) => write!(f, "no complete hello ({e})"),
+            Refusal::HungUp { dialer, error } => {
+                write!(f, "claims rank {dialer}, then hung up: {error}")
+            }
+            Refusal::NoProof { dialer, error } => write!(
+                f,
+                "claims rank {dialer} but gave no proof ({error}): a stranger, or a rank that stopped"
+            ),
+            Refusal::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
 /// The dialer's first message.
 pub(super) struct Hello {
     dialer: u32,
@@ -69,21 +140,20 @@ impl Hello {
 
     /// The length of the job id that follows a hello's `head`, or why the
     /// head is not a hello this rank takes.
-    pub(super) fn job_len(head: &[u8; HELLO_HEAD]) -> Result<usize, String> {
+    pub(super) fn job_len(head: &[u8; HELLO_HEAD]) -> Result<usize, Refusal> {
         let (magic, version) = (&MAGIC[..7], MAGIC[7]);
         if &head[..7] != magic {
-            return Err("not a shoal hello".into());
+            return Err(Refusal::NotAHello);
         }
         if head[7] != version {
-            return Err(format!(
-                "a hello of handshake version {}; this rank speaks {} \
-                 (do all ranks run the same shoal?)",
-                head[7] as char, version as char
-            ));
+            return Err(Refusal::Version {
+                theirs: head[7],
+                ours: version,
+            });
         }
         let len = u32::from_le_bytes(head[HELLO_HEAD - 4..].try_into().unwrap()) as usize;
         if len > MAX_JOB_LEN {
-            return Err(format!("a hello with a job id of {len} bytes"));
+            return Err(Refusal::JobIdTooLong(len));
         }
         Ok(len)
     }
@@ -194,21 +264,16 @@ impl AcceptorChallenged {
         expect: &Expect,
         hello: Hello,
         mine: Nonce,
-    ) -> Result<(AcceptorChallenged, Nonce), String> {
+    ) -> Result<(AcceptorChallenged, Nonce), Refusal> {
         let dialer = hello.dialer as usize;
         if hello.job != expect.job.as_bytes() {
-            return Err("a hello for another job".into());
+            return Err(Refusal::AnotherJob);
         }
         if hello.acceptor as usize != expect.rank {
-            return Err(format!(
-                "a hello for rank {}, not this rank",
-                hello.acceptor
-            ));
+            return Err(Refusal::AnotherAcceptor(hello.acceptor));
         }
         if !expect.dialers.contains(&dialer) {
-            return Err(format!(
-                "claims rank {dialer}, which is not expected to connect"
-            ));
+            return Err(Refusal::NotExpected(dialer));
         }
         let c = hello.challenge(&mine);
         Ok((AcceptorChallenged { dialer, c }, mine))
@@ -221,13 +286,9 @@ impl AcceptorChallenged {
 
     /// Checks the dialer's proof; only a dialer that passes gets the
     /// acceptor's proof. A failure is answered with [`REFUSED`].
-    pub(super) fn proof(self, key: &Key, proof: &[u8]) -> Result<Proven, String> {
+    pub(super) fn proof(self, key: &Key, proof: &[u8]) -> Result<Proven, Refusal> {
         if !key.verify(DIALER, &self.c, proof) {
-            return Err(format!(
-                "claims rank {} but its proof does not match this job's key \
-                 (another job secret, or replayed bytes)",
-                self.dialer
-            ));
+            return Err(Refusal::WrongProof(self.dialer));
         }
         let mut welcome = [ACCEPTED; WELCOME_LEN];
         welcome[1..].copy_from_slice(&key.prove(ACCEPTOR, &self.c));
@@ -251,7 +312,7 @@ mod tests {
     }
 
     /// A hello as the acceptor reads it off the wire.
-    fn received(bytes: &[u8]) -> Result<Hello, String> {
+    fn received(bytes: &[u8]) -> Result<Hello, Refusal> {
         let head: [u8; HELLO_HEAD] = bytes[..HELLO_HEAD].try_into().unwrap();
         let len = Hello::job_len(&head)?;
         Ok(Hello::decode(&head, bytes[HELLO_HEAD..][..len].to_vec()))
@@ -260,7 +321,7 @@ mod tests {
     /// Runs a whole handshake between a dialer holding `dk` and an acceptor
     /// holding `ak`: whether the acceptor let it in, and whether the dialer
     /// then took the acceptor's proof.
-    fn run(dk: &Key, ak: &Key) -> (Result<usize, String>, bool) {
+    fn run(dk: &Key, ak: &Key) -> (Result<usize, Refusal>, bool) {
         let (d, hello) = DialerSaidHello::new(1, 0, "job", [7; KEY_BYTES]);
         let (a, nonce) =
             AcceptorChallenged::hello(&expect(), received(&hello).unwrap(), [9; KEY_BYTES])
@@ -275,13 +336,17 @@ mod tests {
     #[test]
     fn the_same_key_is_proven_both_ways() {
         let k = Key::random().unwrap();
-        assert_eq!(run(&k, &k), (Ok(1), true));
+        let (verdict, proved) = run(&k, &k);
+        assert_eq!(verdict.ok(), Some(1));
+        assert!(proved);
     }
 
     #[test]
     fn a_wrong_key_is_refused_and_gets_no_proof() {
         let (verdict, _) = run(&Key::random().unwrap(), &Key::random().unwrap());
         let why = verdict.unwrap_err();
+        assert!(matches!(why, Refusal::WrongProof(1)), "{why:?}");
+        let why = why.to_string();
         assert!(why.contains("does not match this job's key"), "{why}");
     }
 
@@ -303,11 +368,11 @@ mod tests {
         ] {
             let (_, hello) = DialerSaidHello::new(dialer, acceptor, job, [7; KEY_BYTES]);
             let r = AcceptorChallenged::hello(&expect(), received(&hello).unwrap(), [9; 32]);
-            assert!(r.err().unwrap().contains(why), "{why}");
+            assert!(r.err().unwrap().to_string().contains(why), "{why}");
         }
         let (_, mut old) = DialerSaidHello::new(1, 0, "job", [7; KEY_BYTES]);
         old[7] = b'2';
-        let why = received(&old).err().unwrap();
+        let why = received(&old).err().unwrap().to_string();
         assert!(why.contains("version 2; this rank speaks 3"), "{why}");
     }
 

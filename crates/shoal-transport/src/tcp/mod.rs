@@ -111,7 +111,34 @@ struct Shared {
     epoch: Instant,
     /// `Ack`s of our rendezvous messages (peer, cookie, status), read by
     /// the reader threads, for the rank's thread to send their payloads.
-    acks: Mutex<Vec<(usize, RndvInfo)>>,
+    acks: Acks,
+}
+
+/// The `Ack`s the reader threads hand to the rank's thread. Every poll asks
+/// for them, and almost always there are none: the flag answers that
+/// without the lock.
+#[derive(Default)]
+struct Acks {
+    pending: AtomicBool,
+    list: Mutex<Vec<(usize, RndvInfo)>>,
+}
+
+impl Acks {
+    fn push(&self, peer: usize, info: RndvInfo) {
+        let mut list = lock(&self.list);
+        list.push((peer, info));
+        self.pending.store(true, Ordering::Release);
+    }
+
+    /// Every `Ack` pushed since the last call.
+    fn take(&self) -> Vec<(usize, RndvInfo)> {
+        if !self.pending.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let mut list = lock(&self.list);
+        self.pending.store(false, Ordering::Relaxed);
+        std::mem::take(&mut *list)
+    }
 }
 
 /// A rank that polled its sockets this recently is still polling them.
@@ -257,7 +284,7 @@ impl TcpTransport {
             closing: AtomicBool::new(false),
             polled_at: AtomicU64::new(0),
             epoch: Instant::now(),
-            acks: Mutex::new(Vec::new()),
+            acks: Acks::default(),
         });
         let mut index = vec![None; cfg.world.max(peers.last().map_or(0, |m| m + 1))];
         let mut conns = Vec::new();
@@ -824,14 +851,7 @@ impl TcpTransport {
 
     /// Sends the payloads the receivers asked for since the last call.
     fn send_asked_payloads(&self) {
-        let acks = {
-            let mut acks = lock(&self.shared.acks);
-            if acks.is_empty() {
-                return;
-            }
-            std::mem::take(&mut *acks)
-        };
-        for (peer, info) in acks {
+        for (peer, info) in self.shared.acks.take() {
             let Some(c) = self.conn(peer) else {
                 continue;
             };
@@ -888,4 +908,23 @@ fn io_err(msg: &str) -> TransportError {
 
 fn io(e: std::io::Error) -> TransportError {
     io_err(&e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_poll_with_no_acks_pending_takes_no_lock() {
+        let acks = Acks::default();
+        let held = acks.list.lock().unwrap();
+        // Were the lock taken, this would wait on ourselves forever.
+        assert!(acks.take().is_empty());
+        drop(held);
+        acks.push(1, RndvInfo { word: 0, cookie: 7 });
+        acks.push(2, RndvInfo { word: 1, cookie: 8 });
+        let taken: Vec<(usize, u64)> = acks.take().iter().map(|(p, i)| (*p, i.cookie)).collect();
+        assert_eq!(taken, [(1, 7), (2, 8)]);
+        assert!(acks.take().is_empty());
+    }
 }

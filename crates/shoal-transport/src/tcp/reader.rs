@@ -247,7 +247,7 @@ impl ReadSide {
                 State::Header
             }
             Kind::Ack => {
-                super::lock(&sh.acks).push((peer, RndvInfo::decode(buf)));
+                sh.acks.push(peer, RndvInfo::decode(buf));
                 sh.update(|_| {});
                 State::Header
             }

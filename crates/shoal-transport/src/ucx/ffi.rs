@@ -12,6 +12,7 @@
 //! 1.13.1 was checked against its headers and tested.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::fmt;
 use std::ptr;
 
 use libloading::Library;
@@ -254,14 +255,61 @@ pub struct Ucp {
 unsafe impl Send for Ucp {}
 unsafe impl Sync for Ucp {}
 
-fn load_err(path: &str, why: String) -> String {
-    format!("ucx: cannot load {path} ({why}); {INSTALL_HINT}, or point SHOAL_UCX_LIB at libucp.so")
+/// Why UCX could not be loaded or set up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UcxError {
+    /// `path` could not be loaded, or lacks a UCP entry point (`why`).
+    Load { path: String, why: String },
+    /// `path` is a UCX version this binding does not speak.
+    Version {
+        path: String,
+        found: (u32, u32, u32),
+    },
+    /// A UCP call (`what`) returned an error status, in UCX's own words.
+    Call { what: &'static str, status: String },
+}
+
+impl fmt::Display for UcxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UcxError::Load { path, why } => write!(
+                f,
+                "ucx: cannot load {path} ({why}); {INSTALL_HINT}, or point SHOAL_UCX_LIB at libucp.so"
+            ),
+            UcxError::Version {
+                path,
+                found: (major, minor, release),
+            } => write!(
+                f,
+                "ucx: {path} is UCX {major}.{minor}.{release}; shoal's binding needs UCX \
+                 {}.{} to {}.x ({INSTALL_HINT})",
+                MIN_VERSION.0, MIN_VERSION.1, MIN_VERSION.0
+            ),
+            UcxError::Call { what, status } => write!(f, "ucx: {what}: {status}"),
+        }
+    }
+}
+
+impl std::error::Error for UcxError {}
+
+/// For callers that report errors as text (the core's `Error::runtime`).
+impl From<UcxError> for String {
+    fn from(e: UcxError) -> String {
+        e.to_string()
+    }
+}
+
+fn load_err(path: &str, why: String) -> UcxError {
+    UcxError::Load {
+        path: path.to_string(),
+        why,
+    }
 }
 
 impl Ucp {
     /// Loads `path` (a file name searched like `dlopen` does, or a path) and
     /// checks its version.
-    pub fn load(path: &str) -> Result<Ucp, String> {
+    pub fn load(path: &str) -> Result<Ucp, UcxError> {
         // SAFETY: loading UCP runs its constructors, which only set up UCX.
         let lib = unsafe { Library::new(path) }.map_err(|e| load_err(path, e.to_string()))?;
         macro_rules! sym {
@@ -277,11 +325,10 @@ impl Ucp {
         // SAFETY: three out-parameters.
         unsafe { get_version(&mut major, &mut minor, &mut release) };
         if major != MIN_VERSION.0 || minor < MIN_VERSION.1 {
-            return Err(format!(
-                "ucx: {path} is UCX {major}.{minor}.{release}; shoal's binding needs UCX \
-                 {}.{} to {}.x ({INSTALL_HINT})",
-                MIN_VERSION.0, MIN_VERSION.1, MIN_VERSION.0
-            ));
+            return Err(UcxError::Version {
+                path: path.to_string(),
+                found: (major, minor, release),
+            });
         }
         Ok(Ucp {
             version: (major, minor, release),
@@ -324,18 +371,21 @@ impl Ucp {
         unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
     }
 
-    fn check(&self, what: &str, s: Status) -> Result<(), String> {
+    fn check(&self, what: &'static str, s: Status) -> Result<(), UcxError> {
         if s == UCS_OK {
             Ok(())
         } else {
-            Err(format!("ucx: {what}: {}", self.describe(s)))
+            Err(UcxError::Call {
+                what,
+                status: self.describe(s),
+            })
         }
     }
 
     /// A context with the tagged API, configured from the `UCX_*`
     /// environment and then `overrides` (UCX names without the prefix)
     /// that the environment does not set itself.
-    pub fn init(&self, overrides: &[(&str, &str)], num_eps: usize) -> Result<Context, String> {
+    pub fn init(&self, overrides: &[(&str, &str)], num_eps: usize) -> Result<Context, UcxError> {
         let mut cfg: Config = ptr::null_mut();
         // SAFETY: null prefix and file: read UCX_* variables.
         self.check("ucp_config_read", unsafe {
@@ -378,7 +428,7 @@ impl Ucp {
         Ok(ctx)
     }
 
-    pub fn worker(&self, ctx: Context) -> Result<Worker, String> {
+    pub fn worker(&self, ctx: Context) -> Result<Worker, UcxError> {
         let mut w: Worker = ptr::null_mut();
         let p = WorkerParams::single_threaded();
         // SAFETY: a live context.
@@ -390,7 +440,7 @@ impl Ucp {
 
     /// The file descriptor that becomes readable when the worker has
     /// events, once armed ([`Ucp::arm`]).
-    pub fn event_fd(&self, w: Worker) -> Result<c_int, String> {
+    pub fn event_fd(&self, w: Worker) -> Result<c_int, UcxError> {
         let mut fd: c_int = -1;
         // SAFETY: a live worker of a context with `UCP_FEATURE_WAKEUP`.
         self.check("ucp_worker_get_efd", unsafe {
@@ -409,7 +459,7 @@ impl Ucp {
     }
 
     /// The worker's address, to publish.
-    pub fn address(&self, w: Worker) -> Result<Vec<u8>, String> {
+    pub fn address(&self, w: Worker) -> Result<Vec<u8>, UcxError> {
         let (mut a, mut len) = (ptr::null_mut(), 0usize);
         // SAFETY: a live worker; the address is copied and released.
         unsafe {
@@ -431,7 +481,7 @@ impl Ucp {
         address: &[u8],
         err_mode: c_int,
         handler: ErrHandler,
-    ) -> Result<Ep, String> {
+    ) -> Result<Ep, UcxError> {
         let p = EpParams::new(address.as_ptr().cast(), err_mode, handler);
         let mut ep: Ep = ptr::null_mut();
         self.check("ucp_ep_create", (self.ep_create)(w, &p, &mut ep))?;
@@ -530,6 +580,8 @@ mod tests {
     #[test]
     fn missing_library_names_the_package() {
         let e = Ucp::load("/nonexistent/libucp.so.0").err().unwrap();
+        assert!(matches!(e, UcxError::Load { .. }), "{e:?}");
+        let e = e.to_string();
         assert!(e.contains("apt-get install libucx0"), "{e}");
         assert!(e.contains("SHOAL_UCX_LIB"), "{e}");
     }

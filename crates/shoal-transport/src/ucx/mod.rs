@@ -63,7 +63,7 @@ use ffi::{
     ErrHandler, Ucp, UCP_ERR_HANDLING_MODE_NONE, UCP_ERR_HANDLING_MODE_PEER, UCS_ERR_BUSY, UCS_OK,
 };
 
-pub use ffi::DEFAULT_LIB;
+pub use ffi::{UcxError, DEFAULT_LIB};
 
 /// Collective messages of at least this many bytes send their payload as
 /// a separate UCX message received straight into the posted buffer.
@@ -160,7 +160,7 @@ impl UcxConfig {
 }
 
 /// Loads `path` and reports its UCX version, or why it cannot be used.
-pub fn probe_library(path: &str) -> std::result::Result<(u32, u32, u32), String> {
+pub fn probe_library(path: &str) -> std::result::Result<(u32, u32, u32), UcxError> {
     Ucp::load(path).map(|u| u.version)
 }
 
@@ -189,10 +189,8 @@ impl UcxTransport {
     /// opens an endpoint to every peer (blocking on `store` until each has
     /// published).
     pub fn connect(cfg: &UcxConfig, store: &dyn KvStore) -> Result<UcxTransport> {
-        let ucp = Arc::new(Ucp::load(&cfg.lib).map_err(TransportError::Io)?);
-        let ctx = ucp
-            .init(settings_for(cfg), cfg.peers.len())
-            .map_err(TransportError::Io)?;
+        let ucp = Arc::new(Ucp::load(&cfg.lib)?);
+        let ctx = ucp.init(settings_for(cfg), cfg.peers.len())?;
         let built = Self::build(cfg, store, &ucp, ctx);
         if built.is_err() {
             // SAFETY: nothing else holds the context (the worker, if any,
@@ -232,11 +230,11 @@ impl UcxTransport {
         ucp: &Arc<Ucp>,
         ctx: ffi::Context,
     ) -> Result<Inner> {
-        let worker = ucp.worker(ctx).map_err(TransportError::Io)?;
+        let worker = ucp.worker(ctx)?;
         let key = |r: usize| format!("{}/ucx/{r}", cfg.job_id);
         let connected = (|| {
             let mut record = std::process::id().to_le_bytes().to_vec();
-            record.extend(ucp.address(worker).map_err(TransportError::Io)?);
+            record.extend(ucp.address(worker)?);
             store
                 .set(&key(cfg.rank), &record)
                 .map_err(|e| io_err(&format!("publishing the worker address: store: {e}")))?;
@@ -569,7 +567,7 @@ fn connect_peer(
     address: &[u8],
     handler: ErrHandler,
     local: bool,
-) -> std::result::Result<ffi::Ep, String> {
+) -> std::result::Result<ffi::Ep, UcxError> {
     let arg = handler.arg;
     // SAFETY: a live worker; the handler's argument is kept with the endpoint.
     let peer = unsafe { ucp.connect(worker, address, UCP_ERR_HANDLING_MODE_PEER, handler) };
@@ -584,6 +582,12 @@ fn connect_peer(
             unsafe { ucp.connect(worker, address, UCP_ERR_HANDLING_MODE_NONE, handler) }
         }
         other => other,
+    }
+}
+
+impl From<UcxError> for TransportError {
+    fn from(e: UcxError) -> TransportError {
+        TransportError::Io(e.to_string())
     }
 }
 

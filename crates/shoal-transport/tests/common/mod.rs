@@ -38,11 +38,49 @@ pub enum Kind {
 
 /// Why the UCX tests cannot run here (`libucp` missing), or `None`.
 pub fn ucx_missing() -> Option<String> {
-    shoal_transport::ucx::probe_library(shoal_transport::ucx::DEFAULT_LIB).err()
+    shoal_transport::ucx::probe_library(shoal_transport::ucx::DEFAULT_LIB)
+        .err()
+        .map(|e| e.to_string())
 }
 
 pub const TIMEOUT: Duration = Duration::from_secs(20);
 
+/// A transport's configuration, which a test may adjust before it connects.
+pub enum Config {
+    Shm(ShmConfig),
+    Tcp(TcpConfig),
+    Ucx(UcxConfig),
+}
+
+/// The transport of `rank` in a job of `world` ranks on one host, with its
+/// configuration first adjusted by `adjust`.
+pub fn build_with(
+    kind: Kind,
+    rank: usize,
+    world: usize,
+    job: &str,
+    store: &dyn KvStore,
+    adjust: &dyn Fn(&mut Config),
+) -> Box<dyn Transport> {
+    let ranks: Vec<usize> = (0..world).collect();
+    let mut config = match kind {
+        Kind::Shm => Config::Shm(ShmConfig::new(rank, world, ranks, job)),
+        Kind::Tcp => Config::Tcp(TcpConfig::new(rank, world, ranks, job, test_key())),
+        Kind::Ucx => {
+            let mut c = UcxConfig::new(rank, world, ranks.clone(), job);
+            c.local_ranks = ranks;
+            Config::Ucx(c)
+        }
+    };
+    adjust(&mut config);
+    match config {
+        Config::Shm(c) => Box::new(ShmTransport::connect(&c, store).unwrap()),
+        Config::Tcp(c) => Box::new(TcpTransport::connect(&c, store).unwrap()),
+        Config::Ucx(c) => Box::new(UcxTransport::connect(&c, store).unwrap()),
+    }
+}
+
+/// [`build_with`] with a shared-memory ring of `ring` bytes.
 pub fn build(
     kind: Kind,
     rank: usize,
@@ -51,38 +89,33 @@ pub fn build(
     ring: usize,
     store: &dyn KvStore,
 ) -> Box<dyn Transport> {
-    match kind {
-        Kind::Shm => {
-            let mut c = ShmConfig::new(rank, world, (0..world).collect(), job);
+    build_with(kind, rank, world, job, store, &ring_size(ring))
+}
+
+fn ring_size(ring: usize) -> impl Fn(&mut Config) + Send + Sync + 'static {
+    move |c: &mut Config| {
+        if let Config::Shm(c) = c {
             c.ring_size = ring;
-            Box::new(ShmTransport::connect(&c, store).unwrap())
-        }
-        Kind::Tcp => {
-            let c = TcpConfig::new(rank, world, (0..world).collect(), job, test_key());
-            Box::new(TcpTransport::connect(&c, store).unwrap())
-        }
-        Kind::Ucx => {
-            let peers = (0..world).collect();
-            let mut c = UcxConfig::new(rank, world, peers, job);
-            c.local_ranks = (0..world).collect();
-            Box::new(UcxTransport::connect(&c, store).unwrap())
         }
     }
 }
 
-/// Runs `body(rank, transport)` on `world` threads, each with its own transport.
-pub fn run<F>(kind: Kind, world: usize, ring: usize, body: F)
+/// Runs `body(rank, transport)` on `world` threads, each with its own
+/// transport, configured as `adjust` says.
+pub fn run_with<A, F>(kind: Kind, world: usize, adjust: A, body: F)
 where
+    A: Fn(&mut Config) + Send + Sync + 'static,
     F: Fn(usize, &dyn Transport) + Send + Sync + 'static,
 {
     let store = Arc::new(MemStore::default());
     let job = job_id("run");
-    let body = Arc::new(body);
+    let (adjust, body) = (Arc::new(adjust), Arc::new(body));
     let handles: Vec<_> = (0..world)
         .map(|r| {
-            let (store, job, body) = (store.clone(), job.clone(), body.clone());
+            let (store, job) = (store.clone(), job.clone());
+            let (adjust, body) = (adjust.clone(), body.clone());
             std::thread::spawn(move || {
-                let t = build(kind, r, world, &job, ring, &*store);
+                let t = build_with(kind, r, world, &job, &*store, &*adjust);
                 body(r, &*t);
             })
         })
@@ -90,6 +123,15 @@ where
     for h in handles {
         h.join().unwrap();
     }
+}
+
+/// Runs `body(rank, transport)` on `world` threads, each with its own
+/// transport (a shared-memory ring of `ring` bytes).
+pub fn run<F>(kind: Kind, world: usize, ring: usize, body: F)
+where
+    F: Fn(usize, &dyn Transport) + Send + Sync + 'static,
+{
+    run_with(kind, world, ring_size(ring), body)
 }
 
 pub fn tag(step: u32) -> Tag {

@@ -1,6 +1,7 @@
 //! Tag matching shared by all transports: posted receives, the unexpected
-//! message queue, request states, call-signature and length checks, and the
-//! bookkeeping of dead, closed and aborted peers.
+//! message queue and request states; around it, in sibling files, where
+//! payloads go ([`incoming`]), mismatch detection ([`mismatch`]), the stall
+//! protocol ([`stall`]) and peer liveness ([`liveness`]).
 //!
 //! Transports only move bytes: when a header arrives they ask
 //! [`Matcher::on_header`] where its payload goes, push the payload into the
@@ -14,178 +15,22 @@
 //! matcher hands the transport a [`Pull`] (from [`Matcher::take_pulls`]): the
 //! transport reads the payload from the sender into the [`Incoming`], hands
 //! it to [`Matcher::on_complete`], and acknowledges the sender.
-//!
-//! Mismatched collective calls are caught here whatever messages they
-//! exchange: a message meeting a receive of the same call with another
-//! signature fails it; a message for a call this rank has finished (or one
-//! left over when it finishes: [`Matcher::finish_call`]) was sent by a rank
-//! whose call differs, and fails the job instead of waiting in a queue
-//! forever; and a rank blocked in a call tells the ranks it waits on which
-//! call that is ([`Matcher::on_waiting`]), so two calls that wait on each
-//! other are a mismatch, not a deadlock.
 
 use std::collections::{HashMap, VecDeque};
+
+mod incoming;
+mod liveness;
+mod mismatch;
+mod stall;
 
 use crate::flow::Flow;
 use crate::frame::{Header, RndvInfo};
 use crate::pool::{BufferPool, KEEP_NONE};
-use crate::{Answer, Blocked, CallSig, RecvInto, ReqId, Result, Sink, Tag, TransportError};
-
-/// Finished calls remembered per communicator, to name this rank's side of
-/// a mismatch found after the call.
-const CALLS_KEPT: usize = 16;
-/// Collective sequence numbers count modulo 2^31 (the top bit marks
-/// point-to-point messages).
-const SEQ_MODULUS_MASK: u32 = (1 << 31) - 1;
-
-/// Where the payload of one arriving message goes.
-enum Dest {
-    Buffer(*mut u8),
-    /// `carry` holds received bytes not yet handed on (fewer than 64), so
-    /// every piece but the last is a multiple of 64 whatever the I/O sizes.
-    Sink {
-        sink: Sink,
-        carry: Vec<u8>,
-    },
-    Heap(Vec<u8>),
-    Discard,
-}
-
-enum Target {
-    Req(ReqId),
-    Unexpected(u64),
-    Discard,
-}
-
-/// A message whose payload is arriving.
-pub(crate) struct Incoming {
-    pub len: usize,
-    pub received: usize,
-    target: Target,
-    dest: Dest,
-}
-
-// SAFETY: the buffer pointer comes from a receive whose caller guarantees the
-// memory outlives the request (see `Transport::irecv`).
-unsafe impl Send for Incoming {}
-
-/// A rendezvous message whose payload the transport must read from the
-/// sender (`rndv` says where) into `inc`, then acknowledge.
-pub(crate) struct Pull {
-    pub peer: usize,
-    pub rndv: RndvInfo,
-    pub inc: Incoming,
-}
-
-impl Incoming {
-    fn discard(len: usize) -> Incoming {
-        Incoming {
-            len,
-            received: 0,
-            target: Target::Discard,
-            dest: Dest::Discard,
-        }
-    }
-
-    /// Whether anybody wants the payload (a discarded one need not be read).
-    pub fn wanted(&self) -> bool {
-        !matches!(self.dest, Dest::Discard)
-    }
-
-    pub fn done(&self) -> bool {
-        self.received == self.len
-    }
-
-    pub fn remaining(&self) -> usize {
-        self.len - self.received
-    }
-
-    /// The rest of the destination when it is plain memory, so a transport
-    /// can read straight into it (then call [`Incoming::advance`]).
-    pub fn direct(&mut self) -> Option<&mut [u8]> {
-        let rest = self.remaining();
-        match &mut self.dest {
-            // (an empty receive's pointer may be null, which no slice may hold)
-            Dest::Buffer(_) if rest == 0 => Some(&mut []),
-            // SAFETY: the receive's buffer has `len` bytes (checked on match).
-            Dest::Buffer(p) => {
-                Some(unsafe { std::slice::from_raw_parts_mut(p.add(self.received), rest) })
-            }
-            Dest::Heap(v) => Some(&mut v[self.received..]),
-            _ => None,
-        }
-    }
-
-    pub fn advance(&mut self, n: usize) {
-        debug_assert!(n <= self.remaining());
-        self.received += n;
-    }
-
-    /// Appends the next payload bytes (at most `remaining()`).
-    pub fn push(&mut self, bytes: &[u8]) {
-        let n = bytes.len();
-        debug_assert!(n <= self.remaining());
-        match &mut self.dest {
-            Dest::Buffer(_) | Dest::Heap(_) => self.direct().unwrap()[..n].copy_from_slice(bytes),
-            Dest::Sink { sink, carry } => feed_sink(sink, carry, self.received, self.len, bytes),
-            Dest::Discard => {}
-        }
-        self.received += n;
-    }
-}
-
-/// Hands `bytes` (arriving at message offset `at`) to `sink` in pieces that
-/// are multiples of 64 except the message's last one.
-fn feed_sink(sink: &mut Sink, carry: &mut Vec<u8>, at: usize, total: usize, mut bytes: &[u8]) {
-    let end = at + bytes.len();
-    if !carry.is_empty() {
-        let take = (64 - carry.len()).min(bytes.len());
-        carry.extend_from_slice(&bytes[..take]);
-        bytes = &bytes[take..];
-        if carry.len() < 64 && end < total {
-            return;
-        }
-        sink(at + take - carry.len(), carry);
-        carry.clear();
-    }
-    let start = end - bytes.len();
-    let whole = if end == total {
-        bytes.len()
-    } else {
-        bytes.len() / 64 * 64
-    };
-    if whole > 0 {
-        sink(start, &bytes[..whole]);
-    }
-    carry.extend_from_slice(&bytes[whole..]);
-}
-
-fn dest_of(into: RecvInto) -> Dest {
-    match into {
-        RecvInto::Buffer { dst, .. } => Dest::Buffer(dst),
-        RecvInto::Sink { sink, .. } => Dest::Sink {
-            sink,
-            carry: Vec::with_capacity(64),
-        },
-    }
-}
-
-fn len_of(into: &RecvInto) -> usize {
-    match into {
-        RecvInto::Buffer { len, .. } | RecvInto::Sink { len, .. } => *len,
-    }
-}
-
-/// Delivers a fully received unexpected message into a late receive.
-fn deliver(into: RecvInto, data: &[u8]) {
-    match into {
-        // SAFETY: lengths were checked equal when the receive matched.
-        RecvInto::Buffer { dst, .. } => unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len())
-        },
-        RecvInto::Sink { mut sink, .. } => sink(0, data),
-    }
-}
+use crate::{Answer, Blocked, CallSig, RecvInto, ReqId, Result, Tag, TransportError};
+use incoming::{deliver, dest_of, len_of, Dest, Target};
+pub(crate) use incoming::{Incoming, Pull};
+pub(crate) use liveness::closed;
+use mismatch::{conflicting, Finished};
 
 enum State {
     Pending,
@@ -235,28 +80,6 @@ struct PeerQ {
     bye: bool,
 }
 
-/// The collective calls this rank finished on one communicator, newest last.
-#[derive(Default)]
-struct Finished {
-    calls: VecDeque<(u32, CallSig)>,
-}
-
-impl Finished {
-    /// Whether call `seq` is over here: one of the remembered calls, or
-    /// older than all of them (finished, or skipped by every rank).
-    fn covers(&self, seq: u32) -> bool {
-        let older = |oldest: u32| {
-            let behind = oldest.wrapping_sub(seq) & SEQ_MODULUS_MASK;
-            behind != 0 && behind < 1 << 30
-        };
-        self.calls.iter().any(|c| c.0 == seq) || self.calls.front().is_some_and(|c| older(c.0))
-    }
-
-    fn sig_of(&self, seq: u32) -> Option<CallSig> {
-        self.calls.iter().rev().find(|c| c.0 == seq).map(|c| c.1)
-    }
-}
-
 /// Matching state of one transport.
 pub(crate) struct Matcher {
     rank: usize,
@@ -288,34 +111,6 @@ pub(crate) struct Matcher {
     /// Credit for eager messages, both ways ([`crate::flow`]); unlimited
     /// unless the transport asks ([`Matcher::limit_unexpected`]).
     flow: Flow,
-}
-
-fn same_call(a: Tag, b: Tag) -> bool {
-    a.comm == b.comm && a.seq == b.seq
-}
-
-/// Whether a message from `peer_a` and a receive for `peer_b` belong to the
-/// same call but disagree on its signature. Collective calls have one
-/// signature on every rank, so any two peers are compared; point-to-point
-/// messages (`CallSig::P2P_KIND`) only with the same peer and message index,
-/// since sends of different sizes may share a tag.
-fn conflicting(
-    peer_a: usize,
-    tag_a: Tag,
-    sig_a: CallSig,
-    peer_b: usize,
-    tag_b: Tag,
-    sig_b: CallSig,
-) -> bool {
-    let p2p = sig_a.kind == CallSig::P2P_KIND || sig_b.kind == CallSig::P2P_KIND;
-    // A point-to-point "call" is one message: successive sends with one tag
-    // (the same seq, consecutive steps) may differ in size and type.
-    let same = if p2p {
-        peer_a == peer_b && tag_a == tag_b
-    } else {
-        same_call(tag_a, tag_b)
-    };
-    same && sig_a != sig_b
 }
 
 impl Matcher {
@@ -387,22 +182,6 @@ impl Matcher {
     /// own staging buffers too.
     pub fn buffers(&mut self) -> &mut BufferPool {
         &mut self.heap
-    }
-
-    fn mismatch(
-        &self,
-        peer: usize,
-        seq: u32,
-        ours: Option<CallSig>,
-        theirs: CallSig,
-    ) -> TransportError {
-        TransportError::Mismatch {
-            rank: self.rank,
-            peer,
-            seq,
-            ours,
-            theirs,
-        }
     }
 
     fn peer(&mut self, peer: usize) -> Result<&mut PeerQ> {
@@ -659,24 +438,6 @@ impl Matcher {
         None
     }
 
-    /// Removes the first posted receive from `peer` satisfying `pred` (all of
-    /// them when `pred` is a signature check, since those all fail).
-    /// A queued message of the same call as a receive from `peer` with
-    /// `tag`/`sig` whose signature differs: (its sender, its signature).
-    fn conflicting_unexpected(
-        &self,
-        peer: usize,
-        tag: Tag,
-        sig: CallSig,
-    ) -> Option<(usize, CallSig)> {
-        self.peers.iter().find_map(|(&from, q)| {
-            q.unexpected
-                .iter()
-                .find(|u| conflicting(from, u.tag, u.sig, peer, tag, sig))
-                .map(|u| (from, u.sig))
-        })
-    }
-
     fn take_posted(&mut self, peer: usize, pred: impl Fn(&Posted) -> bool) -> Vec<Posted> {
         let Some(q) = self.peers.get_mut(&peer) else {
             return Vec::new();
@@ -691,134 +452,6 @@ impl Matcher {
             }
         }
         out
-    }
-
-    /// Whether a message from `peer` is dropped on arrival: the job has
-    /// failed, or the message belongs to a call this rank has finished, so
-    /// its sender's call differs from ours (the job fails now).
-    fn refuses(&mut self, peer: usize, h: &Header) -> bool {
-        if self.fatal.is_some() {
-            return true;
-        }
-        let Some(done) = self.finished.get(&h.tag.comm) else {
-            return false;
-        };
-        if !h.sig.is_collective() || !done.covers(h.tag.seq) {
-            return false;
-        }
-        let e = self.mismatch(peer, h.tag.seq, done.sig_of(h.tag.seq), h.sig);
-        self.set_fatal(e);
-        true
-    }
-
-    /// This rank finished collective call `seq` of `comm` (see
-    /// `Transport::finish_call`): a message of the call still queued, or a
-    /// peer blocked in it with another signature, is a mismatch.
-    pub fn finish_call(&mut self, comm: u32, seq: u32, sig: CallSig) -> Result<()> {
-        self.blocked = None;
-        self.health_fatal()?;
-        if !sig.is_collective() {
-            return Ok(());
-        }
-        let done = self.finished.entry(comm).or_default();
-        done.calls.push_back((seq, sig));
-        if done.calls.len() > CALLS_KEPT {
-            done.calls.pop_front();
-        }
-        let of_this_call = |t: &Tag| t.comm == comm && t.seq == seq;
-        let leftover = self.peers.iter().find_map(|(&p, q)| {
-            let u = q.unexpected.iter().find(|u| of_this_call(&u.tag))?;
-            Some((p, u.sig))
-        });
-        let blocked_elsewhere = self
-            .notes
-            .iter()
-            .find(|(_, b)| of_this_call(&b.tag) && b.sig != sig)
-            .map(|(&p, b)| (p, b.sig));
-        self.notes.retain(|_, b| !of_this_call(&b.tag));
-        match leftover.or(blocked_elsewhere) {
-            Some((peer, theirs)) => {
-                let e = self.mismatch(peer, seq, Some(sig), theirs);
-                self.set_fatal(e.clone());
-                Err(e)
-            }
-            None => Ok(()),
-        }
-    }
-
-    /// This rank is blocked in a call (see `Transport::set_blocked`); a peer
-    /// that said it is blocked in the same call with another signature is
-    /// a mismatch.
-    pub fn set_blocked(&mut self, b: &Blocked) {
-        self.blocked = Some(b.clone());
-        let noted: Vec<(usize, Blocked)> = self.notes.drain().collect();
-        for (peer, note) in noted {
-            self.check_note(peer, note);
-        }
-    }
-
-    /// What this rank is blocked on, to answer a query with.
-    pub fn blocked(&self) -> Option<&Blocked> {
-        self.blocked.as_ref()
-    }
-
-    /// `peer` said what it waits for (asked or not).
-    pub fn on_waiting(&mut self, peer: usize, a: Answer) {
-        if let Answer::Blocked(b) = &a {
-            self.check_note(peer, b.clone());
-        }
-        self.answers.insert(peer, a);
-    }
-
-    /// Compares the call `peer` is blocked in with this rank's call of the
-    /// same sequence number: finished, blocked in now, or (not reached yet)
-    /// kept for when it is.
-    fn check_note(&mut self, peer: usize, theirs: Blocked) {
-        let (comm, seq) = (theirs.tag.comm, theirs.tag.seq);
-        if !theirs.sig.is_collective() || self.fatal.is_some() {
-            return;
-        }
-        let done = self.finished.get(&comm).filter(|d| d.covers(seq));
-        let ours = match done {
-            Some(d) => d.sig_of(seq),
-            None => self
-                .blocked
-                .as_ref()
-                .filter(|b| b.tag.comm == comm && b.tag.seq == seq)
-                .map(|b| b.sig),
-        };
-        match ours {
-            Some(ours) if ours != theirs.sig => {
-                let e = self.mismatch(peer, seq, Some(ours), theirs.sig);
-                self.set_fatal(e);
-            }
-            None if done.is_none() => {
-                self.notes.insert(peer, theirs);
-            }
-            _ => {}
-        }
-    }
-
-    /// `peer` asks what this rank waits for.
-    pub fn on_query(&mut self, peer: usize) {
-        if !self.queries.contains(&peer) {
-            self.queries.push(peer);
-        }
-    }
-
-    /// The peers whose queries await an answer.
-    pub fn take_queries(&mut self) -> Vec<usize> {
-        std::mem::take(&mut self.queries)
-    }
-
-    /// Forgets what `peer` said, before asking it again.
-    pub fn forget_answer(&mut self, peer: usize) {
-        self.answers.remove(&peer);
-    }
-
-    /// What `peer` said since it was last asked.
-    pub fn answer(&self, peer: usize) -> Option<Answer> {
-        self.answers.get(&peer).cloned()
     }
 
     /// The payload of `inc` (from `peer`) has fully arrived.
@@ -880,110 +513,6 @@ impl Matcher {
         }
     }
 
-    /// `peer` died or its channel broke: its pending requests fail and
-    /// `health` reports it from now on.
-    pub fn peer_down(&mut self, peer: usize, detail: &str) {
-        let Some(q) = self.peers.get_mut(&peer) else {
-            return;
-        };
-        if q.down.is_some() || q.bye {
-            return;
-        }
-        let e = TransportError::PeerDied {
-            peer,
-            detail: detail.to_string(),
-        };
-        q.down = Some(e.clone());
-        self.fail_pending_of(peer, &e);
-    }
-
-    /// `peer` closed cleanly; receives still waiting on it can never complete.
-    pub fn peer_bye(&mut self, peer: usize) {
-        let Some(q) = self.peers.get_mut(&peer) else {
-            return;
-        };
-        q.bye = true;
-        if !self.rndv_outlives_bye {
-            // A closed sender's memory is no longer reserved for its messages.
-            q.unexpected.retain(|u| u.rndv.is_none());
-        }
-        let posted: Vec<ReqId> = q.posted.drain(..).map(|p| p.id).collect();
-        for id in posted {
-            self.fail(id, closed(peer));
-        }
-        if self.rndv_outlives_bye {
-            return;
-        }
-        for p in self.drop_pulls_of(peer) {
-            self.fail_incoming(p.inc, closed(peer));
-        }
-    }
-
-    /// Whether `peer` died (or its channel broke).
-    pub fn is_down(&self, peer: usize) -> bool {
-        self.peers.get(&peer).is_some_and(|q| q.down.is_some())
-    }
-
-    pub fn said_bye(&self, peer: usize) -> bool {
-        self.peers.get(&peer).is_some_and(|q| q.bye)
-    }
-
-    fn fail_pending_of(&mut self, peer: usize, e: &TransportError) {
-        if let Some(q) = self.peers.get_mut(&peer) {
-            q.posted.clear();
-            q.unexpected.retain(|u| u.data.is_some());
-        }
-        self.drop_pulls_of(peer);
-        for r in self.reqs.values_mut() {
-            if r.peer == peer && matches!(r.state, State::Pending) {
-                r.state = State::Failed(e.clone());
-            }
-        }
-    }
-
-    fn drop_pulls_of(&mut self, peer: usize) -> Vec<Pull> {
-        let (gone, kept) = std::mem::take(&mut self.pulls)
-            .into_iter()
-            .partition(|p| p.peer == peer);
-        self.pulls = kept;
-        gone
-    }
-
-    /// Records a job-wide failure (the first one wins). Nothing will be
-    /// received any more, so queued messages are dropped.
-    pub fn set_fatal(&mut self, e: TransportError) {
-        if self.fatal.is_some() {
-            return;
-        }
-        self.fatal = Some(e);
-        for q in self.peers.values_mut() {
-            q.unexpected.clear();
-        }
-        self.notes.clear();
-    }
-
-    /// Whether the job failed (every request reports that failure).
-    pub fn is_fatal(&self) -> bool {
-        self.fatal.is_some()
-    }
-
-    fn health_fatal(&self) -> Result<()> {
-        self.fatal.clone().map_or(Ok(()), Err)
-    }
-
-    /// Errors when the job is aborted or any peer died without saying bye.
-    pub fn health(&self) -> Result<()> {
-        self.health_fatal()?;
-        let mut dead: Vec<(&usize, &PeerQ)> = self
-            .peers
-            .iter()
-            .filter(|(_, q)| q.down.is_some())
-            .collect();
-        dead.sort_by_key(|(p, _)| **p);
-        dead.first()
-            .map_or(Ok(()), |(_, q)| Err(q.down.clone().unwrap()))
-    }
-
     /// Whether `id` completed (forgetting it then), or its error.
     pub fn test(&mut self, id: ReqId) -> Result<bool> {
         let Some(r) = self.reqs.get(&id) else {
@@ -1024,17 +553,9 @@ fn drop_unexpected(q: &mut PeerQ, i: usize) -> bool {
     }
 }
 
-pub(crate) fn closed(peer: usize) -> TransportError {
-    TransportError::PeerDied {
-        peer,
-        detail: "peer closed its transport".into(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
 
     /// Receives a `len`-byte payload from rank 1 before its receive is
     /// posted, then posts the receive: where the payload was received.
@@ -1071,29 +592,5 @@ mod tests {
         assert_eq!(early_payload(&mut m, 2, len), first);
         assert_eq!(early_payload(&mut m, 3, len / 2), first);
         assert_ne!(other.as_ptr(), first);
-    }
-
-    #[test]
-    fn sink_pieces_are_multiples_of_64() {
-        let got: Arc<Mutex<Vec<(usize, usize)>>> = Arc::default();
-        let g = got.clone();
-        let mut sink: Sink = Box::new(move |off, b| g.lock().unwrap().push((off, b.len())));
-        let mut carry = Vec::new();
-        let total = 1000;
-        let mut at = 0;
-        for n in [10, 100, 3, 500, 387] {
-            feed_sink(&mut sink, &mut carry, at, total, &vec![0; n]);
-            at += n;
-        }
-        let got = got.lock().unwrap();
-        let mut next = 0;
-        for (i, &(off, len)) in got.iter().enumerate() {
-            assert_eq!(off, next);
-            if i + 1 < got.len() {
-                assert_eq!(len % 64, 0);
-            }
-            next += len;
-        }
-        assert_eq!(next, total);
     }
 }
