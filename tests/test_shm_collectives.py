@@ -37,6 +37,17 @@ def test_shm_algorithms_exact_across_the_slot_size(world: int, slot_bytes: str) 
 
 
 @pytest.mark.parametrize(
+    ("world", "wait"),
+    # busy spinning oversubscribed (4 ranks on the 2-vCPU VM) must still make progress
+    [(2, "spin"), (4, "spin"), (4, "auto"), (3, "yield")],
+)
+def test_shm_algorithms_exact_under_each_wait_policy(world: int, wait: str) -> None:
+    env = {"SHOAL_TRANSPORT": "shm", "SHOAL_WAIT": wait}
+    proc = launch(world, "shm_collectives.py", "1,7,1023", env=env, timeout=120)
+    assert proc.stdout.count("OK ") == world, proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize(
     ("algorithm", "count"),
     # 3 elements: exposed through the slots; 65536: in place.
     [("shm_flat", 3), ("shm_flat", 1 << 16), ("shm_sharded", 1 << 16)],

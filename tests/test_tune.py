@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -15,7 +16,7 @@ import pytest
 from conftest import init_with, launch, spawn_ranks
 
 from shoal import _shoal
-from shoal.tune import Measurement, ranges, table_row, winners
+from shoal.tune import Measurement, Verdict, Win, ranges, table_row, verdicts, winners
 
 ROW = "allreduce world=2 0-inf:binomial\n"
 #: every built-in allreduce algorithm, asked of the registry (not a list kept here)
@@ -122,18 +123,22 @@ def test_shoal_tune_quick_writes_a_table_that_loads(tmp_path: Path) -> None:
     assert tuning["error"] is None
     rows = tuning["tables"][0]["rows"]
     assert len(rows) == 1 and rows[0].startswith("allreduce world=2 transport=shm cpus=")
-    assert rows[0].split()[4].startswith("0-") and rows[0].endswith(tuple(f"-inf:{a}" for a in ALLREDUCE + ["py_ring"]))
+    last = re.fullmatch(r"\d+[KMG]?-inf:(\w+),margin=[\d.]+%,noise=[\d.]+%", rows[0].split()[-1])
+    assert rows[0].split()[4].startswith("0-") and last and last[1] in [*ALLREDUCE, "py_ring"], rows[0]
     raw = json.loads(out.with_suffix(".json").read_text())
     measured = {m["algo"] for m in raw["measurements"]}
     assert measured == {*ALLREDUCE, "py_ring"}
     assert all(m["errors"] == 0 and m["time_us"] > 0 for m in raw["measurements"])
-    # A job given the table follows its row (tune_job's call: 4096 float32 = 16 KiB).
-    job = launch(2, "tune_job.py", env={"SHOAL_TUNE_FILE": str(out), "SHOAL_ALGORITHMS": str(py_ring)})
-    assert f"chosen={algorithm_for(rows[0], 16384)}" in job.stdout
+    # A job given the table follows its row where the win is beyond the noise (tune_job: 16 KiB)
+    algo, established = algorithm_for(rows[0], 16384)
+    if established:
+        job = launch(2, "tune_job.py", env={"SHOAL_TUNE_FILE": str(out), "SHOAL_ALGORITHMS": str(py_ring)})
+        assert f"chosen={algo}" in job.stdout
 
 
-def algorithm_for(row: str, nbytes: int) -> str:
-    """The algorithm a row's ranges name for `nbytes` (sizes as `shoal tune` writes them)."""
+def algorithm_for(row: str, nbytes: int) -> tuple[str, bool]:
+    """The algorithm a row's ranges name for `nbytes` (sizes as `shoal tune` writes them),
+    and whether its margin exceeds its noise."""
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
     def size(text: str) -> float:
@@ -142,10 +147,11 @@ def algorithm_for(row: str, nbytes: int) -> str:
         return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
 
     for word in row.split()[4:]:
-        span, algo = word.split(":")
+        span, measured = word.split(":")
+        algo, margin, noise = measured.split(",")
         lo, hi = span.split("-")
         if size(lo) <= nbytes < size(hi):
-            return algo
+            return algo, float(margin[len("margin=") : -1]) > float(noise[len("noise=") : -1])
     raise AssertionError(f"no range of {row!r} holds {nbytes}")
 
 
@@ -191,23 +197,86 @@ def test_info_without_the_builtin_table(tmp_path: Path) -> None:
     assert [t["source"] for t in doc["tuning"]["tables"]] == [str(table)]
 
 
-def point(size: int, algo: str, us: float, errors: int = 0) -> Measurement:
-    return Measurement("allreduce", 2, algo, size, size, us, [us], errors)
+def point(size: int, algo: str, us: float, errors: int = 0, samples: list[float] | None = None) -> Measurement:
+    return Measurement("allreduce", 2, algo, size, size, us, samples or [us], errors)
 
 
-def test_winners_merge_ranges_and_ignore_noise_and_wrong_results() -> None:
+def test_winners_record_margin_and_noise_and_ignore_wrong_results() -> None:
     points = [
-        point(8, "a", 10.0), point(8, "b", 12.0),
-        point(64, "a", 10.4), point(64, "b", 10.0),  # b faster by 4%: within 5%, a stays
-        point(1024, "a", 20.0), point(1024, "b", 10.0),  # b clearly faster
-        point(4096, "a", 5.0, errors=3), point(4096, "b", 9.0),  # a wrong: never a winner
+        point(8, "a", 10.0, samples=[9.0, 10.0, 11.0]), point(8, "b", 12.0),  # a by 20%, spread 20%: not beyond it
+        point(64, "a", 10.0), point(64, "b", 13.0),  # a by 30%, repeats alike: the tolerance is the noise
+        point(1024, "a", 20.0), point(1024, "b", 10.0),  # b by 100%
+        point(4096, "a", 5.0, errors=3), point(4096, "b", 9.0),  # a wrong: never a winner, b alone
         point(65536, "a", 5.0), point(65536, "b", 9.0),
     ]  # fmt: skip
     wins = winners(points, 0.05)
-    assert wins == [(8, "a"), (64, "a"), (1024, "b"), (4096, "b"), (65536, "a")]
-    assert winners(points, 0.0)[1] == (64, "b")
-    # boundaries at the geometric middle, a power of two where one lies between
-    assert ranges(wins) == [(0, 256, "a"), (256, 16384, "b"), (16384, None, "a")]
+    assert [(w.size, w.algo) for w in wins] == [(8, "a"), (64, "a"), (1024, "b"), (4096, "b"), (65536, "a")]
+    assert wins[0].margin == pytest.approx(0.2) and wins[0].noise == pytest.approx(0.2)
+    assert not wins[0].established
+    assert wins[1] == Win(64, "a", pytest.approx(0.3), 0.05) and wins[1].established  # type: ignore[arg-type]
+    assert not wins[3].established  # no runner-up: no margin
+    # sizes merge only with the same winner, established or not alike; boundaries at the
+    # geometric middle, a power of two where one lies between
+    assert [(lo, hi, w.algo) for lo, hi, w in ranges(wins)] == [
+        (0, 16, "a"), (16, 256, "a"), (256, 2048, "b"), (2048, 16384, "b"), (16384, None, "a")
+    ]  # fmt: skip
     assert table_row("allreduce", 2, "shm", 2, wins) == (
-        "allreduce world=2 transport=shm cpus=2 0-256:a 256-16K:b 16K-inf:a"
+        "allreduce world=2 transport=shm cpus=2 0-16:a,margin=20%,noise=20% 16-256:a,margin=30%,noise=5% "
+        "256-2K:b,margin=100%,noise=5% 2K-16K:b,margin=0%,noise=5% 16K-inf:a,margin=80%,noise=5%"
     )
+
+
+def measured_row(cpus: int, margin: str, noise: str) -> str:
+    """A row as `shoal tune` writes it, naming binomial (not the model's pick for tune_job's call)."""
+    return f"allreduce world=2 transport=shm cpus={cpus} 0-inf:binomial,margin={margin},noise={noise}\n"
+
+
+@pytest.mark.parametrize(
+    ("cpus_more", "margin", "noise", "followed"),
+    [(0, "25%", "4%", True), (0, "4%", "25%", False), (0, "10%", "10%", False), (1, "25%", "4%", False)],
+    ids=["clear-win", "within-noise", "margin-equals-noise", "another-machine-class"],
+)
+def test_a_measured_row_is_followed_only_beyond_its_noise_on_its_machine_class(
+    tmp_path: Path, cpus_more: int, margin: str, noise: str, followed: bool
+) -> None:
+    table = tmp_path / "t.txt"
+    table.write_text(measured_row(len(os.sched_getaffinity(0)) + cpus_more, margin, noise))
+    # the model's own choice, without any table
+    model = launch(2, "tune_job.py", env={"SHOAL_TUNE_BUILTIN": "0"})
+    assert "chosen=binomial" not in model.stdout, "the row must name another algorithm than the model's"
+    job = launch(2, "tune_job.py", env={"SHOAL_TUNE_FILE": str(table), "SHOAL_TUNE_BUILTIN": "0"})
+    # not followed: the cost model decides (calibrated at init, so its pick may differ between jobs)
+    assert ("chosen=binomial" in job.stdout) == followed, job.stdout
+
+
+def test_check_says_where_the_tables_lose() -> None:
+    def at(algo: str, us: float, spread: float = 0.0) -> Measurement:
+        return point(1 << 20, algo, us, samples=[us * (1 - spread / 2), us, us * (1 + spread / 2)])
+
+    measured = [at("binomial", 480.0, 0.1), at("ring", 240.0, 0.1), at("rabenseifner", 250.0, 0.05)]
+    key = ("allreduce", 1 << 20)
+    [v] = verdicts(measured, {key: "binomial"}, {key: "ring"}, 2)
+    assert v.loses and v.best.algo == "ring" and v.model.algo == "ring"
+    # within the scatter of the two's repeats is not a loss, nor is picking what the model picks
+    close = [at("binomial", 260.0, 0.1), at("ring", 240.0, 0.1)]
+    assert not verdicts(close, {key: "binomial"}, {key: "ring"}, 2)[0].loses
+    assert not verdicts(measured, {key: "ring"}, {key: "ring"}, 2)[0].loses
+    assert isinstance(v, Verdict)
+
+
+def test_shoal_tune_check_measures_the_tables_pick_against_the_model(tmp_path: Path) -> None:
+    """End to end: the report names, per size, the pick of the table in
+    force, the model's and the fastest, and the exit status follows the verdict."""
+    table = tmp_path / "t.txt"
+    table.write_text(measured_row(len(os.sched_getaffinity(0)), "90%", "5%"))
+    cmd = [sys.executable, "-m", "shoal.cli", "tune", "--check", "-n", "2", "--collectives", "allreduce"]
+    cmd += ["--sizes", "256K", "--repeats", "3", "--out", str(tmp_path / "check.txt"), "--no-progress"]
+    env = {**os.environ, "SHOAL_TUNE_FILE": str(table)}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("allreduce")]
+    assert len(lines) == 1, proc.stdout + proc.stderr[-3000:]
+    words = lines[0].split()
+    assert words[:5] == ["allreduce", "2", "256", "KiB", "binomial"], lines[0]
+    assert words[6] != "binomial", "the model's pick is measured beside the table's"
+    loses = "LOSES to the model" in lines[0]
+    assert proc.returncode == (1 if loses else 0), proc.stderr[-3000:]

@@ -17,7 +17,14 @@ against numpy; an algorithm with wrong results never wins.
 The table gets one row per collective and rank count, limited to this
 machine class (``cpus=``), adjacent sizes with the same winner merged and a
 boundary halfway (geometrically) between measured sizes with different
-winners. The raw measurements go to a JSON file beside it.
+winners. Each range records its evidence, the winner's margin over the
+runner-up and the spread of their repeats (``0-4K:shm_flat,margin=40%,noise=6%``);
+the selector follows a range only where the margin exceeds the noise. The raw
+measurements go to a JSON file beside it.
+
+``shoal tune --check`` measures the same grid and reports every size where
+the tables in force (``SHOAL_TUNE_FILE``'s and the built-in one) make the
+selector pick an algorithm slower than the cost model's own choice.
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ class TuneSpec:
     iters: int | None = None  # None: auto_iters(size)
     max_iters: int = 200
     dtype: str = "float32"
+    measure: bool = True  # False: only what the selector picks at each size (--check's model job)
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, separators=(",", ":"))
@@ -98,14 +106,18 @@ def worker_main(spec_json: str) -> int:
 
     spec = TuneSpec(**json.loads(spec_json))
     backend = ShoalBackend()
+    # the figures the model priced with (calibrated at init): --check prices the model's picks with the same
+    emit(backend, {"type": "cost", "figures": backend.group.cost_model})
     for collective in spec.collectives:
         # what the registry lists now: algorithms added to it are candidates without a change here
         algos = shoal_algorithms(collective, switch=False)
         for nbytes in spec.sizes:
-            for record in _measure_size(
-                backend, spec, check.layout(collective, nbytes, spec.dtype, backend.size), algos
-            ):
-                emit(backend, record)
+            lay = check.layout(collective, nbytes, spec.dtype, backend.size)
+            picked = backend.algorithm(lay, None, 0)  # what the selector runs for such a call
+            emit(backend, {"type": "pick", "collective": collective, "size": lay.nbytes, "algo": picked})
+            if spec.measure:
+                for record in _measure_size(backend, spec, lay, algos):
+                    emit(backend, record)
     emit(backend, {"type": "end"})
     backend.close()
     return 0
@@ -159,23 +171,49 @@ def _measure_size(backend: Any, spec: TuneSpec, lay: check.Layout, algos: list[s
 # ---------------------------------------------------------------- tables
 
 
-def winners(points: list[Measurement], tolerance: float) -> list[tuple[int, str]]:
-    """The winning correct algorithm per measured size, by selector bytes.
+@dataclass(frozen=True)
+class Win:
+    """The fastest correct algorithm at one size, and how clearly it won."""
 
-    The fastest wins, except that the previous size's winner stays while it
-    is within `tolerance` (a fraction) of the fastest: differences that small
-    are noise on a loaded machine, and a table that flips between two
-    algorithms at every size is no more right, only harder to read."""
-    by_size: dict[int, dict[str, float]] = {}
+    size: int  # selector bytes
+    algo: str
+    margin: float  # the runner-up's time over the winner's, minus 1 (0 without a runner-up)
+    noise: float  # the larger spread of the two's repeats, at least the tolerance
+
+    @property
+    def established(self) -> bool:
+        """A win larger than the scatter of the measurement itself (the selector's rule)."""
+        return self.margin > self.noise
+
+
+def spread(samples: list[float]) -> float:
+    """How far a measurement's repeats scatter: (slowest - fastest) / median."""
+    return (max(samples) - min(samples)) / statistics.median(samples) if samples else math.inf
+
+
+def winners(points: list[Measurement], tolerance: float) -> list[Win]:
+    """The winning correct algorithm per measured size, by selector bytes,
+    with its margin over the runner-up and the noise it must exceed.
+
+    The noise is the larger spread of the winner's and the runner-up's
+    repeats (either median may be off by that much), and at least
+    `tolerance` (a fraction): a win smaller than that is not one the
+    selector follows."""
+    by_size: dict[int, dict[str, Measurement]] = {}
     for m in points:
         if m.errors == 0:
-            by_size.setdefault(m.select_bytes, {})[m.algo] = m.time_us
-    out: list[tuple[int, str]] = []
-    for size, times in sorted(by_size.items()):
-        fastest = min(sorted(times), key=lambda a: times[a])
-        previous = out[-1][1] if out else None
-        keep = previous in times and times[previous] <= times[fastest] * (1 + tolerance)
-        out.append((size, previous if keep and previous is not None else fastest))
+            by_size.setdefault(m.select_bytes, {})[m.algo] = m
+    out: list[Win] = []
+    for size, ms in sorted(by_size.items()):
+        ranked = sorted(ms.values(), key=lambda m: (m.time_us, m.algo))
+        best = ranked[0]
+        if len(ranked) == 1:
+            out.append(Win(size, best.algo, 0.0, max(spread(best.samples_us), tolerance)))
+            continue
+        second = ranked[1]
+        margin = second.time_us / best.time_us - 1
+        noise = max(spread(best.samples_us), spread(second.samples_us), tolerance)
+        out.append(Win(size, best.algo, margin, noise))
     return out
 
 
@@ -187,18 +225,28 @@ def boundary(below: int, above: int) -> int:
     return power if below < power <= above else middle
 
 
-def ranges(wins: list[tuple[int, str]]) -> list[tuple[int, int | None, str]]:
-    """Half-open byte ranges covering 0..inf: adjacent sizes with one winner
-    merged, a boundary between two sizes that differ."""
-    out: list[tuple[int, int | None, str]] = []
-    for i, (size, algo) in enumerate(wins):
-        if out and out[-1][2] == algo:
+def ranges(wins: list[Win]) -> list[tuple[int, int | None, Win]]:
+    """Half-open byte ranges covering 0..inf: adjacent sizes with one winner,
+    established or not alike, merged, a boundary between two sizes that
+    differ. A merged range carries the evidence of its weakest size."""
+    out: list[tuple[int, int | None, Win]] = []
+    for i, win in enumerate(wins):
+        if out and out[-1][2].algo == win.algo and out[-1][2].established == win.established:
+            lo, hi, held = out[-1]
+            weakest = min(held, win, key=lambda w: w.margin - w.noise)
+            out[-1] = (lo, hi, weakest)
             continue
-        lo = 0 if not out else boundary(wins[i - 1][0], size)
+        lo = 0 if not out else boundary(wins[i - 1].size, win.size)
         if out:
             out[-1] = (out[-1][0], lo, out[-1][2])
-        out.append((lo, None, algo))
+        out.append((lo, None, win))
     return out
+
+
+def percent(fraction: float) -> str:
+    """A fraction as the table's percent, one decimal at most (12%, 12.5%)."""
+    tenths = round(min(fraction, 10_000.0) * 1000)
+    return f"{tenths // 10}%" if tenths % 10 == 0 else f"{tenths // 10}.{tenths % 10}%"
 
 
 def format_bytes(n: int) -> str:
@@ -209,9 +257,11 @@ def format_bytes(n: int) -> str:
     return str(n)
 
 
-def table_row(collective: str, nranks: int, transport: str, cpus: int, wins: list[tuple[int, str]]) -> str:
+def table_row(collective: str, nranks: int, transport: str, cpus: int, wins: list[Win]) -> str:
     spans = " ".join(
-        f"{format_bytes(lo)}-{'inf' if hi is None else format_bytes(hi)}:{algo}" for lo, hi, algo in ranges(wins)
+        f"{format_bytes(lo)}-{'inf' if hi is None else format_bytes(hi)}:{w.algo},"
+        f"margin={percent(w.margin)},noise={percent(w.noise)}"
+        for lo, hi, w in ranges(wins)
     )
     return f"{collective} world={nranks} transport={transport} cpus={cpus} {spans}"
 
@@ -266,7 +316,13 @@ def parser() -> argparse.ArgumentParser:
         "--tolerance",
         type=float,
         default=5.0,
-        help="percent: the previous size's winner stays while this close to the fastest (default 5)",
+        help="percent: the least margin a winner needs; the noise written is never below it (default 5)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="measure what the tables in force (SHOAL_TUNE_FILE and the built-in one) make the selector pick "
+        "against the cost model's choice and the fastest, and report every size where the tables lose",
     )
     p.add_argument("--from", dest="from_json", type=Path, help="write the table from an earlier run's JSON instead")
     p.add_argument("--timeout", type=float, default=3600, help="seconds one job may take (default 3600)")
@@ -311,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"shoal tune: {e}", file=sys.stderr)
         return EXIT_USAGE
+    if ns.check:
+        return check_tables(ns, nprocs, colls, sizes)
     return tune(ns, nprocs, colls, sizes, command)
 
 
@@ -370,7 +428,9 @@ def write(doc: dict[str, Any], ns: argparse.Namespace, json_path: Path | None, r
         f"machine: {info.get('cpu', '?')}, {settings['cpus']} logical CPUs, {info.get('memory', '?')}, "
         f"load average {info['load_average']} at the start, {info['load_average_end']} at the end",
         f"sizes {', '.join(human(s) for s in sizes)} (whole buffer); ranges are the selector's per-rank bytes; "
-        f"median of {settings['repeats']} repeats; winners kept within {ns.tolerance:g}% of the fastest",
+        f"median of {settings['repeats']} repeats; margin: the runner-up's time over the winner's; "
+        f"noise: the larger spread (max-min)/median of the two's repeats, at least {ns.tolerance:g}%",
+        "the selector follows a range only where its margin exceeds its noise (docs/tuning.md)",
     ]
     if rebuilt_by:
         header.append(f"table rebuilt from those measurements by `{rebuilt_by}`")
@@ -399,14 +459,30 @@ def _json_text(doc: dict[str, Any]) -> str:
     return body + ',\n "measurements": [\n  ' + ",\n  ".join(lines) + "\n ]\n}\n"
 
 
-def _run_job(n: int, spec: TuneSpec, ns: argparse.Namespace, log: Path, progress: Progress) -> list[Measurement] | None:
-    """One rank count's measurements, or None when its job failed."""
+def _run_job(
+    n: int,
+    spec: TuneSpec,
+    ns: argparse.Namespace,
+    log: Path,
+    progress: Progress,
+    picks: dict[tuple[str, int], str] | None = None,
+    env_changes: dict[str, str | None] | None = None,
+    cost: dict[str, float] | None = None,
+) -> list[Measurement] | None:
+    """One rank count's measurements, or None when its job failed. The
+    selector's pick per (collective, size) goes to `picks`, the cost model's
+    figures to `cost`; `env_changes` sets (or, with None, removes) variables
+    of the ranks' environment."""
     from shoal.bench import shoal_algorithms
 
     out: list[Measurement] = []
     spec_algos = {c: shoal_algorithms(c, switch=False) for c in spec.collectives}
 
     def on_record(rec: dict[str, Any]) -> None:
+        if rec.get("type") == "pick" and picks is not None:
+            picks[(rec["collective"], rec["size"])] = rec["algo"]
+        if rec.get("type") == "cost" and cost is not None:
+            cost.update(rec["figures"])
         if rec.get("type") != "result":
             return
         keys = ("collective", "algo", "size", "select_bytes", "time_us", "samples_us", "errors")
@@ -418,11 +494,119 @@ def _run_job(n: int, spec: TuneSpec, ns: argparse.Namespace, log: Path, progress
 
     worker = [python(), "-m", "shoal.tune", "--worker", spec.to_json()]
     env = {**os.environ, **base_env(), **({"SHOAL_TRANSPORT": ns.transport} if ns.transport else {})}
+    for key, value in (env_changes or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
     progress.set_label(f"{n} ranks starting")
     job = run_job(shoal_run_argv(n, worker), env, log, on_record, ns.timeout)
     status = "ok" if job.returncode == 0 else f"FAILED (exit {job.returncode}, log {log})"
     progress.note(f"  {n} ranks: {len(out)} measurements in {job.seconds:.1f}s: {status}")
     return out if job.returncode == 0 else None
+
+
+# ---------------------------------------------------------------- --check
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One size of ``--check``: the tables' pick against the model's and the fastest."""
+
+    collective: str
+    nranks: int
+    size: int  # whole buffer
+    picked: Measurement  # what the selector runs with the tables in force
+    model: Measurement  # what the cost model alone would run
+    best: Measurement  # the fastest correct algorithm
+
+    @property
+    def loses(self) -> bool:
+        """The tables' pick is slower than the model's by more than the two's spread:
+        the tables made this call slower than having no tables."""
+        if self.picked.algo == self.model.algo:
+            return False
+        noise = max(spread(self.picked.samples_us), spread(self.model.samples_us))
+        return self.picked.time_us > self.model.time_us * (1 + noise) or self.picked.errors > 0
+
+
+def verdicts(
+    measurements: list[Measurement], picked: dict[tuple[str, int], str], model: dict[tuple[str, int], str], nranks: int
+) -> list[Verdict]:
+    """One verdict per measured (collective, size) of one rank count."""
+    out = []
+    measured = {(m.collective, m.size) for m in measurements if m.nranks == nranks}
+    keys = sorted(measured, key=lambda k: (_order(k[0]), k[1]))
+    for collective, size in keys:
+        at = {m.algo: m for m in measurements if (m.nranks, m.collective, m.size) == (nranks, collective, size)}
+        correct = [m for m in at.values() if m.errors == 0]
+        pick, chosen = picked.get((collective, size)), model.get((collective, size))
+        if not correct or pick not in at or chosen not in at:
+            continue  # the picks of an algorithm the job did not measure (not one the registry lists)
+        best = min(correct, key=lambda m: (m.time_us, m.algo))
+        out.append(Verdict(collective, nranks, size, at[pick], at[chosen], best))
+    return out
+
+
+def verdict_text(found: list[Verdict]) -> str:
+    """The report: one line per size, the losing ones marked."""
+    lines = [f"{'collective':<15}{'ranks':>5}{'size':>9}  {'tables pick':<28}{'model':<28}{'fastest':<28}verdict"]
+    for v in found:
+
+        def cell(m: Measurement) -> str:
+            return f"{m.algo} {m.time_us:.1f}us"
+
+        verdict = "LOSES to the model" if v.loses else "ok"
+        lines.append(
+            f"{v.collective:<15}{v.nranks:>5}{human(v.size):>9}  {cell(v.picked):<27} {cell(v.model):<27} "
+            f"{cell(v.best):<27} {verdict} ({v.picked.time_us / v.best.time_us:.2f}x the fastest)"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def check_tables(ns: argparse.Namespace, nprocs: list[int], colls: list[str], sizes: list[int]) -> int:
+    """``--check``: per rank count, one job measures every algorithm and
+    records the selector's picks with the tables in force, and one short job
+    records the cost model's picks (no tables, and the first job's
+    calibrated figures: calibrating again under load could price the model
+    otherwise); the report names every size where the tables' pick loses to
+    the model's."""
+    from shoal.bench import shoal_algorithms
+
+    spec = TuneSpec(collectives=colls, sizes=sizes, repeats=ns.repeats, iters=ns.iters)
+    no_tables = TuneSpec(collectives=colls, sizes=sizes, repeats=1, measure=False)
+    per_job = sum(len(shoal_algorithms(c, switch=False)) for c in colls) * len(sizes)
+    progress = Progress(per_job * len(nprocs), enabled=not ns.no_progress)
+    logs = (ns.json or ns.out.with_suffix(".json")).with_suffix("")
+    found: list[Verdict] = []
+    failed = False
+    for n in nprocs:
+        picked: dict[tuple[str, int], str] = {}
+        model: dict[tuple[str, int], str] = {}
+        figures: dict[str, float] = {}
+        log = logs.with_name(f"{logs.name}-check-n{n}.log")
+        measured = _run_job(n, spec, ns, log, progress, picked, cost=figures)
+        if measured is None:
+            failed = True
+            continue
+        cost = ",".join(f"{k}={v!r}" for k, v in figures.items())
+        no_tables_env = {"SHOAL_TUNE_FILE": None, "SHOAL_TUNE_BUILTIN": "0", "SHOAL_COST": cost}
+        log = logs.with_name(f"{logs.name}-model-n{n}.log")
+        if _run_job(n, no_tables, ns, log, progress, model, no_tables_env) is None:
+            failed = True
+            continue
+        found += verdicts(measured, picked, model, n)
+    progress.finish()
+    sys.stdout.write(verdict_text(found))
+    losing = [v for v in found if v.loses]
+    if failed:
+        print("shoal tune --check: a job failed (see the logs)", file=sys.stderr)
+        return EXIT_FAILED
+    if losing:
+        print(f"shoal tune --check: the tables lose to the cost model at {len(losing)} size(s)", file=sys.stderr)
+        return EXIT_FAILED
+    print("shoal tune --check: the tables lose nowhere", file=sys.stderr)
+    return EXIT_OK
 
 
 if __name__ == "__main__":

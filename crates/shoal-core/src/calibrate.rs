@@ -17,7 +17,7 @@ use crate::reduce::reduce_into;
 const PING_BYTES: usize = 8;
 const PINGS: usize = 30;
 const BULK_BYTES: usize = 1 << 20;
-const BULKS: usize = 4;
+const BULKS: usize = 5;
 const TAG: u32 = (1 << 31) - 1;
 
 /// Parses `SHOAL_COST` (`alpha=2e-6,beta=2.5e-10,gamma=2.5e-10,alpha_local=..,beta_local=..`;
@@ -136,45 +136,64 @@ pub fn describe(cost: &CostParams, multi_host: bool) -> String {
 
 /// Round trips of a tiny message give the latency; one-way bulk transfers
 /// answered by a tiny acknowledgement give the bandwidth.
+///
+/// Each exchange is timed alone and the fastest decides: on a loaded host
+/// one rank descheduled for a time slice (milliseconds) during a mean of 30
+/// pings made alpha 380 to 880 us, different in every job (2-vCPU VM at load
+/// 10, issue 27), so two jobs of one program priced algorithms differently;
+/// the median still did in one job of four there, where more than half of
+/// the pings were stretched. The fastest exchange is one the scheduler did
+/// not stretch: the transport's own cost, which is what the model compares
+/// algorithms by.
 fn ping_pong(world: &Communicator, peer: usize, leader: bool) -> Result<(f64, f64)> {
     let mut small = vec![0u8; PING_BYTES];
     let mut bulk = vec![0u8; BULK_BYTES];
-    let mut exchange = |buf: &mut Vec<u8>, reply: usize| -> Result<()> {
+    let mut exchange = |buf: &mut Vec<u8>, reply: usize| -> Result<f64> {
+        let t = Instant::now();
         if leader {
             world.send(peer, TAG, DType::U8, buf.as_ptr(), buf.len())?;
-            world.recv(peer, TAG, DType::U8, small.as_mut_ptr(), reply)
+            world.recv(peer, TAG, DType::U8, small.as_mut_ptr(), reply)?;
         } else {
             world.recv(peer, TAG, DType::U8, buf.as_mut_ptr(), buf.len())?;
-            world.send(peer, TAG, DType::U8, small.as_ptr(), reply)
+            world.send(peer, TAG, DType::U8, small.as_ptr(), reply)?;
         }
+        Ok(t.elapsed().as_secs_f64())
     };
     let mut ping = vec![0u8; PING_BYTES];
     exchange(&mut ping, PING_BYTES)?; // warm-up: connections, page faults
-    let t = Instant::now();
-    for _ in 0..PINGS {
-        exchange(&mut ping, PING_BYTES)?;
-    }
-    let alpha = t.elapsed().as_secs_f64() / (2 * PINGS) as f64;
+    let pings = (0..PINGS)
+        .map(|_| exchange(&mut ping, PING_BYTES))
+        .collect::<Result<Vec<f64>>>()?;
+    let alpha = fastest(&pings) / 2.0;
     exchange(&mut bulk, PING_BYTES)?;
-    let t = Instant::now();
-    for _ in 0..BULKS {
-        exchange(&mut bulk, PING_BYTES)?;
-    }
-    let per_transfer = t.elapsed().as_secs_f64() / BULKS as f64 - 2.0 * alpha;
+    let bulks = (0..BULKS)
+        .map(|_| exchange(&mut bulk, PING_BYTES))
+        .collect::<Result<Vec<f64>>>()?;
+    let per_transfer = fastest(&bulks) - 2.0 * alpha;
     let beta = (per_transfer / BULK_BYTES as f64).max(1e-12);
     Ok((alpha, beta))
 }
 
-/// Seconds per byte of a float32 sum, the most common reduction.
+/// Seconds per byte of a float32 sum, the most common reduction (the
+/// fastest of a few passes, for the same reason as in [`ping_pong`]).
 fn reduction_seconds_per_byte() -> f64 {
     let mut dst = vec![1u8; BULK_BYTES];
     let src = vec![2u8; BULK_BYTES];
     reduce_into(DType::F32, ReduceOp::Sum, &mut dst, &src);
-    let t = Instant::now();
-    for _ in 0..4 {
-        reduce_into(DType::F32, ReduceOp::Sum, &mut dst, &src);
-    }
-    (t.elapsed().as_secs_f64() / (4 * BULK_BYTES) as f64).max(1e-12)
+    let passes = (0..BULKS)
+        .map(|_| {
+            let t = Instant::now();
+            reduce_into(DType::F32, ReduceOp::Sum, &mut dst, &src);
+            t.elapsed().as_secs_f64()
+        })
+        .collect::<Vec<f64>>();
+    (fastest(&passes) / BULK_BYTES as f64).max(1e-12)
+}
+
+/// The shortest of `samples`: a time the scheduler did not stretch, unless
+/// it stretched them all.
+fn fastest(samples: &[f64]) -> f64 {
+    samples.iter().copied().fold(f64::INFINITY, f64::min)
 }
 
 fn broadcast_f64(world: &Communicator, values: &mut [f64]) -> Result<()> {
@@ -197,4 +216,22 @@ fn broadcast_f64(world: &Communicator, values: &mut [f64]) -> Result<()> {
         output_bytes: bytes,
     };
     world.collective(&args, bufs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fastest;
+
+    #[test]
+    fn descheduled_exchanges_do_not_move_the_figure() {
+        // 30 round trips of about 6 us, 20 of them stretched by 4 ms time
+        // slices: their mean was 2.7 ms and so was their median; the
+        // fastest is the round trip.
+        let mut pings: Vec<f64> = (0..10).map(|i| 6e-6 + i as f64 * 1e-8).collect();
+        pings.extend((0..20).map(|i| 4e-3 + i as f64 * 1e-6));
+        let mean = pings.iter().sum::<f64>() / pings.len() as f64;
+        assert!(mean > 2e-3);
+        assert_eq!(fastest(&pings), 6e-6);
+        assert_eq!(fastest(&[3.0, 1.0, 2.0]), 1.0);
+    }
 }

@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use shoal_transport::doorbell::WaitPolicy;
 use shoal_transport::Congestion;
 
 use crate::calibrate::parse_cost;
@@ -129,6 +130,12 @@ pub const VARIABLES: &[Variable] = &[
         "SHOAL_SHM_SLOT_BYTES",
         "16384",
         "per-rank shared slot for small shared-memory collectives (0: off)",
+        "shoal-core config.rs",
+    ),
+    var(
+        "SHOAL_WAIT",
+        "yield",
+        "how shared-memory waits spin: yielding (yield), busily (spin), or busily while the host's ranks fit its cores (auto)",
         "shoal-core config.rs",
     ),
     var(
@@ -340,6 +347,9 @@ pub struct Config {
     /// shared slot buffers; shared-memory collective steps exposing this
     /// little are copied there and read with plain loads (0: never).
     pub shm_slot_bytes: usize,
+    /// `SHOAL_WAIT` (default `yield`): whether shared-memory waits yield,
+    /// spin busily, or spin busily while the host's ranks fit its cores.
+    pub wait: WaitPolicy,
     /// `SHOAL_UNEXPECTED_BYTES` (default 16777216, 65536 to 1 TiB): the
     /// flow-control window: bytes of one peer's messages a rank holds
     /// before their receives are posted; beyond it the sender's messages
@@ -460,6 +470,7 @@ impl Config {
             shm_ring_bytes: whole(env, "SHOAL_SHM_RING_BYTES", 4_194_304, 4096, MAX_RING_BYTES)?,
             shm_cma_bytes: whole(env, "SHOAL_SHM_CMA_BYTES", 1_048_576, 0, usize::MAX)?,
             shm_slot_bytes: whole(env, "SHOAL_SHM_SLOT_BYTES", 16_384, 0, 1 << 20)?,
+            wait: parse_wait(env)?,
             unexpected_bytes: whole(
                 env,
                 "SHOAL_UNEXPECTED_BYTES",
@@ -634,6 +645,14 @@ fn parse_tcp_addr(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<String>
 }
 
 /// The default only applies where the kernel has it; one the user names is required.
+fn parse_wait(env: &dyn Fn(&str) -> Option<String>) -> Result<WaitPolicy> {
+    match value(env, "SHOAL_WAIT") {
+        None => Ok(WaitPolicy::default()),
+        Some(v) => WaitPolicy::parse(&v)
+            .ok_or_else(|| Error::invalid(must_be(env, "SHOAL_WAIT", "auto, spin or yield"))),
+    }
+}
+
 fn parse_congestion(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Congestion>> {
     match value(env, "SHOAL_TCP_CC") {
         Some(v) if v == "system" => Ok(None),
@@ -741,6 +760,7 @@ pub(crate) mod tests {
             ("SHOAL_SHM_RING_BYTES", "99999999999", "at most"),
             ("SHOAL_SHM_CMA_BYTES", "-1", "whole number"),
             ("SHOAL_SHM_SLOT_BYTES", "2097152", "at most"),
+            ("SHOAL_WAIT", "busy", "auto, spin or yield"),
             ("SHOAL_UNEXPECTED_BYTES", "1000", "at least 65536"),
             ("SHOAL_CALIBRATE", "2", "0 or 1"),
             ("SHOAL_CALIBRATE", "maybe", "0 or 1"),

@@ -213,6 +213,7 @@ fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Routed> {
     cfg.ring_size = config.shm_ring_bytes;
     cfg.cma_threshold = config.shm_cma_bytes;
     cfg.slot_size = config.shm_slot_bytes;
+    cfg.wait = config.wait;
     cfg.unexpected_bytes = config.unexpected_bytes;
     cfg.timeout = config.timeout;
     cfg.tcp_congestion = config.tcp_congestion.clone();

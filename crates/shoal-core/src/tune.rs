@@ -14,6 +14,14 @@
 //! block (`count * element size`, what the plan generators call `count`).
 //! The first row whose conditions match and whose ranges hold the size
 //! decides; no row: the next table, then the cost model.
+//!
+//! A range `shoal tune` measured carries its evidence,
+//! `0-4K:shm_flat,margin=40%,noise=6%`: how much faster the winner was than
+//! the runner-up, and how far its repeats spread. Such a range decides only
+//! where the margin exceeds the noise; elsewhere it is passed over like a
+//! gap, so a winner by less than the measurement's own scatter never
+//! overrides the cost model. A row with measured ranges must name the
+//! machine class it was measured on (`cpus=`).
 
 use std::fmt;
 use std::path::Path;
@@ -75,6 +83,27 @@ pub struct Range {
     pub lo: u64,
     pub hi: Option<u64>,
     pub algorithm: String,
+    /// What `shoal tune` measured for this range; `None` for a range
+    /// written by hand, which is followed as it stands.
+    pub evidence: Option<Evidence>,
+}
+
+/// How clearly a measured range's algorithm won, in tenths of a percent
+/// (integers, so that the canonical text and the ranks' digest are exact).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Evidence {
+    /// How much slower the runner-up was than the winner, at the range's
+    /// weakest measured size.
+    pub margin_permille: u32,
+    /// The spread of the repeats there (and `shoal tune --tolerance`'s floor).
+    pub noise_permille: u32,
+}
+
+impl Evidence {
+    /// Whether the win is larger than the scatter of the measurement itself.
+    pub fn established(&self) -> bool {
+        self.margin_permille > self.noise_permille
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,6 +153,12 @@ impl Row {
             return None;
         }
         let range = self.ranges.iter().find(|r| r.holds(bytes))?;
+        // A win within the noise is no evidence: the next row, or the cost
+        // model, decides (the built-in rows once picked binomial at 1 MiB,
+        // 2x slower than ring, from 3 repeats on a loaded machine).
+        if range.evidence.is_some_and(|e| !e.established()) {
+            return None;
+        }
         Some(&range.algorithm)
     }
 }
@@ -239,7 +274,8 @@ fn parse_row(line: &str) -> std::result::Result<Row, String> {
     let mut when = Conditions::default();
     let mut ranges: Vec<Range> = Vec::new();
     for word in words {
-        if let Some((key, value)) = word.split_once('=') {
+        // A range has a ':' before any '=' (its evidence has '=' too).
+        if let Some((key, value)) = word.split_once('=').filter(|(key, _)| !key.contains(':')) {
             if !ranges.is_empty() {
                 return Err(format!(
                     "condition '{word}' after a size range: conditions come first"
@@ -265,6 +301,13 @@ fn parse_row(line: &str) -> std::result::Result<Row, String> {
         return Err(format!(
             "no size ranges for {first} (e.g. 0-64K:ring 64K-inf:rabenseifner)"
         ));
+    }
+    // A measurement holds for the machine it was taken on only.
+    if when.cpus.is_none() && ranges.iter().any(|r| r.evidence.is_some()) {
+        return Err(
+            "measured ranges (margin=, noise=) need the machine class they were measured on: add cpus=N"
+                .to_string(),
+        );
     }
     Ok(Row {
         collective,
@@ -327,7 +370,11 @@ fn parse_range(collective: Collective, word: &str) -> std::result::Result<Range,
             "'{word}' is not a condition (key=value) or a range LO-HI:algorithm (e.g. 0-64K:ring)"
         )
     };
-    let (span, algorithm) = word.split_once(':').ok_or_else(bad)?;
+    let (span, rest) = word.split_once(':').ok_or_else(bad)?;
+    let (algorithm, evidence) = match rest.split_once(',') {
+        Some((algorithm, evidence)) => (algorithm, Some(parse_evidence(word, evidence)?)),
+        None => (rest, None),
+    };
     let (lo, hi) = span.split_once('-').ok_or_else(bad)?;
     let lo = parse_bytes(lo)
         .ok_or_else(|| format!("'{lo}' in '{word}' is not a size (e.g. 0, 4K, 16M)"))?;
@@ -347,7 +394,54 @@ fn parse_range(collective: Collective, word: &str) -> std::result::Result<Range,
         return Err(e.message);
     }
     let algorithm = algorithms::canonical_name(collective, algorithm).to_string();
-    Ok(Range { lo, hi, algorithm })
+    Ok(Range {
+        lo,
+        hi,
+        algorithm,
+        evidence,
+    })
+}
+
+/// `margin=12.5%,noise=3%` (both, in this order) after a range's algorithm.
+fn parse_evidence(word: &str, text: &str) -> std::result::Result<Evidence, String> {
+    let bad = || {
+        format!(
+            "'{word}': a measured range ends in ',margin=M%,noise=N%' (percent, e.g. 0-4K:shm_flat,margin=40%,noise=6%)"
+        )
+    };
+    let (margin, noise) = text.split_once(',').ok_or_else(bad)?;
+    let percent = |item: &str, key: &str| {
+        item.strip_prefix(key)
+            .and_then(|v| v.strip_suffix('%'))
+            .and_then(parse_permille)
+            .ok_or_else(bad)
+    };
+    Ok(Evidence {
+        margin_permille: percent(margin, "margin=")?,
+        noise_permille: percent(noise, "noise=")?,
+    })
+}
+
+/// `12`, `12.5` (percent, at most one decimal) as tenths of a percent.
+fn parse_permille(text: &str) -> Option<u32> {
+    let (whole, tenth) = text.split_once('.').unwrap_or((text, "0"));
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || !digits(tenth) || tenth.len() != 1 {
+        return None;
+    }
+    whole
+        .parse::<u32>()
+        .ok()?
+        .checked_mul(10)?
+        .checked_add(tenth.parse::<u32>().ok()?)
+}
+
+/// Tenths of a percent as the table spells them: `12%`, `12.5%`.
+fn format_permille(permille: u32) -> String {
+    match permille % 10 {
+        0 => format!("{}%", permille / 10),
+        tenth => format!("{}.{tenth}%", permille / 10),
+    }
 }
 
 /// `4096`, `4K`, `16M`, `1G` (binary); `None` for anything else.
@@ -394,6 +488,15 @@ impl fmt::Display for Row {
         for r in &self.ranges {
             let hi = r.hi.map_or("inf".to_string(), format_bytes);
             write!(f, " {}-{hi}:{}", format_bytes(r.lo), r.algorithm)?;
+            if let Some(e) = r.evidence {
+                let (margin, noise) = (e.margin_permille, e.noise_permille);
+                write!(
+                    f,
+                    ",margin={},noise={}",
+                    format_permille(margin),
+                    format_permille(noise)
+                )?;
+            }
         }
         Ok(())
     }
@@ -621,6 +724,67 @@ mod tests {
     }
 
     #[test]
+    fn a_measured_range_decides_only_where_its_margin_exceeds_the_noise() {
+        let text = "allreduce world=4 cpus=2 0-1K:direct,margin=40%,noise=6% 1K-inf:binomial,margin=4.5%,noise=12%\n\
+                    allreduce world=4 cpus=2 0-inf:ring\n";
+        let t = parse(text, "t").unwrap();
+        // The evidence is part of the canonical text, exactly.
+        assert_eq!(
+            t.rows[0].to_string(),
+            "allreduce world=4 cpus=2 0-1K:direct,margin=40%,noise=6% 1K-inf:binomial,margin=4.5%,noise=12%"
+        );
+        assert_eq!(
+            &parse(&t.rows[0].to_string(), "again").unwrap().rows[0],
+            &t.rows[0]
+        );
+        let tables = Tables {
+            tables: vec![t],
+            machine: SHM2,
+        };
+        let name = |count: usize| tables.choose(&shape(count), 4, true).map(|c| c.name());
+        assert_eq!(name(8), Some("direct"));
+        // binomial won by 4.5% with repeats 12% apart: the next row decides.
+        assert_eq!(name(1 << 20), Some("ring"));
+        let alone = Tables {
+            tables: vec![
+                parse("allreduce cpus=2 0-inf:binomial,margin=10%,noise=10%", "t").unwrap(),
+            ],
+            machine: SHM2,
+        };
+        // A margin equal to the noise is not beyond it: the cost model decides.
+        assert!(alone.choose(&shape(1 << 20), 4, true).is_none());
+    }
+
+    #[test]
+    fn measured_ranges_are_refused_without_their_machine_class_or_well_formed_evidence() {
+        for (text, expected) in [
+            (
+                "allreduce world=2 0-inf:ring,margin=9%,noise=2%",
+                "need the machine class they were measured on: add cpus=N",
+            ),
+            (
+                "allreduce cpus=2 0-inf:ring,margin=9%",
+                "',margin=M%,noise=N%'",
+            ),
+            (
+                "allreduce cpus=2 0-inf:ring,noise=2%,margin=9%",
+                "',margin=M%,noise=N%'",
+            ),
+            (
+                "allreduce cpus=2 0-inf:ring,margin=9.25%,noise=2%",
+                "',margin=M%,noise=N%'",
+            ),
+            (
+                "allreduce cpus=2 0-inf:ring,margin=-1%,noise=2%",
+                "',margin=M%,noise=N%'",
+            ),
+        ] {
+            let err = error_of(text);
+            assert!(err.contains(expected), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
     fn rows_are_limited_to_their_machine_class() {
         let t = parse("allreduce cpus=16 0-inf:direct", "t").unwrap();
         let on = |cpus| {
@@ -640,9 +804,27 @@ mod tests {
         let builtin = Tables::builtin(SHM2);
         assert!(!builtin.tables[0].rows.is_empty());
         // Measured on a 2-vCPU machine, its rows apply there only.
+        let one_host = |count| CallShape {
+            ranks_per_host: 4,
+            ..shape(count)
+        };
         let sixteen = Tables::builtin(Machine { cpus: 16, ..SHM2 });
-        assert!(sixteen.choose(&shape(1 << 20), 4, true).is_none());
-        assert!(builtin.choose(&shape(1 << 20), 4, true).is_some());
+        assert!(sixteen.choose(&one_host(4096), 4, true).is_none());
+        assert!(builtin.choose(&one_host(4096), 4, true).is_some());
+        // Every measured row there carries its evidence, and a range whose
+        // win was within the noise decides nothing: 4 MiB allreduces on 4
+        // ranks (shm_sharded by 1.5% with repeats 72% apart) go to the model.
+        for row in &builtin.tables[0].rows {
+            assert!(row.ranges.iter().all(|r| r.evidence.is_some()), "{row}");
+        }
+        assert!(builtin.choose(&one_host(1 << 20), 4, true).is_none());
+        // Nor does binomial at 1 MiB on 2 ranks, 2x slower than ring there.
+        let two = CallShape {
+            world: 2,
+            ranks_per_host: 2,
+            ..shape(1 << 18)
+        };
+        assert!(builtin.choose(&two, 4, true).is_none());
         let mut more = builtin.clone();
         more.tables
             .insert(0, parse("allreduce 0-inf:ring", "t").unwrap());

@@ -127,15 +127,81 @@ const SPIN: Duration = Duration::from_micros(500);
 /// Longest single futex sleep, so liveness checks still run while idle.
 const NAP: Duration = Duration::from_millis(20);
 
-/// The shared `Transport::wait` loop: spins on `poll` briefly, then sleeps on
-/// `bell`. `poll` moves data and checks peers; it returns whether anything
-/// changed. Returns once something changed, the bell rang, or `timeout` passed.
+/// How a waiting rank spends its spin budget before it sleeps on its bell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spin {
+    /// `sched_yield` between polls: an I/O thread or a peer sharing this
+    /// core may be the one that has to run for `poll` to see progress.
+    Yielding,
+    /// Polls back to back, as OpenMPI's shared memory does: each yield is a
+    /// system call (about a microsecond in a VM) that a rank with a core
+    /// of its own gains nothing from.
+    Busy,
+}
+
+/// `SHOAL_WAIT`: how the shared-memory transport's waits spin.
+///
+/// Yielding is the default because it is what measured better where it was
+/// measured: on the 2-vCPU VM loaded by other work (load 13-16), 8-byte
+/// `shm_flat` allreduces on 2 ranks took a median 685-813 us yielding and
+/// 1146-1818 us spinning busily, though a busy run now and then took 4 us
+/// (issue 27, docs/benchmarks.md); a quiet machine, where busy spinning
+/// saves only the yields' system calls, was not available to measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WaitPolicy {
+    /// Busy while the host's ranks fit its cores, yielding once they
+    /// outnumber them: oversubscribed, a busy rank holds the core its peer
+    /// needs to answer.
+    Auto,
+    /// Always busy.
+    Spin,
+    /// Always yielding.
+    #[default]
+    Yield,
+}
+
+impl WaitPolicy {
+    /// `auto`, `spin` or `yield`; `None` for anything else.
+    pub fn parse(text: &str) -> Option<WaitPolicy> {
+        match text {
+            "auto" => Some(WaitPolicy::Auto),
+            "spin" => Some(WaitPolicy::Spin),
+            "yield" => Some(WaitPolicy::Yield),
+            _ => None,
+        }
+    }
+
+    /// How a rank of a host running `local_ranks` ranks on `cpus` logical
+    /// CPUs spins.
+    pub fn spin(self, local_ranks: usize, cpus: usize) -> Spin {
+        match self {
+            WaitPolicy::Auto if local_ranks <= cpus => Spin::Busy,
+            WaitPolicy::Auto | WaitPolicy::Yield => Spin::Yielding,
+            WaitPolicy::Spin => Spin::Busy,
+        }
+    }
+}
+
+/// The shared `Transport::wait` loop: spins on `poll` briefly, yielding,
+/// then sleeps on `bell`. `poll` moves data and checks peers; it returns
+/// whether anything changed. Returns once something changed, the bell rang,
+/// or `timeout` passed.
 pub(crate) fn wait_on(
     bell: &Doorbell,
     timeout: Duration,
     poll: impl FnMut() -> Result<bool>,
 ) -> Result<()> {
-    wait_on_napping(bell, timeout, NAP, poll)
+    wait_on_napping(bell, timeout, NAP, Spin::Yielding, poll)
+}
+
+/// [`wait_on`] spinning as `spin` says.
+pub(crate) fn wait_on_spinning(
+    bell: &Doorbell,
+    timeout: Duration,
+    spin: Spin,
+    poll: impl FnMut() -> Result<bool>,
+) -> Result<()> {
+    wait_on_napping(bell, timeout, NAP, spin, poll)
 }
 
 /// [`wait_on`] with sleeps of at most `nap`: short for a side nobody rings
@@ -144,6 +210,7 @@ pub(crate) fn wait_on_napping(
     bell: &Doorbell,
     timeout: Duration,
     nap: Duration,
+    spin: Spin,
     mut poll: impl FnMut() -> Result<bool>,
 ) -> Result<()> {
     let start = Instant::now();
@@ -152,10 +219,10 @@ pub(crate) fn wait_on_napping(
         if poll()? {
             return Ok(());
         }
-        // Yield rather than spin: an I/O thread or a peer sharing this core
-        // may be the one that has to run for `poll` to see progress.
         std::hint::spin_loop();
-        std::thread::yield_now();
+        if spin == Spin::Yielding {
+            std::thread::yield_now();
+        }
     }
     loop {
         let seen = bell.seq();
@@ -212,6 +279,20 @@ fn futex_wake(word: &AtomicU32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_wait_spins_busily_only_while_the_ranks_fit_the_cores() {
+        let auto = WaitPolicy::parse("auto").unwrap();
+        assert_eq!(WaitPolicy::default(), WaitPolicy::Yield);
+        assert_eq!(auto.spin(2, 2), Spin::Busy);
+        assert_eq!(auto.spin(4, 2), Spin::Yielding);
+        assert_eq!(WaitPolicy::parse("spin").unwrap().spin(4, 2), Spin::Busy);
+        assert_eq!(
+            WaitPolicy::parse("yield").unwrap().spin(2, 2),
+            Spin::Yielding
+        );
+        assert_eq!(WaitPolicy::parse("busy"), None);
+    }
 
     #[test]
     fn ring_wakes_sleeper() {

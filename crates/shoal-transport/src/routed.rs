@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::auth::Key;
-use crate::doorbell::{wait_on, Doorbell};
+use crate::doorbell::{wait_on, Doorbell, WaitPolicy};
 use crate::setup::{agree, SetupRecord};
 use crate::shm::{
     ShmConfig, ShmTransport, DEFAULT_CMA_THRESHOLD, DEFAULT_RING_SIZE, DEFAULT_SLOT_SIZE,
@@ -45,6 +45,8 @@ pub struct RoutedConfig {
     pub cma_threshold: usize,
     /// Bytes of each shm slot buffer (`ShmConfig::slot_size`).
     pub slot_size: usize,
+    /// How shm waits spin (`ShmConfig::wait`).
+    pub wait: WaitPolicy,
     /// The flow-control window per peer, on every transport ([`crate::flow`]).
     pub unexpected_bytes: usize,
     /// Address tcp listens on and publishes.
@@ -84,6 +86,7 @@ impl RoutedConfig {
             ring_size: DEFAULT_RING_SIZE,
             cma_threshold: DEFAULT_CMA_THRESHOLD,
             slot_size: DEFAULT_SLOT_SIZE,
+            wait: WaitPolicy::default(),
             unexpected_bytes: crate::flow::DEFAULT_WINDOW,
             bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             timeout: Duration::from_secs(60),
@@ -154,6 +157,7 @@ impl Routed {
                 cma_threshold: cfg.cma_threshold,
                 slot_size: cfg.slot_size,
                 unexpected_bytes: cfg.unexpected_bytes,
+                wait: cfg.wait,
             };
             Some(ShmTransport::connect(&c, store)?)
         } else {

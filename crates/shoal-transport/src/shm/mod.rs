@@ -46,7 +46,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::doorbell::{wait_on, Doorbell};
+use crate::doorbell::{wait_on_spinning, Doorbell, Spin, WaitPolicy};
 use crate::frame::{waiting, Header, Kind, RndvInfo};
 use crate::setup::wait_for_rank;
 use crate::{
@@ -96,6 +96,8 @@ pub struct ShmConfig {
     /// Bytes of one peer's messages this rank holds before their receives
     /// are posted (the flow-control window, [`crate::flow`]).
     pub unexpected_bytes: usize,
+    /// How waits spin before sleeping (`SHOAL_WAIT`).
+    pub wait: WaitPolicy,
 }
 
 impl ShmConfig {
@@ -110,6 +112,7 @@ impl ShmConfig {
             cma_threshold: DEFAULT_CMA_THRESHOLD,
             slot_size: DEFAULT_SLOT_SIZE,
             unexpected_bytes: crate::flow::DEFAULT_WINDOW,
+            wait: WaitPolicy::default(),
         }
     }
 }
@@ -143,6 +146,8 @@ pub struct ShmTransport {
     slot_size: usize,
     /// The slot buffer this rank fills next.
     next_slot: std::sync::atomic::AtomicUsize,
+    /// How this rank's waits spin (`SHOAL_WAIT`).
+    spin: Spin,
 }
 
 impl ShmTransport {
@@ -235,6 +240,7 @@ impl ShmTransport {
             window,
             slot_size,
             next_slot: std::sync::atomic::AtomicUsize::new(0),
+            spin: cfg.wait.spin(locals.len(), host_cpus()),
         })
     }
 
@@ -399,7 +405,7 @@ impl Transport for ShmTransport {
     }
 
     fn wait(&self, timeout: Duration) -> Result<()> {
-        wait_on(&self.bell, timeout, || self.poll())
+        wait_on_spinning(&self.bell, timeout, self.spin, || self.poll())
     }
 
     fn abort(&self, reason: &str) {
@@ -444,6 +450,11 @@ impl Transport for ShmTransport {
     fn answer(&self, peer: usize) -> Option<Answer> {
         self.lock().matcher.answer(peer)
     }
+}
+
+/// Logical CPUs this process may run on: whether the host's ranks fit them.
+fn host_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 impl Drop for ShmTransport {

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use super::segment::{Mapping, SlotHdr, EXPOSED_FLAGS, SLOT_BUFFERS};
 use super::{io, io_err, ShmTransport};
-use crate::doorbell::{wait_on, Doorbell};
+use crate::doorbell::{wait_on_spinning, Doorbell};
 use crate::{cma, CallSig, Exposed, Result, SharedWindow, SlotExpose, TransportError};
 
 /// A local peer as the window sees it.
@@ -170,7 +170,12 @@ impl SharedWindow for ShmTransport {
     }
 
     fn wait_until(&self, timeout: Duration, ready: &mut dyn FnMut() -> bool) -> Result<()> {
-        wait_on(&self.bell, timeout, || Ok(self.poll()? | ready()))
+        wait_on_spinning(
+            &self.bell,
+            timeout,
+            self.spin,
+            || Ok(self.poll()? | ready()),
+        )
     }
 }
 

@@ -51,7 +51,7 @@ mod ffi;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::doorbell::{wait_on_napping, Doorbell};
+use crate::doorbell::{wait_on_napping, Doorbell, Spin};
 use crate::frame::{waiting, Header, Kind, RndvInfo, HEADER_LEN};
 use crate::matching::Matcher;
 use crate::setup::wait_for_rank;
@@ -534,7 +534,7 @@ pub(crate) fn wait_busy(
         }
         if !busy() {
             let left = deadline.saturating_duration_since(Instant::now());
-            return wait_on_napping(bell, left, NAP, poll);
+            return wait_on_napping(bell, left, NAP, Spin::Yielding, poll);
         }
         if Instant::now() >= deadline {
             return Ok(());

@@ -43,5 +43,6 @@ fn cost(shape: &CallShape, elem_size: usize, params: &CostParams) -> f64 {
     } else {
         params.alpha_local
     };
-    read_cost(params, shape.world - 1, bytes, true, via) + wait + bytes * params.beta_local
+    // The copy out is a pass over local memory, as the slot's copy in.
+    read_cost(params, shape.world - 1, bytes, true, via) + wait + bytes * params.gamma
 }

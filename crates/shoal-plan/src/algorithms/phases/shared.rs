@@ -77,11 +77,15 @@ impl Exposure {
 }
 
 /// Cost of reading `bytes` from each of `peers` ranks of this host and
-/// reducing them (`reduce`), exposed as `via` says. Through the slots: a
-/// quarter flag round, the copy in, and plain loads. In place: a flag round
-/// (the owner's Release waits for the readers' counts: the same round trip,
-/// overlapping the reads, so counted once) and a syscall per read (per 32 KiB
-/// piece when reducing).
+/// reducing them (`reduce`), exposed as `via` says, priced by what each way
+/// does. Through the slots: a quarter flag round, the copy in and the plain
+/// loads, each a pass over memory like the reduction's own (so at `gamma`,
+/// the calibrated float32 sum's speed: a slot is in cache, not behind the
+/// transport's `beta_local`, which was calibrated with 1 MiB messages). In
+/// place: a flag round (the owner's Release waits for the readers' counts:
+/// the same round trip, overlapping the reads, so counted once), a syscall
+/// per read (per 32 KiB piece when reducing) and the single-copy read at the
+/// transport's own single-copy speed (`beta_local`).
 pub fn cost(
     params: &crate::algorithms::CostParams,
     peers: usize,
@@ -89,11 +93,14 @@ pub fn cost(
     reduce: bool,
     via: Exposure,
 ) -> f64 {
-    let per_byte = params.beta_local + if reduce { params.gamma } else { 0.0 };
-    let moved = peers as f64 * bytes * per_byte;
+    let reduced = if reduce { params.gamma } else { 0.0 };
     match via {
-        Exposure::Slot => SLOT_ROUND * params.alpha_local + bytes * params.beta_local + moved,
+        Exposure::Slot => {
+            let passes = bytes * params.gamma + peers as f64 * bytes * (params.gamma + reduced);
+            SLOT_ROUND * params.alpha_local + passes
+        }
         Exposure::InPlace => {
+            let moved = peers as f64 * bytes * (params.beta_local + reduced);
             let reads_each = if reduce {
                 (bytes / READ_PIECE).ceil().max(1.0)
             } else {
