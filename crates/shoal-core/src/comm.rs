@@ -34,13 +34,7 @@ const P2P_SEQ: u32 = 1 << 31;
 /// The signature kind of point-to-point messages.
 const P2P_KIND: u8 = CallSig::P2P_KIND;
 
-/// The algorithm agreements run under in signatures (`allgather_bytes`, the
-/// first use of a call shape): a fixed built-in allgather, so a rank in an
-/// agreement and a rank in a call are told apart. Not an identifier, so no
-/// registered algorithm has the name.
-pub const AGREEMENT: &str = "(agreement)";
-pub const AGREEMENT_ALGO_ID: u32 =
-    shoal_plan::algorithms::algorithm_id(Collective::Allgather, AGREEMENT);
+pub use crate::registry::{AGREEMENT, AGREEMENT_ALGO_ID};
 
 /// Call shapes whose agreement a communicator remembers (see `first_use`).
 /// A constant, not a setting: every member's cache must forget alike.

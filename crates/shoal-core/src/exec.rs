@@ -18,6 +18,7 @@ use shoal_transport::{
     Blocked, CallSig, Exposed, RecvInto, ReqId, SharedWindow, SlotExpose, Tag, Transport,
 };
 
+pub use crate::buffers::CallBuffers;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, ErrorKind, Result};
 use crate::reduce::reduce_into;
@@ -57,15 +58,6 @@ impl CompiledPlan {
             dep_counts,
         }
     }
-}
-
-/// The caller's memory for one call. Input may alias Output (in-place calls).
-#[derive(Clone, Copy)]
-pub struct CallBuffers {
-    pub input: *const u8,
-    pub input_bytes: usize,
-    pub output: *mut u8,
-    pub output_bytes: usize,
 }
 
 /// Everything about the call that is not the plan.

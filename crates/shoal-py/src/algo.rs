@@ -45,7 +45,8 @@ type OpTuple = (
 
 pub fn shape_from(t: ShapeTuple) -> PyResult<CallShape> {
     let (name, world, count, root, chunk, ranks_per_host, counts) = t;
-    let collective = shoal_core::select::parse_collective(&name).map_err(crate::to_py)?;
+    let collective =
+        shoal_core::select::parse_collective(&name).map_err(|e| crate::to_py(e.into()))?;
     if world == 0 {
         return Err(invalid("world must be at least 1".into()));
     }
@@ -315,7 +316,7 @@ pub fn register_algorithm(
             "a different plan source is already installed".into(),
         ));
     }
-    let collective = select::parse_collective(collective).map_err(crate::to_py)?;
+    let collective = select::parse_collective(collective).map_err(|e| crate::to_py(e.into()))?;
     select::register(collective, name).map_err(crate::to_py)?;
     Ok(())
 }

@@ -49,7 +49,7 @@ impl PyCall {
         counts: Option<Vec<i64>>,
     ) -> PyResult<PyCall> {
         let kind = parse_collective(collective)
-            .map_err(|e| bad_field("Call", "collective", collective, e.message))?;
+            .map_err(|e| bad_field("Call", "collective", collective, e.to_string()))?;
         let name = kind.name();
         let dtype_parsed =
             DType::from_name(dtype).map_err(|e| bad_field(name, "dtype", dtype, e))?;
@@ -65,7 +65,7 @@ impl PyCall {
         {
             // Built-in or registered from Python (shoal.algo.register).
             shoal_core::select::find(kind, alg)
-                .map_err(|e| bad_field(name, "algorithm", alg, e.message))?;
+                .map_err(|e| bad_field(name, "algorithm", alg, e.to_string()))?;
         }
         let takes_counts = matches!(
             kind,

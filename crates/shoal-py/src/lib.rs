@@ -394,7 +394,7 @@ impl PyCommunicator {
 
 /// The collective and dtype of a call that is inspected, not run.
 fn inspected(collective: &str, dtype: &str) -> PyResult<(Collective, DType)> {
-    let collective = parse_collective(collective).map_err(to_py)?;
+    let collective = parse_collective(collective).map_err(|e| to_py(e.into()))?;
     let dtype = DType::from_name(dtype).map_err(invalid)?;
     Ok((collective, dtype))
 }
@@ -442,7 +442,7 @@ fn init(
 /// registered from Python (`shoal.algo.register`).
 #[pyfunction]
 fn algorithms(collective: &str) -> PyResult<Vec<&'static str>> {
-    let c = parse_collective(collective).map_err(to_py)?;
+    let c = parse_collective(collective).map_err(|e| to_py(e.into()))?;
     let builtin = shoal_plan::algorithms::for_collective(c).map(|a| a.name);
     let registered = shoal_core::select::registered_for(c)
         .into_iter()
