@@ -11,7 +11,6 @@
 //! the selector asks for the cost factors once per group size, the plan
 //! cache for a plan once per call shape.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
@@ -19,7 +18,7 @@ use shoal_plan::algorithms::{self, CostParams};
 use shoal_plan::{CallShape, Collective, Plan};
 
 use crate::error::{Error, Result};
-use crate::lru::Lru;
+use crate::lru::{FastMap, Lru};
 use crate::tune::Tables;
 
 pub use crate::registry::{
@@ -122,7 +121,9 @@ pub fn parse_cost(spec: &str, base: CostParams) -> Result<CostParams> {
 }
 
 pub struct Selector {
-    overrides: HashMap<Collective, Choice>,
+    /// `SHOAL_ALGO`'s choice per collective, indexed by `Collective as usize`
+    /// (looked up on every call: no hashing).
+    overrides: [Option<Choice>; Collective::ALL.len()],
     /// `SHOAL_ALGO=allreduce:ina` (or `hierarchical_ina`): allreduce goes
     /// through the switch, by that algorithm.
     switch_forced: Option<&'static str>,
@@ -140,7 +141,7 @@ pub struct Selector {
     /// (all ranks on one host over shm); set once at init.
     shared_memory: AtomicBool,
     /// Registered algorithms' cost factors per (id, group size), asked once.
-    factors: Mutex<HashMap<(u32, usize), Option<CostFactors>>>,
+    factors: Mutex<FastMap<(u32, usize), Option<CostFactors>>>,
     /// Measured choices, consulted before the cost model; set once at init
     /// (none before: `Config` validation builds a selector too).
     tables: RwLock<Option<Tables>>,
@@ -149,7 +150,7 @@ pub struct Selector {
 impl Selector {
     /// `spec` is the `SHOAL_ALGO` syntax: `collective:algorithm` pairs separated by commas.
     pub fn new(spec: &str, cost: CostParams) -> Result<Selector> {
-        let mut overrides = HashMap::new();
+        let mut overrides = [None; Collective::ALL.len()];
         let mut switch_forced = None;
         for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (coll, algo) = item.split_once(':').ok_or_else(|| {
@@ -166,14 +167,14 @@ impl Selector {
                     .find(|&a| a == algo.trim());
                 continue;
             }
-            overrides.insert(collective, find(collective, algo.trim())?);
+            overrides[collective as usize] = Some(find(collective, algo.trim())?);
         }
         Ok(Selector {
             overrides,
             switch_forced,
             cost: Mutex::new(cost),
             cheapest: Mutex::new(Lru::new(CHOICES_CACHED)),
-            factors: Mutex::new(HashMap::new()),
+            factors: Mutex::new(FastMap::default()),
             registrations: AtomicUsize::new(crate::registry::registrations()),
             tables: RwLock::new(None),
             shared_memory: AtomicBool::new(false),
@@ -223,8 +224,8 @@ impl Selector {
             }
             // A SHOAL_ALGO choice that cannot run the call leaves it to the
             // tables and the cost model.
-            None => match self.overrides.get(&shape.collective) {
-                Some(&choice) if handles(choice, shape) => Ok(choice),
+            None => match self.overrides[shape.collective as usize] {
+                Some(choice) if handles(choice, shape) => Ok(choice),
                 _ => Ok(self.cheapest(shape, elem_size, source)?.0),
             },
         }

@@ -131,6 +131,28 @@ impl PyCommunicator {
     fn comm(&self) -> PyResult<Arc<Communicator>> {
         self.slot.get()
     }
+
+    /// Runs a point-to-point `call` on the buffer's memory as elements of
+    /// `dtype` (its address and element count), with the GIL released: the
+    /// buffer's export (`writable` where the call writes it) is held until
+    /// the call returns.
+    fn on_buffer<T: Send>(
+        &self,
+        py: Python<'_>,
+        dtype: &str,
+        data: &Bound<'_, PyAny>,
+        writable: bool,
+        call: impl FnOnce(&Communicator, DType, usize, usize) -> shoal_core::Result<T> + Send,
+    ) -> PyResult<T> {
+        let dtype = DType::from_name(dtype).map_err(invalid)?;
+        let data = Held::export(data, writable)?;
+        let (address, bytes) = data.span();
+        let address = address as usize;
+        let comm = self.comm()?;
+        blocking(py, move || {
+            call(&comm, dtype, address, bytes / dtype.size())
+        })
+    }
 }
 
 #[pymethods]
@@ -273,13 +295,8 @@ impl PyCommunicator {
         dtype: &str,
         data: Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let dtype = DType::from_name(dtype).map_err(invalid)?;
-        let data = Held::export(&data, false)?;
-        let (address, bytes) = data.span();
-        let address = address as usize;
-        let comm = self.comm()?;
-        blocking(py, move || {
-            comm.send(peer, tag, dtype, address as *const u8, bytes / dtype.size())
+        self.on_buffer(py, dtype, &data, false, |comm, dtype, address, count| {
+            comm.send(peer, tag, dtype, address as *const u8, count)
         })
     }
 
@@ -292,13 +309,8 @@ impl PyCommunicator {
         dtype: &str,
         data: Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let dtype = DType::from_name(dtype).map_err(invalid)?;
-        let data = Held::export(&data, true)?;
-        let (address, bytes) = data.span();
-        let address = address as usize;
-        let comm = self.comm()?;
-        blocking(py, move || {
-            comm.recv(peer, tag, dtype, address as *mut u8, bytes / dtype.size())
+        self.on_buffer(py, dtype, &data, true, |comm, dtype, address, count| {
+            comm.recv(peer, tag, dtype, address as *mut u8, count)
         })
     }
 
@@ -311,13 +323,8 @@ impl PyCommunicator {
         dtype: &str,
         data: Bound<'_, PyAny>,
     ) -> PyResult<usize> {
-        let dtype = DType::from_name(dtype).map_err(invalid)?;
-        let data = Held::export(&data, true)?;
-        let (address, bytes) = data.span();
-        let address = address as usize;
-        let comm = self.comm()?;
-        blocking(py, move || {
-            comm.recv_any(tag, dtype, address as *mut u8, bytes / dtype.size())
+        self.on_buffer(py, dtype, &data, true, |comm, dtype, address, count| {
+            comm.recv_any(tag, dtype, address as *mut u8, count)
         })
     }
 
