@@ -85,6 +85,13 @@ impl From<shoal_bootstrap::Error> for Error {
     }
 }
 
+/// A bad dtype or op is a bad argument.
+impl From<crate::dtype::DTypeError> for Error {
+    fn from(e: crate::dtype::DTypeError) -> Error {
+        Error::invalid(e.to_string())
+    }
+}
+
 /// An unknown name or a refused registration is a bad argument.
 impl From<crate::registry::RegistryError> for Error {
     fn from(e: crate::registry::RegistryError) -> Error {

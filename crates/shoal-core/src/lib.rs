@@ -30,5 +30,5 @@ pub mod work;
 /// are kept for the runtime's own modules and the binding.
 pub use shoal_bootstrap::{rendezvous, secret, store};
 
-pub use dtype::{DType, ReduceOp};
+pub use dtype::{DType, DTypeError, ReduceOp};
 pub use error::{Error, ErrorKind, Result};

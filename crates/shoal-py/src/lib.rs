@@ -70,8 +70,8 @@ fn to_py(e: Error) -> PyErr {
     }
 }
 
-fn invalid(msg: String) -> PyErr {
-    PyValueError::new_err(msg)
+fn invalid(msg: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(msg.to_string())
 }
 
 /// A group of ranks that run collectives together.

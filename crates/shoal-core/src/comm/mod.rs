@@ -915,7 +915,7 @@ impl Communicator {
         self.engine.check_healthy()?;
         let shape = self.shape(args)?;
         if args.collective.reduces() {
-            args.op.check(args.dtype).map_err(Error::invalid)?;
+            args.op.check(args.dtype)?;
         }
         self.check_buffers(&shape, args.dtype, bufs)?;
         let esize = args.dtype.size();
