@@ -24,8 +24,8 @@ use std::sync::Mutex;
 
 use shoal_plan::{CallShape, Collective};
 
+use crate::buffers::CallBuffers;
 use crate::error::{Error, Result};
-use crate::exec::CallBuffers;
 
 /// How a call whose buffers are checked runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,46 +10,18 @@ use tracing::info;
 
 use crate::comm::{CollArgs, Communicator};
 use crate::dtype::{DType, ReduceOp};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::exec::CallBuffers;
 use crate::reduce::reduce_into;
+
+/// `SHOAL_COST`'s syntax lives with the cost model it sets.
+pub use crate::select::parse_cost;
 
 const PING_BYTES: usize = 8;
 const PINGS: usize = 30;
 const BULK_BYTES: usize = 1 << 20;
 const BULKS: usize = 5;
 const TAG: u32 = (1 << 31) - 1;
-
-/// Parses `SHOAL_COST` (`alpha=2e-6,beta=2.5e-10,gamma=2.5e-10,alpha_local=..,beta_local=..`;
-/// missing keys keep `base`).
-pub fn parse_cost(spec: &str, base: CostParams) -> Result<CostParams> {
-    let mut cost = base;
-    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let bad = || {
-            Error::invalid(format!(
-                "SHOAL_COST entry {item:?} is not alpha=, beta=, gamma=, alpha_local= or beta_local=<seconds>"
-            ))
-        };
-        let (key, value) = item.split_once('=').ok_or_else(bad)?;
-        let value: f64 = value.trim().parse().map_err(|_| bad())?;
-        // Costs are compared to pick algorithms: NaN, negative or infinite
-        // figures would make every rank's choice arbitrary.
-        if !(value.is_finite() && value >= 0.0) {
-            return Err(Error::invalid(format!(
-                "SHOAL_COST entry {item:?} must be a finite number >= 0"
-            )));
-        }
-        match key.trim() {
-            "alpha" => cost.alpha = value,
-            "beta" => cost.beta = value,
-            "gamma" => cost.gamma = value,
-            "alpha_local" => cost.alpha_local = value,
-            "beta_local" => cost.beta_local = value,
-            _ => return Err(bad()),
-        }
-    }
-    Ok(cost)
-}
 
 /// Who rank 0 measures against: `remote` on another host (the links between
 /// hosts), `local` on its own host (shared memory). Either may be absent.

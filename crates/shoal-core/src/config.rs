@@ -10,9 +10,8 @@ use std::time::Duration;
 use shoal_transport::doorbell::WaitPolicy;
 use shoal_transport::Congestion;
 
-use crate::calibrate::parse_cost;
 use crate::error::{Error, Result};
-use crate::select::{Selector, SHM_COST};
+use crate::select::{parse_cost, Selector, SHM_COST};
 
 /// One `SHOAL_*` environment variable, for `shoal info` and the docs check.
 #[derive(Clone, Copy, Debug)]

@@ -60,17 +60,11 @@ impl DType {
         }
     }
 
-    pub fn from_name(name: &str) -> Result<DType, String> {
+    pub fn from_name(name: &str) -> Result<DType, DTypeError> {
         DType::ALL
             .into_iter()
             .find(|d| d.name() == name)
-            .ok_or_else(|| {
-                let valid: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
-                format!(
-                    "unsupported dtype '{name}'; supported: {}",
-                    valid.join(", ")
-                )
-            })
+            .ok_or_else(|| DTypeError::UnknownDType(name.to_string()))
     }
 
     pub fn is_float(self) -> bool {
@@ -127,14 +121,11 @@ impl ReduceOp {
         }
     }
 
-    pub fn from_name(name: &str) -> Result<ReduceOp, String> {
+    pub fn from_name(name: &str) -> Result<ReduceOp, DTypeError> {
         ReduceOp::ALL
             .into_iter()
             .find(|o| o.name() == name)
-            .ok_or_else(|| {
-                let valid: Vec<&str> = ReduceOp::ALL.iter().map(|o| o.name()).collect();
-                format!("unknown reduction op '{name}'; valid: {}", valid.join(", "))
-            })
+            .ok_or_else(|| DTypeError::UnknownOp(name.to_string()))
     }
 
     pub fn index(self) -> u8 {
@@ -142,18 +133,10 @@ impl ReduceOp {
     }
 
     /// Rejects combinations that have no meaning (avg of integers, bitwise of floats).
-    pub fn check(self, dtype: DType) -> Result<(), String> {
+    pub fn check(self, dtype: DType) -> Result<(), DTypeError> {
         let bitwise = matches!(self, ReduceOp::Band | ReduceOp::Bor | ReduceOp::Bxor);
-        if bitwise && dtype.is_float() {
-            return Err(format!(
-                "op '{}' needs an integer dtype, got {dtype}",
-                self.name()
-            ));
-        }
-        if self == ReduceOp::Avg && !dtype.is_float() {
-            return Err(format!(
-                "op 'avg' needs a floating-point dtype, got {dtype}"
-            ));
+        if (bitwise && dtype.is_float()) || (self == ReduceOp::Avg && !dtype.is_float()) {
+            return Err(DTypeError::OpForDType { op: self, dtype });
         }
         Ok(())
     }
@@ -173,3 +156,48 @@ impl fmt::Display for ReduceOp {
         f.write_str(self.name())
     }
 }
+
+/// A dtype or op name that does not parse, or an op that has no meaning
+/// for a dtype.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DTypeError {
+    UnknownDType(String),
+    UnknownOp(String),
+    /// Avg of integers, or a bitwise op of floats.
+    OpForDType {
+        op: ReduceOp,
+        dtype: DType,
+    },
+}
+
+impl fmt::Display for DTypeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DTypeError::UnknownDType(name) => {
+                let valid: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
+                write!(
+                    f,
+                    "unsupported dtype '{name}'; supported: {}",
+                    valid.join(", ")
+                )
+            }
+            DTypeError::UnknownOp(name) => {
+                let valid: Vec<&str> = ReduceOp::ALL.iter().map(|o| o.name()).collect();
+                write!(
+                    f,
+                    "unknown reduction op '{name}'; valid: {}",
+                    valid.join(", ")
+                )
+            }
+            DTypeError::OpForDType {
+                op: ReduceOp::Avg,
+                dtype,
+            } => write!(f, "op 'avg' needs a floating-point dtype, got {dtype}"),
+            DTypeError::OpForDType { op, dtype } => {
+                write!(f, "op '{op}' needs an integer dtype, got {dtype}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for DTypeError {}

@@ -85,6 +85,20 @@ impl From<shoal_bootstrap::Error> for Error {
     }
 }
 
+/// A bad dtype or op is a bad argument.
+impl From<crate::dtype::DTypeError> for Error {
+    fn from(e: crate::dtype::DTypeError) -> Error {
+        Error::invalid(e.to_string())
+    }
+}
+
+/// An unknown name or a refused registration is a bad argument.
+impl From<crate::registry::RegistryError> for Error {
+    fn from(e: crate::registry::RegistryError) -> Error {
+        Error::invalid(e.to_string())
+    }
+}
+
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// Two ranks' different calls number `seq` in words, naming both calls.
@@ -155,13 +169,7 @@ pub fn sig_names(sig: &CallSig) -> (&'static str, &'static str) {
     let Some(&coll) = Collective::ALL.get(sig.kind as usize) else {
         return ("send/recv", "p2p");
     };
-    let algo = match shoal_plan::algorithms::by_id(coll, sig.algo) {
-        Some(a) => a.name,
-        None if sig.algo == crate::ina::INA_ALGO_ID => crate::ina::INA,
-        None if sig.algo == crate::comm::AGREEMENT_ALGO_ID => crate::comm::AGREEMENT,
-        None => crate::select::registered_by_id(coll, sig.algo).map_or("?", |r| r.name),
-    };
-    (coll.name(), algo)
+    (coll.name(), crate::registry::name_of(coll, sig.algo))
 }
 
 /// The name of a signature's element type.

@@ -18,6 +18,7 @@ use shoal_transport::{
     Blocked, CallSig, Exposed, RecvInto, ReqId, SharedWindow, SlotExpose, Tag, Transport,
 };
 
+pub use crate::buffers::CallBuffers;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, ErrorKind, Result};
 use crate::reduce::reduce_into;
@@ -59,15 +60,6 @@ impl CompiledPlan {
     }
 }
 
-/// The caller's memory for one call. Input may alias Output (in-place calls).
-#[derive(Clone, Copy)]
-pub struct CallBuffers {
-    pub input: *const u8,
-    pub input_bytes: usize,
-    pub output: *mut u8,
-    pub output_bytes: usize,
-}
-
 /// Everything about the call that is not the plan.
 pub struct CallContext<'a> {
     pub transport: &'a dyn Transport,
@@ -91,6 +83,25 @@ struct SendPtr(*mut u8);
 // receive that writes it is in flight (the plan verifier rules out races).
 unsafe impl Send for SendPtr {}
 
+/// What the executor reuses from call to call, under the engine's
+/// execution lock: the plans' scratch memory and a run's bookkeeping, so a
+/// call of a known shape allocates nothing.
+#[derive(Default)]
+pub struct Workspace {
+    scratch: Vec<u64>,
+    lists: Lists,
+}
+
+/// A run's bookkeeping lists (see `Run`), kept with their capacity.
+#[derive(Default)]
+struct Lists {
+    remaining: Vec<u32>,
+    ready: VecDeque<usize>,
+    pending: Vec<(ReqId, usize)>,
+    shared_waiting: Vec<usize>,
+    completed: Vec<usize>,
+}
+
 struct Run<'a> {
     cp: &'a CompiledPlan,
     ctx: &'a CallContext<'a>,
@@ -102,6 +113,8 @@ struct Run<'a> {
     /// Posted shared-memory steps (reads, Releases, slot Exposes) waiting
     /// on a peer.
     shared_waiting: Vec<usize>,
+    /// Steps `reap` found complete (kept for its capacity).
+    completed: Vec<usize>,
     /// This call's exposure through the rank's slot: its flag and buffer.
     slot: Option<(u32, usize)>,
     done: usize,
@@ -115,10 +128,10 @@ pub fn execute(
     cp: &CompiledPlan,
     ctx: &CallContext,
     bufs: CallBuffers,
-    scratch: &mut Vec<u64>,
+    workspace: &mut Workspace,
     tracing: &Tracing,
 ) -> Result<()> {
-    let scratch = match grow_scratch(scratch, cp.plan.scratch_len, ctx) {
+    let scratch = match grow_scratch(&mut workspace.scratch, cp.plan.scratch_len, ctx) {
         Ok(scratch) => scratch,
         Err(e) => {
             // Nothing was sent: the peers would wait for this rank until they time out.
@@ -126,17 +139,25 @@ pub fn execute(
             return Err(e);
         }
     };
+    let mut lists = std::mem::take(&mut workspace.lists);
+    lists.remaining.clear();
+    lists.remaining.extend_from_slice(&cp.dep_counts);
+    lists.ready.clear();
+    lists
+        .ready
+        .extend((0..cp.plan.steps.len()).filter(|&i| cp.dep_counts[i] == 0));
+    lists.pending.clear();
+    lists.shared_waiting.clear();
     let mut run = Run {
         cp,
         ctx,
         bufs,
         scratch,
-        remaining: cp.dep_counts.clone(),
-        ready: (0..cp.plan.steps.len())
-            .filter(|&i| cp.dep_counts[i] == 0)
-            .collect(),
-        pending: Vec::new(),
-        shared_waiting: Vec::new(),
+        remaining: lists.remaining,
+        ready: lists.ready,
+        pending: lists.pending,
+        shared_waiting: lists.shared_waiting,
+        completed: lists.completed,
         slot: None,
         done: 0,
         timer: tracing
@@ -152,6 +173,13 @@ pub fn execute(
     if let Some(timer) = run.timer.take() {
         timer.finish(result.is_err());
     }
+    workspace.lists = Lists {
+        remaining: run.remaining,
+        ready: run.ready,
+        pending: run.pending,
+        shared_waiting: run.shared_waiting,
+        completed: run.completed,
+    };
     if let Err(e) = &result {
         // Tell the peers, so nobody waits for a rank that has given up.
         if e.kind != ErrorKind::Aborted && e.kind != ErrorKind::InvalidArgument {
@@ -437,7 +465,8 @@ impl Run<'_> {
 
     /// Tests every in-flight request; returns whether any completed.
     fn reap(&mut self) -> Result<bool> {
-        let mut completed = Vec::new();
+        let mut completed = std::mem::take(&mut self.completed);
+        completed.clear();
         let mut i = 0;
         while i < self.pending.len() {
             let (req, step) = self.pending[i];
@@ -454,9 +483,10 @@ impl Run<'_> {
             }
         }
         let any = !completed.is_empty();
-        for step in completed {
+        for &step in &completed {
             self.complete(step);
         }
+        self.completed = completed;
         Ok(any)
     }
 

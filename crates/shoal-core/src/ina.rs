@@ -38,23 +38,9 @@ use crate::log;
 use crate::secret::{key_of, JobSecret, MAX_SECRET_FILE_BYTES};
 use crate::store::ScopedStore;
 
-/// The name users give to force it: `algorithm="ina"`, `SHOAL_ALGO=allreduce:ina`.
-pub const INA: &str = "ina";
-/// Its algorithm id in message signatures, made like the plan algorithms'.
-pub const INA_ALGO_ID: u32 =
-    shoal_plan::algorithms::algorithm_id(shoal_plan::Collective::Allreduce, INA);
-
-/// Hierarchical allreduce with the switch as the inter-host step:
-/// `algorithm="hierarchical_ina"`, `SHOAL_ALGO=allreduce:hierarchical_ina`.
-pub const HIERARCHICAL_INA: &str = shoal_plan::algorithms::allreduce::hierarchical_ina::NAME;
-/// Its id in message signatures (its host phases and its fallback's agreement).
-pub const HIERARCHICAL_INA_ALGO_ID: u32 =
-    shoal_plan::algorithms::algorithm_id(shoal_plan::Collective::Allreduce, HIERARCHICAL_INA);
-
-/// Whether `name` is one of the algorithms the switch runs.
-pub fn is_switch_algorithm(name: &str) -> bool {
-    name == INA || name == HIERARCHICAL_INA
-}
+pub use crate::registry::{
+    is_switch_algorithm, HIERARCHICAL_INA, HIERARCHICAL_INA_ALGO_ID, INA, INA_ALGO_ID,
+};
 
 /// This rank's membership in the switch job.
 pub struct Ina {

@@ -12,16 +12,17 @@ use shoal_transport::{KvStore, Routed, RoutedConfig};
 use tracing::{debug, info};
 
 use crate::agree::version::{self, Build};
-use crate::calibrate::{calibrate, describe, parse_cost, Partners};
+use crate::calibrate::{calibrate, describe, Partners};
 use crate::comm::{Communicator, Engine};
 use crate::config::{Config, RemoteChoice, TransportChoice};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ina::Ina;
 use crate::log::{self, Who};
 use crate::rendezvous::{detect, establish, Explicit, Rendezvous};
-use crate::select::{Selector, SHM_COST, TCP_COST};
-use crate::trace::measure_offset;
-use crate::tune;
+use crate::select::{parse_cost, Selector, SHM_COST, TCP_COST};
+use crate::trace::{measure_offset, WordExchange};
+use crate::tune::{self, Tables};
 
 /// What `shoal.init()` was given explicitly; the environment fills the rest.
 #[derive(Clone, Debug, Default)]
@@ -121,9 +122,27 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
     };
     engine
         .selector
-        .set_tables(tune::agree_on_tables(&world, transport_class)?);
+        .set_tables(agree_on_tables(&world, transport_class)?);
     start_trace(&world)?;
     Ok(world)
+}
+
+/// Loads this rank's tuning tables (`SHOAL_TUNE_FILE`'s and the built-in
+/// one) and checks that every rank of `world` loaded the same rows
+/// (`Tables::agree`). Collective: every rank calls it at init.
+fn agree_on_tables(world: &Communicator, transport: tune::Transport) -> Result<Tables> {
+    let config = &world.engine().config;
+    let path = config.tune_file.as_deref();
+    let machine = tune::Machine {
+        transport,
+        cpus: tune::local_cpus(),
+    };
+    let tables = Tables::load(path, config.tune_builtin, machine)?;
+    if world.size() == 1 {
+        return Ok(tables);
+    }
+    let all = world.allgather_bytes(&tables.agreement_record())?;
+    tables.agree(&all, world.rank(), path)
 }
 
 /// With `SHOAL_TRACE`, measures this rank's clock offset to rank 0 (every
@@ -370,4 +389,24 @@ fn tcp_address(config: &Config, rdzv: &Rendezvous) -> Result<IpAddr> {
 /// transport (the shared-memory algorithms need it).
 fn shared_memory_readable(transport: &dyn shoal_transport::Transport) -> bool {
     transport.shared().is_some_and(|w| w.can_read_all())
+}
+
+/// The clock measurement's messages (`trace::clock`) over the world's
+/// point-to-point.
+impl WordExchange for Communicator {
+    fn rank(&self) -> usize {
+        Communicator::rank(self)
+    }
+    fn size(&self) -> usize {
+        Communicator::size(self)
+    }
+    fn send_word(&self, peer: usize, tag: u32, word: u64) -> Result<()> {
+        let bytes = word.to_le_bytes();
+        self.send(peer, tag, DType::U8, bytes.as_ptr(), bytes.len())
+    }
+    fn recv_word(&self, peer: usize, tag: u32) -> Result<u64> {
+        let mut bytes = [0u8; 8];
+        self.recv(peer, tag, DType::U8, bytes.as_mut_ptr(), bytes.len())?;
+        Ok(u64::from_le_bytes(bytes))
+    }
 }

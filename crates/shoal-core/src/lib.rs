@@ -4,6 +4,7 @@
 
 pub mod agree;
 pub mod alias;
+pub mod buffers;
 pub mod calibrate;
 pub mod comm;
 pub mod config;
@@ -17,6 +18,7 @@ pub mod log;
 pub mod lru;
 pub mod provider;
 pub mod reduce;
+pub mod registry;
 pub mod select;
 pub mod stall;
 pub mod trace;
@@ -28,5 +30,5 @@ pub mod work;
 /// are kept for the runtime's own modules and the binding.
 pub use shoal_bootstrap::{rendezvous, secret, store};
 
-pub use dtype::{DType, ReduceOp};
+pub use dtype::{DType, DTypeError, ReduceOp};
 pub use error::{Error, ErrorKind, Result};

@@ -3,11 +3,64 @@
 //! many as the distinct counts a program uses.
 
 use std::collections::HashMap;
-use std::hash::Hash;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+
+/// A multiply-rotate hash (rustc's FxHash) for the caches' keys: a lookup
+/// happens on every call, and SipHash, std's default, costs several times
+/// more on a call shape's few words. Its defence against chosen keys is
+/// not needed here: keys are the program's own call shapes.
+#[derive(Default, Clone, Copy)]
+pub struct FastHasher(u64);
+
+impl FastHasher {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+
+    #[inline]
+    fn mix(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(Self::K);
+    }
+}
+
+impl Hasher for FastHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.mix(u64::from_le_bytes(c.try_into().unwrap()));
+        }
+        let mut tail = [0u8; 8];
+        let rest = chunks.remainder();
+        tail[..rest.len()].copy_from_slice(rest);
+        self.mix(u64::from_le_bytes(tail) ^ ((rest.len() as u64) << 56));
+    }
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.mix(i as u64);
+    }
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.mix(i as u64);
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.mix(i);
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.mix(i as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A `HashMap` keyed through [`FastHasher`].
+pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
 pub struct Lru<K, V> {
     /// Each value with the tick of its last use.
-    map: HashMap<K, (V, u64)>,
+    map: FastMap<K, (V, u64)>,
     capacity: usize,
     tick: u64,
 }
@@ -16,7 +69,7 @@ impl<K: Hash + Eq, V: Clone> Lru<K, V> {
     /// A cache of at most `capacity` entries (at least one).
     pub fn new(capacity: usize) -> Lru<K, V> {
         Lru {
-            map: HashMap::new(),
+            map: FastMap::default(),
             capacity: capacity.max(1),
             tick: 0,
         }

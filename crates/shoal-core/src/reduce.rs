@@ -309,6 +309,20 @@ mod tests {
         assert!(ReduceOp::Bxor.check(DType::U8).is_ok());
         assert!(DType::from_name("complex64")
             .unwrap_err()
+            .to_string()
             .contains("float32"));
+        // The typed errors keep their messages.
+        assert_eq!(
+            ReduceOp::Avg.check(DType::I32).unwrap_err().to_string(),
+            "op 'avg' needs a floating-point dtype, got int32"
+        );
+        assert_eq!(
+            ReduceOp::Band.check(DType::F32).unwrap_err().to_string(),
+            "op 'band' needs an integer dtype, got float32"
+        );
+        assert!(ReduceOp::from_name("mean")
+            .unwrap_err()
+            .to_string()
+            .starts_with("unknown reduction op 'mean'; valid: sum, prod"));
     }
 }

@@ -11,16 +11,25 @@
 //! the selector asks for the cost factors once per group size, the plan
 //! cache for a plan once per call shape.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 
-use shoal_plan::algorithms::{self, Algorithm, CostParams};
+use shoal_plan::algorithms::{self, CostParams};
 use shoal_plan::{CallShape, Collective, Plan};
 
 use crate::error::{Error, Result};
-use crate::lru::Lru;
+use crate::lru::{FastMap, Lru};
 use crate::tune::Tables;
+
+pub use crate::registry::{
+    find, handles, parse_collective, registered, registered_by_id, registered_for, Choice,
+    Registered,
+};
+
+/// Registers algorithm `name` of `collective` (see [`crate::registry::register`]).
+pub fn register(collective: Collective, name: &str) -> Result<Registered> {
+    Ok(crate::registry::register(collective, name)?)
+}
 
 /// Algorithm choices remembered (a few dozen bytes each).
 const CHOICES_CACHED: usize = 4096;
@@ -41,96 +50,6 @@ pub const TCP_COST: CostParams = CostParams {
     alpha_local: 2e-6,
     beta_local: 1.0 / 4e9,
 };
-
-/// An algorithm registered at run time: the core knows its name, a
-/// [`PlanSource`] supplies its plans and cost. Names are leaked once per
-/// registration (there is no unregistering), so choices stay `Copy`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Registered {
-    pub collective: Collective,
-    pub name: &'static str,
-}
-
-/// Every registered algorithm, in registration order (which matters for
-/// nothing: ids are hashes of names, and ties in cost go to built-ins, then
-/// to the first name in sort order).
-static REGISTERED: RwLock<Vec<Registered>> = RwLock::new(Vec::new());
-
-/// Registrations so far: a selector whose choices predate the latest one
-/// forgets them, so a newly registered algorithm is priced too.
-static REGISTRATIONS: AtomicUsize = AtomicUsize::new(0);
-
-/// Registers algorithm `name` of `collective`, to be chosen by name
-/// (`algorithm=`, `SHOAL_ALGO`) or, given cost factors, by the cost model.
-/// A name that a built-in algorithm (or alias) or an earlier registration
-/// already has is refused, so a name means one algorithm on every rank.
-pub fn register(collective: Collective, name: &str) -> Result<Registered> {
-    let clash = algorithms::find(collective, name).is_ok()
-        || (collective == Collective::Allreduce && crate::ina::is_switch_algorithm(name));
-    if clash {
-        return Err(Error::invalid(format!(
-            "{collective} already has a built-in algorithm '{name}'"
-        )));
-    }
-    let mut all = REGISTERED.write().unwrap();
-    if all
-        .iter()
-        .any(|r| r.collective == collective && r.name == name)
-    {
-        return Err(Error::invalid(format!(
-            "{collective} algorithm '{name}' is already registered"
-        )));
-    }
-    // Messages name algorithms by a 32-bit hash of the name: two names with
-    // one id would be indistinguishable to the mismatch check and the traces.
-    let id = algorithms::algorithm_id(collective, name);
-    let taken = algorithms::by_id(collective, id).is_some()
-        || all
-            .iter()
-            .any(|r| algorithms::algorithm_id(r.collective, r.name) == id);
-    if taken {
-        return Err(Error::invalid(format!(
-            "{collective} algorithm '{name}' has the same id ({id:#010x}) as an existing one; choose another name"
-        )));
-    }
-    let alg = Registered {
-        collective,
-        name: Box::leak(name.into()),
-    };
-    all.push(alg);
-    REGISTRATIONS.fetch_add(1, Ordering::Release);
-    Ok(alg)
-}
-
-/// The registered algorithm of `collective` whose id is `id`, if any.
-pub fn registered_by_id(collective: Collective, id: u32) -> Option<Registered> {
-    REGISTERED
-        .read()
-        .unwrap()
-        .iter()
-        .find(|r| r.collective == collective && algorithms::algorithm_id(collective, r.name) == id)
-        .copied()
-}
-
-/// The registered algorithm `name` of `collective`, if any.
-pub fn registered(collective: Collective, name: &str) -> Option<Registered> {
-    registered_for(collective)
-        .into_iter()
-        .find(|r| r.name == name)
-}
-
-/// The registered algorithms of `collective`, by name: ranks may register
-/// in different orders, and the selector must break ties alike on all.
-pub fn registered_for(collective: Collective) -> Vec<Registered> {
-    let all = REGISTERED.read().unwrap();
-    let mut mine: Vec<Registered> = all
-        .iter()
-        .filter(|r| r.collective == collective)
-        .copied()
-        .collect();
-    mine.sort_by_key(|r| r.name);
-    mine
-}
 
 /// Where registered algorithms' plans and costs come from. The binding
 /// implements it on the thread that makes the call (the Python one while it
@@ -170,41 +89,41 @@ impl CostFactors {
     }
 }
 
-/// The algorithm chosen for a call.
-#[derive(Clone, Copy)]
-pub enum Choice {
-    Builtin(&'static Algorithm),
-    Registered(Registered),
-}
-
-impl std::fmt::Debug for Choice {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Choice::Builtin(a) => write!(f, "Builtin({}/{})", a.collective, a.name),
-            Choice::Registered(r) => write!(f, "Registered({}/{})", r.collective, r.name),
+/// Parses `SHOAL_COST` (`alpha=2e-6,beta=2.5e-10,gamma=2.5e-10,alpha_local=..,beta_local=..`;
+/// missing keys keep `base`).
+pub fn parse_cost(spec: &str, base: CostParams) -> Result<CostParams> {
+    let mut cost = base;
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let bad = || {
+            Error::invalid(format!(
+                "SHOAL_COST entry {item:?} is not alpha=, beta=, gamma=, alpha_local= or beta_local=<seconds>"
+            ))
+        };
+        let (key, value) = item.split_once('=').ok_or_else(bad)?;
+        let value: f64 = value.trim().parse().map_err(|_| bad())?;
+        // Costs are compared to pick algorithms: NaN, negative or infinite
+        // figures would make every rank's choice arbitrary.
+        if !(value.is_finite() && value >= 0.0) {
+            return Err(Error::invalid(format!(
+                "SHOAL_COST entry {item:?} must be a finite number >= 0"
+            )));
+        }
+        match key.trim() {
+            "alpha" => cost.alpha = value,
+            "beta" => cost.beta = value,
+            "gamma" => cost.gamma = value,
+            "alpha_local" => cost.alpha_local = value,
+            "beta_local" => cost.beta_local = value,
+            _ => return Err(bad()),
         }
     }
-}
-
-impl Choice {
-    /// The id in message signatures: a hash of `collective/name` either way.
-    pub fn id(&self) -> u32 {
-        match self {
-            Choice::Builtin(a) => a.id(),
-            Choice::Registered(r) => algorithms::algorithm_id(r.collective, r.name),
-        }
-    }
-
-    pub fn name(&self) -> &'static str {
-        match self {
-            Choice::Builtin(a) => a.name,
-            Choice::Registered(r) => r.name,
-        }
-    }
+    Ok(cost)
 }
 
 pub struct Selector {
-    overrides: HashMap<Collective, Choice>,
+    /// `SHOAL_ALGO`'s choice per collective, indexed by `Collective as usize`
+    /// (looked up on every call: no hashing).
+    overrides: [Option<Choice>; Collective::ALL.len()],
     /// `SHOAL_ALGO=allreduce:ina` (or `hierarchical_ina`): allreduce goes
     /// through the switch, by that algorithm.
     switch_forced: Option<&'static str>,
@@ -222,7 +141,7 @@ pub struct Selector {
     /// (all ranks on one host over shm); set once at init.
     shared_memory: AtomicBool,
     /// Registered algorithms' cost factors per (id, group size), asked once.
-    factors: Mutex<HashMap<(u32, usize), Option<CostFactors>>>,
+    factors: Mutex<FastMap<(u32, usize), Option<CostFactors>>>,
     /// Measured choices, consulted before the cost model; set once at init
     /// (none before: `Config` validation builds a selector too).
     tables: RwLock<Option<Tables>>,
@@ -231,7 +150,7 @@ pub struct Selector {
 impl Selector {
     /// `spec` is the `SHOAL_ALGO` syntax: `collective:algorithm` pairs separated by commas.
     pub fn new(spec: &str, cost: CostParams) -> Result<Selector> {
-        let mut overrides = HashMap::new();
+        let mut overrides = [None; Collective::ALL.len()];
         let mut switch_forced = None;
         for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (coll, algo) = item.split_once(':').ok_or_else(|| {
@@ -240,21 +159,23 @@ impl Selector {
                 ))
             })?;
             let collective = parse_collective(coll.trim())?;
-            if collective == Collective::Allreduce && crate::ina::is_switch_algorithm(algo.trim()) {
-                switch_forced = [crate::ina::INA, crate::ina::HIERARCHICAL_INA]
+            if collective == Collective::Allreduce
+                && crate::registry::is_switch_algorithm(algo.trim())
+            {
+                switch_forced = [crate::registry::INA, crate::registry::HIERARCHICAL_INA]
                     .into_iter()
                     .find(|&a| a == algo.trim());
                 continue;
             }
-            overrides.insert(collective, find(collective, algo.trim())?);
+            overrides[collective as usize] = Some(find(collective, algo.trim())?);
         }
         Ok(Selector {
             overrides,
             switch_forced,
             cost: Mutex::new(cost),
             cheapest: Mutex::new(Lru::new(CHOICES_CACHED)),
-            factors: Mutex::new(HashMap::new()),
-            registrations: AtomicUsize::new(REGISTRATIONS.load(Ordering::Acquire)),
+            factors: Mutex::new(FastMap::default()),
+            registrations: AtomicUsize::new(crate::registry::registrations()),
             tables: RwLock::new(None),
             shared_memory: AtomicBool::new(false),
         })
@@ -303,8 +224,8 @@ impl Selector {
             }
             // A SHOAL_ALGO choice that cannot run the call leaves it to the
             // tables and the cost model.
-            None => match self.overrides.get(&shape.collective) {
-                Some(&choice) if handles(choice, shape) => Ok(choice),
+            None => match self.overrides[shape.collective as usize] {
+                Some(choice) if handles(choice, shape) => Ok(choice),
                 _ => Ok(self.cheapest(shape, elem_size, source)?.0),
             },
         }
@@ -349,7 +270,7 @@ impl Selector {
         source: Option<&dyn PlanSource>,
     ) -> Result<(Choice, f64)> {
         let key = (shape.clone(), elem_size);
-        let registrations = REGISTRATIONS.load(Ordering::Acquire);
+        let registrations = crate::registry::registrations();
         if self.registrations.load(Ordering::Relaxed) != registrations {
             self.registrations.store(registrations, Ordering::Relaxed);
             self.cheapest.lock().unwrap().clear();
@@ -423,33 +344,6 @@ impl Selector {
     }
 }
 
-/// The algorithm `name` (or alias) of `collective`: built-in, else registered.
-pub fn find(collective: Collective, name: &str) -> Result<Choice> {
-    if let Ok(alg) = algorithms::find(collective, name) {
-        return Ok(Choice::Builtin(alg));
-    }
-    if let Some(alg) = registered(collective, name) {
-        return Ok(Choice::Registered(alg));
-    }
-    let mut valid: Vec<&str> = algorithms::for_collective(collective)
-        .map(|a| a.name)
-        .collect();
-    valid.extend(registered_for(collective).iter().map(|r| r.name));
-    Err(Error::invalid(format!(
-        "unknown {collective} algorithm '{name}'; valid: {}",
-        valid.join(", ")
-    )))
-}
-
-/// Whether the algorithm can run a call of `shape` (registered ones take
-/// no per-rank counts).
-pub(crate) fn handles(choice: Choice, shape: &CallShape) -> bool {
-    match choice {
-        Choice::Builtin(a) => a.handles(shape),
-        Choice::Registered(_) => shape.counts.is_none(),
-    }
-}
-
 /// Names the algorithms that can run a call of `shape` (with per-rank counts).
 fn counts_takers(shape: &CallShape) -> String {
     let names: Vec<&str> = algorithms::for_collective(shape.collective)
@@ -457,16 +351,6 @@ fn counts_takers(shape: &CallShape) -> String {
         .map(|a| a.name)
         .collect();
     format!("those that do: {}", names.join(", "))
-}
-
-pub fn parse_collective(name: &str) -> Result<Collective> {
-    Collective::from_name(name).ok_or_else(|| {
-        let valid: Vec<&str> = Collective::ALL.iter().map(|c| c.name()).collect();
-        Error::invalid(format!(
-            "unknown collective '{name}'; valid: {}",
-            valid.join(", ")
-        ))
-    })
 }
 
 #[cfg(test)]
@@ -570,7 +454,10 @@ pub(crate) mod tests {
             forced.choose(&shape(8), 4, None, None).unwrap().name(),
             "test_free"
         );
-        assert!(find(c, "nope").unwrap_err().message.contains("test_free"));
+        assert!(find(c, "nope")
+            .unwrap_err()
+            .to_string()
+            .contains("test_free"));
     }
 
     #[test]

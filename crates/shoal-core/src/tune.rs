@@ -29,10 +29,9 @@ use std::path::Path;
 use shoal_bootstrap::small_file::read_text;
 use shoal_plan::{algorithms, CallShape, Collective};
 
-use crate::comm::Communicator;
 use crate::error::{Error, Result};
 use crate::fnv::Fnv64;
-use crate::select::{self, Choice};
+use crate::registry::{self, Choice};
 
 /// The table built into the library: rows measured by `shoal tune` on the
 /// machines named in its comments, each row limited to its machine class.
@@ -203,11 +202,11 @@ impl Tables {
             .iter()
             .flat_map(|t| &t.rows)
             .filter_map(|row| row.algorithm_for(shape, bytes, &self.machine))
-            .filter_map(|name| select::find(shape.collective, name).ok())
+            .filter_map(|name| registry::find(shape.collective, name).ok())
             .filter(|choice| {
                 shared_memory || !matches!(choice, Choice::Builtin(a) if a.reads_peers())
             })
-            .find(|&choice| select::handles(choice, shape))
+            .find(|&choice| registry::handles(choice, shape))
     }
 
     /// A hash of every row in force (in their canonical text), for init to
@@ -390,8 +389,8 @@ fn parse_range(collective: Collective, word: &str) -> std::result::Result<Range,
     }
     // The names a table may use: every algorithm the selector can run by name,
     // so algorithms added to the registry (or registered before init) count.
-    if let Err(e) = select::find(collective, algorithm) {
-        return Err(e.message);
+    if let Err(e) = registry::find(collective, algorithm) {
+        return Err(e.to_string());
     }
     let algorithm = algorithms::canonical_name(collective, algorithm).to_string();
     Ok(Range {
@@ -502,41 +501,35 @@ impl fmt::Display for Row {
     }
 }
 
-/// Loads this rank's tables (`SHOAL_TUNE_FILE`'s and the built-in one) and
-/// checks that every rank of `world` loaded the same rows; all ranks then
-/// match `cpus=` rows against rank 0's host. Collective: every rank calls
-/// it at init. Without the check a table on some ranks only would make the
-/// ranks choose different algorithms for one call, which the message
-/// signatures would catch only at that call, without saying why.
-pub fn agree_on_tables(world: &Communicator, transport: Transport) -> Result<Tables> {
-    let config = &world.engine().config;
-    let path = config.tune_file.clone();
-    let machine = Machine {
-        transport,
-        cpus: local_cpus(),
-    };
-    let mut tables = Tables::load(path.as_deref(), config.tune_builtin, machine)?;
-    if world.size() == 1 {
-        return Ok(tables);
+impl Tables {
+    /// What this rank tells the others of its tables at init: their digest
+    /// and its CPUs (init gathers it from every rank, `agree` checks it).
+    /// Without the check a table on some ranks only would make the ranks
+    /// choose different algorithms for one call, which the message
+    /// signatures would catch only at that call, without saying why.
+    pub fn agreement_record(&self) -> [u8; 16] {
+        let mut mine = [0u8; 16];
+        mine[..8].copy_from_slice(&self.digest().to_le_bytes());
+        mine[8..].copy_from_slice(&(self.machine.cpus as u64).to_le_bytes());
+        mine
     }
-    let mut mine = [0u8; 16];
-    mine[..8].copy_from_slice(&tables.digest().to_le_bytes());
-    mine[8..].copy_from_slice(&(machine.cpus as u64).to_le_bytes());
-    let all = world.allgather_bytes(&mine)?;
-    let word = |r: usize, at: usize| {
-        let start = 16 * r + at;
-        u64::from_le_bytes(all[start..start + 8].try_into().unwrap())
-    };
-    let digests: Vec<u64> = (0..world.size()).map(|r| word(r, 0)).collect();
-    if digests.iter().any(|&d| d != digests[0]) {
-        return Err(Error::invalid(differing_tables(
-            &digests,
-            world.rank(),
-            path.as_deref(),
-        )));
+
+    /// Checks every rank's `agreement_record` (`all`, in rank order) against
+    /// this one's: the same rows everywhere, or an error naming which ranks
+    /// loaded which (`path`: this rank's `SHOAL_TUNE_FILE`). All ranks then
+    /// match `cpus=` rows against rank 0's host.
+    pub fn agree(mut self, all: &[u8], rank: usize, path: Option<&str>) -> Result<Tables> {
+        let word = |r: usize, at: usize| {
+            let start = 16 * r + at;
+            u64::from_le_bytes(all[start..start + 8].try_into().unwrap())
+        };
+        let digests: Vec<u64> = (0..all.len() / 16).map(|r| word(r, 0)).collect();
+        if digests.iter().any(|&d| d != digests[0]) {
+            return Err(Error::invalid(differing_tables(&digests, rank, path)));
+        }
+        self.machine.cpus = word(0, 8) as usize;
+        Ok(self)
     }
-    tables.machine.cpus = word(0, 8) as usize;
-    Ok(tables)
 }
 
 /// The error of ranks whose tables differ: which ranks loaded which.

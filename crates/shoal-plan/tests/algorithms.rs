@@ -233,8 +233,8 @@ fn varied_counts(len: usize, seed: usize) -> Vec<usize> {
 #[test]
 fn variable_counts() {
     let mut checked = 0;
-    for &(collective, name) in shoal_plan::algorithms::TAKE_COUNTS {
-        let alg = find(collective, name).unwrap();
+    for alg in registry().iter().filter(|a| a.needs.counts) {
+        let (collective, name) = (alg.collective, alg.name);
         for world in 1..=9 {
             for seed in 0..4 {
                 for chunk in [1, 4, 1 << 20] {
@@ -271,4 +271,51 @@ fn variable_counts() {
     assert!(!find(Collective::Allgather, "bruck")
         .unwrap()
         .handles(&shape));
+}
+
+/// What an algorithm needs is a field of its registry entry, and it is
+/// true: the shared-memory ones (named `shm_` by convention) and only they
+/// read peers' memory, and an algorithm that does not follow the host
+/// layout makes the same plans whatever the layout.
+#[test]
+fn needs_say_what_the_plans_do() {
+    for alg in registry() {
+        assert_eq!(
+            alg.needs.peers_memory,
+            alg.name.starts_with("shm_"),
+            "{}:{}",
+            alg.collective,
+            alg.name
+        );
+        if alg.needs.host_layout || alg.needs.peers_memory {
+            continue;
+        }
+        let shape = |ranks_per_host| CallShape {
+            collective: alg.collective,
+            world: 4,
+            count: 37,
+            root: 1,
+            chunk: 8,
+            ranks_per_host,
+            counts: None,
+        };
+        for rank in 0..4 {
+            let flat = (alg.generate)(&shape(1), rank);
+            for per_host in [2, 4] {
+                assert_eq!(
+                    (alg.generate)(&shape(per_host), rank),
+                    flat,
+                    "{}:{} rank {rank} at {per_host} ranks per host",
+                    alg.collective,
+                    alg.name
+                );
+            }
+        }
+    }
+    let layout: Vec<&str> = registry()
+        .iter()
+        .filter(|a| a.needs.host_layout)
+        .map(|a| a.name)
+        .collect();
+    assert_eq!(layout, ["hierarchical", "topology_aware_pipelined_chain"]);
 }

@@ -45,9 +45,10 @@ type OpTuple = (
 
 pub fn shape_from(t: ShapeTuple) -> PyResult<CallShape> {
     let (name, world, count, root, chunk, ranks_per_host, counts) = t;
-    let collective = shoal_core::select::parse_collective(&name).map_err(crate::to_py)?;
+    let collective =
+        shoal_core::select::parse_collective(&name).map_err(|e| crate::to_py(e.into()))?;
     if world == 0 {
-        return Err(invalid("world must be at least 1".into()));
+        return Err(invalid("world must be at least 1"));
     }
     if collective.rooted() && root >= world {
         return Err(invalid(format!(
@@ -311,11 +312,9 @@ pub fn register_algorithm(
 ) -> PyResult<()> {
     let installed = SOURCE.get_or_init(py, || source.clone_ref(py));
     if !installed.is(&source) {
-        return Err(invalid(
-            "a different plan source is already installed".into(),
-        ));
+        return Err(invalid("a different plan source is already installed"));
     }
-    let collective = select::parse_collective(collective).map_err(crate::to_py)?;
+    let collective = select::parse_collective(collective).map_err(|e| crate::to_py(e.into()))?;
     select::register(collective, name).map_err(crate::to_py)?;
     Ok(())
 }

@@ -31,7 +31,7 @@ fn non_negative(collective: &str, field: &str, value: i64) -> PyResult<usize> {
 }
 
 /// An error about `field`: `allreduce(op='mean'): unknown reduction op ...`.
-fn bad_field(collective: &str, field: &str, value: &str, why: String) -> PyErr {
+fn bad_field(collective: &str, field: &str, value: &str, why: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(format!("{collective}({field}='{value}'): {why}"))
 }
 
@@ -49,7 +49,7 @@ impl PyCall {
         counts: Option<Vec<i64>>,
     ) -> PyResult<PyCall> {
         let kind = parse_collective(collective)
-            .map_err(|e| bad_field("Call", "collective", collective, e.message))?;
+            .map_err(|e| bad_field("Call", "collective", collective, e))?;
         let name = kind.name();
         let dtype_parsed =
             DType::from_name(dtype).map_err(|e| bad_field(name, "dtype", dtype, e))?;
@@ -65,7 +65,7 @@ impl PyCall {
         {
             // Built-in or registered from Python (shoal.algo.register).
             shoal_core::select::find(kind, alg)
-                .map_err(|e| bad_field(name, "algorithm", alg, e.message))?;
+                .map_err(|e| bad_field(name, "algorithm", alg, e))?;
         }
         let takes_counts = matches!(
             kind,

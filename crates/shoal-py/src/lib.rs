@@ -70,8 +70,8 @@ fn to_py(e: Error) -> PyErr {
     }
 }
 
-fn invalid(msg: String) -> PyErr {
-    PyValueError::new_err(msg)
+fn invalid(msg: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(msg.to_string())
 }
 
 /// A group of ranks that run collectives together.
@@ -130,6 +130,28 @@ impl PyCommunicator {
     /// The core communicator; a RuntimeError once its world is finalized.
     fn comm(&self) -> PyResult<Arc<Communicator>> {
         self.slot.get()
+    }
+
+    /// Runs a point-to-point `call` on the buffer's memory as elements of
+    /// `dtype` (its address and element count), with the GIL released: the
+    /// buffer's export (`writable` where the call writes it) is held until
+    /// the call returns.
+    fn on_buffer<T: Send>(
+        &self,
+        py: Python<'_>,
+        dtype: &str,
+        data: &Bound<'_, PyAny>,
+        writable: bool,
+        call: impl FnOnce(&Communicator, DType, usize, usize) -> shoal_core::Result<T> + Send,
+    ) -> PyResult<T> {
+        let dtype = DType::from_name(dtype).map_err(invalid)?;
+        let data = Held::export(data, writable)?;
+        let (address, bytes) = data.span();
+        let address = address as usize;
+        let comm = self.comm()?;
+        blocking(py, move || {
+            call(&comm, dtype, address, bytes / dtype.size())
+        })
     }
 }
 
@@ -273,13 +295,8 @@ impl PyCommunicator {
         dtype: &str,
         data: Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let dtype = DType::from_name(dtype).map_err(invalid)?;
-        let data = Held::export(&data, false)?;
-        let (address, bytes) = data.span();
-        let address = address as usize;
-        let comm = self.comm()?;
-        blocking(py, move || {
-            comm.send(peer, tag, dtype, address as *const u8, bytes / dtype.size())
+        self.on_buffer(py, dtype, &data, false, |comm, dtype, address, count| {
+            comm.send(peer, tag, dtype, address as *const u8, count)
         })
     }
 
@@ -292,13 +309,8 @@ impl PyCommunicator {
         dtype: &str,
         data: Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let dtype = DType::from_name(dtype).map_err(invalid)?;
-        let data = Held::export(&data, true)?;
-        let (address, bytes) = data.span();
-        let address = address as usize;
-        let comm = self.comm()?;
-        blocking(py, move || {
-            comm.recv(peer, tag, dtype, address as *mut u8, bytes / dtype.size())
+        self.on_buffer(py, dtype, &data, true, |comm, dtype, address, count| {
+            comm.recv(peer, tag, dtype, address as *mut u8, count)
         })
     }
 
@@ -311,13 +323,8 @@ impl PyCommunicator {
         dtype: &str,
         data: Bound<'_, PyAny>,
     ) -> PyResult<usize> {
-        let dtype = DType::from_name(dtype).map_err(invalid)?;
-        let data = Held::export(&data, true)?;
-        let (address, bytes) = data.span();
-        let address = address as usize;
-        let comm = self.comm()?;
-        blocking(py, move || {
-            comm.recv_any(tag, dtype, address as *mut u8, bytes / dtype.size())
+        self.on_buffer(py, dtype, &data, true, |comm, dtype, address, count| {
+            comm.recv_any(tag, dtype, address as *mut u8, count)
         })
     }
 
@@ -394,7 +401,7 @@ impl PyCommunicator {
 
 /// The collective and dtype of a call that is inspected, not run.
 fn inspected(collective: &str, dtype: &str) -> PyResult<(Collective, DType)> {
-    let collective = parse_collective(collective).map_err(to_py)?;
+    let collective = parse_collective(collective).map_err(|e| to_py(e.into()))?;
     let dtype = DType::from_name(dtype).map_err(invalid)?;
     Ok((collective, dtype))
 }
@@ -442,7 +449,7 @@ fn init(
 /// registered from Python (`shoal.algo.register`).
 #[pyfunction]
 fn algorithms(collective: &str) -> PyResult<Vec<&'static str>> {
-    let c = parse_collective(collective).map_err(to_py)?;
+    let c = parse_collective(collective).map_err(|e| to_py(e.into()))?;
     let builtin = shoal_plan::algorithms::for_collective(c).map(|a| a.name);
     let registered = shoal_core::select::registered_for(c)
         .into_iter()

@@ -19,7 +19,7 @@ use shoal_plan::{CallShape, Collective};
 use super::{groups, ranks_text};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fnv::Fnv64;
-use crate::ina::{HIERARCHICAL_INA, HIERARCHICAL_INA_ALGO_ID, INA, INA_ALGO_ID};
+use crate::registry::{HIERARCHICAL_INA, HIERARCHICAL_INA_ALGO_ID, INA, INA_ALGO_ID};
 
 /// Bytes of the algorithm's name in a record (a longer one is cut).
 const NAME_BYTES: usize = 40;

@@ -7,8 +7,6 @@
 //! offset is t0 - (t1 + t2) / 2, within half the round trip. The round trip
 //! with the smallest time wins.
 
-use crate::comm::Communicator;
-use crate::dtype::DType;
 use crate::error::Result;
 
 use super::Tracing;
@@ -26,16 +24,23 @@ pub struct ClockOffset {
     pub rtt_ns: u64,
 }
 
+/// What the measurement needs of the ranks: one 64-bit word at a time to and
+/// from a peer, on `TAG` (init gives the world communicator's point-to-point;
+/// the clock knows nothing else of communicators).
+pub trait WordExchange {
+    fn rank(&self) -> usize;
+    fn size(&self) -> usize;
+    fn send_word(&self, peer: usize, tag: u32, word: u64) -> Result<()>;
+    fn recv_word(&self, peer: usize, tag: u32) -> Result<u64>;
+}
+
 /// Measures this rank's offset. Collective over `world`: every rank calls it.
-pub fn measure_offset(world: &Communicator, tracing: &Tracing) -> Result<ClockOffset> {
-    let mut word = [0u64; 1];
-    let bytes = word.as_mut_ptr() as *mut u8;
+pub fn measure_offset(world: &dyn WordExchange, tracing: &Tracing) -> Result<ClockOffset> {
     if world.rank() == 0 {
         for peer in 1..world.size() {
             for _ in 0..ROUNDS {
-                world.recv(peer, TAG, DType::I64, bytes, 1)?;
-                word[0] = tracing.now_ns();
-                world.send(peer, TAG, DType::I64, bytes, 1)?;
+                world.recv_word(peer, TAG)?;
+                world.send_word(peer, TAG, tracing.now_ns())?;
             }
         }
         return Ok(ClockOffset::default());
@@ -46,15 +51,14 @@ pub fn measure_offset(world: &Communicator, tracing: &Tracing) -> Result<ClockOf
     };
     for _ in 0..ROUNDS {
         let t1 = tracing.now_ns();
-        word[0] = t1;
-        world.send(0, TAG, DType::I64, bytes, 1)?;
-        world.recv(0, TAG, DType::I64, bytes, 1)?;
+        world.send_word(0, TAG, t1)?;
+        let theirs = world.recv_word(0, TAG)?;
         let t2 = tracing.now_ns();
         let rtt = t2 - t1;
         if rtt < best.rtt_ns {
             let mid = (t1 / 2 + t2 / 2) as i64;
             best = ClockOffset {
-                offset_ns: word[0] as i64 - mid,
+                offset_ns: theirs as i64 - mid,
                 rtt_ns: rtt,
             };
         }

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Instant;
 
-pub use clock::{measure_offset, ClockOffset};
+pub use clock::{measure_offset, ClockOffset, WordExchange};
 pub use flight::{Flight, FlightId};
 pub use recorder::{Recorder, StepKind, StepTimer};
 

@@ -8,7 +8,9 @@
 //!
 //! To add one: write `<collective>/<name>.rs` with a `generate` driving a
 //! `PlanBuilder` and a `cost` built from [`cost::Model`], export it as
-//! `pub const ALGORITHM`, and list it in `REGISTRY` below. The crate's tests
+//! `pub const ALGORITHM` (with the `Needs` it has beyond a count: peers'
+//! memory, per-rank counts, the host layout), and list it in `REGISTRY`
+//! below. The crate's tests
 //! then verify it for every world size 1..=16, awkward counts, roots and
 //! chunk sizes.
 
@@ -54,6 +56,33 @@ pub struct Algorithm {
     pub generate: fn(&CallShape, usize) -> Plan,
     /// Estimated time of the whole call in seconds for elements of `elem_size` bytes.
     pub cost: fn(&CallShape, usize, &CostParams) -> f64,
+    /// What it needs beyond a count: the selector, the tuning tables and
+    /// the verifier read these instead of guessing from the name.
+    pub needs: Needs,
+}
+
+/// What an algorithm needs of the call and the machine beyond a single count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Needs {
+    /// It reads its peers' memory (see `phases::shared`): it runs only when
+    /// every rank is on one host (at most [`MAX_SHARED_WORLD`]) and the
+    /// transport is shared memory.
+    pub peers_memory: bool,
+    /// Its generator takes per-rank counts ([`CallShape::counts`]:
+    /// allgatherv, reduce_scatter with counts, alltoallv) as well as a count.
+    pub counts: bool,
+    /// Its plans follow the host layout (`CallShape::ranks_per_host`); the
+    /// others make the same plans whatever the layout.
+    pub host_layout: bool,
+}
+
+impl Needs {
+    /// A single count, any machine.
+    pub const NOTHING: Needs = Needs {
+        peers_memory: false,
+        counts: false,
+        host_layout: false,
+    };
 }
 
 impl Algorithm {
@@ -63,7 +92,8 @@ impl Algorithm {
     }
 
     /// Whether the generator handles calls of this shape: every algorithm
-    /// takes a single count, those in [`TAKE_COUNTS`] per-rank counts too.
+    /// takes a single count, those that need them ([`Needs::counts`])
+    /// per-rank counts too.
     pub fn handles(&self, shape: &CallShape) -> bool {
         self.refuses(shape).is_none()
     }
@@ -71,10 +101,7 @@ impl Algorithm {
     /// Why the generator cannot make plans for `shape`, e.g. `takes no
     /// per-rank counts`; `None` when it can.
     pub fn refuses(&self, shape: &CallShape) -> Option<String> {
-        let counts_ok = shape.counts.is_none()
-            || TAKE_COUNTS
-                .iter()
-                .any(|&(c, name)| c == self.collective && name == self.name);
+        let counts_ok = shape.counts.is_none() || self.needs.counts;
         if !counts_ok {
             return Some("takes no per-rank counts".into());
         }
@@ -87,29 +114,16 @@ impl Algorithm {
         })
     }
 
-    /// Whether the algorithm reads its peers' memory (the `shm_` ones; see
-    /// `phases::shared`): it runs only when every rank is on one host and
-    /// the transport is shared memory.
+    /// Whether the algorithm reads its peers' memory ([`Needs::peers_memory`]).
     pub fn reads_peers(&self) -> bool {
-        self.name.starts_with(SHARED_MEMORY_PREFIX)
+        self.needs.peers_memory
     }
 }
-
-/// Names of the algorithms that read peers' memory start with this.
-pub const SHARED_MEMORY_PREFIX: &str = "shm_";
 
 /// The most ranks the shared-memory algorithms serve: a rank exposes at most
 /// this many flags at once (the shm transport's `EXPOSED_FLAGS`), and
 /// `allreduce/shm_sharded` uses one per rank.
 pub const MAX_SHARED_WORLD: usize = 16;
-
-/// The algorithms whose generators take per-rank counts
-/// ([`CallShape::counts`]): allgatherv, reduce_scatter with counts, alltoallv.
-pub const TAKE_COUNTS: &[(Collective, &str)] = &[
-    (Collective::Allgather, "ring"),
-    (Collective::ReduceScatter, "ring"),
-    (Collective::Alltoall, "pairwise"),
-];
 
 /// The id that names an algorithm in message signatures, so ranks that chose
 /// differently are caught: FNV-1a (32-bit) over the UTF-8 bytes of
@@ -251,6 +265,7 @@ mod tests {
             collective: Collective::Allreduce,
             generate: allreduce::direct::ALGORITHM.generate,
             cost: allreduce::direct::ALGORITHM.cost,
+            needs: Needs::NOTHING,
         };
         assert_eq!(elsewhere.id(), ring.id());
         assert_ne!(

@@ -4,7 +4,7 @@
 
 use crate::algorithms::cost::Model;
 use crate::algorithms::phases::butterfly::{self, rounds};
-use crate::algorithms::{Algorithm, CostParams};
+use crate::algorithms::{Algorithm, CostParams, Needs};
 use crate::builder::PlanBuilder;
 use crate::partition::{log2_ceil, Blocks, Fold, FoldRole};
 use crate::plan::{CallShape, Collective, Plan, Region};
@@ -14,6 +14,7 @@ pub const ALGORITHM: Algorithm = Algorithm {
     collective: Collective::Allgather,
     generate,
     cost,
+    needs: Needs::NOTHING,
 };
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {

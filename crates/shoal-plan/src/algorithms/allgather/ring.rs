@@ -3,7 +3,7 @@
 
 use crate::algorithms::cost::Model;
 use crate::algorithms::phases::ring;
-use crate::algorithms::{Algorithm, CostParams};
+use crate::algorithms::{Algorithm, CostParams, Needs};
 use crate::builder::PlanBuilder;
 use crate::partition::Blocks;
 use crate::plan::{CallShape, Collective, Plan, Region};
@@ -13,6 +13,10 @@ pub const ALGORITHM: Algorithm = Algorithm {
     collective: Collective::Allgather,
     generate,
     cost,
+    needs: Needs {
+        counts: true,
+        ..Needs::NOTHING
+    },
 };
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {

@@ -6,7 +6,7 @@
 
 use crate::algorithms::cost::Model;
 use crate::algorithms::phases::linear::reduce_in_rank_order;
-use crate::algorithms::{Algorithm, CostParams};
+use crate::algorithms::{Algorithm, CostParams, Needs};
 use crate::builder::PlanBuilder;
 use crate::plan::{CallShape, Collective, Plan, Region};
 
@@ -15,6 +15,7 @@ pub const ALGORITHM: Algorithm = Algorithm {
     collective: Collective::Allreduce,
     generate,
     cost,
+    needs: Needs::NOTHING,
 };
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {

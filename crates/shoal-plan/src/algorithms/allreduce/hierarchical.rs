@@ -8,7 +8,7 @@
 
 use crate::algorithms::cost::Model;
 use crate::algorithms::phases::ring::{self, Ring};
-use crate::algorithms::{Algorithm, CostParams};
+use crate::algorithms::{Algorithm, CostParams, Needs};
 use crate::builder::PlanBuilder;
 use crate::partition::Blocks;
 use crate::plan::{CallShape, Collective, Plan, Region};
@@ -18,6 +18,10 @@ pub const ALGORITHM: Algorithm = Algorithm {
     collective: Collective::Allreduce,
     generate,
     cost,
+    needs: Needs {
+        host_layout: true,
+        ..Needs::NOTHING
+    },
 };
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {

@@ -6,7 +6,7 @@
 
 use crate::algorithms::cost::Model;
 use crate::algorithms::phases::butterfly::{self, rounds};
-use crate::algorithms::{Algorithm, CostParams};
+use crate::algorithms::{Algorithm, CostParams, Needs};
 use crate::builder::PlanBuilder;
 use crate::partition::{Blocks, Fold, FoldRole};
 use crate::plan::{CallShape, Collective, Plan, Region};
@@ -16,6 +16,7 @@ pub const ALGORITHM: Algorithm = Algorithm {
     collective: Collective::Allreduce,
     generate,
     cost,
+    needs: Needs::NOTHING,
 };
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {

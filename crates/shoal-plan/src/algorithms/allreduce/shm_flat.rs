@@ -7,7 +7,7 @@
 use crate::algorithms::phases::shared::{
     cost as read_cost, reduce_in_rank_order, Exposure, INPUTS,
 };
-use crate::algorithms::{Algorithm, CostParams};
+use crate::algorithms::{Algorithm, CostParams, Needs};
 use crate::plan::{CallShape, Collective, Plan, Region};
 
 pub const ALGORITHM: Algorithm = Algorithm {
@@ -15,6 +15,10 @@ pub const ALGORITHM: Algorithm = Algorithm {
     collective: Collective::Allreduce,
     generate,
     cost,
+    needs: Needs {
+        peers_memory: true,
+        ..Needs::NOTHING
+    },
 };
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {

@@ -9,7 +9,7 @@
 //! the same bits. Ranks of one host only.
 
 use crate::algorithms::phases::shared::{cost as read_cost, shard, Exposure};
-use crate::algorithms::{Algorithm, CostParams};
+use crate::algorithms::{Algorithm, CostParams, Needs};
 use crate::plan::{CallShape, Collective, Plan, Region};
 
 pub const ALGORITHM: Algorithm = Algorithm {
@@ -17,6 +17,10 @@ pub const ALGORITHM: Algorithm = Algorithm {
     collective: Collective::Allreduce,
     generate,
     cost,
+    needs: Needs {
+        peers_memory: true,
+        ..Needs::NOTHING
+    },
 };
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {

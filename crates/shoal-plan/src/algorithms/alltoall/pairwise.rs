@@ -4,7 +4,7 @@
 //! receiver is flooded. Takes per-rank counts (alltoallv).
 
 use crate::algorithms::cost::Model;
-use crate::algorithms::{Algorithm, CostParams};
+use crate::algorithms::{Algorithm, CostParams, Needs};
 use crate::builder::PlanBuilder;
 use crate::partition::pieces;
 use crate::plan::{CallShape, Collective, Op, Plan, Region};
@@ -14,6 +14,10 @@ pub const ALGORITHM: Algorithm = Algorithm {
     collective: Collective::Alltoall,
     generate,
     cost,
+    needs: Needs {
+        counts: true,
+        ..Needs::NOTHING
+    },
 };
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {

@@ -2,7 +2,7 @@
 //! signals `r + 2^k` and waits for `r - 2^k`. After `ceil(log2 p)` rounds
 //! every rank has heard, through some chain, from every other rank.
 
-use crate::algorithms::{Algorithm, CostParams};
+use crate::algorithms::{Algorithm, CostParams, Needs};
 use crate::builder::PlanBuilder;
 use crate::partition::log2_ceil;
 use crate::plan::{CallShape, Collective, Op, Plan, Region};
@@ -12,6 +12,7 @@ pub const ALGORITHM: Algorithm = Algorithm {
     collective: Collective::Barrier,
     generate,
     cost,
+    needs: Needs::NOTHING,
 };
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {

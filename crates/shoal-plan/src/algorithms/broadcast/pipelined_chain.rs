@@ -6,7 +6,7 @@
 //! Also accepted under its short name `pc`.
 
 use crate::algorithms::cost::Model;
-use crate::algorithms::{Algorithm, CostParams};
+use crate::algorithms::{Algorithm, CostParams, Needs};
 use crate::builder::PlanBuilder;
 use crate::partition::{from_vrank, vrank};
 use crate::plan::{CallShape, Collective, Plan, Region};
@@ -16,6 +16,7 @@ pub const ALGORITHM: Algorithm = Algorithm {
     collective: Collective::Broadcast,
     generate,
     cost,
+    needs: Needs::NOTHING,
 };
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {

@@ -6,7 +6,7 @@
 //! then carries the data once, and chunking keeps all links busy at once.
 
 use crate::algorithms::cost::Model;
-use crate::algorithms::{Algorithm, CostParams};
+use crate::algorithms::{Algorithm, CostParams, Needs};
 use crate::builder::PlanBuilder;
 use crate::plan::{CallShape, Collective, Plan, Region};
 
@@ -15,6 +15,10 @@ pub const ALGORITHM: Algorithm = Algorithm {
     collective: Collective::Broadcast,
     generate,
     cost,
+    needs: Needs {
+        host_layout: true,
+        ..Needs::NOTHING
+    },
 };
 
 /// The chain: the root, the rest of the root's host, then each following

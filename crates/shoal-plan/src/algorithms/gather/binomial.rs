@@ -4,7 +4,7 @@
 
 use crate::algorithms::cost::Model;
 use crate::algorithms::phases::tree::{self, subtree_of};
-use crate::algorithms::{Algorithm, CostParams};
+use crate::algorithms::{Algorithm, CostParams, Needs};
 use crate::builder::PlanBuilder;
 use crate::partition::{log2_ceil, Blocks};
 use crate::plan::{CallShape, Collective, Plan, Region};
@@ -14,6 +14,7 @@ pub const ALGORITHM: Algorithm = Algorithm {
     collective: Collective::Gather,
     generate,
     cost,
+    needs: Needs::NOTHING,
 };
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {

@@ -3,7 +3,7 @@
 //! Output. Ranks of one host only.
 
 use crate::algorithms::phases::shared::{block_read_cost, INPUTS};
-use crate::algorithms::{Algorithm, CostParams};
+use crate::algorithms::{Algorithm, CostParams, Needs};
 use crate::plan::{CallShape, Collective, Plan, Region};
 
 pub const ALGORITHM: Algorithm = Algorithm {
@@ -11,6 +11,10 @@ pub const ALGORITHM: Algorithm = Algorithm {
     collective: Collective::Gather,
     generate,
     cost,
+    needs: Needs {
+        peers_memory: true,
+        ..Needs::NOTHING
+    },
 };
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {

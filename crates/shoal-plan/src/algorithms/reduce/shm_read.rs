@@ -3,7 +3,7 @@
 //! order, into scratch, then copies the result to its Output. Ranks of one host only.
 
 use crate::algorithms::phases::shared::{block_read_cost, reduce_in_rank_order, INPUTS};
-use crate::algorithms::{Algorithm, CostParams};
+use crate::algorithms::{Algorithm, CostParams, Needs};
 use crate::plan::{CallShape, Collective, Plan, Region};
 
 pub const ALGORITHM: Algorithm = Algorithm {
@@ -11,6 +11,10 @@ pub const ALGORITHM: Algorithm = Algorithm {
     collective: Collective::Reduce,
     generate,
     cost,
+    needs: Needs {
+        peers_memory: true,
+        ..Needs::NOTHING
+    },
 };
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {

@@ -4,7 +4,7 @@
 
 use crate::algorithms::cost::Model;
 use crate::algorithms::phases::ring;
-use crate::algorithms::{Algorithm, CostParams};
+use crate::algorithms::{Algorithm, CostParams, Needs};
 use crate::builder::PlanBuilder;
 use crate::partition::Blocks;
 use crate::plan::{CallShape, Collective, Plan, Region};
@@ -14,6 +14,10 @@ pub const ALGORITHM: Algorithm = Algorithm {
     collective: Collective::ReduceScatter,
     generate,
     cost,
+    needs: Needs {
+        counts: true,
+        ..Needs::NOTHING
+    },
 };
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {

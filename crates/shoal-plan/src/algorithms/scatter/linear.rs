@@ -1,7 +1,7 @@
 //! Linear scatter: the root sends each rank its block directly.
 
 use crate::algorithms::cost::Model;
-use crate::algorithms::{Algorithm, CostParams};
+use crate::algorithms::{Algorithm, CostParams, Needs};
 use crate::builder::PlanBuilder;
 use crate::plan::{CallShape, Collective, Plan, Region};
 
@@ -10,6 +10,7 @@ pub const ALGORITHM: Algorithm = Algorithm {
     collective: Collective::Scatter,
     generate,
     cost,
+    needs: Needs::NOTHING,
 };
 
 fn generate(shape: &CallShape, rank: usize) -> Plan {

@@ -8,15 +8,15 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use shoal_plan::algorithms::allreduce::hierarchical_ina;
-use shoal_plan::{Buf, CallShape, Collective, Op, Plan, Region};
-use shoal_transport::{Blocked, CallSig, Tag, Transport};
+use shoal_plan::{Buf, CallShape, Collective, Plan};
+use shoal_transport::{CallSig, Transport};
 
 use crate::agree::first_use;
 use crate::alias::{self, InPlace, Staging};
 use crate::config::Config;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{describe_call, Error, ErrorKind, Result};
-use crate::exec::{execute, CallBuffers, CallContext, CompiledPlan};
+use crate::exec::{execute, CallBuffers, CallContext, CompiledPlan, Workspace};
 use crate::fnv::Fnv64;
 use crate::ina::{
     self, Ina, ShardJob, HIERARCHICAL_INA, HIERARCHICAL_INA_ALGO_ID, INA, INA_ALGO_ID,
@@ -25,22 +25,18 @@ use crate::lru::Lru;
 use crate::provider::{self, HierarchicalSwitch, PlanExecutor, ProviderId, Switch};
 use crate::reduce::divide;
 use crate::select::{Choice, PlanSource, Selector};
-use crate::stall::{answer_time, Stall};
 use crate::trace::Tracing;
 use crate::work::{AsyncQueue, Work};
+
+mod group;
+mod p2p;
 
 /// Sequence numbers with this bit set belong to point-to-point messages.
 const P2P_SEQ: u32 = 1 << 31;
 /// The signature kind of point-to-point messages.
 const P2P_KIND: u8 = CallSig::P2P_KIND;
 
-/// The algorithm agreements run under in signatures (`allgather_bytes`, the
-/// first use of a call shape): a fixed built-in allgather, so a rank in an
-/// agreement and a rank in a call are told apart. Not an identifier, so no
-/// registered algorithm has the name.
-pub const AGREEMENT: &str = "(agreement)";
-pub const AGREEMENT_ALGO_ID: u32 =
-    shoal_plan::algorithms::algorithm_id(Collective::Allgather, AGREEMENT);
+pub use crate::registry::{AGREEMENT, AGREEMENT_ALGO_ID};
 
 /// Call shapes whose agreement a communicator remembers (see `first_use`).
 /// A constant, not a setting: every member's cache must forget alike.
@@ -59,7 +55,7 @@ pub struct Engine {
     pub ina: std::result::Result<Ina, String>,
     /// Held while a plan runs (the transport is driven by one thread at a
     /// time); guards the reusable scratch memory.
-    scratch: Mutex<Vec<u64>>,
+    scratch: Mutex<Workspace>,
     /// Compiled plans of every communicator of this process, bounded by
     /// `SHOAL_PLAN_CACHE` (a program may use endless distinct counts).
     plans: Mutex<Lru<PlanKey, Arc<CompiledPlan>>>,
@@ -95,7 +91,7 @@ impl Engine {
             local_ranks,
             host_of,
             ina,
-            scratch: Mutex::new(Vec::new()),
+            scratch: Mutex::new(Workspace::default()),
             plans,
             staging: Staging::default(),
             queue: AsyncQueue::new(),
@@ -919,7 +915,7 @@ impl Communicator {
         self.engine.check_healthy()?;
         let shape = self.shape(args)?;
         if args.collective.reduces() {
-            args.op.check(args.dtype).map_err(Error::invalid)?;
+            args.op.check(args.dtype)?;
         }
         self.check_buffers(&shape, args.dtype, bufs)?;
         let esize = args.dtype.size();
@@ -1256,297 +1252,6 @@ impl Communicator {
         }
         Ok(())
     }
-
-    /// Sends `count` elements at `data` to group rank `peer`. Messages with the
-    /// same (peer, tag) arrive in order.
-    pub fn send(
-        &self,
-        peer: usize,
-        tag: u32,
-        dtype: DType,
-        data: *const u8,
-        count: usize,
-    ) -> Result<()> {
-        let src = Region::new(Buf::Input, 0, count);
-        let bufs = CallBuffers {
-            input: data,
-            input_bytes: count * dtype.size(),
-            output: std::ptr::null_mut(),
-            output_bytes: 0,
-        };
-        self.point_to_point(peer, tag, dtype, count, true, bufs, |t| Op::Send {
-            peer,
-            tag: t,
-            src,
-        })
-    }
-
-    /// Receives `count` elements from group rank `peer` into `data`.
-    pub fn recv(
-        &self,
-        peer: usize,
-        tag: u32,
-        dtype: DType,
-        data: *mut u8,
-        count: usize,
-    ) -> Result<()> {
-        let dst = Region::new(Buf::Output, 0, count);
-        let bufs = CallBuffers {
-            input: std::ptr::null(),
-            input_bytes: 0,
-            output: data,
-            output_bytes: count * dtype.size(),
-        };
-        self.point_to_point(peer, tag, dtype, count, false, bufs, |t| Op::Recv {
-            peer,
-            tag: t,
-            dst,
-        })
-    }
-
-    /// Receives `count` elements into `data` from whichever group rank's
-    /// message with `tag` comes first, and returns that rank.
-    ///
-    /// Matching: from each peer, only its next message with `tag` (per peer
-    /// and tag, messages are received in the order they were sent, as by
-    /// [`Communicator::recv`]); among the peers whose next message has
-    /// arrived, the one that arrived first at this rank (on a job over hosts,
-    /// same-host and remote peers are asked first in turn). The message is
-    /// then received as `recv` from that peer would: a size or type that
-    /// differs fails the same way, and a wait with no message for the
-    /// communicator's timeout fails naming what the peers wait for.
-    pub fn recv_any(&self, tag: u32, dtype: DType, data: *mut u8, count: usize) -> Result<usize> {
-        self.engine.check_healthy()?;
-        if tag >= P2P_SEQ {
-            return Err(Error::invalid(format!(
-                "tag {tag} too large (must be < 2^31)"
-            )));
-        }
-        if self.size() < 2 {
-            return Err(Error::invalid(
-                "recv from any source: this group has no other rank",
-            ));
-        }
-        let t = &*self.engine.transport;
-        let me = self.members[self.rank];
-        let peers: Vec<usize> = (0..self.size()).filter(|&p| p != self.rank).collect();
-        let describe =
-            || format!("recv({count} x {dtype}, tag={tag}) from any source on rank {me}");
-        let fail = |e: Error| -> Error {
-            if e.kind != ErrorKind::InvalidArgument {
-                t.abort(&e.message);
-                self.engine
-                    .failed
-                    .lock()
-                    .unwrap()
-                    .get_or_insert_with(|| e.clone());
-            }
-            e
-        };
-        let sig = CallSig {
-            kind: P2P_KIND,
-            dtype: dtype.index(),
-            op: 0,
-            algo: 0,
-            root: 0,
-            count: count as u64,
-            history: 0,
-        };
-        let timeout = self.timeout();
-        let blocked_after = Duration::from_millis(100).min(timeout / 4);
-        let mut last_progress = std::time::Instant::now();
-        let mut told_blocked = false;
-        self.engine.queue.flush();
-        let source = loop {
-            let _one_at_a_time = self.engine.scratch.lock().unwrap();
-            let from: Vec<(usize, Tag)> = {
-                let st = self.state.lock().unwrap();
-                (peers.iter())
-                    .map(|&p| {
-                        let step = st.recvs.get(&(p, tag)).copied().unwrap_or(0);
-                        (
-                            self.members[p],
-                            Tag {
-                                comm: self.id,
-                                seq: P2P_SEQ | tag,
-                                step,
-                            },
-                        )
-                    })
-                    .collect()
-            };
-            let transport_error =
-                |e: &shoal_transport::TransportError| fail(Error::from_transport(e, &describe()));
-            if let Some(g) = t.probe(&from).map_err(|e| transport_error(&e))? {
-                break self.members.iter().position(|&m| m == g).unwrap();
-            }
-            if t.progress().map_err(|e| transport_error(&e))? {
-                last_progress = std::time::Instant::now();
-                continue;
-            }
-            let idle = last_progress.elapsed();
-            let on: Vec<usize> = from.iter().map(|&(g, _)| g).collect();
-            if idle > timeout {
-                let stall = Stall::find(t, me, &on, answer_time(timeout))
-                    .map_err(|e| transport_error(&e))?;
-                let mut message = format!(
-                    "{}: no progress for {timeout:.0?}, the timeout of its communicator \
-                     (SHOAL_TIMEOUT unless set); waiting on a message from any of ranks {on:?}",
-                    describe()
-                );
-                let found = stall.describe();
-                if !found.is_empty() {
-                    message = format!("{message}; {found}");
-                }
-                return Err(fail(Error::new(ErrorKind::Timeout, message)));
-            }
-            if !told_blocked && idle >= blocked_after {
-                let mut on = on;
-                on.truncate(Blocked::MAX_ON);
-                let tag = Tag {
-                    comm: self.id,
-                    seq: P2P_SEQ | tag,
-                    step: 0,
-                };
-                t.set_blocked(&Blocked { tag, sig, on });
-                told_blocked = true;
-            }
-            t.wait(Duration::from_millis(50))
-                .map_err(|e| transport_error(&e))?;
-        };
-        self.recv(source, tag, dtype, data, count)?;
-        Ok(source)
-    }
-
-    /// Point-to-point messages run as one-step plans, so they share the
-    /// executor's error handling, timeouts and mismatch checks.
-    #[allow(clippy::too_many_arguments)]
-    fn point_to_point(
-        &self,
-        peer: usize,
-        tag: u32,
-        dtype: DType,
-        count: usize,
-        sending: bool,
-        bufs: CallBuffers,
-        make: impl FnOnce(u32) -> Op,
-    ) -> Result<()> {
-        self.engine.check_healthy()?;
-        if peer >= self.size() || peer == self.rank {
-            return Err(Error::invalid(format!(
-                "{}: peer {peer} must be another rank of this group of {}",
-                if sending { "send" } else { "recv" },
-                self.size()
-            )));
-        }
-        if tag >= P2P_SEQ {
-            return Err(Error::invalid(format!(
-                "tag {tag} too large (must be < 2^31)"
-            )));
-        }
-        let index = {
-            let mut st = self.state.lock().unwrap();
-            let counters = if sending {
-                &mut st.sends
-            } else {
-                &mut st.recvs
-            };
-            let next = counters.entry((peer, tag)).or_insert(0);
-            *next += 1;
-            *next - 1
-        };
-        let mut plan = Plan::new(self.rank);
-        plan.push(make(index), vec![]);
-        let cp = CompiledPlan::new(plan);
-        let describe = || {
-            format!(
-                "{}({} x {dtype}, tag={tag}) between ranks {} and {}",
-                if sending { "send" } else { "recv" },
-                count,
-                self.members[self.rank],
-                self.members[peer]
-            )
-        };
-        let sig = CallSig {
-            kind: P2P_KIND,
-            dtype: dtype.index(),
-            op: 0,
-            algo: 0,
-            root: 0,
-            count: count as u64,
-            history: 0,
-        };
-        let ctx = CallContext {
-            transport: &*self.engine.transport,
-            members: &self.members,
-            comm: self.id,
-            seq: P2P_SEQ | tag,
-            sig,
-            dtype,
-            op: ReduceOp::Sum,
-            timeout: self.timeout(),
-            describe: &describe,
-        };
-        self.engine.queue.flush();
-        self.engine.run(&cp, &ctx, bufs)
-    }
-
-    /// Makes a sub-communicator of the given group ranks (in group order).
-    ///
-    /// Without a `key`, every rank of this communicator calls it with the
-    /// same list (like torch's `new_group`); non-members get `None`. With a
-    /// `key`, only the members call it, with the same key: the group's id
-    /// comes from the key, the members and how many groups this rank made
-    /// before with that key and those members, all of which the members
-    /// agree on without the other ranks (torch's members-only group creation).
-    pub fn new_group(&self, ranks: &[usize], key: Option<&str>) -> Result<Option<Communicator>> {
-        self.check_group_ranks(ranks)?;
-        // Every caller counts the group, members or not, so that all number alike.
-        let name = {
-            let mut st = self.state.lock().unwrap();
-            match key {
-                None => {
-                    st.groups_made += 1;
-                    GroupName::Numbered(st.groups_made)
-                }
-                Some(key) => {
-                    let made = st.keyed_made.entry((key.to_string(), ranks.to_vec()));
-                    let k = made.or_insert(0);
-                    *k += 1;
-                    GroupName::Keyed(key, *k)
-                }
-            }
-        };
-        let Some(rank) = ranks.iter().position(|&r| r == self.rank) else {
-            return Ok(None);
-        };
-        let id = group_id(self.id, name, ranks);
-        let members = ranks.iter().map(|&r| self.members[r]).collect();
-        Ok(Some(Communicator::with_members(
-            self.engine.clone(),
-            members,
-            rank,
-            id,
-        )))
-    }
-
-    fn check_group_ranks(&self, ranks: &[usize]) -> Result<()> {
-        let mut sorted = ranks.to_vec();
-        sorted.sort_unstable();
-        sorted.dedup();
-        if sorted.len() != ranks.len() || sorted.is_empty() {
-            return Err(Error::invalid(format!(
-                "new_group: ranks {ranks:?} must be distinct and non-empty"
-            )));
-        }
-        if let Some(bad) = ranks.iter().find(|&&r| r >= self.size()) {
-            return Err(Error::invalid(format!(
-                "new_group: rank {bad} is not in this group of {}",
-                self.size()
-            )));
-        }
-        Ok(())
-    }
 }
 
 /// The `kind` of a collective's signatures: its index in `Collective::ALL`.
@@ -1615,63 +1320,9 @@ fn block_layout(host_of: &[usize], members: &[usize]) -> usize {
     }
 }
 
-/// How a group is told apart from its parent's other groups with the same members.
-#[derive(Clone, Copy, Debug)]
-enum GroupName<'a> {
-    /// The parent's `k`-th group made by all of its ranks.
-    Numbered(u32),
-    /// The `k`-th group made with this key and these members.
-    Keyed(&'a str, u32),
-}
-
-/// A communicator id every member derives alike, without messages: a hash of
-/// the parent's id, the group's name and the members.
-fn group_id(parent: u32, name: GroupName<'_>, ranks: &[usize]) -> u32 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut mix = |v: u64| {
-        h ^= v;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    };
-    mix(parent as u64);
-    match name {
-        GroupName::Numbered(k) => mix(k as u64),
-        GroupName::Keyed(key, k) => {
-            // A marker no count reaches keeps the two kinds of name apart.
-            mix(u64::MAX);
-            mix(key.len() as u64);
-            key.bytes().for_each(|b| mix(b as u64));
-            mix(k as u64);
-        }
-    }
-    ranks.iter().for_each(|&r| mix(r as u64));
-    // Id 0 is the world's.
-    ((h ^ (h >> 32)) as u32).max(1)
-}
-
 /// A timeout in nanoseconds, at most a year (as `SHOAL_TIMEOUT`): every
 /// deadline (now + timeout) stays representable.
 fn duration_ns(t: Duration) -> u64 {
     const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
     t.min(YEAR).as_nanos() as u64
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keyed_group_ids_differ_by_key_count_and_members_and_from_numbered_ones() {
-        let ids = [
-            group_id(0, GroupName::Numbered(1), &[0, 1]),
-            group_id(0, GroupName::Keyed("a", 1), &[0, 1]),
-            group_id(0, GroupName::Keyed("a", 2), &[0, 1]),
-            group_id(0, GroupName::Keyed("b", 1), &[0, 1]),
-            group_id(0, GroupName::Keyed("a", 1), &[1, 0]),
-            group_id(7, GroupName::Keyed("a", 1), &[0, 1]),
-        ];
-        for (i, a) in ids.iter().enumerate() {
-            assert!(ids[i + 1..].iter().all(|b| a != b), "{ids:?}");
-        }
-        assert_eq!(ids[1], group_id(0, GroupName::Keyed("a", 1), &[0, 1]));
-    }
 }
