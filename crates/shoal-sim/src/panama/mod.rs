@@ -66,6 +66,9 @@ pub struct Fig8Point {
     pub job_aggregated: Vec<bool>,
     /// The load the hosts' uplinks carried after the warm-up.
     pub carried_load: f64,
+    /// The engine's counters (drops, PFC pauses, ...; Ideal: the
+    /// background cluster's).
+    pub counters: Vec<(&'static str, f64)>,
     pub jobs: usize,
     pub events: u64,
     pub wall_s: f64,
@@ -76,7 +79,7 @@ impl Fig8Point {
         format!(
             "{{\"target_load\": {:e}, \"total_load\": {:e}, \"p99_short_fct_s\": {:e}, \"long_throughput_bps\": {:e}, \
              \"mean_iteration_s\": {:e}, \"job_iteration_s\": [{}], \"job_aggregated\": [{}], \"carried_load\": {:e}, \
-             \"jobs\": {}, \"events\": {}, \"wall_s\": {:e}}}",
+             \"counters\": {{{}}}, \"jobs\": {}, \"events\": {}, \"wall_s\": {:e}}}",
             self.target_load,
             self.total_load,
             self.p99_short_fct_s,
@@ -93,6 +96,11 @@ impl Fig8Point {
                 .collect::<Vec<_>>()
                 .join(", "),
             self.carried_load,
+            self.counters
+                .iter()
+                .map(|(name, v)| format!("\"{name}\": {v:e}"))
+                .collect::<Vec<_>>()
+                .join(", "),
             self.jobs,
             self.events,
             self.wall_s
@@ -123,6 +131,7 @@ pub fn fig8_point(base: &ScenarioConfig, variant: Variant, load: f64) -> Result<
             job_iteration_s: r.job_iteration_s(),
             job_aggregated: r.job_aggregated(),
             carried_load: r.carried_load,
+            counters: r.counters.clone(),
             jobs: r.jobs.len(),
             events: r.events,
             wall_s: r.wall_s,
@@ -145,6 +154,7 @@ pub fn fig8_point(base: &ScenarioConfig, variant: Variant, load: f64) -> Result<
         job_aggregated: training.job_aggregated(),
         // Two separate clusters: what each carried, together.
         carried_load: flows.carried_load + training.carried_load,
+        counters: flows.counters.clone(),
         jobs: training.jobs.len(),
         events: flows.events + training.events,
         wall_s: flows.wall_s + training.wall_s,

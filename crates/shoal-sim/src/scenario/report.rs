@@ -7,6 +7,11 @@ use super::run::{FlowRecord, ScenarioResult};
 /// Short flows are those under this; long flows the others.
 pub const LONG_MIN_BYTES: u64 = 40_000_000;
 
+/// Flows under this are also reported apart (`fct_s.small`): not a bucket
+/// of the paper, but where head-of-line blocking (PFC) shows, since a
+/// flow of a few packets has no time to share a link fairly.
+pub const SMALL_MAX_BYTES: u64 = 100_000;
+
 /// Whether a flow of `bytes` is short in PANAMA's sense.
 pub fn is_short(bytes: u64) -> bool {
     bytes < LONG_MIN_BYTES
@@ -151,7 +156,7 @@ impl ScenarioResult {
             "{{\"engine\": \"{engine}\", \"warmup_s\": {:e}, \"carried_load\": {:e}, \"short_max_bytes\": {}, \
              \"counters\": {{{}}}, \
              \"duration_s\": {:e}, \"events\": {}, \"wall_s\": {:e}, \"background_load\": {:e}, \"total_load\": {:e}, \
-             \"background\": {{\"flows\": {}, \"unfinished\": {}, \"fct_s\": {{\"all\": {}, \"short\": {}, \"long\": {}}}, \
+             \"background\": {{\"flows\": {}, \"unfinished\": {}, \"fct_s\": {{\"all\": {}, \"short\": {}, \"long\": {}, \"small\": {}}}, \
              \"long_throughput_bps\": {:e}}}, \"mean_iteration_s\": {:e}, \"jobs\": [{}], \
              \"link_utilisation\": {{\"mean\": {:e}, \"p99\": {:e}, \"max\": {:e}}}}}",
             self.warmup_s,
@@ -168,6 +173,7 @@ impl ScenarioResult {
             fcts(&self.flows, |_| true).json(),
             self.short_fct().json(),
             self.long_fct().json(),
+            fcts(&self.flows, |b| b < SMALL_MAX_BYTES).json(),
             self.long_throughput_bps(),
             self.mean_iteration_s(),
             jobs.join(", "),
