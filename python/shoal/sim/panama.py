@@ -1,4 +1,8 @@
-"""``shoal sim panama --out DIR``: reproduce PANAMA's section 7 (Figs. 8, 9, 10) on the flow engine.
+"""``shoal sim panama --out DIR``: reproduce PANAMA's section 7 (Figs. 8, 9, 10).
+
+Fig. 8 runs on either engine (``--engine packet|flow``), over several seeds, every point a
+separate process; the variants are compared as the paper does (python/shoal/sim/paper_metrics.py).
+Figs. 9 and 10 run on the flow engine.
 
 Fig. 8: p99 short-flow FCT, long-flow throughput and training (iteration) time against total
 load, for Ideal, Ring-AllReduce, SwitchML*-like, PANAMA, PANAMA-0.88/0.94 (one random set of
@@ -16,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from shoal.sim.paper_metrics import compare, over_seeds
 from shoal.sim.run import ProgressBar, run_pairs
 
 #: The paper's headline ratios vs Ring-AllReduce at 80% load (section 7).
@@ -25,10 +30,17 @@ LOADS = (0.2, 0.4, 0.6, 0.8)
 RATE_INTERVAL = "50us"
 
 
-def base_pairs(k: int, duration: str, seed: int) -> list[tuple[str, str]]:
+def base_pairs(
+    k: int, duration: str, seed: int, engine: str = "flow", warmup: str = "0s", pfc: bool = True
+) -> list[tuple[str, str]]:
     """The paper's setup (k-ary fat-tree at 10 Gb/s, K = 85, 64 MB per switch, > 40 MB aggregated,
-    20% web search + data mining background) plus our choices (docs/sim.md)."""
+    20% web search + data mining background, a lossless fabric: PFC on the packet engine) plus our
+    choices (docs/sim.md)."""
+    lossless = [("pfc.enabled", "true")] if engine == "packet" and pfc else []
     return [
+        ("engine", engine),
+        ("warmup", warmup),
+        *lossless,
         ("topology", f"fattree:k={k}"),
         ("link", "10gbit"),
         ("latency", "1us"),
@@ -48,40 +60,61 @@ def base_pairs(k: int, duration: str, seed: int) -> list[tuple[str, str]]:
     ]
 
 
-def fig8(
-    k: int, duration: str, seed: int, loads: tuple[float, ...], variants: tuple[str, ...], jobs: int = 1
-) -> dict[str, Any]:
-    """Every (variant, load) point, and the ratios vs ring at the highest load. `jobs` points run at
-    once, on threads (the simulator releases the GIL): the points are independent."""
-    from concurrent.futures import ThreadPoolExecutor
+def fig8_point(pairs: list[tuple[str, str]], variant: str, load: float) -> dict[str, Any]:
+    """One Fig. 8 point, with the CPU time it cost (run in a worker process: the CPU time is its own)."""
+    import time
 
     from shoal._shoal import sim_panama_fig8_json
 
-    pairs = base_pairs(k, duration, seed)
-    points: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
+    cpu = time.process_time()
+    point: dict[str, Any] = json.loads(sim_panama_fig8_json(pairs, variant, load))
+    point["cpu_s"] = time.process_time() - cpu
+    point["events_per_cpu_s"] = point["events"] / point["cpu_s"] if point["cpu_s"] > 0 else None
+    return point
+
+
+def fig8(
+    k: int,
+    duration: str,
+    seeds: tuple[int, ...],
+    loads: tuple[float, ...],
+    variants: tuple[str, ...],
+    jobs: int | None = None,
+    engine: str = "flow",
+    warmup: str = "0s",
+    pfc: bool = True,
+) -> dict[str, Any]:
+    """Every (seed, variant, load) point, each in its own process (`jobs` at once, default every
+    core), and PANAMA against ring at the highest load, per seed and over the seeds."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    by_seed: dict[int, dict[str, list[dict[str, Any]]]] = {s: {v: [] for v in variants} for s in seeds}
     bar = ProgressBar("fig. 8")
-    todo = [(v, load) for load in loads for v in variants]
+    todo = [(s, v, load) for s in seeds for load in loads for v in variants]
     bar(0.0)
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(sim_panama_fig8_json, pairs, v, load) for v, load in todo]
-        for i, ((v, _), future) in enumerate(zip(todo, futures)):
-            points[v].append(json.loads(future.result()))
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [
+            pool.submit(fig8_point, base_pairs(k, duration, s, engine, warmup, pfc), v, load) for s, v, load in todo
+        ]
+        for i, ((s, v, _), future) in enumerate(zip(todo, futures)):
+            by_seed[s][v].append(future.result())
             bar((i + 1) / len(todo))
     bar(1.0)
-    result: dict[str, Any] = {"k": k, "duration": duration, "seed": seed, "points": points, "paper": PAPER}
-    if "ring" in points and "panama" in points:
-        ring, pan = points["ring"][-1], points["panama"][-1]
-        result["ours_vs_ring_at_max_load"] = {
-            "p99_short_fct": _ratio(ring["p99_short_fct_s"], pan["p99_short_fct_s"]),
-            "long_throughput": _ratio(pan["long_throughput_bps"], ring["long_throughput_bps"]),
-            "training_time": _ratio(ring["mean_iteration_s"], pan["mean_iteration_s"]),
-        }
+    result: dict[str, Any] = {
+        "k": k,
+        "engine": engine,
+        "pfc": engine == "packet" and pfc,
+        "duration": duration,
+        "warmup": warmup,
+        "seeds": list(seeds),
+        "points": by_seed[seeds[0]],
+        "points_by_seed": {str(s): p for s, p in by_seed.items()},
+        "paper": PAPER,
+    }
+    if "ring" in variants and "panama" in variants:
+        per_seed = [compare(by_seed[s]["ring"][-1], by_seed[s]["panama"][-1]) for s in seeds]
+        result["ours_vs_ring_at_max_load"] = {"per_seed": per_seed, "over_seeds": over_seeds(per_seed)}
     return result
-
-
-def _ratio(a: float, b: float) -> float | None:
-    """a / b, or None when b is 0 (e.g. no job finished an iteration in a short run)."""
-    return a / b if b else None
 
 
 def fig9(seed: int, long_flows: tuple[int, ...] = (0, 2, 4, 8, 12)) -> dict[str, Any]:
@@ -168,12 +201,16 @@ def main(args: list[str]) -> int:
     """``shoal sim panama --out DIR [--k K] [--duration T] [--seed S] [--loads ...] [--variants ...]``."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="shoal sim panama", description="Reproduce PANAMA's Figs. 8-10 (flow engine).")
+    p = argparse.ArgumentParser(prog="shoal sim panama", description="Reproduce PANAMA's Figs. 8-10.")
     p.add_argument("--out", type=Path, required=True, help="directory for fig8/9/10.json and plots")
+    p.add_argument("--engine", choices=("flow", "packet"), default="flow", help="Fig. 8's engine (default flow)")
     p.add_argument("--k", type=int, default=16, help="fat-tree k for Fig. 8 (default 16, the paper's 1024 hosts)")
     p.add_argument("--duration", default="1s", help="simulated time per Fig. 8 point (default 1s; see docs/sim.md)")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--jobs", type=int, default=2, help="Fig. 8 points simulated at once, on threads (default 2)")
+    p.add_argument("--warmup", default="0s", help="left out of every metric at the start (default 0s)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="job and traffic draws (default 1 2 3)")
+    p.add_argument("--no-pfc", action="store_true", help="packet engine: drop-tail instead of a lossless fabric")
+    p.add_argument("--figs", nargs="+", default=["8", "9", "10"], help="which figures (default 8 9 10)")
+    p.add_argument("--jobs", type=int, default=None, help="Fig. 8 points at once, in processes (default: cores)")
     p.add_argument("--loads", type=float, nargs="+", default=list(LOADS), help="total loads (default 0.2 .. 0.8)")
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), help=f"default: {' '.join(VARIANTS)}")
     try:
@@ -181,20 +218,53 @@ def main(args: list[str]) -> int:
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 2
     ns.out.mkdir(parents=True, exist_ok=True)
+    seeds = tuple(ns.seeds)
+    figures: dict[str, dict[str, Any]] = {}
     try:
-        f8 = fig8(ns.k, ns.duration, ns.seed, tuple(ns.loads), tuple(ns.variants), ns.jobs)
-        f9 = fig9(ns.seed)
-        f10 = fig10()
+        if "8" in ns.figs:
+            loads, variants = tuple(ns.loads), tuple(ns.variants)
+            pfc = not ns.no_pfc
+            figures["fig8"] = fig8(ns.k, ns.duration, seeds, loads, variants, ns.jobs, ns.engine, ns.warmup, pfc)
+        if "9" in ns.figs:
+            figures["fig9"] = fig9(seeds[0])
+        if "10" in ns.figs:
+            figures["fig10"] = fig10()
     except ValueError as e:
         print(f"shoal sim panama: {e}", file=sys.stderr)
         return 2
-    for name, data in (("fig8", f8), ("fig9", f9), ("fig10", f10)):
+    for name, data in figures.items():
         (ns.out / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
-    print(plot(ns.out, f8, f9, f10), file=sys.stderr)
+    if len(figures) == 3:
+        print(plot(ns.out, figures["fig8"], figures["fig9"], figures["fig10"]), file=sys.stderr)
+    if "fig8" in figures:
+        print(summary(figures["fig8"]))
+    return 0
+
+
+def summary(f8: dict[str, Any]) -> str:
+    """Each point's load offered and carried and its cost, then PANAMA vs ring (ours / the paper's)."""
+    lines = []
+    for seed, points in f8["points_by_seed"].items():
+        for variant, pts in points.items():
+            for p in pts:
+                rate = p["events_per_cpu_s"]
+                lines.append(
+                    f"seed {seed} {variant:12s} load {p['target_load']:.2f}: offered {p['total_load']:.2f}, "
+                    f"carried {p['carried_load']:.2f}; {p['events'] / 1e6:.1f} M events, {p['cpu_s']:.1f} CPU s"
+                    + (f" ({rate / 1e6:.2f} M events/CPU-s)" if rate else "")
+                )
     ours = f8.get("ours_vs_ring_at_max_load")
     if ours:
-        print(
-            "PANAMA vs ring at the highest load (ours / paper): "
-            + ", ".join(f"{key} {'n/a' if ours[key] is None else f'{ours[key]:.2f}x'} / {PAPER[key]}x" for key in PAPER)
+        over = ours["over_seeds"]
+
+        def show(key: str) -> str:
+            s = over[key]
+            if s is None:
+                return f"{key} n/a / {PAPER[key]}x"
+            return f"{key} {s['geomean']:.2f}x ({s['min']:.2f}-{s['max']:.2f}) / {PAPER[key]}x"
+
+        lines.append(
+            f"PANAMA vs ring at the highest load over {len(f8['seeds'])} seeds, geometric mean (spread) "
+            f"ours / paper: {', '.join(show(key) for key in PAPER)}; {over['jobs_compared']} job comparisons"
         )
-    return 0
+    return "\n".join(lines)

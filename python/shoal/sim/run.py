@@ -1,4 +1,4 @@
-"""``shoal sim run CONFIG.toml --out DIR``: a whole scenario on the flow engine.
+"""``shoal sim run CONFIG.toml --out DIR [--engine packet|flow]``: a whole scenario.
 
 The TOML file is flattened to dotted ``(key, value)`` pairs (``background.load``,
 ``jobs.0.model``) for the Rust side (crates/shoal-sim/src/scenario). The report
@@ -108,9 +108,13 @@ def plot_report(report: dict[str, Any], out: Path) -> str:
     return f"plots: {out / 'fct.png'}, {out / 'iterations.png'}"
 
 
-def run(config: Path, out: Path, progress: bool | None = None) -> dict[str, Any]:
-    """Runs the scenario of TOML file `config`; writes ``out/report.json`` (and plots); returns the report."""
-    report = run_pairs(flatten(load_toml(config)), ProgressBar(f"shoal sim run {config.name}", progress))
+def run(config: Path, out: Path, progress: bool | None = None, engine: str | None = None) -> dict[str, Any]:
+    """Runs the scenario of TOML file `config` (on `engine` if given, else the file's ``engine``, else
+    the flow engine); writes ``out/report.json`` (and plots); returns the report."""
+    pairs = flatten(load_toml(config))
+    if engine is not None:
+        pairs = [(k, v) for k, v in pairs if k != "engine"] + [("engine", engine)]
+    report = run_pairs(pairs, ProgressBar(f"shoal sim run {config.name}", progress))
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     print(plot_report(report, out), file=sys.stderr)
@@ -121,15 +125,16 @@ def main(args: list[str]) -> int:
     """``shoal sim run CONFIG.toml --out DIR``."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="shoal sim run", description="Run a network scenario (flow engine).")
+    p = argparse.ArgumentParser(prog="shoal sim run", description="Run a network scenario.")
     p.add_argument("config", type=Path, help="scenario TOML file (docs/sim.md, 'Scenarios')")
+    p.add_argument("--engine", choices=("flow", "packet"), help="overrides the file's engine (default flow)")
     p.add_argument("--out", type=Path, required=True, help="directory for report.json and plots")
     try:
         ns = p.parse_args(args)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 2
     try:
-        report = run(ns.config, ns.out)
+        report = run(ns.config, ns.out, engine=ns.engine)
     except (ValueError, OSError) as e:
         print(f"shoal sim run: {e}", file=sys.stderr)
         return 2
@@ -138,6 +143,7 @@ def main(args: list[str]) -> int:
         f"{report['background']['flows']} background flows: short p99 FCT {fct['short']['p99'] * 1e3:.3f} ms, "
         f"long-flow throughput {report['background']['long_throughput_bps'] / 1e9:.2f} Gb/s; "
         f"{len(report['jobs'])} jobs, mean iteration {report['mean_iteration_s']:.3f} s; "
+        f"load offered {report['total_load']:.2f}, carried {report['carried_load']:.2f}; "
         f"report in {ns.out / 'report.json'}"
     )
     return 0

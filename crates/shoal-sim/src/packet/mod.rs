@@ -13,11 +13,13 @@
 //! (`WIRE`), timers and flow starts.
 
 mod ina;
+mod pfc;
 mod tcp;
 
 use std::collections::{HashMap, VecDeque};
 
 pub use ina::{InaJob, InaStats};
+pub use pfc::{PfcConfig, PfcStats};
 
 pub use tcp::TcpConfig;
 use tcp::{AckAction, Window};
@@ -35,6 +37,8 @@ const COLL_START: u8 = 4;
 const INA_TIMER: u8 = 5;
 const INA_START: u8 = 6;
 const MSG_READY: u8 = 7;
+const PFC_PAUSE: u8 = 8;
+const PFC_RESUME: u8 = 9;
 
 /// `Packet::ina`: not an aggregation packet, a contribution going up, a
 /// result coming down.
@@ -73,6 +77,9 @@ pub struct PacketConfig {
     /// allreduce over its number of steps (docs/sim.md, "Against the
     /// testbed"). Transfers already under way overlap it.
     pub host_overhead: Time,
+    /// PFC/PAUSE at switch ports (a lossless fabric); `None` (default):
+    /// drop-tail.
+    pub pfc: Option<PfcConfig>,
 }
 
 impl Default for PacketConfig {
@@ -87,6 +94,7 @@ impl Default for PacketConfig {
             loss: 0.0,
             ina_memory: 64_000_000,
             host_overhead: 0,
+            pfc: None,
         }
     }
 }
@@ -122,6 +130,8 @@ struct Packet {
     cap: u32,
     /// Aggregation, going up: results the sender(s) hold, in order.
     acked: u32,
+    /// PFC: 1 + the link it arrived on while it waits in a switch, else 0.
+    ingress: u32,
 }
 
 /// One output port: its queue, and the packets on the wire beyond it.
@@ -144,6 +154,10 @@ struct Port {
     peak_queue: u32,
     /// Host NICs: flows with window and data, served round-robin.
     ready: VecDeque<u32>,
+    /// The head of the queue is being serialised.
+    transmitting: bool,
+    /// Stopped by a PFC PAUSE from the far end.
+    paused: bool,
 }
 
 impl Port {
@@ -222,7 +236,7 @@ struct CollectiveRun {
 }
 
 /// Something that finished: its kind and id (as returned when added).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Completion {
     Flow(usize),
     Collective(usize),
@@ -269,6 +283,8 @@ pub struct PacketSim {
     /// Messages (collective, message) waiting out `host_overhead`, in the
     /// order their `MSG_READY` events fire (one constant delay keeps it FIFO).
     overhead_wait: VecDeque<(u32, u32)>,
+    /// PFC state per link (empty without PFC).
+    pfc: Vec<pfc::PfcLink>,
 }
 
 impl PacketSim {
@@ -298,6 +314,8 @@ impl PacketSim {
                     sent_bytes: 0,
                     peak_queue: 0,
                     ready: VecDeque::new(),
+                    transmitting: false,
+                    paused: false,
                 }
             })
             .collect();
@@ -320,6 +338,11 @@ impl PacketSim {
             rng: mix(cfg.seed ^ 0x5eed),
             completions: VecDeque::new(),
             overhead_wait: VecDeque::new(),
+            pfc: if cfg.pfc.is_some() {
+                vec![pfc::PfcLink::default(); topo.links.len()]
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -411,6 +434,8 @@ impl PacketSim {
                     let (c, m) = self.overhead_wait.pop_front().expect("a message waits");
                     self.post_message(c as usize, m as usize);
                 }
+                PFC_PAUSE => self.pfc_pause(e.index),
+                PFC_RESUME => self.pfc_resume(e.index),
                 k => unreachable!("unknown event kind {k}"),
             }
             true
@@ -475,6 +500,18 @@ impl PacketSim {
     /// Bytes each link has sent.
     pub fn link_bytes(&self) -> Vec<u64> {
         self.ports.iter().map(|p| p.sent_bytes).collect()
+    }
+
+    /// Bytes each link holds now: in its output queue (the packet being
+    /// serialised included) and on its wire.
+    pub fn link_backlog(&self) -> Vec<(u64, u64)> {
+        self.ports
+            .iter()
+            .map(|p| {
+                let wire = p.wire.iter().map(|&(_, q)| self.packets[q].wire as u64);
+                (p.queued_bytes, wire.sum())
+            })
+            .collect()
     }
 
     /// The longest each link's queue has been, in packets.
@@ -700,7 +737,9 @@ impl PacketSim {
     fn enqueue(&mut self, link: u32, p: u32) {
         let port = &mut self.ports[link as usize];
         let pkt = &mut self.packets[p];
-        if port.queued_bytes + pkt.wire as u64 > port.buffer {
+        // A lossless port (PFC) never drops: PAUSE holds the senders back.
+        let lossless = self.cfg.pfc.is_some();
+        if !lossless && port.queued_bytes + pkt.wire as u64 > port.buffer {
             self.stats.drops += 1;
             self.packets.remove(p);
             return;
@@ -712,9 +751,26 @@ impl PacketSim {
         port.queued_bytes += pkt.wire as u64;
         port.queue.push_back(p);
         port.peak_queue = port.peak_queue.max(port.queue.len() as u32);
-        if port.queue.len() == 1 {
+        if !port.transmitting && !port.paused {
+            port.transmitting = true;
             let done = self.queue.now() + port.serialize(pkt.wire);
             self.queue.schedule(done, TX_DONE, link);
+        }
+    }
+
+    /// Starts `link`'s next packet if it is idle and not paused: the head
+    /// of its queue, or for a host NIC the next packet of its senders.
+    fn start_port(&mut self, link: u32) {
+        let port = &mut self.ports[link as usize];
+        if port.transmitting || port.paused {
+            return;
+        }
+        if let Some(&next) = port.queue.front() {
+            port.transmitting = true;
+            let done = self.queue.now() + port.serialize(self.packets[next].wire);
+            self.queue.schedule(done, TX_DONE, link);
+        } else if !port.ready.is_empty() {
+            self.pull(link);
         }
     }
 
@@ -723,6 +779,7 @@ impl PacketSim {
         let now = self.queue.now();
         let port = &mut self.ports[link as usize];
         let p = port.queue.pop_front().expect("TX_DONE on an empty queue");
+        port.transmitting = false;
         let wire = self.packets[p].wire;
         port.queued_bytes -= wire as u64;
         port.sent_bytes += wire as u64;
@@ -731,12 +788,10 @@ impl PacketSim {
         if port.wire.len() == 1 {
             self.queue.schedule(arrive, WIRE, link);
         }
-        if let Some(&next) = port.queue.front() {
-            let done = now + port.serialize(self.packets[next].wire);
-            self.queue.schedule(done, TX_DONE, link);
-        } else if !port.ready.is_empty() {
-            self.pull(link);
+        if self.cfg.pfc.is_some() {
+            self.pfc_left(p);
         }
+        self.start_port(link);
     }
 
     /// The first packet on `link`'s wire reaches the far end.
@@ -774,6 +829,9 @@ impl PacketSim {
             };
             let next = route[pkt.hop as usize];
             pkt.hop += 1;
+            if self.cfg.pfc.is_some() {
+                self.pfc_arrived(link, p);
+            }
             self.enqueue(next, p);
         }
     }

@@ -1,4 +1,5 @@
-//! Reproducing PANAMA's evaluation (section 7) on the flow engine.
+//! Reproducing PANAMA's evaluation (section 7) on either engine (the
+//! scenario's `engine` key).
 //!
 //! - Fig. 8: p99 short-flow FCT, long-flow throughput and training
 //!   (iteration) time against total load, for Ideal, Ring-AllReduce,
@@ -58,6 +59,16 @@ pub struct Fig8Point {
     pub p99_short_fct_s: f64,
     pub long_throughput_bps: f64,
     pub mean_iteration_s: f64,
+    /// Each job's mean iteration after the warm-up (`None`: none finished),
+    /// and whether PANAMA aggregates its gradient: compared job by job
+    /// between variants (python/shoal/sim/paper_metrics.py).
+    pub job_iteration_s: Vec<Option<f64>>,
+    pub job_aggregated: Vec<bool>,
+    /// The load the hosts' uplinks carried after the warm-up.
+    pub carried_load: f64,
+    /// The engine's counters (drops, PFC pauses, ...; Ideal: the
+    /// background cluster's).
+    pub counters: Vec<(&'static str, f64)>,
     pub jobs: usize,
     pub events: u64,
     pub wall_s: f64,
@@ -67,12 +78,29 @@ impl Fig8Point {
     pub fn to_json(&self) -> String {
         format!(
             "{{\"target_load\": {:e}, \"total_load\": {:e}, \"p99_short_fct_s\": {:e}, \"long_throughput_bps\": {:e}, \
-             \"mean_iteration_s\": {:e}, \"jobs\": {}, \"events\": {}, \"wall_s\": {:e}}}",
+             \"mean_iteration_s\": {:e}, \"job_iteration_s\": [{}], \"job_aggregated\": [{}], \"carried_load\": {:e}, \
+             \"counters\": {{{}}}, \"jobs\": {}, \"events\": {}, \"wall_s\": {:e}}}",
             self.target_load,
             self.total_load,
             self.p99_short_fct_s,
             self.long_throughput_bps,
             self.mean_iteration_s,
+            self.job_iteration_s
+                .iter()
+                .map(|t| t.map_or("null".to_string(), |t| format!("{t:e}")))
+                .collect::<Vec<_>>()
+                .join(", "),
+            self.job_aggregated
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            self.carried_load,
+            self.counters
+                .iter()
+                .map(|(name, v)| format!("\"{name}\": {v:e}"))
+                .collect::<Vec<_>>()
+                .join(", "),
             self.jobs,
             self.events,
             self.wall_s
@@ -100,6 +128,10 @@ pub fn fig8_point(base: &ScenarioConfig, variant: Variant, load: f64) -> Result<
             p99_short_fct_s: r.short_fct().p99,
             long_throughput_bps: r.long_throughput_bps(),
             mean_iteration_s: r.mean_iteration_s(),
+            job_iteration_s: r.job_iteration_s(),
+            job_aggregated: r.job_aggregated(),
+            carried_load: r.carried_load,
+            counters: r.counters.clone(),
             jobs: r.jobs.len(),
             events: r.events,
             wall_s: r.wall_s,
@@ -118,6 +150,11 @@ pub fn fig8_point(base: &ScenarioConfig, variant: Variant, load: f64) -> Result<
         p99_short_fct_s: flows.short_fct().p99,
         long_throughput_bps: flows.long_throughput_bps(),
         mean_iteration_s: training.mean_iteration_s(),
+        job_iteration_s: training.job_iteration_s(),
+        job_aggregated: training.job_aggregated(),
+        // Two separate clusters: what each carried, together.
+        carried_load: flows.carried_load + training.carried_load,
+        counters: flows.counters.clone(),
         jobs: training.jobs.len(),
         events: flows.events + training.events,
         wall_s: flows.wall_s + training.wall_s,

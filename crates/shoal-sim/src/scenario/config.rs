@@ -6,6 +6,8 @@
 use std::collections::BTreeMap;
 
 use super::ina::InaMode;
+use crate::engine::Engine;
+use crate::packet::PfcConfig;
 use crate::topology::LinkSpec;
 use crate::units::{parse_bytes, parse_time, seconds};
 use crate::workload::models::{self, Model};
@@ -109,6 +111,15 @@ pub struct ScenarioConfig {
     /// trees on disjoint core links each get their own share (Fig. 9), at
     /// the price of T shares at a worker's NIC against other traffic.
     pub tree_share_each: bool,
+    /// Which engine runs the scenario (`engine = "flow"`, the default, or
+    /// `"packet"`: every packet through every queue).
+    pub engine: Engine,
+    /// Time excluded from every metric at the start of the run (flows and
+    /// iterations that start in it, the bytes links carry in it).
+    pub warmup_s: f64,
+    /// PFC/PAUSE at every switch port (packet engine; `pfc.enabled`,
+    /// `pfc.xoff`, `pfc.xon`); `None`: drop-tail.
+    pub pfc: Option<PfcConfig>,
 }
 
 impl Default for ScenarioConfig {
@@ -131,6 +142,9 @@ impl Default for ScenarioConfig {
             seed: 1,
             rate_interval_s: 0.0,
             tree_share_each: false,
+            engine: Engine::Flow,
+            warmup_s: 0.0,
+            pfc: None,
         }
     }
 }
@@ -157,6 +171,7 @@ impl ScenarioConfig {
         let (mut link, mut latency, mut buffer) = (None, None, None);
         let mut jobs: BTreeMap<usize, BTreeMap<String, String>> = BTreeMap::new();
         let mut random: BTreeMap<String, String> = BTreeMap::new();
+        let mut pfc: BTreeMap<String, String> = BTreeMap::new();
         for (key, value) in pairs {
             let v = value.as_str();
             match key.as_str() {
@@ -181,6 +196,8 @@ impl ScenarioConfig {
                     }
                 }
                 "long_flows" => cfg.long_flows = number(key, v)?,
+                "engine" => cfg.engine = Engine::parse(v.trim())?,
+                "warmup" => cfg.warmup_s = seconds(parse_time(v)?),
                 "background.load" => cfg.background_load = fraction(key, v)?,
                 "background.distribution" => {
                     cfg.distributions = v
@@ -198,6 +215,8 @@ impl ScenarioConfig {
                             .insert(field.to_string(), v.to_string());
                     } else if let Some(field) = other.strip_prefix("random_jobs.") {
                         random.insert(field.to_string(), v.to_string());
+                    } else if let Some(field) = other.strip_prefix("pfc.") {
+                        pfc.insert(field.to_string(), v.to_string());
                     } else {
                         return Err(format!("unknown scenario key {other:?}"));
                     }
@@ -225,8 +244,12 @@ impl ScenarioConfig {
             }
             cfg.random_jobs = Some(r);
         }
+        cfg.pfc = PfcConfig::from_fields(&pfc, cfg.link.buffer)?;
         if cfg.duration_s.is_nan() || cfg.duration_s <= 0.0 {
             return Err("duration must be positive".into());
+        }
+        if cfg.warmup_s.is_nan() || cfg.warmup_s >= cfg.duration_s {
+            return Err("warmup must be shorter than duration".into());
         }
         if cfg.slots_per_host == 0 || cfg.distributions.is_empty() {
             return Err("slots_per_host must be >= 1 and background.distribution non-empty".into());

@@ -1,10 +1,21 @@
-//! Statistics of a run and its JSON report. Size buckets follow the
-//! PANAMA evaluation: short flows < 100 KB, long flows > 10 MB.
+//! Statistics of a run and its JSON report. Size buckets are the PANAMA
+//! evaluation's (section 7: "short flows (< 40MB)", long flows and
+//! aggregation flows above): short < 40 MB <= long.
 
 use super::run::{FlowRecord, ScenarioResult};
 
-pub const SHORT_MAX_BYTES: u64 = 100_000;
-pub const LONG_MIN_BYTES: u64 = 10_000_000;
+/// Short flows are those under this; long flows the others.
+pub const LONG_MIN_BYTES: u64 = 40_000_000;
+
+/// Flows under this are also reported apart (`fct_s.small`): not a bucket
+/// of the paper, but where head-of-line blocking (PFC) shows, since a
+/// flow of a few packets has no time to share a link fairly.
+pub const SMALL_MAX_BYTES: u64 = 100_000;
+
+/// Whether a flow of `bytes` is short in PANAMA's sense.
+pub fn is_short(bytes: u64) -> bool {
+    bytes < LONG_MIN_BYTES
+}
 
 /// Mean, median and 99th percentile of a sample.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -52,11 +63,11 @@ fn fcts(flows: &[FlowRecord], keep: impl Fn(u64) -> bool) -> Summary {
 
 impl ScenarioResult {
     pub fn short_fct(&self) -> Summary {
-        fcts(&self.flows, |b| b < SHORT_MAX_BYTES)
+        fcts(&self.flows, is_short)
     }
 
     pub fn long_fct(&self) -> Summary {
-        fcts(&self.flows, |b| b > LONG_MIN_BYTES)
+        fcts(&self.flows, |b| !is_short(b))
     }
 
     /// Mean throughput of long flows, bit/s (bytes / FCT).
@@ -64,7 +75,7 @@ impl ScenarioResult {
         let long: Vec<f64> = self
             .flows
             .iter()
-            .filter(|f| f.bytes > LONG_MIN_BYTES)
+            .filter(|f| !is_short(f.bytes))
             .map(|f| f.bytes as f64 * 8.0 / f.fct_s)
             .collect();
         if long.is_empty() {
@@ -72,6 +83,23 @@ impl ScenarioResult {
         } else {
             long.iter().sum::<f64>() / long.len() as f64
         }
+    }
+
+    /// Each job's mean iteration time after the warm-up (`None` if it
+    /// finished none): the per-job training time the paper compares.
+    pub fn job_iteration_s(&self) -> Vec<Option<f64>> {
+        self.iterations
+            .iter()
+            .map(|its| (!its.is_empty()).then(|| its.iter().sum::<f64>() / its.len() as f64))
+            .collect()
+    }
+
+    /// Whether each job's gradient is aggregated in the network by PANAMA.
+    pub fn job_aggregated(&self) -> Vec<bool> {
+        self.jobs
+            .iter()
+            .map(|j| j.aggregated(self.ina_min_bytes))
+            .collect()
     }
 
     /// Mean iteration time over every completed iteration of every job.
@@ -101,22 +129,40 @@ impl ScenarioResult {
                 let its: Vec<String> = its.iter().map(|t| format!("{t:e}")).collect();
                 format!(
                     "{{\"model\": \"{}\", \"workers\": {}, \"algorithm\": \"{}\", \"offered_load\": {:e}, \
+                     \"gradient_bytes\": {}, \"aggregated\": {}, \
                      \"mean_iteration_s\": {mean:e}, \"mean_comm_s\": {comm:e}, \"iterations_s\": [{}]}}",
                     job.config.model.name,
                     job.hosts.len(),
                     job.algorithm_name(),
                     job.offered_load,
+                    job.config.model.gradient_bytes(),
+                    job.aggregated(self.ina_min_bytes),
                     its.join(", ")
                 )
             })
             .collect();
         let util = Summary::of(self.link_utilisation.clone());
         let max_util = self.link_utilisation.iter().copied().fold(0.0, f64::max);
+        let counters: Vec<String> = self
+            .counters
+            .iter()
+            .map(|(name, v)| format!("\"{name}\": {v:e}"))
+            .collect();
+        let engine = match self.engine {
+            crate::engine::Engine::Packet => "packet",
+            crate::engine::Engine::Flow => "flow",
+        };
         format!(
-            "{{\"duration_s\": {:e}, \"events\": {}, \"wall_s\": {:e}, \"background_load\": {:e}, \"total_load\": {:e}, \
-             \"background\": {{\"flows\": {}, \"unfinished\": {}, \"fct_s\": {{\"all\": {}, \"short\": {}, \"long\": {}}}, \
+            "{{\"engine\": \"{engine}\", \"warmup_s\": {:e}, \"carried_load\": {:e}, \"short_max_bytes\": {}, \
+             \"counters\": {{{}}}, \
+             \"duration_s\": {:e}, \"events\": {}, \"wall_s\": {:e}, \"background_load\": {:e}, \"total_load\": {:e}, \
+             \"background\": {{\"flows\": {}, \"unfinished\": {}, \"fct_s\": {{\"all\": {}, \"short\": {}, \"long\": {}, \"small\": {}}}, \
              \"long_throughput_bps\": {:e}}}, \"mean_iteration_s\": {:e}, \"jobs\": [{}], \
              \"link_utilisation\": {{\"mean\": {:e}, \"p99\": {:e}, \"max\": {:e}}}}}",
+            self.warmup_s,
+            self.carried_load,
+            LONG_MIN_BYTES - 1,
+            counters.join(", "),
             self.duration_s,
             self.events,
             self.wall_s,
@@ -127,6 +173,7 @@ impl ScenarioResult {
             fcts(&self.flows, |_| true).json(),
             self.short_fct().json(),
             self.long_fct().json(),
+            fcts(&self.flows, |b| b < SMALL_MAX_BYTES).json(),
             self.long_throughput_bps(),
             self.mean_iteration_s(),
             jobs.join(", "),

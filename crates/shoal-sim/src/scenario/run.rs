@@ -7,11 +7,12 @@ use shoal_plan::Collective;
 use super::config::{Algorithm, JobConfig, ScenarioConfig};
 use super::ina::{build_trees, AggTree, InaMode, NO_CC_WEIGHT};
 use crate::dag::{build, CollectiveDag, DagSpec};
+use crate::engine::Engine;
 use crate::flow::collective::RunningDag;
 use crate::flow::network::{link_capacities, route, wire_bytes, PACKET_BYTES};
 use crate::flow::{Event, FlowEngine};
 use crate::topology::{mix, Topology};
-use crate::workload::{models, place_close, PoissonTraffic, Rng};
+use crate::workload::{models, place_close, BackgroundFlow, PoissonTraffic, Rng};
 
 const BACKGROUND: u64 = 1 << 63;
 const TREE: u64 = 1 << 39;
@@ -34,6 +35,13 @@ pub struct PlacedJob {
 }
 
 impl PlacedJob {
+    /// Whether PANAMA aggregates this job's gradient in the network (it is
+    /// over `ina_min_bytes`): the jobs whose training time the paper
+    /// compares, whatever algorithm this run gives them.
+    pub fn aggregated(&self, ina_min_bytes: u64) -> bool {
+        self.config.model.gradient_bytes() > ina_min_bytes
+    }
+
     pub fn algorithm_name(&self) -> String {
         match &self.comm {
             Comm::Dag(dag) => dag.algorithm.clone(),
@@ -51,18 +59,105 @@ pub struct FlowRecord {
     pub fct_s: f64,
 }
 
-/// Everything a run measured.
+/// Everything a run measured. Flows and iterations that start in the
+/// warm-up are left out, and link bytes are counted after it.
 pub struct ScenarioResult {
     pub duration_s: f64,
+    pub warmup_s: f64,
+    pub engine: Engine,
+    /// Only gradients above this are aggregated (see [`PlacedJob::aggregated`]).
+    pub ina_min_bytes: u64,
     pub flows: Vec<FlowRecord>,
     pub unfinished_flows: usize,
     pub jobs: Vec<PlacedJob>,
     /// Completed iteration times (compute + communication) per job.
     pub iterations: Vec<Vec<f64>>,
     pub link_utilisation: Vec<f64>,
+    /// Mean utilisation of the hosts' uplinks after the warm-up: the load
+    /// the network carried, next to the load offered.
+    pub carried_load: f64,
     pub background_load: f64,
     pub events: u64,
     pub wall_s: f64,
+    /// The engine's own counters (drops, ECN marks, PFC pauses, ...).
+    pub counters: Vec<(&'static str, f64)>,
+}
+
+/// Per-link utilisation between two snapshots of the links' bytes, and the
+/// mean over the hosts' uplinks (the carried load).
+pub(super) fn utilisation(
+    topo: &Topology,
+    before: &[f64],
+    after: &[f64],
+    seconds: f64,
+) -> (Vec<f64>, f64) {
+    let per_link: Vec<f64> = topo
+        .links
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (after[i] - before[i]) * 8.0 / (l.rate.bits_per_s() * seconds))
+        .collect();
+    let uplinks: Vec<f64> = (0..topo.hosts())
+        .map(|h| per_link[topo.out_links(h)[0]])
+        .collect();
+    let carried = uplinks.iter().sum::<f64>() / uplinks.len().max(1) as f64;
+    (per_link, carried)
+}
+
+/// The background flows of a run, all drawn up front: each distribution
+/// carries an equal share of the background load.
+pub(super) fn background_flows(
+    cfg: &ScenarioConfig,
+    topo: &Topology,
+) -> Result<Vec<BackgroundFlow>, String> {
+    let mut background = Vec::new();
+    if cfg.background_load > 0.0 {
+        let link_bps = cfg.link.rate.bits_per_s();
+        let share = cfg.background_load / cfg.distributions.len() as f64;
+        for (d, cdf) in cfg.distributions.iter().enumerate() {
+            let traffic = PoissonTraffic::new(topo.hosts() as u32, link_bps, share, cdf.clone())?;
+            background.extend(
+                traffic.generate(cfg.duration_s, &mut Rng::derive(cfg.seed, 100 + d as u64)),
+            );
+        }
+    }
+    Ok(background)
+}
+
+/// Endpoints of the persistent long flows: hosts that run no worker
+/// (PANAMA Fig. 9: other nodes generate them), or any hosts if fewer than
+/// two are idle.
+pub(super) fn long_flow_pairs(
+    cfg: &ScenarioConfig,
+    topo: &Topology,
+    jobs: &[PlacedJob],
+) -> Vec<(usize, usize)> {
+    let mut pairs = Rng::derive(cfg.seed, 4);
+    let mut idle: Vec<usize> = (0..topo.hosts())
+        .filter(|h| !jobs.iter().any(|j| j.hosts.contains(h)))
+        .collect();
+    if idle.len() < 2 {
+        idle = (0..topo.hosts()).collect();
+    }
+    (0..cfg.long_flows)
+        .map(|_| {
+            let n = idle.len() as u64;
+            let a = pairs.below(n) as usize;
+            (
+                idle[a],
+                idle[(a + 1 + pairs.below(n - 1) as usize) % n as usize],
+            )
+        })
+        .collect()
+}
+
+/// When each job first finishes computing: jobs start at a random offset
+/// within one iteration (returned as the first iteration's start).
+pub(super) fn first_iterations(cfg: &ScenarioConfig, jobs: &[PlacedJob]) -> Vec<f64> {
+    let mut rng = Rng::derive(cfg.seed, 3);
+    jobs.iter()
+        .map(|job| rng.next_f64() * job.config.model.compute_s)
+        .collect()
 }
 
 /// Offered load of a ring allreduce job: each worker sends 2(W-1)/W of the
@@ -282,8 +377,23 @@ fn start_round(
     Ok(trees.len())
 }
 
-/// Runs `cfg`; `progress` gets the simulated fraction done (0..=1).
+/// Runs `cfg` on its engine; `progress` gets the simulated fraction done
+/// (0..=1).
 pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<ScenarioResult, String> {
+    match cfg.engine {
+        Engine::Flow => run_flow(cfg, progress),
+        Engine::Packet => super::packet_run::run(cfg, progress),
+    }
+}
+
+const WARMUP_TIMER: u64 = u64::MAX - 1;
+
+fn run_flow(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<ScenarioResult, String> {
+    if cfg.pfc.is_some() {
+        return Err(
+            "pfc needs engine = \"packet\" (the flow engine has no queues to pause)".into(),
+        );
+    }
     let t0 = std::time::Instant::now();
     let topo = Topology::parse(&cfg.topology, cfg.link)?;
     let jobs = place_jobs(cfg, &topo)?;
@@ -298,16 +408,7 @@ pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scenar
     let link_bps = cfg.link.rate.bits_per_s();
 
     // Background flows, all scheduled up front.
-    let mut background = Vec::new();
-    if cfg.background_load > 0.0 {
-        let share = cfg.background_load / cfg.distributions.len() as f64;
-        for (d, cdf) in cfg.distributions.iter().enumerate() {
-            let traffic = PoissonTraffic::new(topo.hosts() as u32, link_bps, share, cdf.clone())?;
-            background.extend(
-                traffic.generate(cfg.duration_s, &mut Rng::derive(cfg.seed, 100 + d as u64)),
-            );
-        }
-    }
+    let background = background_flows(cfg, &topo)?;
     for (i, f) in background.iter().enumerate() {
         let r = route(
             &topo,
@@ -325,23 +426,8 @@ pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scenar
         )?;
     }
 
-    // Persistent long flows, big enough to outlast the run, between hosts
-    // that run no worker (PANAMA Fig. 9: other nodes generate them), or
-    // any hosts if fewer than two are idle.
-    let mut pairs = Rng::derive(cfg.seed, 4);
-    let mut idle: Vec<usize> = (0..topo.hosts())
-        .filter(|h| !jobs.iter().any(|j| j.hosts.contains(h)))
-        .collect();
-    if idle.len() < 2 {
-        idle = (0..topo.hosts()).collect();
-    }
-    for i in 0..cfg.long_flows {
-        let n = idle.len() as u64;
-        let a = pairs.below(n) as usize;
-        let (src, dst) = (
-            idle[a],
-            idle[(a + 1 + pairs.below(n - 1) as usize) % n as usize],
-        );
+    // Persistent long flows, big enough to outlast the run.
+    for (i, (src, dst)) in long_flow_pairs(cfg, &topo, &jobs).into_iter().enumerate() {
         let r = route(&topo, src, dst, mix(cfg.seed ^ LONG ^ i as u64));
         let bytes = (link_bps / 8.0 * cfg.duration_s * 2.0) as u64;
         engine.start_flow(
@@ -354,19 +440,19 @@ pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scenar
         )?;
     }
 
-    // Jobs start computing at a random offset within one iteration.
     let memory = memory_caps(cfg, &topo, &jobs);
-    let mut rng = Rng::derive(cfg.seed, 3);
-    let mut iteration_start = vec![0.0; jobs.len()];
+    let mut iteration_start = first_iterations(cfg, &jobs);
     let mut iterations = vec![Vec::new(); jobs.len()];
     let mut trees_left = vec![0usize; jobs.len()];
     let mut running: Vec<Option<RunningDag>> = (0..jobs.len()).map(|_| None).collect();
     for (j, job) in jobs.iter().enumerate() {
-        let offset = rng.next_f64() * job.config.model.compute_s;
-        iteration_start[j] = offset;
-        engine.timer(offset + job.config.model.compute_s, j as u64);
+        engine.timer(iteration_start[j] + job.config.model.compute_s, j as u64);
     }
     engine.timer(cfg.duration_s, END_TIMER);
+    let mut warm_bytes = vec![0.0; topo.links.len()];
+    if cfg.warmup_s > 0.0 {
+        engine.timer(cfg.warmup_s, WARMUP_TIMER);
+    }
 
     let mut flows = Vec::with_capacity(background.len());
     let mut reported = 0.0;
@@ -375,6 +461,13 @@ pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scenar
             Event::Timer {
                 token: END_TIMER, ..
             } => break,
+            Event::Timer {
+                token: WARMUP_TIMER,
+                time_s,
+            } => {
+                warm_bytes = engine.link_bytes();
+                time_s
+            }
             Event::Timer { token, time_s } => {
                 // Compute done: the allreduce starts.
                 let j = token as usize;
@@ -418,10 +511,12 @@ pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scenar
                     // A persistent flow outlived its budget: nothing to record.
                 } else if tag & BACKGROUND != 0 {
                     let bytes = background[(tag & !BACKGROUND) as usize].bytes;
-                    flows.push(FlowRecord {
-                        bytes,
-                        fct_s: time_s - start_s,
-                    });
+                    if start_s >= cfg.warmup_s {
+                        flows.push(FlowRecord {
+                            bytes,
+                            fct_s: time_s - start_s,
+                        });
+                    }
                 } else {
                     let j = (tag >> 40) as usize - 1;
                     let done = if tag & TREE != 0 {
@@ -435,7 +530,9 @@ pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scenar
                     };
                     if done {
                         running[j] = None;
-                        iterations[j].push(time_s - iteration_start[j]);
+                        if iteration_start[j] >= cfg.warmup_s {
+                            iterations[j].push(time_s - iteration_start[j]);
+                        }
                         iteration_start[j] = time_s;
                         engine.timer(time_s + jobs[j].config.model.compute_s, j as u64);
                     }
@@ -449,21 +546,30 @@ pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scenar
         }
     }
     progress(1.0);
-    let link_utilisation = engine
-        .link_bytes()
+    let (link_utilisation, carried_load) = utilisation(
+        &topo,
+        &warm_bytes,
+        &engine.link_bytes(),
+        cfg.duration_s - cfg.warmup_s,
+    );
+    let measured = background
         .iter()
-        .zip(&topo.links)
-        .map(|(bytes, l)| bytes * 8.0 / (l.rate.bits_per_s() * cfg.duration_s))
-        .collect();
+        .filter(|f| f.start_s >= cfg.warmup_s)
+        .count();
     Ok(ScenarioResult {
         duration_s: cfg.duration_s,
-        unfinished_flows: background.len() - flows.len(),
+        warmup_s: cfg.warmup_s,
+        engine: Engine::Flow,
+        ina_min_bytes: cfg.ina_min_bytes,
+        unfinished_flows: measured - flows.len(),
         flows,
         jobs,
         iterations,
         link_utilisation,
+        carried_load,
         background_load: cfg.background_load,
         events: engine.events(),
         wall_s: t0.elapsed().as_secs_f64(),
+        counters: Vec::new(),
     })
 }
