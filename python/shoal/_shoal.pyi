@@ -197,8 +197,11 @@ def sim_plan_json(
     ranks_per_host: int = 1,
     seed: int = 0,
     host_overhead: str | None = None,
+    plans: CallPlans | None = None,
 ) -> str:
-    """Simulates one collective call (shoal sim plan); the report as a JSON object string; ValueError on bad input."""
+    """Simulates one collective call (shoal sim plan) of a built-in or Python-registered algorithm, or of
+    a plan document (``plans``: replaces collective, algo, ranks and size); the report as a JSON object
+    string; ValueError on bad input."""
 
 def sim_run_json(pairs: list[tuple[str, str]], progress: Callable[[float], object] | None = None) -> str:
     """Runs a scenario from flat (dotted key, value) pairs (shoal sim run); the report as a JSON object string."""

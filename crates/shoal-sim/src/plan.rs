@@ -2,9 +2,9 @@
 //! strings a user types to a JSON report. Shared by the Rust binary
 //! (`cargo run --release -p shoal-sim -- plan ...`) and the Python binding.
 
-use shoal_plan::Collective;
+use shoal_plan::{CallPlans, Collective};
 
-use crate::dag::{build, DagSpec};
+use crate::dag::{build_with, BuiltinOnly, DagSpec, Document, PlanSource};
 use crate::engine::{simulate_collective, simulate_ina, Engine, Options, Outcome};
 use crate::packet::InaJob;
 use crate::topology::{LinkSpec, Topology};
@@ -28,6 +28,9 @@ pub struct PlanRequest {
     /// Host software time per message ("450us"; packet engine only, see
     /// `PacketConfig::host_overhead`).
     pub host_overhead: Option<String>,
+    /// A plan document (`--plan FILE.json`) to simulate instead of a named
+    /// algorithm: the collective, ranks, size and pieces come from it.
+    pub document: Option<CallPlans>,
 }
 
 impl Default for PlanRequest {
@@ -45,6 +48,7 @@ impl Default for PlanRequest {
             ranks_per_host: 1,
             seed: 0,
             host_overhead: None,
+            document: None,
         }
     }
 }
@@ -59,15 +63,53 @@ pub struct PlanReport {
 }
 
 impl PlanRequest {
+    /// Runs a built-in algorithm or the plan document.
     pub fn run(&self) -> Result<PlanReport, String> {
-        let collective = Collective::from_name(&self.collective).ok_or_else(|| {
+        self.run_with(&BuiltinOnly)
+    }
+
+    /// Runs the request, with `source` supplying the algorithms the
+    /// built-in registry does not have (those registered from Python).
+    pub fn run_with(&self, source: &dyn PlanSource) -> Result<PlanReport, String> {
+        match &self.document {
+            Some(plans) => {
+                let document = Document::new(plans.clone());
+                let spec = document.spec()?;
+                let request = PlanRequest {
+                    collective: spec.collective.name().into(),
+                    algo: spec.algorithm.clone(),
+                    ranks: spec.world,
+                    size: spec.bytes.to_string(),
+                    ranks_per_host: spec.ranks_per_host,
+                    document: None,
+                    ..self.clone()
+                };
+                request.simulate(spec, &document)
+            }
+            None => {
+                let collective = self.collective()?;
+                let bytes = parse_bytes(&self.size)?;
+                let mut spec = DagSpec::new(collective, &self.algo, self.ranks, bytes);
+                spec.ranks_per_host = self.ranks_per_host.max(1);
+                self.simulate(spec, source)
+            }
+        }
+    }
+
+    fn collective(&self) -> Result<Collective, String> {
+        Collective::from_name(&self.collective).ok_or_else(|| {
             let names: Vec<_> = Collective::ALL.iter().map(|c| c.name()).collect();
             format!(
                 "unknown collective '{}'; valid: {}",
                 self.collective,
                 names.join(", ")
             )
-        })?;
+        })
+    }
+
+    /// Simulates `spec` (its algorithm from the registry or `source`).
+    fn simulate(&self, spec: DagSpec, source: &dyn PlanSource) -> Result<PlanReport, String> {
+        let collective = spec.collective;
         let engine = Engine::parse(&self.engine)?;
         let link = LinkSpec::parse(
             self.link.as_deref(),
@@ -75,9 +117,7 @@ impl PlanRequest {
             self.buffer.as_deref(),
         )?;
         let topo = Topology::parse(&self.topology, link)?;
-        let bytes = parse_bytes(&self.size)?;
-        let mut spec = DagSpec::new(collective, &self.algo, self.ranks, bytes);
-        spec.ranks_per_host = self.ranks_per_host.max(1);
+        let bytes = spec.bytes;
         let hosts_needed = self.ranks.div_ceil(spec.ranks_per_host);
         if hosts_needed > topo.hosts() {
             return Err(format!(
@@ -108,7 +148,7 @@ impl PlanRequest {
             workers.dedup();
             simulate_ina(&topo, InaJob::new(workers, bytes), engine, &opts)?
         } else {
-            simulate_collective(&topo, build(&spec, None)?, engine, &opts)?
+            simulate_collective(&topo, build_with(&spec, None, source)?, engine, &opts)?
         };
         Ok(PlanReport {
             request: self.clone(),

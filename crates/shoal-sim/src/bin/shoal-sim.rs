@@ -1,15 +1,17 @@
 //! `shoal-sim plan COLLECTIVE --algo NAME --ranks N --size BYTES
 //! --topology T [--link R] [--latency L] [--buffer B] [--engine E]
-//! [--ranks-per-host N] [--seed S] [--json]`: the Rust twin of
+//! [--ranks-per-host N] [--seed S] [--json]` or `shoal-sim plan --plan
+//! FILE.json --topology T ...` (a plan document): the Rust twin of
 //! `shoal sim plan`, for timing the engine without Python
 //! (`cargo run --release -p shoal-sim -- plan allreduce ...`).
 
 use std::process::ExitCode;
 
+use shoal_plan::CallPlans;
 use shoal_sim::plan::PlanRequest;
 
-const USAGE: &str = "usage: shoal-sim plan COLLECTIVE --algo NAME --ranks N --size BYTES \
---topology T [--link RATE] [--latency TIME] [--buffer BYTES] [--engine packet|flow] \
+const USAGE: &str = "usage: shoal-sim plan (COLLECTIVE --algo NAME --ranks N --size BYTES | \
+--plan FILE.json) --topology T [--link RATE] [--latency TIME] [--buffer BYTES] [--engine packet|flow] \
 [--ranks-per-host N] [--seed S] [--host-overhead TIME] [--json]";
 
 fn parse(args: &[String]) -> Result<(PlanRequest, bool), String> {
@@ -20,7 +22,10 @@ fn parse(args: &[String]) -> Result<(PlanRequest, bool), String> {
         Some("plan") => {}
         _ => return Err(USAGE.into()),
     }
-    req.collective = it.next().ok_or(USAGE)?.clone();
+    let mut it = it.peekable();
+    if let Some(collective) = it.next_if(|a| !a.starts_with("--")) {
+        req.collective = collective.clone();
+    }
     while let Some(flag) = it.next() {
         if flag == "--json" {
             json = true;
@@ -46,10 +51,17 @@ fn parse(args: &[String]) -> Result<(PlanRequest, bool), String> {
             "--ranks-per-host" => req.ranks_per_host = number(&value)? as usize,
             "--seed" => req.seed = number(&value)?,
             "--host-overhead" => req.host_overhead = Some(value),
+            "--plan" => req.document = Some(read_document(&value)?),
             other => return Err(format!("unknown option {other}\n{USAGE}")),
         }
     }
     Ok((req, json))
+}
+
+/// The plan document in `path` (`shoal-plan/1`, `shoal.algo.plan_json`).
+fn read_document(path: &str) -> Result<CallPlans, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("--plan {path}: {e}"))?;
+    CallPlans::from_json(&text).map_err(|e| format!("--plan {path}: {e}"))
 }
 
 fn main() -> ExitCode {
