@@ -203,8 +203,12 @@ def sim_plan_json(
     a plan document (``plans``: replaces collective, algo, ranks and size); the report as a JSON object
     string; ValueError on bad input."""
 
-def sim_run_json(pairs: list[tuple[str, str]], progress: Callable[[float], object] | None = None) -> str:
-    """Runs a scenario from flat (dotted key, value) pairs (shoal sim run); the report as a JSON object string."""
+def sim_run_json(
+    pairs: list[tuple[str, str]], progress: Callable[[float], object] | None = None, out: str | None = None
+) -> tuple[str, list[str]]:
+    """Runs a scenario from flat (dotted key, value) pairs (shoal sim run); the report as a JSON object string
+    and the run's warnings (degenerate runs); with ``out``, writes the run's records there (flows.csv,
+    iterations.csv, links.csv)."""
 
 def sim_panama_fig8_json(pairs: list[tuple[str, str]], variant: str, load: float) -> str:
     """One point of PANAMA's Fig. 8 (variant at total load); JSON object string; ValueError on bad input."""

@@ -14,7 +14,7 @@ use crate::algo::{PyCallPlans, PySource};
 /// `SHOAL_ALGORITHMS` or in the calling process), for the simulator: each
 /// rank's plan is what the executor would run, the registered function's
 /// operations lowered by the Rust plan builder.
-struct Registered;
+pub struct Registered;
 
 impl PlanSource for Registered {
     fn has(&self, collective: Collective, name: &str) -> bool {

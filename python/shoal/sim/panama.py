@@ -76,7 +76,26 @@ def fig8(
             "long_throughput": _ratio(pan["long_throughput_bps"], ring["long_throughput_bps"]),
             "training_time": _ratio(ring["mean_iteration_s"], pan["mean_iteration_s"]),
         }
+    result["warnings"] = fig8_warnings(points, loads)
     return result
+
+
+def fig8_warnings(points: dict[str, list[dict[str, Any]]], loads: tuple[float, ...]) -> list[str]:
+    """What makes Fig. 8 degenerate (docs/sim.md, "Files"): a point where no job finished an
+    iteration, or a load at which the variants (Ideal aside) gave identical results."""
+    warnings = []
+    for i, load in enumerate(loads):
+        idle = [v for v, p in points.items() if p[i]["jobs"] and not p[i]["mean_iteration_s"]]
+        if idle:
+            warnings.append(f"load {load}: no job finished an iteration ({', '.join(idle)}); run longer")
+        metrics = {
+            v: (p[i]["p99_short_fct_s"], p[i]["long_throughput_bps"], p[i]["mean_iteration_s"])
+            for v, p in points.items()
+            if v != "ideal"
+        }
+        if len(metrics) > 1 and len(set(metrics.values())) == 1:
+            warnings.append(f"load {load}: the variants {', '.join(metrics)} gave identical results")
+    return warnings
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -188,6 +207,8 @@ def main(args: list[str]) -> int:
     except ValueError as e:
         print(f"shoal sim panama: {e}", file=sys.stderr)
         return 2
+    for warning in f8["warnings"]:
+        print(f"shoal sim panama: warning: {warning}", file=sys.stderr)
     for name, data in (("fig8", f8), ("fig9", f9), ("fig10", f10)):
         (ns.out / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
     print(plot(ns.out, f8, f9, f10), file=sys.stderr)

@@ -5,12 +5,16 @@
 //! - [`config`]: the configuration (flat pairs from the TOML file);
 //! - [`ina`]: in-network aggregation trees at flow level;
 //! - [`run`]: the simulation loop;
-//! - [`report`]: statistics and the JSON report.
+//! - [`report`]: statistics and the JSON report;
+//! - [`records`]: per-flow, per-iteration and per-link records as CSV;
+//! - [`health`]: warnings for degenerate runs.
 
 pub mod config;
+pub mod health;
 pub mod ina;
+pub mod records;
 pub mod report;
 pub mod run;
 
 pub use config::ScenarioConfig;
-pub use run::{run, ScenarioResult};
+pub use run::{run, run_with, ScenarioResult};

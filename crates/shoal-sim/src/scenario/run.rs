@@ -6,7 +6,7 @@ use shoal_plan::Collective;
 
 use super::config::{Algorithm, JobConfig, ScenarioConfig};
 use super::ina::{build_trees, AggTree, InaMode, NO_CC_WEIGHT};
-use crate::dag::{build, CollectiveDag, DagSpec};
+use crate::dag::{build_with, BuiltinOnly, CollectiveDag, DagSpec, PlanSource};
 use crate::flow::collective::RunningDag;
 use crate::flow::network::{link_capacities, route, wire_bytes, PACKET_BYTES};
 use crate::flow::{Event, FlowEngine};
@@ -17,6 +17,7 @@ const BACKGROUND: u64 = 1 << 63;
 const TREE: u64 = 1 << 39;
 const LONG: u64 = 1 << 62;
 const END_TIMER: u64 = u64::MAX;
+const SAMPLE_TIMER: u64 = u64::MAX - 1;
 
 /// How one job reduces, once placed.
 pub enum Comm {
@@ -47,9 +48,29 @@ impl PlacedJob {
 /// One finished background flow.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FlowRecord {
+    pub start_s: f64,
     pub bytes: u64,
     pub fct_s: f64,
+    pub src: u32,
+    pub dst: u32,
 }
+
+/// Cumulative bytes every link had carried at evenly spaced instants, for
+/// utilisation over time (`links.csv`).
+#[derive(Clone, Debug, Default)]
+pub struct LinkSamples {
+    pub times_s: Vec<f64>,
+    /// `bytes[i][l]`: bytes link `l` had carried at `times_s[i]`.
+    pub bytes: Vec<Vec<f64>>,
+    /// (from, to) node and rate (bit/s) of every link.
+    pub ends: Vec<(usize, usize)>,
+    pub rates_bps: Vec<f64>,
+    /// Nodes below this id are hosts.
+    pub hosts: usize,
+}
+
+/// Samples of link bytes per run (`links.csv` has this many rows per link).
+pub const LINK_SAMPLES: usize = 100;
 
 /// Everything a run measured.
 pub struct ScenarioResult {
@@ -59,6 +80,9 @@ pub struct ScenarioResult {
     pub jobs: Vec<PlacedJob>,
     /// Completed iteration times (compute + communication) per job.
     pub iterations: Vec<Vec<f64>>,
+    /// When each of those iterations started (its compute began).
+    pub iteration_starts: Vec<Vec<f64>>,
+    pub link_samples: LinkSamples,
     pub link_utilisation: Vec<f64>,
     pub background_load: f64,
     pub events: u64,
@@ -112,12 +136,14 @@ fn setup_job(
     topo: &Topology,
     job: JobConfig,
     hosts: Vec<usize>,
+    source: &dyn PlanSource,
 ) -> Result<PlacedJob, String> {
     let bytes = job.model.gradient_bytes();
     let plan = |name: &str| -> Result<Comm, String> {
         let mut spec = DagSpec::new(Collective::Allreduce, name, hosts.len(), bytes);
         spec.chunk_bytes = cfg.chunk_bytes;
-        Ok(Comm::Dag(Box::new(build(&spec, Some(hosts.clone()))?)))
+        let dag = build_with(&spec, Some(hosts.clone()), source)?;
+        Ok(Comm::Dag(Box::new(dag)))
     };
     let comm = match &job.algorithm {
         Algorithm::Plan(name) => plan(name)?,
@@ -148,6 +174,16 @@ fn setup_job(
 
 /// Places the configured jobs, then random ones up to the target load.
 pub fn place_jobs(cfg: &ScenarioConfig, topo: &Topology) -> Result<Vec<PlacedJob>, String> {
+    place_jobs_with(cfg, topo, &BuiltinOnly)
+}
+
+/// As [`place_jobs`], with `source` supplying the allreduce algorithms
+/// the built-in registry does not have (registered from Python).
+pub fn place_jobs_with(
+    cfg: &ScenarioConfig,
+    topo: &Topology,
+    source: &dyn PlanSource,
+) -> Result<Vec<PlacedJob>, String> {
     let mut slots = Slots {
         layers: vec![vec![true; topo.hosts()]; cfg.slots_per_host],
     };
@@ -155,7 +191,7 @@ pub fn place_jobs(cfg: &ScenarioConfig, topo: &Topology) -> Result<Vec<PlacedJob
     let mut placed = Vec::new();
     for job in &cfg.jobs {
         let hosts = slots.place(job.workers, job.close, &mut rng)?;
-        placed.push(setup_job(cfg, topo, job.clone(), hosts)?);
+        placed.push(setup_job(cfg, topo, job.clone(), hosts, source)?);
     }
     if let Some(r) = &cfg.random_jobs {
         let link_bps = cfg.link.rate.bits_per_s();
@@ -184,7 +220,7 @@ pub fn place_jobs(cfg: &ScenarioConfig, topo: &Topology) -> Result<Vec<PlacedJob
                 only_tree: None,
             };
             load += ring_offered_load(hosts.len(), &model, link_bps, topo.hosts());
-            placed.push(setup_job(cfg, topo, job, hosts)?);
+            placed.push(setup_job(cfg, topo, job, hosts, source)?);
         }
     }
     Ok(placed)
@@ -284,9 +320,19 @@ fn start_round(
 
 /// Runs `cfg`; `progress` gets the simulated fraction done (0..=1).
 pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<ScenarioResult, String> {
+    run_with(cfg, progress, &BuiltinOnly)
+}
+
+/// As [`run`], with `source` supplying the jobs' allreduce algorithms the
+/// built-in registry does not have (registered from Python).
+pub fn run_with(
+    cfg: &ScenarioConfig,
+    progress: &mut dyn FnMut(f64),
+    source: &dyn PlanSource,
+) -> Result<ScenarioResult, String> {
     let t0 = std::time::Instant::now();
     let topo = Topology::parse(&cfg.topology, cfg.link)?;
-    let jobs = place_jobs(cfg, &topo)?;
+    let jobs = place_jobs_with(cfg, &topo, source)?;
     let mut engine = FlowEngine::new(&link_capacities(&topo))?;
     // DCTCP and PANAMA keep about K packets queued at a busy link; traffic
     // without congestion control fills the buffer.
@@ -367,14 +413,40 @@ pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scenar
         engine.timer(offset + job.config.model.compute_s, j as u64);
     }
     engine.timer(cfg.duration_s, END_TIMER);
+    let sample_every = cfg.duration_s / LINK_SAMPLES as f64;
+    engine.timer(sample_every, SAMPLE_TIMER);
+    let mut link_samples = LinkSamples {
+        ends: topo.links.iter().map(|l| (l.from, l.to)).collect(),
+        rates_bps: topo.links.iter().map(|l| l.rate.bits_per_s()).collect(),
+        hosts: topo.hosts(),
+        ..LinkSamples::default()
+    };
+    let mut iteration_starts = vec![Vec::new(); jobs.len()];
 
     let mut flows = Vec::with_capacity(background.len());
     let mut reported = 0.0;
     while let Some(event) = engine.next_event() {
         let now = match event {
             Event::Timer {
-                token: END_TIMER, ..
-            } => break,
+                token: END_TIMER,
+                time_s,
+            } => {
+                link_samples.times_s.push(time_s);
+                link_samples.bytes.push(engine.link_bytes());
+                break;
+            }
+            Event::Timer {
+                token: SAMPLE_TIMER,
+                time_s,
+            } => {
+                link_samples.times_s.push(time_s);
+                link_samples.bytes.push(engine.link_bytes());
+                // the last sample is taken at the end
+                if time_s + 1.5 * sample_every < cfg.duration_s {
+                    engine.timer(time_s + sample_every, SAMPLE_TIMER);
+                }
+                time_s
+            }
             Event::Timer { token, time_s } => {
                 // Compute done: the allreduce starts.
                 let j = token as usize;
@@ -417,10 +489,13 @@ pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scenar
                 if tag & LONG != 0 {
                     // A persistent flow outlived its budget: nothing to record.
                 } else if tag & BACKGROUND != 0 {
-                    let bytes = background[(tag & !BACKGROUND) as usize].bytes;
+                    let f = &background[(tag & !BACKGROUND) as usize];
                     flows.push(FlowRecord {
-                        bytes,
+                        start_s,
+                        bytes: f.bytes,
                         fct_s: time_s - start_s,
+                        src: f.src,
+                        dst: f.dst,
                     });
                 } else {
                     let j = (tag >> 40) as usize - 1;
@@ -436,6 +511,7 @@ pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scenar
                     if done {
                         running[j] = None;
                         iterations[j].push(time_s - iteration_start[j]);
+                        iteration_starts[j].push(iteration_start[j]);
                         iteration_start[j] = time_s;
                         engine.timer(time_s + jobs[j].config.model.compute_s, j as u64);
                     }
@@ -461,6 +537,8 @@ pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scenar
         flows,
         jobs,
         iterations,
+        iteration_starts,
+        link_samples,
         link_utilisation,
         background_load: cfg.background_load,
         events: engine.events(),
