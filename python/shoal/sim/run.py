@@ -153,7 +153,9 @@ def run(config: Path, out: Path, progress: bool | None = None) -> dict[str, Any]
     """Runs the scenario of TOML file `config`; writes ``out/report.json``, the records ``flows.csv``,
     ``iterations.csv`` and ``links.csv`` (and plots); warns of a degenerate run; returns the report."""
     out.mkdir(parents=True, exist_ok=True)
-    report = run_pairs(flatten(load_toml(config)), ProgressBar(f"shoal sim run {config.name}", progress), out)
+    # A trace file is named relative to the scenario file.
+    pairs = [(k, str(config.parent / v) if k == "background.trace" else v) for k, v in flatten(load_toml(config))]
+    report = run_pairs(pairs, ProgressBar(f"shoal sim run {config.name}", progress), out)
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     for warning in report["warnings"]:
         print(f"shoal sim run: warning: {warning}", file=sys.stderr)

@@ -163,7 +163,7 @@ fn setup_job(
             Comm::Ina { trees, mode: *mode }
         }
     };
-    let link_bps = cfg.link.rate.bits_per_s();
+    let link_bps = cfg.host_bps();
     Ok(PlacedJob {
         offered_load: ring_offered_load(hosts.len(), &job.model, link_bps, topo.hosts()),
         config: job,
@@ -194,7 +194,7 @@ pub fn place_jobs_with(
         placed.push(setup_job(cfg, topo, job.clone(), hosts, source)?);
     }
     if let Some(r) = &cfg.random_jobs {
-        let link_bps = cfg.link.rate.bits_per_s();
+        let link_bps = cfg.host_bps();
         let mut load: f64 = placed.iter().map(|j: &PlacedJob| j.offered_load).sum();
         let mut misses = 0;
         while load < r.load && misses < 100 {
@@ -331,7 +331,10 @@ pub fn run_with(
     source: &dyn PlanSource,
 ) -> Result<ScenarioResult, String> {
     let t0 = std::time::Instant::now();
-    let topo = Topology::parse(&cfg.topology, cfg.link)?;
+    let mut topo = Topology::parse(&cfg.topology, cfg.link)?;
+    if !cfg.tier_rates.is_empty() {
+        topo.set_tier_rates(&cfg.tier_rates)?;
+    }
     let jobs = place_jobs_with(cfg, &topo, source)?;
     let mut engine = FlowEngine::new(&link_capacities(&topo))?;
     // DCTCP and PANAMA keep about K packets queued at a busy link; traffic
@@ -341,7 +344,7 @@ pub fn run_with(
         cfg.link.buffer as f64,
     );
     engine.set_rate_interval(cfg.rate_interval_s);
-    let link_bps = cfg.link.rate.bits_per_s();
+    let link_bps = cfg.host_bps();
 
     // Background flows, all scheduled up front.
     let mut background = Vec::new();
@@ -354,6 +357,20 @@ pub fn run_with(
             );
         }
     }
+    if let Some(f) = cfg
+        .trace
+        .iter()
+        .find(|f| f.src.max(f.dst) as usize >= topo.hosts())
+    {
+        return Err(format!(
+            "background.trace: a flow from host {} to {}, but {} has {} hosts",
+            f.src,
+            f.dst,
+            topo.name,
+            topo.hosts()
+        ));
+    }
+    background.extend(cfg.trace.iter().cloned());
     for (i, f) in background.iter().enumerate() {
         let r = route(
             &topo,
