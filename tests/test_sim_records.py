@@ -147,9 +147,13 @@ def test_a_scenario_job_runs_a_python_algorithm_as_the_builtin_one() -> None:
     assert python["jobs"][0]["iterations_s"] == builtin["jobs"][0]["iterations_s"]
 
 
-def test_a_degenerate_panama_sweep_warns() -> None:
-    from shoal.sim.panama import fig8
+def test_a_degenerate_panama_sweep_warns_and_every_point_has_its_records(tmp_path: Path) -> None:
+    from shoal.sim.panama import fig8, point_dir
 
     # k=4 for 20 ms: no job finishes an iteration (computing takes 0.17-0.7 s).
-    result = fig8(4, "20ms", 1, (0.6,), ("ring", "panama"))
+    result = fig8(4, "20ms", 1, (0.6,), ("ideal", "ring", "panama"), records=tmp_path)
     assert any("no job finished an iteration" in w for w in result["warnings"]), result["warnings"]
+    for where in (point_dir(tmp_path, "ring", 0.6), point_dir(tmp_path, "panama", 0.6)):
+        assert [p.name for p in sorted(where.iterdir())] == ["flows.csv", "iterations.csv", "links.csv"]
+    ideal = point_dir(tmp_path, "ideal", 0.6)
+    assert (ideal / "background" / "flows.csv").exists() and (ideal / "jobs" / "iterations.csv").exists()

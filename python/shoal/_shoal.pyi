@@ -210,8 +210,9 @@ def sim_run_json(
     and the run's warnings (degenerate runs); with ``out``, writes the run's records there (flows.csv,
     iterations.csv, links.csv)."""
 
-def sim_panama_fig8_json(pairs: list[tuple[str, str]], variant: str, load: float) -> str:
-    """One point of PANAMA's Fig. 8 (variant at total load); JSON object string; ValueError on bad input."""
+def sim_panama_fig8_json(pairs: list[tuple[str, str]], variant: str, load: float, out: str | None = None) -> str:
+    """One point of PANAMA's Fig. 8 (variant at total load); JSON object string; ValueError on bad input;
+    with ``out``, writes the point's records there (flows.csv, iterations.csv, links.csv)."""
 
 def sim_panama_fig10_json(congestion_control: bool) -> str:
     """PANAMA's Fig. 10 rate time series on one shared link; JSON object string."""

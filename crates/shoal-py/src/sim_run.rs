@@ -4,7 +4,7 @@
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
-use shoal_sim::panama::{fig10, fig8_point, Variant};
+use shoal_sim::panama::{fig10, fig8_point_recorded, Variant};
 use shoal_sim::scenario::{health, records, run_with, ScenarioConfig};
 
 use crate::sim::Registered;
@@ -45,17 +45,20 @@ pub fn sim_run_json(
 
 /// One point of PANAMA's Fig. 8: `variant` (ideal, ring, switchml, panama,
 /// panama-0.88, ...) at total load `load` over the scenario `pairs`; the
-/// point as a JSON object string.
+/// point as a JSON object string. `out`, if given, is the directory for
+/// the point's records (as `sim_run_json`'s).
 #[pyfunction]
+#[pyo3(signature = (pairs, variant, load, out=None))]
 pub fn sim_panama_fig8_json(
     py: Python<'_>,
     pairs: Vec<(String, String)>,
     variant: &str,
     load: f64,
+    out: Option<std::path::PathBuf>,
 ) -> PyResult<String> {
     let cfg = ScenarioConfig::from_pairs(&pairs).map_err(PyValueError::new_err)?;
     let variant = Variant::parse(variant).map_err(PyValueError::new_err)?;
-    py.allow_threads(|| fig8_point(&cfg, variant, load))
+    py.allow_threads(|| fig8_point_recorded(&cfg, variant, load, out.as_deref()))
         .map(|p| p.to_json())
         .map_err(PyValueError::new_err)
 }

@@ -49,10 +49,17 @@ def base_pairs(k: int, duration: str, seed: int) -> list[tuple[str, str]]:
 
 
 def fig8(
-    k: int, duration: str, seed: int, loads: tuple[float, ...], variants: tuple[str, ...], jobs: int = 1
+    k: int,
+    duration: str,
+    seed: int,
+    loads: tuple[float, ...],
+    variants: tuple[str, ...],
+    jobs: int = 1,
+    records: Path | None = None,
 ) -> dict[str, Any]:
     """Every (variant, load) point, and the ratios vs ring at the highest load. `jobs` points run at
-    once, on threads (the simulator releases the GIL): the points are independent."""
+    once, on threads (the simulator releases the GIL): the points are independent. With `records`,
+    each point's CSV records go to ``records/fig8-VARIANT-LOAD/`` (docs/sim.md, "Files")."""
     from concurrent.futures import ThreadPoolExecutor
 
     from shoal._shoal import sim_panama_fig8_json
@@ -63,7 +70,12 @@ def fig8(
     todo = [(v, load) for load in loads for v in variants]
     bar(0.0)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(sim_panama_fig8_json, pairs, v, load) for v, load in todo]
+        futures = [
+            pool.submit(
+                sim_panama_fig8_json, pairs, v, load, None if records is None else str(point_dir(records, v, load))
+            )
+            for v, load in todo
+        ]
         for i, ((v, _), future) in enumerate(zip(todo, futures)):
             points[v].append(json.loads(future.result()))
             bar((i + 1) / len(todo))
@@ -96,6 +108,11 @@ def fig8_warnings(points: dict[str, list[dict[str, Any]]], loads: tuple[float, .
         if len(metrics) > 1 and len(set(metrics.values())) == 1:
             warnings.append(f"load {load}: the variants {', '.join(metrics)} gave identical results")
     return warnings
+
+
+def point_dir(records: Path, variant: str, load: float) -> Path:
+    """Where a Fig. 8 point's records go."""
+    return records / f"fig8-{variant}-{load:g}"
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -201,7 +218,7 @@ def main(args: list[str]) -> int:
         return e.code if isinstance(e.code, int) else 2
     ns.out.mkdir(parents=True, exist_ok=True)
     try:
-        f8 = fig8(ns.k, ns.duration, ns.seed, tuple(ns.loads), tuple(ns.variants), ns.jobs)
+        f8 = fig8(ns.k, ns.duration, ns.seed, tuple(ns.loads), tuple(ns.variants), ns.jobs, records=ns.out)
         f9 = fig9(ns.seed)
         f10 = fig10()
     except ValueError as e:
