@@ -3,6 +3,7 @@
 //! iteration times, link utilisation) and reported as JSON.
 //!
 //! - [`config`]: the configuration (flat pairs from the TOML file);
+//! - [`file`]: the TOML file read in Rust (`shoal-sim run`);
 //! - [`ina`]: in-network aggregation trees at flow level;
 //! - [`run`]: the simulation loop;
 //! - [`report`]: statistics and the JSON report;
@@ -10,6 +11,7 @@
 //! - [`health`]: warnings for degenerate runs.
 
 pub mod config;
+pub mod file;
 pub mod health;
 pub mod ina;
 pub mod records;
