@@ -120,3 +120,13 @@ def test_a_new_python_allreduce_is_verified_run_traced_and_simulated_at_1024_ran
     assert flow["messages"] == packet["messages"] == 1024 * 4 * 1023
     assert 0 < flow["time_s"] and 0 < packet["time_s"]
     print(f"bidir_ring at 1024 ranks: {first:.1f} CPU s for plans, DAG and flow engine")
+
+
+def test_tier_rates_slow_a_ring_that_crosses_the_core(capsys: pytest.CaptureFixture[str]) -> None:
+    base = "sim plan allreduce --algo ring --ranks 16 --size 4MiB --topology fattree:k=4 --engine flow --json"
+    assert cli.main(base.split()) == 0
+    even = json.loads(capsys.readouterr().out)
+    # The ring's neighbours 3->4, 7->8, ... cross the aggregation tier: at 1 Gb/s it bounds the ring.
+    assert cli.main([*base.split(), "--tier-rates", "10gbit,1gbit"]) == 0
+    slow = json.loads(capsys.readouterr().out)
+    assert 8 < slow["time_s"] / even["time_s"] < 10.5

@@ -198,6 +198,7 @@ def sim_plan_json(
     seed: int = 0,
     host_overhead: str | None = None,
     plans: CallPlans | None = None,
+    tier_rates: str | None = None,
 ) -> str:
     """Simulates one collective call (shoal sim plan) of a built-in or Python-registered algorithm, or of
     a plan document (``plans``: replaces collective, algo, ranks and size); the report as a JSON object

@@ -45,7 +45,7 @@ impl PlanSource for Registered {
 /// plan document, replaces `collective`, `algo`, `ranks` and `size`.
 /// `ValueError` names a bad argument. Releases the GIL while simulating.
 #[pyfunction]
-#[pyo3(signature = (collective, algo, ranks, size, topology, link=None, latency=None, buffer=None, engine="packet", ranks_per_host=1, seed=0, host_overhead=None, plans=None))]
+#[pyo3(signature = (collective, algo, ranks, size, topology, link=None, latency=None, buffer=None, engine="packet", ranks_per_host=1, seed=0, host_overhead=None, plans=None, tier_rates=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn sim_plan_json(
     py: Python<'_>,
@@ -62,6 +62,7 @@ pub fn sim_plan_json(
     seed: u64,
     host_overhead: Option<String>,
     plans: Option<PyRef<'_, PyCallPlans>>,
+    tier_rates: Option<String>,
 ) -> PyResult<String> {
     let request = PlanRequest {
         collective,
@@ -72,6 +73,7 @@ pub fn sim_plan_json(
         link,
         latency,
         buffer,
+        tier_rates,
         engine: engine.to_string(),
         ranks_per_host,
         seed,

@@ -8,7 +8,7 @@ use crate::dag::{build_with, BuiltinOnly, DagSpec, Document, PlanSource};
 use crate::engine::{simulate_collective, simulate_ina, Engine, Options, Outcome};
 use crate::packet::InaJob;
 use crate::topology::{LinkSpec, Topology};
-use crate::units::{parse_bytes, parse_time, seconds};
+use crate::units::{parse_bytes, parse_rate, parse_time, seconds};
 
 /// One `shoal sim plan` request, as typed.
 #[derive(Clone, Debug)]
@@ -22,6 +22,9 @@ pub struct PlanRequest {
     pub link: Option<String>,
     pub latency: Option<String>,
     pub buffer: Option<String>,
+    /// Link rate per tier, comma-separated ("10gbit,40gbit"): hosts'
+    /// links first ([`Topology::set_tier_rates`]).
+    pub tier_rates: Option<String>,
     pub engine: String,
     pub ranks_per_host: usize,
     pub seed: u64,
@@ -44,6 +47,7 @@ impl Default for PlanRequest {
             link: None,
             latency: None,
             buffer: None,
+            tier_rates: None,
             engine: "packet".into(),
             ranks_per_host: 1,
             seed: 0,
@@ -116,7 +120,14 @@ impl PlanRequest {
             self.latency.as_deref(),
             self.buffer.as_deref(),
         )?;
-        let topo = Topology::parse(&self.topology, link)?;
+        let mut topo = Topology::parse(&self.topology, link)?;
+        if let Some(rates) = &self.tier_rates {
+            let rates = rates
+                .split(',')
+                .map(|r| parse_rate(r.trim()))
+                .collect::<Result<Vec<_>, _>>()?;
+            topo.set_tier_rates(&rates)?;
+        }
         let bytes = spec.bytes;
         let hosts_needed = self.ranks.div_ceil(spec.ranks_per_host);
         if hosts_needed > topo.hosts() {

@@ -37,6 +37,7 @@ def plan(
     seed: int = 0,
     host_overhead: str | None = None,
     document: str | Path | CallPlans | None = None,
+    tier_rates: str | None = None,
 ) -> dict[str, Any]:
     """Simulates one call of `collective` with algorithm `algo` on `ranks` ranks of `size` bytes each.
 
@@ -46,6 +47,7 @@ def plan(
     named algorithm: its collective, ranks and size (fp32 elements) replace those arguments.
     `topology` is ``fattree:k=K``, ``leafspine:leaves=L,spines=S,hosts=H`` or ``star:hosts=N``;
     `link`, `latency` and `buffer` set every link (``"10gbit"``, ``"1us"``, ``"600KB"``);
+    `tier_rates` (``"10gbit,40gbit"``) sets the rate of each tier of links, hosts' links first;
     `host_overhead` (``"450us"``, packet engine) delays every message by the hosts' software time.
     Returns the report: ``time_s`` (simulated), ``events``, ``events_per_s``, ``wall_s`` and
     what was simulated. Raises ``ValueError`` naming a bad argument.
@@ -71,6 +73,7 @@ def plan(
         seed=seed,
         host_overhead=host_overhead,
         plans=plans,
+        tier_rates=tier_rates,
     )
     result: dict[str, Any] = json.loads(report)
     return result

@@ -30,6 +30,7 @@ def _plan(args: list[str]) -> int:
     p.add_argument("--link", help="link rate (default 10gbit)")
     p.add_argument("--latency", help="link propagation latency (default 1us)")
     p.add_argument("--buffer", help="switch output buffer per port (default 600KB)")
+    p.add_argument("--tier-rates", help="link rate per tier, hosts' links first: 10gbit,40gbit,100gbit")
     p.add_argument("--engine", choices=ENGINES, default="packet", help="simulation engine (default packet)")
     p.add_argument("--ranks-per-host", type=int, default=1, help="ranks per host, in contiguous blocks (default 1)")
     p.add_argument("--seed", type=int, default=0, help="ECMP hash seed (default 0)")
@@ -56,6 +57,7 @@ def _plan(args: list[str]) -> int:
             seed=ns.seed,
             host_overhead=ns.host_overhead,
             document=ns.plan,
+            tier_rates=ns.tier_rates,
         )
     except ValueError as e:
         print(f"shoal sim plan: {e}", file=sys.stderr)

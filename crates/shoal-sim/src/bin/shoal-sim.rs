@@ -14,7 +14,7 @@ use shoal_sim::scenario::{file, health, records, run};
 use std::path::Path;
 
 const USAGE: &str = "usage: shoal-sim plan (COLLECTIVE --algo NAME --ranks N --size BYTES | \
---plan FILE.json) --topology T [--link RATE] [--latency TIME] [--buffer BYTES] [--engine packet|flow] \
+--plan FILE.json) --topology T [--link RATE] [--latency TIME] [--buffer BYTES] [--tier-rates R0,R1,..] [--engine packet|flow] \
 [--ranks-per-host N] [--seed S] [--host-overhead TIME] [--json]";
 
 fn parse(args: &[String]) -> Result<(PlanRequest, bool), String> {
@@ -50,6 +50,7 @@ fn parse(args: &[String]) -> Result<(PlanRequest, bool), String> {
             "--link" => req.link = Some(value),
             "--latency" => req.latency = Some(value),
             "--buffer" => req.buffer = Some(value),
+            "--tier-rates" => req.tier_rates = Some(value),
             "--engine" => req.engine = value,
             "--ranks-per-host" => req.ranks_per_host = number(&value)? as usize,
             "--seed" => req.seed = number(&value)?,
