@@ -46,6 +46,16 @@ def test_packet_engine_scenario_through_the_cli(tmp_path: Path) -> None:
     assert 0.05 < report["carried_load"] < 1.0
     assert report["jobs"][0]["iterations_s"] and report["jobs"][0]["aggregated"] is False
     assert "carried" in proc.stdout
+    # The packet engine writes the flow engine's records (docs/sim.md, "Files"), the warm-up left out.
+    from shoal.sim.run import read_csv
+
+    flows = read_csv(out / "flows.csv")
+    assert len(flows) == report["background"]["flows"] - report["background"]["unfinished"]
+    assert all(float(f["start_s"]) >= 0.05 for f in flows)
+    iterations = read_csv(out / "iterations.csv")
+    assert [float(i["time_s"]) for i in iterations] == report["jobs"][0]["iterations_s"]
+    assert len(read_csv(out / "links.csv")) == 10 * 100
+    assert report["warnings"] == []
 
 
 def test_the_flow_engine_refuses_pfc(tmp_path: Path) -> None:

@@ -197,14 +197,23 @@ def sim_plan_json(
     ranks_per_host: int = 1,
     seed: int = 0,
     host_overhead: str | None = None,
+    plans: CallPlans | None = None,
+    tier_rates: str | None = None,
 ) -> str:
-    """Simulates one collective call (shoal sim plan); the report as a JSON object string; ValueError on bad input."""
+    """Simulates one collective call (shoal sim plan) of a built-in or Python-registered algorithm, or of
+    a plan document (``plans``: replaces collective, algo, ranks and size); the report as a JSON object
+    string; ValueError on bad input."""
 
-def sim_run_json(pairs: list[tuple[str, str]], progress: Callable[[float], object] | None = None) -> str:
-    """Runs a scenario from flat (dotted key, value) pairs (shoal sim run); the report as a JSON object string."""
+def sim_run_json(
+    pairs: list[tuple[str, str]], progress: Callable[[float], object] | None = None, out: str | None = None
+) -> tuple[str, list[str]]:
+    """Runs a scenario from flat (dotted key, value) pairs (shoal sim run); the report as a JSON object string
+    and the run's warnings (degenerate runs); with ``out``, writes the run's records there (flows.csv,
+    iterations.csv, links.csv)."""
 
-def sim_panama_fig8_json(pairs: list[tuple[str, str]], variant: str, load: float) -> str:
-    """One point of PANAMA's Fig. 8 (variant at total load); JSON object string; ValueError on bad input."""
+def sim_panama_fig8_json(pairs: list[tuple[str, str]], variant: str, load: float, out: str | None = None) -> str:
+    """One point of PANAMA's Fig. 8 (variant at total load); JSON object string; ValueError on bad input;
+    with ``out``, writes the point's records there (flows.csv, iterations.csv, links.csv)."""
 
 def sim_panama_fig10_json(congestion_control: bool) -> str:
     """PANAMA's Fig. 10 rate time series on one shared link; JSON object string."""

@@ -28,6 +28,8 @@
 //! verify_plans(&shape, &plans).unwrap();
 //! ```
 
+use std::collections::BTreeMap;
+
 use crate::partition::{piece_count, pieces};
 use crate::plan::{Buf, CallShape, Collective, Op, Plan, Region};
 
@@ -236,24 +238,23 @@ pub fn accesses(op: &Op) -> (Vec<Region>, Vec<Region>) {
 }
 
 /// Per element range: the last step that wrote it and the steps that read it since.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 struct Segment {
-    start: usize,
     writer: Option<usize>,
     readers: Vec<usize>,
 }
 
-/// Sorted segments covering `[0, usize::MAX)` of one buffer.
+/// Segments covering `[0, usize::MAX)` of one buffer, keyed by their start.
+/// A map, not a sorted `Vec`: a 1024-rank ring cuts each buffer into 1024
+/// blocks, walking them downwards, and inserting each cut near the front
+/// of a `Vec` moved the cuts already made (quadratic: a tenth of
+/// simulating that ring was this memmove).
 #[derive(Clone, Debug)]
-struct Hazards(Vec<Segment>);
+struct Hazards(BTreeMap<usize, Segment>);
 
 impl Default for Hazards {
     fn default() -> Self {
-        Hazards(vec![Segment {
-            start: 0,
-            writer: None,
-            readers: Vec::new(),
-        }])
+        Hazards(BTreeMap::from([(0, Segment::default())]))
     }
 }
 
@@ -267,9 +268,9 @@ impl Hazards {
         write: bool,
         deps: &mut Vec<usize>,
     ) {
-        let first = self.split(start);
-        let last = self.split(end);
-        for seg in &mut self.0[first..last] {
+        self.split(start);
+        self.split(end);
+        for seg in self.0.range_mut(start..end).map(|(_, seg)| seg) {
             if write {
                 if seg.readers.is_empty() {
                     deps.extend(seg.writer);
@@ -285,15 +286,16 @@ impl Hazards {
         }
     }
 
-    /// Makes a segment start at `pos` and returns its index.
-    fn split(&mut self, pos: usize) -> usize {
-        let i = self.0.partition_point(|s| s.start <= pos) - 1;
-        if self.0[i].start == pos {
-            return i;
+    /// Makes a segment start at `pos`.
+    fn split(&mut self, pos: usize) {
+        let (&start, seg) = self
+            .0
+            .range(..=pos)
+            .next_back()
+            .expect("the first segment starts at 0");
+        if start != pos {
+            let tail = seg.clone();
+            self.0.insert(pos, tail);
         }
-        let mut tail = self.0[i].clone();
-        tail.start = pos;
-        self.0.insert(i + 1, tail);
-        i + 1
     }
 }

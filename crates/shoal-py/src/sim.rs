@@ -3,13 +3,49 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+use shoal_core::select::{self, PlanSource as _};
+use shoal_plan::{CallShape, Collective, Plan};
+use shoal_sim::dag::PlanSource;
 use shoal_sim::plan::PlanRequest;
+
+use crate::algo::{PyCallPlans, PySource};
+
+/// Algorithms registered from Python (`shoal.algo.register`, loaded through
+/// `SHOAL_ALGORITHMS` or in the calling process), for the simulator: each
+/// rank's plan is what the executor would run, the registered function's
+/// operations lowered by the Rust plan builder.
+pub struct Registered;
+
+impl PlanSource for Registered {
+    fn has(&self, collective: Collective, name: &str) -> bool {
+        select::registered(collective, name).is_some()
+    }
+
+    fn plan(&self, name: &str, shape: &CallShape, rank: usize) -> Result<Plan, String> {
+        let alg = select::registered(shape.collective, name)
+            .ok_or_else(|| format!("no Python algorithm {}/{name}", shape.collective))?;
+        // The simulation runs without the GIL; the algorithm needs it.
+        Python::with_gil(|py| {
+            let source = PySource::new(py);
+            source
+                .plan(alg, shape, rank)
+                .map_err(|e| source.to_py(e).to_string())
+        })
+    }
+
+    /// A registered name keeps its definition for the life of the process.
+    fn reusable(&self) -> bool {
+        true
+    }
+}
 
 /// Simulates one collective call (`shoal sim plan`); returns the report as
 /// a JSON object string (`time_s`, `events`, `events_per_s`, `wall_s`, ...).
+/// `algo` is a built-in algorithm or one registered from Python; `plans`, a
+/// plan document, replaces `collective`, `algo`, `ranks` and `size`.
 /// `ValueError` names a bad argument. Releases the GIL while simulating.
 #[pyfunction]
-#[pyo3(signature = (collective, algo, ranks, size, topology, link=None, latency=None, buffer=None, engine="packet", ranks_per_host=1, seed=0, host_overhead=None))]
+#[pyo3(signature = (collective, algo, ranks, size, topology, link=None, latency=None, buffer=None, engine="packet", ranks_per_host=1, seed=0, host_overhead=None, plans=None, tier_rates=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn sim_plan_json(
     py: Python<'_>,
@@ -25,6 +61,8 @@ pub fn sim_plan_json(
     ranks_per_host: usize,
     seed: u64,
     host_overhead: Option<String>,
+    plans: Option<PyRef<'_, PyCallPlans>>,
+    tier_rates: Option<String>,
 ) -> PyResult<String> {
     let request = PlanRequest {
         collective,
@@ -35,12 +73,14 @@ pub fn sim_plan_json(
         link,
         latency,
         buffer,
+        tier_rates,
         engine: engine.to_string(),
         ranks_per_host,
         seed,
         host_overhead,
+        document: plans.map(|p| p.inner.clone()),
     };
-    py.allow_threads(|| request.run())
+    py.allow_threads(|| request.run_with(&Registered))
         .map(|report| report.to_json())
         .map_err(PyValueError::new_err)
 }

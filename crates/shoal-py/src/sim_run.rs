@@ -1,23 +1,30 @@
 //! Scenarios and the PANAMA reproduction (crate shoal-sim) for
 //! `shoal sim run` and `shoal sim panama`.
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
-use shoal_sim::panama::{fig10, fig8_point, Variant};
-use shoal_sim::scenario::{run, ScenarioConfig};
+use shoal_sim::panama::{fig10, fig8_point_recorded, Variant};
+use shoal_sim::scenario::{health, records, run_with, ScenarioConfig};
+
+use crate::sim::Registered;
 
 /// Runs a scenario given as flat `(key, value)` pairs (the dotted keys of
 /// its TOML file); returns the report as a JSON object string. `progress`,
 /// if given, is called with the simulated fraction done (0..1). Releases
-/// the GIL while simulating. `ValueError` names a bad key or value.
+/// the GIL while simulating. `out`, if given, is the directory for the
+/// run's records (`flows.csv`, `iterations.csv`, `links.csv`).
+/// Returns the report and the run's warnings (a degenerate run: no
+/// iteration finished, carried load far below offered).
+/// `ValueError` names a bad key or value, `OSError` a file not written.
 #[pyfunction]
-#[pyo3(signature = (pairs, progress=None))]
+#[pyo3(signature = (pairs, progress=None, out=None))]
 pub fn sim_run_json(
     py: Python<'_>,
     pairs: Vec<(String, String)>,
     progress: Option<PyObject>,
-) -> PyResult<String> {
+    out: Option<std::path::PathBuf>,
+) -> PyResult<(String, Vec<String>)> {
     let cfg = ScenarioConfig::from_pairs(&pairs).map_err(PyValueError::new_err)?;
     let result = py.allow_threads(|| {
         let mut report = |fraction: f64| {
@@ -26,24 +33,32 @@ pub fn sim_run_json(
                 Python::with_gil(|py| drop(cb.call1(py, (fraction,))));
             }
         };
-        run(&cfg, &mut report)
+        run_with(&cfg, &mut report, &Registered)
     });
-    result.map(|r| r.to_json()).map_err(PyValueError::new_err)
+    let result = result.map_err(PyValueError::new_err)?;
+    if let Some(dir) = out {
+        records::write(&result, &dir)
+            .map_err(|e| PyOSError::new_err(format!("{}: {e}", dir.display())))?;
+    }
+    Ok((result.to_json(), health::warnings(&result)))
 }
 
 /// One point of PANAMA's Fig. 8: `variant` (ideal, ring, switchml, panama,
 /// panama-0.88, ...) at total load `load` over the scenario `pairs`; the
-/// point as a JSON object string.
+/// point as a JSON object string. `out`, if given, is the directory for
+/// the point's records (as `sim_run_json`'s).
 #[pyfunction]
+#[pyo3(signature = (pairs, variant, load, out=None))]
 pub fn sim_panama_fig8_json(
     py: Python<'_>,
     pairs: Vec<(String, String)>,
     variant: &str,
     load: f64,
+    out: Option<std::path::PathBuf>,
 ) -> PyResult<String> {
     let cfg = ScenarioConfig::from_pairs(&pairs).map_err(PyValueError::new_err)?;
     let variant = Variant::parse(variant).map_err(PyValueError::new_err)?;
-    py.allow_threads(|| fig8_point(&cfg, variant, load))
+    py.allow_threads(|| fig8_point_recorded(&cfg, variant, load, out.as_deref()))
         .map(|p| p.to_json())
         .map_err(PyValueError::new_err)
 }

@@ -28,7 +28,7 @@
 
 mod shared;
 
-use shoal_plan::{algorithms, CallShape, Collective, Op, Plan};
+use shoal_plan::{algorithms, CallPlans, CallShape, Collective, Op, Plan};
 
 /// One point-to-point transfer of a collective. Its dependencies are
 /// [`CollectiveDag::deps`].
@@ -113,9 +113,104 @@ impl DagSpec {
     }
 }
 
+/// Plans of algorithms the built-in registry does not have: those
+/// registered from Python (shoal-py asks the registered function for one
+/// rank at a time and lowers its operations in Rust) or a plan document
+/// ([`Document`]). The simulated DAG is built from the same per-rank plans
+/// the executor would run.
+pub trait PlanSource {
+    /// Whether this source makes plans for algorithm `name` of `collective`.
+    fn has(&self, collective: Collective, name: &str) -> bool;
+    /// The plan of `rank` for a call of `shape`; asked once per rank, in
+    /// rank order.
+    fn plan(&self, name: &str, shape: &CallShape, rank: usize) -> Result<Plan, String>;
+    /// Whether the plans are a function of (algorithm, shape) alone, so
+    /// the DAG built from them may serve the next call of the same shape
+    /// ([`build_with`] keeps the last one): a Python algorithm's function
+    /// runs once per rank, ~25 ms a rank at 1024 ranks of a ring.
+    fn reusable(&self) -> bool {
+        false
+    }
+}
+
+/// No plans beyond the built-in ones.
+pub struct BuiltinOnly;
+
+impl PlanSource for BuiltinOnly {
+    fn has(&self, _: Collective, _: &str) -> bool {
+        false
+    }
+    fn plan(&self, name: &str, _: &CallShape, _: usize) -> Result<Plan, String> {
+        Err(format!("no plans for algorithm '{name}'"))
+    }
+}
+
+/// A plan document (`shoal-plan/1`, `shoal.algo.plan_json`): the plans of
+/// every rank of one call shape, served under the algorithm's name.
+pub struct Document {
+    pub plans: CallPlans,
+    /// The name it answers to: the document's algorithm without its
+    /// collective (`"allreduce/ring"` -> `"ring"`), else `"plan"`.
+    pub name: String,
+}
+
+impl Document {
+    pub fn new(plans: CallPlans) -> Document {
+        let name = plans
+            .algorithm
+            .as_deref()
+            .map(|a| a.rsplit('/').next().unwrap_or(a).to_string())
+            .unwrap_or_else(|| "plan".into());
+        Document { plans, name }
+    }
+
+    /// The call the document was made for, as a [`DagSpec`] (fp32
+    /// elements, the document's pieces, root and ranks per host).
+    pub fn spec(&self) -> Result<DagSpec, String> {
+        let s = &self.plans.shape;
+        if s.counts.is_some() {
+            return Err("plan documents with per-rank counts are not simulated".into());
+        }
+        let mut spec = DagSpec::new(s.collective, &self.name, s.world, s.count as u64 * 4);
+        spec.chunk_bytes = s.chunk as u64 * 4;
+        spec.ranks_per_host = s.ranks_per_host;
+        spec.root = s.root;
+        Ok(spec)
+    }
+}
+
+impl PlanSource for Document {
+    fn has(&self, collective: Collective, name: &str) -> bool {
+        collective == self.plans.shape.collective && name == self.name
+    }
+    fn plan(&self, _: &str, shape: &CallShape, rank: usize) -> Result<Plan, String> {
+        if *shape != self.plans.shape {
+            return Err(format!(
+                "the plan document is for {:?}, not {shape:?}",
+                self.plans.shape
+            ));
+        }
+        self.plans
+            .plans
+            .get(rank)
+            .cloned()
+            .ok_or_else(|| format!("the plan document has no plan for rank {rank}"))
+    }
+}
+
 /// Generates the DAG of `spec` with ranks placed by `placement`
-/// (`None`: [`DagSpec::block_placement`]).
+/// (`None`: [`DagSpec::block_placement`]) from a built-in algorithm.
 pub fn build(spec: &DagSpec, placement: Option<Vec<usize>>) -> Result<CollectiveDag, String> {
+    build_with(spec, placement, &BuiltinOnly)
+}
+
+/// As [`build`], with `source` supplying the algorithms the built-in
+/// registry does not have.
+pub fn build_with(
+    spec: &DagSpec,
+    placement: Option<Vec<usize>>,
+    source: &dyn PlanSource,
+) -> Result<CollectiveDag, String> {
     if spec.world == 0 {
         return Err("a collective needs at least one rank".into());
     }
@@ -133,22 +228,67 @@ pub fn build(spec: &DagSpec, placement: Option<Vec<usize>>) -> Result<Collective
             spec.world
         ));
     }
-    let algo = algorithms::find(spec.collective, &spec.algorithm)?;
     let shape = spec.shape();
-    if let Some(why) = algo.refuses(&shape) {
-        return Err(format!("{} cannot serve this call: {why}", algo.name));
+    if source.has(spec.collective, &spec.algorithm) && source.reusable() {
+        let key = (
+            spec.algorithm.clone(),
+            shape.clone(),
+            spec.elem_size,
+            placement.clone(),
+        );
+        let mut last = LAST_BUILT.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((k, dag)) = last.as_ref() {
+            if *k == key {
+                return Ok(dag.clone());
+            }
+        }
+        *last = None; // free the old one before building the next
+        let plan = |rank| source.plan(&spec.algorithm, &shape, rank);
+        let dag = assemble(
+            spec,
+            spec.algorithm.clone(),
+            messages_from(spec, plan)?,
+            placement,
+        );
+        *last = Some((key, dag.clone()));
+        return Ok(dag);
     }
-    let (messages, dep_offsets, dep_ids, reduce_bytes) = if algo.reads_peers() {
-        let plans: Vec<Plan> = (0..spec.world)
-            .map(|r| (algo.generate)(&shape, r))
-            .collect();
-        shared::build(&plans, spec.elem_size as u64)?
+    let (name, parts) = if source.has(spec.collective, &spec.algorithm) {
+        let plan = |rank| source.plan(&spec.algorithm, &shape, rank);
+        (spec.algorithm.clone(), messages_from(spec, plan)?)
     } else {
-        messages_of(spec, &shape, algo.generate)?
+        let algo = algorithms::find(spec.collective, &spec.algorithm)?;
+        if let Some(why) = algo.refuses(&shape) {
+            return Err(format!("{} cannot serve this call: {why}", algo.name));
+        }
+        let parts = if algo.reads_peers() {
+            let plans: Vec<Plan> = (0..spec.world)
+                .map(|r| (algo.generate)(&shape, r))
+                .collect();
+            shared::build(&plans, spec.elem_size as u64)?
+        } else {
+            messages_of(spec, &shape, algo.generate)?
+        };
+        (algo.name.to_string(), parts)
     };
-    Ok(CollectiveDag {
+    Ok(assemble(spec, name, parts, placement))
+}
+
+/// The DAG last built from a reusable [`PlanSource`], under (algorithm,
+/// shape, element size, placement).
+type LastBuilt = Option<((String, CallShape, usize, Vec<usize>), CollectiveDag)>;
+static LAST_BUILT: std::sync::Mutex<LastBuilt> = std::sync::Mutex::new(None);
+
+fn assemble(
+    spec: &DagSpec,
+    algorithm: String,
+    parts: Parts,
+    placement: Vec<usize>,
+) -> CollectiveDag {
+    let (messages, dep_offsets, dep_ids, reduce_bytes) = parts;
+    CollectiveDag {
         collective: spec.collective,
-        algorithm: algo.name.to_string(),
+        algorithm,
         world: spec.world,
         bytes_per_rank: spec.bytes,
         messages,
@@ -156,7 +296,7 @@ pub fn build(spec: &DagSpec, placement: Option<Vec<usize>>) -> Result<Collective
         dep_ids,
         placement,
         reduce_bytes,
-    })
+    }
 }
 
 /// Messages, dependencies (CSR offsets and ids) and bytes reduced per rank.
@@ -176,6 +316,44 @@ fn messages_of(
         |plan| builder.add_plan(&plan),
     )?;
     builder.finish()
+}
+
+/// The messages of plans from a [`PlanSource`], asked for in rank order on
+/// this thread (a Python algorithm runs under the interpreter's lock).
+/// Plans of messages stream through the builder; shared-memory plans (a
+/// plan document may hold them) are collected for [`shared::build`].
+fn messages_from(
+    spec: &DagSpec,
+    mut plan: impl FnMut(usize) -> Result<Plan, String>,
+) -> Result<Parts, String> {
+    let elem = spec.elem_size as u64;
+    let first = plan(0)?;
+    if reads_peers(&first) {
+        let mut plans = vec![first];
+        for rank in 1..spec.world {
+            plans.push(plan(rank)?);
+        }
+        return shared::build(&plans, elem);
+    }
+    let mut builder = Builder::new(spec.world, elem);
+    builder.add_plan(&first)?;
+    for rank in 1..spec.world {
+        builder.add_plan(&plan(rank)?)?;
+    }
+    builder.finish()
+}
+
+/// Whether a plan has shared-memory steps (reads of peers' buffers).
+fn reads_peers(plan: &Plan) -> bool {
+    plan.steps.iter().any(|s| {
+        matches!(
+            s.op,
+            Op::Expose { .. }
+                | Op::PeerRead { .. }
+                | Op::PeerReadReduce { .. }
+                | Op::Release { .. }
+        )
+    })
 }
 
 /// Calls `consume` on the plan of every rank, in rank order. Generating

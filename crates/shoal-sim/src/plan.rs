@@ -2,13 +2,13 @@
 //! strings a user types to a JSON report. Shared by the Rust binary
 //! (`cargo run --release -p shoal-sim -- plan ...`) and the Python binding.
 
-use shoal_plan::Collective;
+use shoal_plan::{CallPlans, Collective};
 
-use crate::dag::{build, DagSpec};
+use crate::dag::{build_with, BuiltinOnly, DagSpec, Document, PlanSource};
 use crate::engine::{simulate_collective, simulate_ina, Engine, Options, Outcome};
 use crate::packet::InaJob;
 use crate::topology::{LinkSpec, Topology};
-use crate::units::{parse_bytes, parse_time, seconds};
+use crate::units::{parse_bytes, parse_rate, parse_time, seconds};
 
 /// One `shoal sim plan` request, as typed.
 #[derive(Clone, Debug)]
@@ -22,12 +22,18 @@ pub struct PlanRequest {
     pub link: Option<String>,
     pub latency: Option<String>,
     pub buffer: Option<String>,
+    /// Link rate per tier, comma-separated ("10gbit,40gbit"): hosts'
+    /// links first ([`Topology::set_tier_rates`]).
+    pub tier_rates: Option<String>,
     pub engine: String,
     pub ranks_per_host: usize,
     pub seed: u64,
     /// Host software time per message ("450us"; packet engine only, see
     /// `PacketConfig::host_overhead`).
     pub host_overhead: Option<String>,
+    /// A plan document (`--plan FILE.json`) to simulate instead of a named
+    /// algorithm: the collective, ranks, size and pieces come from it.
+    pub document: Option<CallPlans>,
 }
 
 impl Default for PlanRequest {
@@ -41,10 +47,12 @@ impl Default for PlanRequest {
             link: None,
             latency: None,
             buffer: None,
+            tier_rates: None,
             engine: "packet".into(),
             ranks_per_host: 1,
             seed: 0,
             host_overhead: None,
+            document: None,
         }
     }
 }
@@ -59,25 +67,68 @@ pub struct PlanReport {
 }
 
 impl PlanRequest {
+    /// Runs a built-in algorithm or the plan document.
     pub fn run(&self) -> Result<PlanReport, String> {
-        let collective = Collective::from_name(&self.collective).ok_or_else(|| {
+        self.run_with(&BuiltinOnly)
+    }
+
+    /// Runs the request, with `source` supplying the algorithms the
+    /// built-in registry does not have (those registered from Python).
+    pub fn run_with(&self, source: &dyn PlanSource) -> Result<PlanReport, String> {
+        match &self.document {
+            Some(plans) => {
+                let document = Document::new(plans.clone());
+                let spec = document.spec()?;
+                let request = PlanRequest {
+                    collective: spec.collective.name().into(),
+                    algo: spec.algorithm.clone(),
+                    ranks: spec.world,
+                    size: spec.bytes.to_string(),
+                    ranks_per_host: spec.ranks_per_host,
+                    document: None,
+                    ..self.clone()
+                };
+                request.simulate(spec, &document)
+            }
+            None => {
+                let collective = self.collective()?;
+                let bytes = parse_bytes(&self.size)?;
+                let mut spec = DagSpec::new(collective, &self.algo, self.ranks, bytes);
+                spec.ranks_per_host = self.ranks_per_host.max(1);
+                self.simulate(spec, source)
+            }
+        }
+    }
+
+    fn collective(&self) -> Result<Collective, String> {
+        Collective::from_name(&self.collective).ok_or_else(|| {
             let names: Vec<_> = Collective::ALL.iter().map(|c| c.name()).collect();
             format!(
                 "unknown collective '{}'; valid: {}",
                 self.collective,
                 names.join(", ")
             )
-        })?;
+        })
+    }
+
+    /// Simulates `spec` (its algorithm from the registry or `source`).
+    fn simulate(&self, spec: DagSpec, source: &dyn PlanSource) -> Result<PlanReport, String> {
+        let collective = spec.collective;
         let engine = Engine::parse(&self.engine)?;
         let link = LinkSpec::parse(
             self.link.as_deref(),
             self.latency.as_deref(),
             self.buffer.as_deref(),
         )?;
-        let topo = Topology::parse(&self.topology, link)?;
-        let bytes = parse_bytes(&self.size)?;
-        let mut spec = DagSpec::new(collective, &self.algo, self.ranks, bytes);
-        spec.ranks_per_host = self.ranks_per_host.max(1);
+        let mut topo = Topology::parse(&self.topology, link)?;
+        if let Some(rates) = &self.tier_rates {
+            let rates = rates
+                .split(',')
+                .map(|r| parse_rate(r.trim()))
+                .collect::<Result<Vec<_>, _>>()?;
+            topo.set_tier_rates(&rates)?;
+        }
+        let bytes = spec.bytes;
         let hosts_needed = self.ranks.div_ceil(spec.ranks_per_host);
         if hosts_needed > topo.hosts() {
             return Err(format!(
@@ -108,7 +159,7 @@ impl PlanRequest {
             workers.dedup();
             simulate_ina(&topo, InaJob::new(workers, bytes), engine, &opts)?
         } else {
-            simulate_collective(&topo, build(&spec, None)?, engine, &opts)?
+            simulate_collective(&topo, build_with(&spec, None, source)?, engine, &opts)?
         };
         Ok(PlanReport {
             request: self.clone(),

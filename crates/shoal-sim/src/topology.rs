@@ -286,6 +286,62 @@ impl Topology {
         Ok(Topology::new(name, nodes, &cables, spec))
     }
 
+    /// A leaf-spine whose leaves have `oversub` times more host capacity
+    /// than uplink capacity: each leaf-spine link runs at `hosts_per_leaf
+    /// x rate / (spines x oversub)`.
+    pub fn leaf_spine_oversubscribed(
+        leaves: usize,
+        spines: usize,
+        hosts_per_leaf: usize,
+        oversub: usize,
+        spec: LinkSpec,
+    ) -> Result<Topology, String> {
+        let mut topo = Topology::leaf_spine(leaves, spines, hosts_per_leaf, spec)?;
+        let uplink =
+            spec.rate.0 as u128 * hosts_per_leaf as u128 / (spines * oversub.max(1)) as u128;
+        let uplink = Rate(u64::try_from(uplink).map_err(|_| "leaf-spine uplink rate overflows")?);
+        if oversub == 0 || uplink.0 == 0 {
+            return Err(format!(
+                "leaf-spine oversub={oversub}: must be >= 1 and leave the uplinks some capacity"
+            ));
+        }
+        let hosts = topo.hosts;
+        for l in topo
+            .links
+            .iter_mut()
+            .filter(|l| l.from >= hosts && l.to >= hosts)
+        {
+            l.rate = uplink;
+        }
+        topo.name += &format!(",oversub={oversub}");
+        Ok(topo)
+    }
+
+    /// The tier of a link: 0 for a host's link, else 1 + the lower tier of
+    /// the two switches it joins (fat-tree: ToR-aggregation 1,
+    /// aggregation-core 2; leaf-spine: leaf-spine 1).
+    pub fn link_tier(&self, l: LinkId) -> usize {
+        let tier = |n: NodeId| match self.nodes[n] {
+            Node::Host => None,
+            Node::Switch { tier } => Some(tier as usize),
+        };
+        let link = &self.links[l];
+        match (tier(link.from), tier(link.to)) {
+            (Some(a), Some(b)) => 1 + a.min(b),
+            _ => 0,
+        }
+    }
+
+    /// Sets the rate of every link of tier `t` to `rates[t]` (the last rate
+    /// for tiers beyond the list): per-tier link rates.
+    pub fn set_tier_rates(&mut self, rates: &[Rate]) -> Result<(), String> {
+        let last = *rates.last().ok_or("tier rates: give at least one rate")?;
+        for l in 0..self.links.len() {
+            self.links[l].rate = rates.get(self.link_tier(l)).copied().unwrap_or(last);
+        }
+        Ok(())
+    }
+
     /// Every host on one switch: the testbed (`shoal testbed`).
     pub fn single_switch(hosts: usize, spec: LinkSpec) -> Result<Topology, String> {
         if hosts == 0 {
@@ -327,7 +383,11 @@ impl Topology {
         let topo = match kind.trim() {
             "fattree" => Topology::fat_tree(take("k")?, spec)?,
             "leafspine" => {
-                Topology::leaf_spine(take("leaves")?, take("spines")?, take("hosts")?, spec)?
+                let (leaves, spines, hosts) = (take("leaves")?, take("spines")?, take("hosts")?);
+                match take("oversub") {
+                    Ok(o) => Topology::leaf_spine_oversubscribed(leaves, spines, hosts, o, spec)?,
+                    Err(_) => Topology::leaf_spine(leaves, spines, hosts, spec)?,
+                }
             }
             "star" => Topology::single_switch(take("hosts")?, spec)?,
             other => {
@@ -354,6 +414,58 @@ pub fn mix(mut x: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_oversubscribed_leaf_spine_has_slower_uplinks() {
+        let t = Topology::parse(
+            "leafspine:leaves=4,spines=2,hosts=8,oversub=4",
+            LinkSpec::default(),
+        )
+        .unwrap();
+        assert_eq!(t.name, "leafspine:leaves=4,spines=2,hosts=8,oversub=4");
+        // 8 hosts x 10 Gb/s over 2 spines, 4:1: 10 Gb/s per uplink.
+        let uplinks: Vec<_> = (0..t.links.len())
+            .filter(|&l| t.link_tier(l) == 1)
+            .collect();
+        assert_eq!(uplinks.len(), 2 * 4 * 2);
+        assert!(uplinks.iter().all(|&l| t.links[l].rate == Rate::gbit(10)));
+        let t = Topology::parse(
+            "leafspine:leaves=4,spines=2,hosts=8,oversub=1",
+            LinkSpec::default(),
+        )
+        .unwrap();
+        assert!(uplinks.iter().all(|&l| t.links[l].rate == Rate::gbit(40)));
+        assert!(Topology::parse(
+            "leafspine:leaves=4,spines=2,hosts=8,oversub=0",
+            LinkSpec::default()
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn tier_rates_set_each_tier_of_a_fat_tree() {
+        let mut t = Topology::fat_tree(4, LinkSpec::default()).unwrap();
+        t.set_tier_rates(&[Rate::gbit(10), Rate::gbit(40), Rate::gbit(100)])
+            .unwrap();
+        let rate_of = |tier| {
+            let mut r: Vec<_> = (0..t.links.len())
+                .filter(|&l| t.link_tier(l) == tier)
+                .map(|l| t.links[l].rate)
+                .collect();
+            r.dedup();
+            (
+                r,
+                (0..t.links.len())
+                    .filter(|&l| t.link_tier(l) == tier)
+                    .count(),
+            )
+        };
+        // 16 host cables, 16 ToR-aggregation, 16 aggregation-core; two directions each.
+        assert_eq!(rate_of(0), (vec![Rate::gbit(10)], 32));
+        assert_eq!(rate_of(1), (vec![Rate::gbit(40)], 32));
+        assert_eq!(rate_of(2), (vec![Rate::gbit(100)], 32));
+        assert!(t.set_tier_rates(&[]).is_err());
+    }
 
     #[test]
     fn fat_tree_k16_has_the_papers_sizes() {

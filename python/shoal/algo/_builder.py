@@ -110,12 +110,14 @@ class Builder:
     direction. Nothing waits on anything by hand: the lowering orders every step
     after the steps whose regions it depends on."""
 
-    def __init__(self, shape: Shape, rank: int) -> None:
+    def __init__(self, shape: Shape, rank: int, *, lines: bool = True) -> None:
         self.shape = shape
         self.rank = rank
         self.ops: list[OpTuple] = []
+        self.lines = lines
         self.where: list[str] = []
-        """Per operation, the line of the algorithm that made it (for errors)."""
+        """Per operation, the line of the algorithm that made it (for errors;
+        empty when built without ``lines``: a third of the cost of an operation)."""
         self.scratch_len = 0
 
     @property
@@ -178,11 +180,13 @@ class Builder:
             raise TypeError(f"{kind}: expected a shoal.algo.Region, got {type(region).__name__}")
 
     def _record(self, op: OpTuple) -> None:
+        self.ops.append(op)
+        if not self.lines:
+            return
         # The algorithm's line: the first caller outside shoal.algo (phases included).
         frame = sys._getframe(3)
         while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
             frame = frame.f_back
-        self.ops.append(op)
         self.where.append(f"{frame.f_code.co_filename}:{frame.f_lineno}")
 
 

@@ -19,14 +19,18 @@ def _plan(args: list[str]) -> int:
         prog="shoal sim plan",
         description="Simulated time of one collective call of shoal's own plans on a network.",
     )
-    p.add_argument("collective", help="allreduce, broadcast, allgather, ...")
-    p.add_argument("--algo", required=True, help="algorithm name (shoal info lists them)")
-    p.add_argument("--ranks", type=int, required=True, help="number of ranks")
-    p.add_argument("--size", required=True, help="bytes per rank: 1048576, 64MiB, 40MB")
+    p.add_argument("collective", nargs="?", default="allreduce", help="allreduce, broadcast, allgather, ...")
+    p.add_argument(
+        "--algo", help="algorithm: built-in (shoal info lists them) or registered from Python (SHOAL_ALGORITHMS)"
+    )
+    p.add_argument("--ranks", type=int, help="number of ranks")
+    p.add_argument("--size", help="bytes per rank: 1048576, 64MiB, 40MB")
+    p.add_argument("--plan", help="a plan document (shoal.algo.plan_json) instead of --algo, --ranks and --size")
     p.add_argument("--topology", required=True, help="fattree:k=16, leafspine:leaves=4,spines=2,hosts=8, star:hosts=8")
     p.add_argument("--link", help="link rate (default 10gbit)")
     p.add_argument("--latency", help="link propagation latency (default 1us)")
     p.add_argument("--buffer", help="switch output buffer per port (default 600KB)")
+    p.add_argument("--tier-rates", help="link rate per tier, hosts' links first: 10gbit,40gbit,100gbit")
     p.add_argument("--engine", choices=ENGINES, default="packet", help="simulation engine (default packet)")
     p.add_argument("--ranks-per-host", type=int, default=1, help="ranks per host, in contiguous blocks (default 1)")
     p.add_argument("--seed", type=int, default=0, help="ECMP hash seed (default 0)")
@@ -34,6 +38,8 @@ def _plan(args: list[str]) -> int:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     try:
         ns = p.parse_args(args)
+        if ns.plan is None and None in (ns.algo, ns.ranks, ns.size):
+            p.error("give --algo, --ranks and --size, or --plan FILE.json")
     except SystemExit as e:  # --help (0) or a usage error (2)
         return e.code if isinstance(e.code, int) else 2
     try:
@@ -50,6 +56,8 @@ def _plan(args: list[str]) -> int:
             ranks_per_host=ns.ranks_per_host,
             seed=ns.seed,
             host_overhead=ns.host_overhead,
+            document=ns.plan,
+            tier_rates=ns.tier_rates,
         )
     except ValueError as e:
         print(f"shoal sim plan: {e}", file=sys.stderr)
@@ -57,8 +65,9 @@ def _plan(args: list[str]) -> int:
     if ns.json:
         print(json.dumps(r))
     else:
+        size = ns.size or f"{r['bytes']}B"
         print(
-            f"{r['collective']} {r['algo']} x{r['ranks']} {ns.size} on {r['topology']} ({r['engine']} engine): "
+            f"{r['collective']} {r['algo']} x{r['ranks']} {size} on {r['topology']} ({r['engine']} engine): "
             f"{r['time_s']:.6f} s simulated; {r['events']} events in {r['wall_s']:.3f} s "
             f"({r['events_per_s'] / 1e6:.2f} M events/s), {r['cpu_s']:.3f} s CPU "
             f"({r['events_per_cpu_s'] / 1e6:.2f} M events/CPU-s)"

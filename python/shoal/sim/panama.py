@@ -9,7 +9,8 @@ load, for Ideal, Ring-AllReduce, SwitchML*-like, PANAMA, PANAMA-0.88/0.94 (one r
 jobs per load, the same for every variant). Fig. 9: aggregation time with 4 trees vs each single
 tree vs ring on a k=4 fat-tree under growing long-flow load. Fig. 10: an aggregation flow and a
 background flow on one link, with and without PANAMA's congestion control.
-Results go to ``DIR/fig8.json``, ``fig9.json``, ``fig10.json`` (and PNGs with matplotlib).
+Results go to ``DIR/fig8.json``, ``fig9.json``, ``fig10.json`` (and PNGs with matplotlib), each Fig. 8
+point's CSV records to ``DIR/fig8-VARIANT-LOAD/seed-SEED/``.
 The paper's numbers and ours side by side: docs/sim.md ("PANAMA").
 """
 
@@ -60,14 +61,15 @@ def base_pairs(
     ]
 
 
-def fig8_point(pairs: list[tuple[str, str]], variant: str, load: float) -> dict[str, Any]:
-    """One Fig. 8 point, with the CPU time it cost (run in a worker process: the CPU time is its own)."""
+def fig8_point(pairs: list[tuple[str, str]], variant: str, load: float, records: str | None = None) -> dict[str, Any]:
+    """One Fig. 8 point, with the CPU time it cost (run in a worker process: the CPU time is its own);
+    with `records`, the point's CSV records go to that directory."""
     import time
 
     from shoal._shoal import sim_panama_fig8_json
 
     cpu = time.process_time()
-    point: dict[str, Any] = json.loads(sim_panama_fig8_json(pairs, variant, load))
+    point: dict[str, Any] = json.loads(sim_panama_fig8_json(pairs, variant, load, records))
     point["cpu_s"] = time.process_time() - cpu
     point["events_per_cpu_s"] = point["events"] / point["cpu_s"] if point["cpu_s"] > 0 else None
     return point
@@ -83,9 +85,11 @@ def fig8(
     engine: str = "flow",
     warmup: str = "0s",
     pfc: bool = True,
+    records: Path | None = None,
 ) -> dict[str, Any]:
     """Every (seed, variant, load) point, each in its own process (`jobs` at once, default every
-    core), and PANAMA against ring at the highest load, per seed and over the seeds."""
+    core), and PANAMA against ring at the highest load, per seed and over the seeds. With `records`,
+    each point's CSV records go to ``records/fig8-VARIANT-LOAD/seed-SEED/`` (docs/sim.md, "Files")."""
     from concurrent.futures import ProcessPoolExecutor
 
     by_seed: dict[int, dict[str, list[dict[str, Any]]]] = {s: {v: [] for v in variants} for s in seeds}
@@ -94,7 +98,14 @@ def fig8(
     bar(0.0)
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         futures = [
-            pool.submit(fig8_point, base_pairs(k, duration, s, engine, warmup, pfc), v, load) for s, v, load in todo
+            pool.submit(
+                fig8_point,
+                base_pairs(k, duration, s, engine, warmup, pfc),
+                v,
+                load,
+                None if records is None else str(point_dir(records, v, load, s)),
+            )
+            for s, v, load in todo
         ]
         for i, ((s, v, _), future) in enumerate(zip(todo, futures)):
             by_seed[s][v].append(future.result())
@@ -114,7 +125,31 @@ def fig8(
     if "ring" in variants and "panama" in variants:
         per_seed = [compare(by_seed[s]["ring"][-1], by_seed[s]["panama"][-1]) for s in seeds]
         result["ours_vs_ring_at_max_load"] = {"per_seed": per_seed, "over_seeds": over_seeds(per_seed)}
+    result["warnings"] = [f"seed {s}, {w}" for s in seeds for w in fig8_warnings(by_seed[s], loads)]
     return result
+
+
+def fig8_warnings(points: dict[str, list[dict[str, Any]]], loads: tuple[float, ...]) -> list[str]:
+    """What makes Fig. 8 degenerate (docs/sim.md, "Files"): a point where no job finished an
+    iteration, or a load at which the variants (Ideal aside) gave identical results."""
+    warnings = []
+    for i, load in enumerate(loads):
+        idle = [v for v, p in points.items() if p[i]["jobs"] and not p[i]["mean_iteration_s"]]
+        if idle:
+            warnings.append(f"load {load}: no job finished an iteration ({', '.join(idle)}); run longer")
+        metrics = {
+            v: (p[i]["p99_short_fct_s"], p[i]["long_throughput_bps"], p[i]["mean_iteration_s"])
+            for v, p in points.items()
+            if v != "ideal"
+        }
+        if len(metrics) > 1 and len(set(metrics.values())) == 1:
+            warnings.append(f"load {load}: the variants {', '.join(metrics)} gave identical results")
+    return warnings
+
+
+def point_dir(records: Path, variant: str, load: float, seed: int) -> Path:
+    """Where a Fig. 8 point's records go."""
+    return records / f"fig8-{variant}-{load:g}" / f"seed-{seed}"
 
 
 def fig9(seed: int, long_flows: tuple[int, ...] = (0, 2, 4, 8, 12)) -> dict[str, Any]:
@@ -224,7 +259,9 @@ def main(args: list[str]) -> int:
         if "8" in ns.figs:
             loads, variants = tuple(ns.loads), tuple(ns.variants)
             pfc = not ns.no_pfc
-            figures["fig8"] = fig8(ns.k, ns.duration, seeds, loads, variants, ns.jobs, ns.engine, ns.warmup, pfc)
+            figures["fig8"] = fig8(
+                ns.k, ns.duration, seeds, loads, variants, ns.jobs, ns.engine, ns.warmup, pfc, records=ns.out
+            )
         if "9" in ns.figs:
             figures["fig9"] = fig9(seeds[0])
         if "10" in ns.figs:
@@ -267,4 +304,6 @@ def summary(f8: dict[str, Any]) -> str:
             f"PANAMA vs ring at the highest load over {len(f8['seeds'])} seeds, geometric mean (spread) "
             f"ours / paper: {', '.join(show(key) for key in PAPER)}; {over['jobs_compared']} job comparisons"
         )
+    # Degenerate points (docs/sim.md, "Files"): why the numbers above may not be a result.
+    lines += [f"warning: {w}" for w in f8.get("warnings", [])]
     return "\n".join(lines)

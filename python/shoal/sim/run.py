@@ -2,7 +2,8 @@
 
 The TOML file is flattened to dotted ``(key, value)`` pairs (``background.load``,
 ``jobs.0.model``) for the Rust side (crates/shoal-sim/src/scenario). The report
-goes to ``DIR/report.json``; plots to ``DIR/*.png`` when matplotlib is present.
+goes to ``DIR/report.json``, the records to ``DIR/flows.csv``, ``DIR/iterations.csv``
+and ``DIR/links.csv``; plots to ``DIR/*.png`` when matplotlib is present.
 See docs/sim.md ("Scenarios") for the keys.
 """
 
@@ -73,12 +74,52 @@ class ProgressBar:
         print(f"\r{self.label} [{bar:25s}] {percent:3d}%", end=end, file=sys.stderr, flush=True)
 
 
-def run_pairs(pairs: list[tuple[str, str]], progress: ProgressBar | None = None) -> dict[str, Any]:
-    """Runs a scenario from flat pairs; returns the report. ValueError names a bad key or value."""
+def run_pairs(
+    pairs: list[tuple[str, str]], progress: ProgressBar | None = None, out: Path | None = None
+) -> dict[str, Any]:
+    """Runs a scenario from flat pairs; returns the report, with ``warnings`` (empty unless the run is
+    degenerate: docs/sim.md, "Files"); with `out`, writes the run's CSV records there.
+    ValueError names a bad key or value."""
     from shoal._shoal import sim_run_json
 
-    report: dict[str, Any] = json.loads(sim_run_json(pairs, progress))
+    text, warnings = sim_run_json(pairs, progress, None if out is None else str(out))
+    report: dict[str, Any] = json.loads(text)
+    report["warnings"] = warnings
     return report
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    """The rows of one of the run's CSV records, as dicts by column."""
+    import csv
+
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def plot_fct_cdf(out: Path) -> Path:
+    """The CDF of background flow completion times (``out/flows.csv``): all, small, short and long flows
+    (the report's buckets: PANAMA's short < 40 MB <= long, and small < 100 KB)."""
+    import matplotlib.pyplot as plt
+
+    flows = read_csv(out / "flows.csv")
+    fig, ax = plt.subplots()
+    for label, keep in (
+        ("all", lambda b: True),
+        ("small (< 100 KB)", lambda b: b < 100_000),
+        ("short (< 40 MB)", lambda b: b < 40_000_000),
+        ("long (>= 40 MB)", lambda b: b >= 40_000_000),
+    ):
+        fcts = sorted(float(f["fct_s"]) for f in flows if keep(int(f["bytes"])))
+        if fcts:
+            ax.plot(fcts, [(i + 1) / len(fcts) for i in range(len(fcts))], label=f"{label}, {len(fcts)} flows")
+    ax.set_xscale("log")
+    ax.set_xlabel("flow completion time (s)")
+    ax.set_ylabel("fraction of flows")
+    ax.legend(fontsize="small")
+    path = out / "fct_cdf.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
 
 
 def plot_report(report: dict[str, Any], out: Path) -> str:
@@ -105,18 +146,24 @@ def plot_report(report: dict[str, Any], out: Path) -> str:
     ax.set_ylabel("iteration time (s)")
     ax.legend(fontsize="small")
     fig.savefig(out / "iterations.png")
-    return f"plots: {out / 'fct.png'}, {out / 'iterations.png'}"
+    plt.close("all")
+    cdf = plot_fct_cdf(out) if (out / "flows.csv").exists() else None
+    return f"plots: {out / 'fct.png'}, {out / 'iterations.png'}" + (f", {cdf}" if cdf else "")
 
 
 def run(config: Path, out: Path, progress: bool | None = None, engine: str | None = None) -> dict[str, Any]:
     """Runs the scenario of TOML file `config` (on `engine` if given, else the file's ``engine``, else
-    the flow engine); writes ``out/report.json`` (and plots); returns the report."""
-    pairs = flatten(load_toml(config))
+    the flow engine); writes ``out/report.json``, the records ``flows.csv``, ``iterations.csv`` and
+    ``links.csv`` (and plots); warns of a degenerate run; returns the report."""
+    out.mkdir(parents=True, exist_ok=True)
+    # A trace file is named relative to the scenario file.
+    pairs = [(k, str(config.parent / v) if k == "background.trace" else v) for k, v in flatten(load_toml(config))]
     if engine is not None:
         pairs = [(k, v) for k, v in pairs if k != "engine"] + [("engine", engine)]
-    report = run_pairs(pairs, ProgressBar(f"shoal sim run {config.name}", progress))
-    out.mkdir(parents=True, exist_ok=True)
+    report = run_pairs(pairs, ProgressBar(f"shoal sim run {config.name}", progress), out)
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    for warning in report["warnings"]:
+        print(f"shoal sim run: warning: {warning}", file=sys.stderr)
     print(plot_report(report, out), file=sys.stderr)
     return report
 

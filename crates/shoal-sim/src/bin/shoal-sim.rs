@@ -1,15 +1,20 @@
-//! `shoal-sim plan COLLECTIVE --algo NAME --ranks N --size BYTES
+//! `shoal-sim run CONFIG.toml --out DIR` (a scenario, the TOML `shoal sim
+//! run` reads) and `shoal-sim plan COLLECTIVE --algo NAME --ranks N --size BYTES
 //! --topology T [--link R] [--latency L] [--buffer B] [--engine E]
-//! [--ranks-per-host N] [--seed S] [--json]`: the Rust twin of
+//! [--ranks-per-host N] [--seed S] [--json]` or `shoal-sim plan --plan
+//! FILE.json --topology T ...` (a plan document): the Rust twin of
 //! `shoal sim plan`, for timing the engine without Python
 //! (`cargo run --release -p shoal-sim -- plan allreduce ...`).
 
 use std::process::ExitCode;
 
+use shoal_plan::CallPlans;
 use shoal_sim::plan::PlanRequest;
+use shoal_sim::scenario::{file, health, records, run};
+use std::path::Path;
 
-const USAGE: &str = "usage: shoal-sim plan COLLECTIVE --algo NAME --ranks N --size BYTES \
---topology T [--link RATE] [--latency TIME] [--buffer BYTES] [--engine packet|flow] \
+const USAGE: &str = "usage: shoal-sim plan (COLLECTIVE --algo NAME --ranks N --size BYTES | \
+--plan FILE.json) --topology T [--link RATE] [--latency TIME] [--buffer BYTES] [--tier-rates R0,R1,..] [--engine packet|flow] \
 [--ranks-per-host N] [--seed S] [--host-overhead TIME] [--json]";
 
 fn parse(args: &[String]) -> Result<(PlanRequest, bool), String> {
@@ -20,7 +25,10 @@ fn parse(args: &[String]) -> Result<(PlanRequest, bool), String> {
         Some("plan") => {}
         _ => return Err(USAGE.into()),
     }
-    req.collective = it.next().ok_or(USAGE)?.clone();
+    let mut it = it.peekable();
+    if let Some(collective) = it.next_if(|a| !a.starts_with("--")) {
+        req.collective = collective.clone();
+    }
     while let Some(flag) = it.next() {
         if flag == "--json" {
             json = true;
@@ -42,18 +50,65 @@ fn parse(args: &[String]) -> Result<(PlanRequest, bool), String> {
             "--link" => req.link = Some(value),
             "--latency" => req.latency = Some(value),
             "--buffer" => req.buffer = Some(value),
+            "--tier-rates" => req.tier_rates = Some(value),
             "--engine" => req.engine = value,
             "--ranks-per-host" => req.ranks_per_host = number(&value)? as usize,
             "--seed" => req.seed = number(&value)?,
             "--host-overhead" => req.host_overhead = Some(value),
+            "--plan" => req.document = Some(read_document(&value)?),
             other => return Err(format!("unknown option {other}\n{USAGE}")),
         }
     }
     Ok((req, json))
 }
 
+/// The plan document in `path` (`shoal-plan/1`, `shoal.algo.plan_json`).
+fn read_document(path: &str) -> Result<CallPlans, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("--plan {path}: {e}"))?;
+    CallPlans::from_json(&text).map_err(|e| format!("--plan {path}: {e}"))
+}
+
+/// `shoal-sim run CONFIG.toml --out DIR`: the scenario as `shoal sim run`
+/// runs it (same TOML, same report.json and CSV records; no plots).
+fn run_scenario(args: &[String]) -> Result<(), String> {
+    let [config, flag, out] = args else {
+        return Err(RUN_USAGE.into());
+    };
+    if flag != "--out" {
+        return Err(RUN_USAGE.into());
+    }
+    let cfg = file::read(Path::new(config))?;
+    let result = run(&cfg, &mut |_| {})?;
+    let out = Path::new(out);
+    records::write(&result, out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let report = out.join("report.json");
+    std::fs::write(&report, result.to_json() + "\n")
+        .map_err(|e| format!("{}: {e}", report.display()))?;
+    for warning in health::warnings(&result) {
+        eprintln!("shoal-sim run: warning: {warning}");
+    }
+    println!(
+        "{} background flows, {} jobs; report in {}",
+        result.flows.len() + result.unfinished_flows,
+        result.jobs.len(),
+        report.display()
+    );
+    Ok(())
+}
+
+const RUN_USAGE: &str = "usage: shoal-sim run CONFIG.toml --out DIR";
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("run") {
+        return match run_scenario(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("shoal-sim: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let (req, json) = match parse(&args) {
         Ok(r) => r,
         Err(e) => {

@@ -12,7 +12,8 @@
 use crate::flow::{Event, FlowEngine};
 use crate::scenario::config::{Algorithm, RandomJobs};
 use crate::scenario::ina::NO_CC_WEIGHT;
-use crate::scenario::{run, ScenarioConfig};
+use crate::scenario::{records, run, ScenarioConfig, ScenarioResult};
+use std::path::Path;
 
 /// The configurations of Fig. 8.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -111,6 +112,27 @@ impl Fig8Point {
 /// Simulates `variant` at total load `load`: `base`'s background plus
 /// random jobs (the same jobs for every variant: one seed) up to `load`.
 pub fn fig8_point(base: &ScenarioConfig, variant: Variant, load: f64) -> Result<Fig8Point, String> {
+    fig8_point_recorded(base, variant, load, None)
+}
+
+/// As [`fig8_point`], writing the run's records (`flows.csv`,
+/// `iterations.csv`, `links.csv`) into `records`; Ideal's two runs into
+/// its `background/` and `jobs/`.
+pub fn fig8_point_recorded(
+    base: &ScenarioConfig,
+    variant: Variant,
+    load: f64,
+    records: Option<&Path>,
+) -> Result<Fig8Point, String> {
+    let write = |r: &ScenarioResult, sub: &str| -> Result<(), String> {
+        match records {
+            Some(dir) => {
+                let dir = dir.join(sub);
+                records::write(r, &dir).map_err(|e| format!("{}: {e}", dir.display()))
+            }
+            None => Ok(()),
+        }
+    };
     let mut cfg = base.clone();
     let job_load = (load - base.background_load).max(0.0);
     let trees = base.random_jobs.as_ref().map_or(4, |r| r.trees);
@@ -122,6 +144,7 @@ pub fn fig8_point(base: &ScenarioConfig, variant: Variant, load: f64) -> Result<
     let mut quiet = |_| {};
     if variant != Variant::Ideal {
         let r = run(&cfg, &mut quiet)?;
+        write(&r, "")?;
         return Ok(Fig8Point {
             target_load: load,
             total_load: r.total_load(),
@@ -141,9 +164,11 @@ pub fn fig8_point(base: &ScenarioConfig, variant: Variant, load: f64) -> Result<
     let mut background = cfg.clone();
     background.random_jobs = None;
     let flows = run(&background, &mut quiet)?;
+    write(&flows, "background")?;
     let mut jobs = cfg;
     jobs.background_load = 0.0;
     let training = run(&jobs, &mut quiet)?;
+    write(&training, "jobs")?;
     Ok(Fig8Point {
         target_load: load,
         total_load: base.background_load + training.total_load(),

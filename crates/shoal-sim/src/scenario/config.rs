@@ -9,9 +9,9 @@ use super::ina::InaMode;
 use crate::engine::Engine;
 use crate::packet::PfcConfig;
 use crate::topology::LinkSpec;
-use crate::units::{parse_bytes, parse_time, seconds};
+use crate::units::{parse_bytes, parse_rate, parse_time, seconds, Rate};
 use crate::workload::models::{self, Model};
-use crate::workload::FlowSizeCdf;
+use crate::workload::{trace, BackgroundFlow, FlowSizeCdf};
 
 /// How a job reduces its gradients.
 #[derive(Clone, Debug, PartialEq)]
@@ -77,6 +77,9 @@ pub struct RandomJobs {
 pub struct ScenarioConfig {
     pub topology: String,
     pub link: LinkSpec,
+    /// Link rate per tier (hosts' links, then each switch tier up; the
+    /// last for the tiers beyond); empty: `link` everywhere.
+    pub tier_rates: Vec<Rate>,
     /// ECN threshold in packets (packet engine; the flow engine's fair
     /// shares are what DCTCP converges to at any K).
     pub ecn_k: u32,
@@ -88,6 +91,9 @@ pub struct ScenarioConfig {
     pub fallback: String,
     pub background_load: f64,
     pub distributions: Vec<FlowSizeCdf>,
+    /// Flows replayed from a trace file (`background.trace`), besides the
+    /// Poisson ones.
+    pub trace: Vec<BackgroundFlow>,
     pub jobs: Vec<JobConfig>,
     pub random_jobs: Option<RandomJobs>,
     /// Persistent long flows between random host pairs, running the whole
@@ -127,12 +133,14 @@ impl Default for ScenarioConfig {
         ScenarioConfig {
             topology: "fattree:k=4".into(),
             link: LinkSpec::default(),
+            tier_rates: Vec::new(),
             ecn_k: 85,
             switch_memory: 64_000_000,
             ina_min_bytes: 40_000_000,
             fallback: "ring".into(),
             background_load: 0.0,
             distributions: vec![FlowSizeCdf::web_search(), FlowSizeCdf::data_mining()],
+            trace: Vec::new(),
             jobs: Vec::new(),
             random_jobs: None,
             long_flows: 0,
@@ -164,6 +172,14 @@ fn fraction(key: &str, v: &str) -> Result<f64, String> {
 }
 
 impl ScenarioConfig {
+    /// The rate of the hosts' links, bit/s: what loads are fractions of.
+    pub fn host_bps(&self) -> f64 {
+        self.tier_rates
+            .first()
+            .unwrap_or(&self.link.rate)
+            .bits_per_s()
+    }
+
     /// Parses flat pairs; unknown keys are errors (a typo must not be
     /// silently ignored).
     pub fn from_pairs(pairs: &[(String, String)]) -> Result<ScenarioConfig, String> {
@@ -177,6 +193,13 @@ impl ScenarioConfig {
             match key.as_str() {
                 "topology" => cfg.topology = v.to_string(),
                 "link" => link = Some(v.to_string()),
+                "tier_rates" => {
+                    cfg.tier_rates = v
+                        .split(',')
+                        .map(|r| parse_rate(r.trim()))
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| format!("tier_rates: {e}"))?
+                }
                 "latency" => latency = Some(v.to_string()),
                 "buffer" => buffer = Some(v.to_string()),
                 "ecn_k" => cfg.ecn_k = number(key, v)?,
@@ -198,6 +221,7 @@ impl ScenarioConfig {
                 "long_flows" => cfg.long_flows = number(key, v)?,
                 "engine" => cfg.engine = Engine::parse(v.trim())?,
                 "warmup" => cfg.warmup_s = seconds(parse_time(v)?),
+                "background.trace" => cfg.trace = trace::read(std::path::Path::new(v))?,
                 "background.load" => cfg.background_load = fraction(key, v)?,
                 "background.distribution" => {
                     cfg.distributions = v

@@ -9,9 +9,10 @@ use std::collections::HashMap;
 
 use super::config::ScenarioConfig;
 use super::run::{
-    background_flows, first_iterations, long_flow_pairs, place_jobs, utilisation, Comm, FlowRecord,
-    ScenarioResult,
+    background_flows, first_iterations, long_flow_pairs, place_jobs_with, topology, utilisation,
+    Comm, FlowRecord, LinkSamples, ScenarioResult, LINK_SAMPLES,
 };
+use crate::dag::{BuiltinOnly, PlanSource};
 use crate::engine::Engine;
 use crate::packet::{Completion, InaJob, PacketConfig, PacketSim};
 use crate::topology::Topology;
@@ -59,7 +60,17 @@ fn start_allreduce(
 /// Runs `cfg` on the packet engine; `progress` gets the simulated fraction
 /// done (0..=1).
 pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<ScenarioResult, String> {
-    run_inspected(cfg, progress, &mut |_, _| {})
+    run_with(cfg, progress, &BuiltinOnly)
+}
+
+/// As [`run`], with `source` supplying the jobs' allreduce algorithms the
+/// built-in registry does not have (registered from Python).
+pub fn run_with(
+    cfg: &ScenarioConfig,
+    progress: &mut dyn FnMut(f64),
+    source: &dyn PlanSource,
+) -> Result<ScenarioResult, String> {
+    run_inspected_with(cfg, progress, source, &mut |_, _| {})
 }
 
 /// [`run`], handing the simulation and its topology to `inspect` at the
@@ -69,9 +80,18 @@ pub fn run_inspected(
     progress: &mut dyn FnMut(f64),
     inspect: &mut dyn FnMut(&PacketSim, &Topology),
 ) -> Result<ScenarioResult, String> {
+    run_inspected_with(cfg, progress, &BuiltinOnly, inspect)
+}
+
+fn run_inspected_with(
+    cfg: &ScenarioConfig,
+    progress: &mut dyn FnMut(f64),
+    source: &dyn PlanSource,
+    inspect: &mut dyn FnMut(&PacketSim, &Topology),
+) -> Result<ScenarioResult, String> {
     let t0 = std::time::Instant::now();
-    let topo = Topology::parse(&cfg.topology, cfg.link)?;
-    let jobs = place_jobs(cfg, &topo)?;
+    let topo = topology(cfg)?;
+    let jobs = place_jobs_with(cfg, &topo, source)?;
     let mut sim = PacketSim::new(
         &topo,
         PacketConfig {
@@ -93,7 +113,7 @@ pub fn run_inspected(
         );
         owners.insert(Completion::Flow(id), Owner::Background(i));
     }
-    let long_bytes = (cfg.link.rate.bits_per_s() / 8.0 * cfg.duration_s * 2.0) as u64;
+    let long_bytes = (cfg.host_bps() / 8.0 * cfg.duration_s * 2.0) as u64;
     for (src, dst) in long_flow_pairs(cfg, &topo, &jobs) {
         let id = sim.add_flow(src, dst, long_bytes, 0);
         owners.insert(Completion::Flow(id), Owner::Other);
@@ -109,14 +129,33 @@ pub fn run_inspected(
     let mut warm = warmup == 0;
     let mut flows = Vec::new();
     let mut iterations = vec![Vec::new(); jobs.len()];
+    let mut iteration_starts = vec![Vec::new(); jobs.len()];
+    // links.csv: the links' bytes at LINK_SAMPLES even instants, the last
+    // at the end, as the flow engine samples them.
+    let mut link_samples = LinkSamples::new(&topo);
+    let sample_at = |k: usize| end * k as Time / LINK_SAMPLES as Time;
+    let mut next_sample = 1;
     let mut reported = 0;
     loop {
-        let Some(done) = sim.run_until_completion(if warm { end } else { warmup }) else {
-            if warm {
-                break;
+        let stop = if warm {
+            sample_at(next_sample)
+        } else {
+            warmup.min(sample_at(next_sample))
+        };
+        let Some(done) = sim.run_until_completion(stop) else {
+            let bytes: Vec<f64> = sim.link_bytes().iter().map(|&b| b as f64).collect();
+            if !warm && stop == warmup {
+                warm = true;
+                warm_bytes = bytes.clone();
             }
-            warm = true;
-            warm_bytes = sim.link_bytes().iter().map(|&b| b as f64).collect();
+            if stop == sample_at(next_sample) {
+                link_samples.times_s.push(seconds(stop));
+                link_samples.bytes.push(bytes);
+                if next_sample == LINK_SAMPLES {
+                    break;
+                }
+                next_sample += 1;
+            }
             continue;
         };
         let now = sim.now();
@@ -125,8 +164,11 @@ pub fn run_inspected(
                 let f = &background[i];
                 if f.start_s >= cfg.warmup_s {
                     flows.push(FlowRecord {
+                        start_s: f.start_s,
                         bytes: f.bytes,
                         fct_s: seconds(now) - f.start_s,
+                        src: f.src,
+                        dst: f.dst,
                     });
                 }
             }
@@ -135,6 +177,7 @@ pub fn run_inspected(
                 let finish = seconds(now);
                 if iteration_start[j] >= cfg.warmup_s {
                     iterations[j].push(finish - iteration_start[j]);
+                    iteration_starts[j].push(iteration_start[j]);
                 }
                 iteration_start[j] = finish;
                 let next = now + picoseconds(jobs[j].config.model.compute_s);
@@ -171,6 +214,8 @@ pub fn run_inspected(
         flows,
         jobs,
         iterations,
+        iteration_starts,
+        link_samples,
         link_utilisation,
         carried_load,
         background_load: cfg.background_load,

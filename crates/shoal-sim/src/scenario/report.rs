@@ -148,6 +148,11 @@ impl ScenarioResult {
             .iter()
             .map(|(name, v)| format!("\"{name}\": {v:e}"))
             .collect();
+        // Degenerate runs say so in the report too (`health.rs`).
+        let warnings: Vec<String> = super::health::warnings(self)
+            .iter()
+            .map(|w| json_string(w))
+            .collect();
         let engine = match self.engine {
             crate::engine::Engine::Packet => "packet",
             crate::engine::Engine::Flow => "flow",
@@ -158,7 +163,7 @@ impl ScenarioResult {
              \"duration_s\": {:e}, \"events\": {}, \"wall_s\": {:e}, \"background_load\": {:e}, \"total_load\": {:e}, \
              \"background\": {{\"flows\": {}, \"unfinished\": {}, \"fct_s\": {{\"all\": {}, \"short\": {}, \"long\": {}, \"small\": {}}}, \
              \"long_throughput_bps\": {:e}}}, \"mean_iteration_s\": {:e}, \"jobs\": [{}], \
-             \"link_utilisation\": {{\"mean\": {:e}, \"p99\": {:e}, \"max\": {:e}}}}}",
+             \"link_utilisation\": {{\"mean\": {:e}, \"p99\": {:e}, \"max\": {:e}}}, \"warnings\": [{}]}}",
             self.warmup_s,
             self.carried_load,
             LONG_MIN_BYTES - 1,
@@ -179,7 +184,24 @@ impl ScenarioResult {
             jobs.join(", "),
             util.mean,
             util.p99,
-            max_util
+            max_util,
+            warnings.join(", ")
         )
     }
+}
+
+/// `text` as a JSON string literal.
+fn json_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }

@@ -6,7 +6,7 @@ use shoal_plan::Collective;
 
 use super::config::{Algorithm, JobConfig, ScenarioConfig};
 use super::ina::{build_trees, AggTree, InaMode, NO_CC_WEIGHT};
-use crate::dag::{build, CollectiveDag, DagSpec};
+use crate::dag::{build_with, BuiltinOnly, CollectiveDag, DagSpec, PlanSource};
 use crate::engine::Engine;
 use crate::flow::collective::RunningDag;
 use crate::flow::network::{link_capacities, route, wire_bytes, PACKET_BYTES};
@@ -18,6 +18,7 @@ const BACKGROUND: u64 = 1 << 63;
 const TREE: u64 = 1 << 39;
 const LONG: u64 = 1 << 62;
 const END_TIMER: u64 = u64::MAX;
+const SAMPLE_TIMER: u64 = u64::MAX - 1;
 
 /// How one job reduces, once placed.
 pub enum Comm {
@@ -55,12 +56,44 @@ impl PlacedJob {
 /// One finished background flow.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FlowRecord {
+    pub start_s: f64,
     pub bytes: u64,
     pub fct_s: f64,
+    pub src: u32,
+    pub dst: u32,
 }
 
+/// Cumulative bytes every link had carried at evenly spaced instants, for
+/// utilisation over time (`links.csv`).
+#[derive(Clone, Debug, Default)]
+pub struct LinkSamples {
+    pub times_s: Vec<f64>,
+    /// `bytes[i][l]`: bytes link `l` had carried at `times_s[i]`.
+    pub bytes: Vec<Vec<f64>>,
+    /// (from, to) node and rate (bit/s) of every link.
+    pub ends: Vec<(usize, usize)>,
+    pub rates_bps: Vec<f64>,
+    /// Nodes below this id are hosts.
+    pub hosts: usize,
+}
+
+impl LinkSamples {
+    pub(super) fn new(topo: &Topology) -> Self {
+        LinkSamples {
+            ends: topo.links.iter().map(|l| (l.from, l.to)).collect(),
+            rates_bps: topo.links.iter().map(|l| l.rate.bits_per_s()).collect(),
+            hosts: topo.hosts(),
+            ..LinkSamples::default()
+        }
+    }
+}
+
+/// Samples of link bytes per run (`links.csv` has this many rows per link).
+pub const LINK_SAMPLES: usize = 100;
+
 /// Everything a run measured. Flows and iterations that start in the
-/// warm-up are left out, and link bytes are counted after it.
+/// warm-up are left out, and link bytes are counted after it (the link
+/// samples alone cover the whole run, warm-up included).
 pub struct ScenarioResult {
     pub duration_s: f64,
     pub warmup_s: f64,
@@ -72,6 +105,9 @@ pub struct ScenarioResult {
     pub jobs: Vec<PlacedJob>,
     /// Completed iteration times (compute + communication) per job.
     pub iterations: Vec<Vec<f64>>,
+    /// When each of those iterations started (its compute began).
+    pub iteration_starts: Vec<Vec<f64>>,
+    pub link_samples: LinkSamples,
     pub link_utilisation: Vec<f64>,
     /// Mean utilisation of the hosts' uplinks after the warm-up: the load
     /// the network carried, next to the load offered.
@@ -104,15 +140,25 @@ pub(super) fn utilisation(
     (per_link, carried)
 }
 
+/// The scenario's topology, with its per-tier link rates if it has any.
+pub(super) fn topology(cfg: &ScenarioConfig) -> Result<Topology, String> {
+    let mut topo = Topology::parse(&cfg.topology, cfg.link)?;
+    if !cfg.tier_rates.is_empty() {
+        topo.set_tier_rates(&cfg.tier_rates)?;
+    }
+    Ok(topo)
+}
+
 /// The background flows of a run, all drawn up front: each distribution
-/// carries an equal share of the background load.
+/// carries an equal share of the background load, then the trace's flows
+/// (`background.trace`) are replayed as given.
 pub(super) fn background_flows(
     cfg: &ScenarioConfig,
     topo: &Topology,
 ) -> Result<Vec<BackgroundFlow>, String> {
     let mut background = Vec::new();
     if cfg.background_load > 0.0 {
-        let link_bps = cfg.link.rate.bits_per_s();
+        let link_bps = cfg.host_bps();
         let share = cfg.background_load / cfg.distributions.len() as f64;
         for (d, cdf) in cfg.distributions.iter().enumerate() {
             let traffic = PoissonTraffic::new(topo.hosts() as u32, link_bps, share, cdf.clone())?;
@@ -121,6 +167,20 @@ pub(super) fn background_flows(
             );
         }
     }
+    if let Some(f) = cfg
+        .trace
+        .iter()
+        .find(|f| f.src.max(f.dst) as usize >= topo.hosts())
+    {
+        return Err(format!(
+            "background.trace: a flow from host {} to {}, but {} has {} hosts",
+            f.src,
+            f.dst,
+            topo.name,
+            topo.hosts()
+        ));
+    }
+    background.extend(cfg.trace.iter().cloned());
     Ok(background)
 }
 
@@ -207,12 +267,14 @@ fn setup_job(
     topo: &Topology,
     job: JobConfig,
     hosts: Vec<usize>,
+    source: &dyn PlanSource,
 ) -> Result<PlacedJob, String> {
     let bytes = job.model.gradient_bytes();
     let plan = |name: &str| -> Result<Comm, String> {
         let mut spec = DagSpec::new(Collective::Allreduce, name, hosts.len(), bytes);
         spec.chunk_bytes = cfg.chunk_bytes;
-        Ok(Comm::Dag(Box::new(build(&spec, Some(hosts.clone()))?)))
+        let dag = build_with(&spec, Some(hosts.clone()), source)?;
+        Ok(Comm::Dag(Box::new(dag)))
     };
     let comm = match &job.algorithm {
         Algorithm::Plan(name) => plan(name)?,
@@ -232,7 +294,7 @@ fn setup_job(
             Comm::Ina { trees, mode: *mode }
         }
     };
-    let link_bps = cfg.link.rate.bits_per_s();
+    let link_bps = cfg.host_bps();
     Ok(PlacedJob {
         offered_load: ring_offered_load(hosts.len(), &job.model, link_bps, topo.hosts()),
         config: job,
@@ -243,6 +305,16 @@ fn setup_job(
 
 /// Places the configured jobs, then random ones up to the target load.
 pub fn place_jobs(cfg: &ScenarioConfig, topo: &Topology) -> Result<Vec<PlacedJob>, String> {
+    place_jobs_with(cfg, topo, &BuiltinOnly)
+}
+
+/// As [`place_jobs`], with `source` supplying the allreduce algorithms
+/// the built-in registry does not have (registered from Python).
+pub fn place_jobs_with(
+    cfg: &ScenarioConfig,
+    topo: &Topology,
+    source: &dyn PlanSource,
+) -> Result<Vec<PlacedJob>, String> {
     let mut slots = Slots {
         layers: vec![vec![true; topo.hosts()]; cfg.slots_per_host],
     };
@@ -250,10 +322,10 @@ pub fn place_jobs(cfg: &ScenarioConfig, topo: &Topology) -> Result<Vec<PlacedJob
     let mut placed = Vec::new();
     for job in &cfg.jobs {
         let hosts = slots.place(job.workers, job.close, &mut rng)?;
-        placed.push(setup_job(cfg, topo, job.clone(), hosts)?);
+        placed.push(setup_job(cfg, topo, job.clone(), hosts, source)?);
     }
     if let Some(r) = &cfg.random_jobs {
-        let link_bps = cfg.link.rate.bits_per_s();
+        let link_bps = cfg.host_bps();
         let mut load: f64 = placed.iter().map(|j: &PlacedJob| j.offered_load).sum();
         let mut misses = 0;
         while load < r.load && misses < 100 {
@@ -279,7 +351,7 @@ pub fn place_jobs(cfg: &ScenarioConfig, topo: &Topology) -> Result<Vec<PlacedJob
                 only_tree: None,
             };
             load += ring_offered_load(hosts.len(), &model, link_bps, topo.hosts());
-            placed.push(setup_job(cfg, topo, job, hosts)?);
+            placed.push(setup_job(cfg, topo, job, hosts, source)?);
         }
     }
     Ok(placed)
@@ -380,23 +452,37 @@ fn start_round(
 /// Runs `cfg` on its engine; `progress` gets the simulated fraction done
 /// (0..=1).
 pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<ScenarioResult, String> {
+    run_with(cfg, progress, &BuiltinOnly)
+}
+
+/// As [`run`], with `source` supplying the jobs' allreduce algorithms the
+/// built-in registry does not have (registered from Python).
+pub fn run_with(
+    cfg: &ScenarioConfig,
+    progress: &mut dyn FnMut(f64),
+    source: &dyn PlanSource,
+) -> Result<ScenarioResult, String> {
     match cfg.engine {
-        Engine::Flow => run_flow(cfg, progress),
-        Engine::Packet => super::packet_run::run(cfg, progress),
+        Engine::Flow => run_flow(cfg, progress, source),
+        Engine::Packet => super::packet_run::run_with(cfg, progress, source),
     }
 }
 
-const WARMUP_TIMER: u64 = u64::MAX - 1;
+const WARMUP_TIMER: u64 = u64::MAX - 2;
 
-fn run_flow(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<ScenarioResult, String> {
+fn run_flow(
+    cfg: &ScenarioConfig,
+    progress: &mut dyn FnMut(f64),
+    source: &dyn PlanSource,
+) -> Result<ScenarioResult, String> {
     if cfg.pfc.is_some() {
         return Err(
             "pfc needs engine = \"packet\" (the flow engine has no queues to pause)".into(),
         );
     }
     let t0 = std::time::Instant::now();
-    let topo = Topology::parse(&cfg.topology, cfg.link)?;
-    let jobs = place_jobs(cfg, &topo)?;
+    let topo = topology(cfg)?;
+    let jobs = place_jobs_with(cfg, &topo, source)?;
     let mut engine = FlowEngine::new(&link_capacities(&topo))?;
     // DCTCP and PANAMA keep about K packets queued at a busy link; traffic
     // without congestion control fills the buffer.
@@ -405,7 +491,7 @@ fn run_flow(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scena
         cfg.link.buffer as f64,
     );
     engine.set_rate_interval(cfg.rate_interval_s);
-    let link_bps = cfg.link.rate.bits_per_s();
+    let link_bps = cfg.host_bps();
 
     // Background flows, all scheduled up front.
     let background = background_flows(cfg, &topo)?;
@@ -453,19 +539,40 @@ fn run_flow(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scena
     if cfg.warmup_s > 0.0 {
         engine.timer(cfg.warmup_s, WARMUP_TIMER);
     }
+    let sample_every = cfg.duration_s / LINK_SAMPLES as f64;
+    engine.timer(sample_every, SAMPLE_TIMER);
+    let mut link_samples = LinkSamples::new(&topo);
+    let mut iteration_starts = vec![Vec::new(); jobs.len()];
 
     let mut flows = Vec::with_capacity(background.len());
     let mut reported = 0.0;
     while let Some(event) = engine.next_event() {
         let now = match event {
             Event::Timer {
-                token: END_TIMER, ..
-            } => break,
+                token: END_TIMER,
+                time_s,
+            } => {
+                link_samples.times_s.push(time_s);
+                link_samples.bytes.push(engine.link_bytes());
+                break;
+            }
             Event::Timer {
                 token: WARMUP_TIMER,
                 time_s,
             } => {
                 warm_bytes = engine.link_bytes();
+                time_s
+            }
+            Event::Timer {
+                token: SAMPLE_TIMER,
+                time_s,
+            } => {
+                link_samples.times_s.push(time_s);
+                link_samples.bytes.push(engine.link_bytes());
+                // the last sample is taken at the end
+                if time_s + 1.5 * sample_every < cfg.duration_s {
+                    engine.timer(time_s + sample_every, SAMPLE_TIMER);
+                }
                 time_s
             }
             Event::Timer { token, time_s } => {
@@ -510,11 +617,14 @@ fn run_flow(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scena
                 if tag & LONG != 0 {
                     // A persistent flow outlived its budget: nothing to record.
                 } else if tag & BACKGROUND != 0 {
-                    let bytes = background[(tag & !BACKGROUND) as usize].bytes;
+                    let f = &background[(tag & !BACKGROUND) as usize];
                     if start_s >= cfg.warmup_s {
                         flows.push(FlowRecord {
-                            bytes,
+                            start_s,
+                            bytes: f.bytes,
                             fct_s: time_s - start_s,
+                            src: f.src,
+                            dst: f.dst,
                         });
                     }
                 } else {
@@ -532,6 +642,7 @@ fn run_flow(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scena
                         running[j] = None;
                         if iteration_start[j] >= cfg.warmup_s {
                             iterations[j].push(time_s - iteration_start[j]);
+                            iteration_starts[j].push(iteration_start[j]);
                         }
                         iteration_start[j] = time_s;
                         engine.timer(time_s + jobs[j].config.model.compute_s, j as u64);
@@ -565,6 +676,8 @@ fn run_flow(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<Scena
         flows,
         jobs,
         iterations,
+        iteration_starts,
+        link_samples,
         link_utilisation,
         carried_load,
         background_load: cfg.background_load,

@@ -7,6 +7,7 @@ pub mod cdf;
 pub mod models;
 pub mod placement;
 pub mod rng;
+pub mod trace;
 
 pub use background::{BackgroundFlow, PoissonTraffic};
 pub use cdf::FlowSizeCdf;

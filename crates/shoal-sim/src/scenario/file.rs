@@ -1,0 +1,109 @@
+//! A scenario file (TOML), read in Rust for `shoal-sim run`: the same file
+//! `shoal sim run` reads, flattened into the same dotted pairs Python's
+//! `shoal.sim.run.flatten` makes (tables as `a.b`, arrays of tables
+//! numbered `jobs.0.model`, arrays of values comma-joined), so both front
+//! ends parse it with [`ScenarioConfig::from_pairs`].
+
+use std::path::Path;
+
+use super::config::ScenarioConfig;
+
+/// The largest scenario file read (a scenario is a page of settings).
+pub const MAX_SCENARIO_BYTES: u64 = 16 << 20;
+
+/// Reads and parses the scenario in `path`; a `background.trace` is named
+/// relative to the file's folder.
+pub fn read(path: &Path) -> Result<ScenarioConfig, String> {
+    let name = path.display();
+    let size = std::fs::metadata(path)
+        .map_err(|e| format!("{name}: {e}"))?
+        .len();
+    if size > MAX_SCENARIO_BYTES {
+        return Err(format!(
+            "{name}: {size} bytes, more than a scenario may have"
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: {e}"))?;
+    let mut pairs = pairs(&text).map_err(|e| format!("{name}: {e}"))?;
+    let folder = path.parent().unwrap_or(Path::new(""));
+    for (key, value) in &mut pairs {
+        if key == "background.trace" {
+            *value = folder.join(&*value).display().to_string();
+        }
+    }
+    ScenarioConfig::from_pairs(&pairs).map_err(|e| format!("{name}: {e}"))
+}
+
+/// The dotted pairs of a scenario's TOML text.
+pub fn pairs(text: &str) -> Result<Vec<(String, String)>, String> {
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
+    let mut out = Vec::new();
+    flatten(&table, "", &mut out);
+    Ok(out)
+}
+
+fn flatten(table: &toml::Table, prefix: &str, out: &mut Vec<(String, String)>) {
+    for (key, value) in table {
+        let name = format!("{prefix}{key}");
+        match value {
+            toml::Value::Table(t) => flatten(t, &format!("{name}."), out),
+            toml::Value::Array(items)
+                if !items.is_empty() && items.iter().all(toml::Value::is_table) =>
+            {
+                for (i, item) in items.iter().enumerate() {
+                    if let toml::Value::Table(t) = item {
+                        flatten(t, &format!("{name}.{i}."), out);
+                    }
+                }
+            }
+            toml::Value::Array(items) => {
+                let joined: Vec<String> = items.iter().map(scalar).collect();
+                out.push((name, joined.join(",")));
+            }
+            other => out.push((name, scalar(other))),
+        }
+    }
+}
+
+/// A value as Python's `str` writes it (strings bare).
+fn scalar(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Boolean(b) => b.to_string(),
+        toml::Value::Integer(i) => i.to_string(),
+        toml::Value::Float(f) => format!("{f:?}"),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scenario_flattens_as_python_flattens_it() {
+        let text = "topology = \"fattree:k=4\"\nseed = 3\n[background]\nload = 0.2\n\
+                    distribution = [\"websearch\", \"datamining\"]\n\
+                    [[jobs]]\nworkers = 4\nmodel = \"vgg16\"\n[[jobs]]\nworkers = 8\nalgorithm = \"panama\"\n";
+        let want = [
+            ("topology", "fattree:k=4"),
+            ("seed", "3"),
+            ("background.load", "0.2"),
+            ("background.distribution", "websearch,datamining"),
+            ("jobs.0.workers", "4"),
+            ("jobs.0.model", "vgg16"),
+            ("jobs.1.workers", "8"),
+            ("jobs.1.algorithm", "panama"),
+        ];
+        let mut got = pairs(text).unwrap();
+        let mut want: Vec<_> = want
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want);
+        let err = pairs("topology = \n").unwrap_err();
+        assert!(err.contains("line 1"), "{err}");
+    }
+}
