@@ -771,12 +771,12 @@ impl Communicator {
 
     /// Progresses the transport while a switch job waits: a rank that died
     /// never contributes, and the transport notices at once.
-    fn progress_peers(&self) -> std::result::Result<(), String> {
+    fn progress_peers(&self) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
         self.engine
             .transport
             .progress()
             .map(drop)
-            .map_err(|e| e.to_string())
+            .map_err(Into::into)
     }
 
     /// Whether `ok` holds on every rank (a min-allreduce of one byte).
