@@ -7,8 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use shoal_plan::algorithms::allreduce::hierarchical_ina;
-use shoal_plan::{Buf, CallShape, Collective, Plan};
+use shoal_plan::{Buf, CallShape, Collective};
 use shoal_transport::{CallSig, Transport};
 
 use crate::agree::first_use;
@@ -23,13 +22,15 @@ use crate::ina::{
 };
 use crate::lru::Lru;
 use crate::provider::{self, HierarchicalSwitch, PlanExecutor, ProviderId, Switch};
-use crate::reduce::divide;
 use crate::select::{Choice, PlanSource, Selector};
 use crate::trace::Tracing;
 use crate::work::{AsyncQueue, Work};
 
 mod group;
+mod hierarchical_switch;
 mod p2p;
+mod plans;
+mod switch;
 
 /// Sequence numbers with this bit set belong to point-to-point messages.
 const P2P_SEQ: u32 = 1 << 31;
@@ -237,6 +238,17 @@ struct SendBuffers(CallBuffers);
 // SAFETY: see the type's doc.
 unsafe impl Send for SendBuffers {}
 
+/// How a provider runs the calls it priced (its pricing half is in
+/// `crate::provider`): made when a call is prepared, by [`Communicator::runner`].
+trait RunCall: Send {
+    /// Takes the sequence numbers of the provider's own steps, in the order
+    /// they run, before the call's own (under the state's lock, so that
+    /// every member numbers alike).
+    fn reserve(&mut self, st: &mut CommState);
+    /// Runs the prepared call `p` (its first-use agreement already made).
+    fn run(&self, comm: &Communicator, p: &Prepared, bufs: CallBuffers) -> Result<()>;
+}
+
 /// A blocking collective prepared on the calling thread, to be run by
 /// [`Communicator::run_collective`].
 pub struct PreparedCall(Prepared);
@@ -257,27 +269,11 @@ struct Prepared {
     divide_by: Option<usize>,
     /// How the call deals with overlapping input and output.
     in_place: InPlace,
-    /// Who runs the call.
-    provider: ProviderId,
-    /// Through the switch: the sequence number reserved for the ranks'
-    /// agreement on whether it worked (`cp` is then the fallback plan).
-    ina_agree_seq: Option<u32>,
-    /// `hierarchical_ina`: the host phases around the switch call.
-    hier: Option<HostPhases>,
+    /// How its provider runs it, with what the provider reserved (through
+    /// the switch, `cp` is the fallback plan).
+    runs: Box<dyn RunCall>,
     /// At the first use of its key: the agreement to run or to wait for.
     first_use: Option<FirstUse>,
-}
-
-/// The host phases of `hierarchical_ina` for one call: reduce-scatter into
-/// this rank's shard, then (after the switch summed it over the hosts)
-/// allgather, each with a sequence number of its own.
-struct HostPhases {
-    reduce_scatter: (Arc<CompiledPlan>, u32),
-    allgather: (Arc<CompiledPlan>, u32),
-    /// This rank's shard of the output, in elements.
-    shard: (usize, usize),
-    /// (shard index = local rank, host index, hosts): the shard's switch job.
-    job: (usize, usize, usize),
 }
 
 impl Prepared {
@@ -555,13 +551,7 @@ impl Communicator {
         if let Some(first) = &p.first_use {
             self.agree_on_first_use(p, first)?;
         }
-        match (p.provider, p.ina_agree_seq, &p.hier) {
-            (ProviderId::Switch, Some(agree_seq), _) => self.run_via_switch(p, agree_seq, bufs),
-            (ProviderId::HierarchicalSwitch, Some(agree_seq), Some(phases)) => {
-                self.run_hierarchical_switch(p, phases, agree_seq, bufs)
-            }
-            _ => self.run_plan(p, bufs),
-        }
+        p.runs.run(self, p, bufs)
     }
 
     /// The first-use agreement of a call's key (`agree::first_use`), in
@@ -613,297 +603,6 @@ impl Communicator {
         }
     }
 
-    /// `hierarchical_ina`: the host reduce-scatter, the shard through its
-    /// switch job, the host allgather; then, like `run_via_switch`, the
-    /// ranks agree whether the switch worked for all of them, and if not
-    /// redo the call with the host plan from the saved contribution and
-    /// stop using the switch. The host phases run whatever the switch did
-    /// (a rank whose switch call failed gathers a shard the agreement will
-    /// discard), so no rank waits for a phase another skipped.
-    fn run_hierarchical_switch(
-        &self,
-        p: &Prepared,
-        phases: &HostPhases,
-        agree_seq: u32,
-        bufs: CallBuffers,
-    ) -> Result<()> {
-        let mut contribution = self.engine.ina_backup.lock().unwrap();
-        contribution.clear();
-        // SAFETY: the input buffer was validated by prepare.
-        contribution
-            .extend_from_slice(unsafe { std::slice::from_raw_parts(bufs.input, bufs.input_bytes) });
-        let saved = CallBuffers {
-            input: contribution.as_ptr(),
-            input_bytes: contribution.len(),
-            ..bufs
-        };
-        let (rs, rs_seq) = &phases.reduce_scatter;
-        self.run_phase(p, rs, *rs_seq, saved)?;
-        let esize = p.dtype.size();
-        let (offset, len) = phases.shard;
-        // SAFETY: the output buffer was validated by prepare; the shard lies in it.
-        let shard =
-            unsafe { std::slice::from_raw_parts_mut(bufs.output.add(offset * esize), len * esize) };
-        let recorder = self.engine.tracing.recorder();
-        let started = recorder.map(|r| r.now());
-        let outcome = self.shard_allreduce(shard, p, phases.job);
-        if let (Some(r), Some(start)) = (recorder, started) {
-            r.ina(
-                start,
-                shard.len(),
-                outcome.is_ok(),
-                self.shard_job.last_call(),
-            );
-        }
-        let (ag, ag_seq) = &phases.allgather;
-        self.run_phase(p, ag, *ag_seq, bufs)?;
-        if self.agree(outcome.is_ok(), agree_seq, p.sig.history)? {
-            if let Ok(ina) = self.ina() {
-                ina.succeeded();
-            }
-            if let Some(n) = p.divide_by {
-                // SAFETY: as above.
-                let out = unsafe { std::slice::from_raw_parts_mut(bufs.output, bufs.output_bytes) };
-                divide(p.dtype, out, n);
-            }
-            return Ok(());
-        }
-        let reason = outcome
-            .err()
-            .unwrap_or_else(|| "another rank could not use the switch".into());
-        self.shard_job.reset();
-        if let Ok(ina) = self.ina() {
-            ina.disable(&reason);
-        }
-        ina::warn(&format!(
-            "allreduce falls back to host algorithms: {reason}"
-        ));
-        self.run_plan(p, saved)
-    }
-
-    /// This rank's shard summed over the hosts through its shard's switch job.
-    fn shard_allreduce(
-        &self,
-        shard: &mut [u8],
-        p: &Prepared,
-        job: (usize, usize, usize),
-    ) -> std::result::Result<(), String> {
-        let ina = self.ina()?;
-        if let Some(reason) = ina.unusable() {
-            return Err(reason);
-        }
-        self.shard_job
-            .allreduce(ina, job, shard, p.dtype, p.op, &|| self.progress_peers())
-    }
-
-    /// Runs one host phase of a call (its own plan and sequence number).
-    fn run_phase(
-        &self,
-        p: &Prepared,
-        cp: &CompiledPlan,
-        seq: u32,
-        bufs: CallBuffers,
-    ) -> Result<()> {
-        let ctx = CallContext {
-            transport: &*self.engine.transport,
-            members: &self.members,
-            comm: self.id,
-            seq,
-            sig: p.sig,
-            dtype: p.dtype,
-            op: p.op,
-            timeout: self.timeout(),
-            describe: &|| p.describe(),
-        };
-        self.engine.run(cp, &ctx, bufs)
-    }
-
-    /// Allreduce through the switch; then the ranks agree (a one-byte host
-    /// allreduce) whether every one of them got its result. If not, they all
-    /// redo it with the host plan from the contribution saved beforehand, and
-    /// stop using the switch (ATP's fallback; `ProviderId::fallback`).
-    fn run_via_switch(&self, p: &Prepared, agree_seq: u32, bufs: CallBuffers) -> Result<()> {
-        if !std::ptr::eq(bufs.input, bufs.output) {
-            // SAFETY: both buffers were validated by prepare and are distinct.
-            unsafe { std::ptr::copy_nonoverlapping(bufs.input, bufs.output, bufs.output_bytes) };
-        }
-        // SAFETY: the output buffer was validated by prepare.
-        let out = unsafe { std::slice::from_raw_parts_mut(bufs.output, bufs.output_bytes) };
-        // Kept for the fallback; the buffer is reused across calls because
-        // fresh pages cost more than the copy.
-        let mut contribution = self.engine.ina_backup.lock().unwrap();
-        contribution.clear();
-        contribution.extend_from_slice(out);
-        let recorder = self.engine.tracing.recorder();
-        let started = recorder.map(|r| r.now());
-        let outcome = self.switch_allreduce(out, p);
-        if let (Some(r), Some(start)) = (recorder, started) {
-            let wire = self.ina().map(Ina::last_call).unwrap_or_default();
-            r.ina(start, out.len(), outcome.is_ok(), wire);
-        }
-        if self.agree(outcome.is_ok(), agree_seq, p.sig.history)? {
-            if let Ok(ina) = self.ina() {
-                ina.succeeded();
-            }
-            return Ok(()); // the client already divided for avg
-        }
-        let reason = outcome
-            .err()
-            .unwrap_or_else(|| "another rank could not use the switch".into());
-        if let Ok(ina) = self.ina() {
-            ina.disable(&reason);
-        }
-        ina::warn(&format!(
-            "allreduce falls back to host algorithms: {reason}"
-        ));
-        let host = CallBuffers {
-            input: contribution.as_ptr(),
-            input_bytes: contribution.len(),
-            ..bufs
-        };
-        self.run_plan(p, host)
-    }
-
-    fn switch_allreduce(&self, out: &mut [u8], p: &Prepared) -> std::result::Result<(), String> {
-        let ina = self.ina()?;
-        ina.allreduce(out, p.dtype, p.op, &|| self.progress_peers())
-    }
-
-    /// Progresses the transport while a switch job waits: a rank that died
-    /// never contributes, and the transport notices at once.
-    fn progress_peers(&self) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        self.engine
-            .transport
-            .progress()
-            .map(drop)
-            .map_err(Into::into)
-    }
-
-    /// Whether `ok` holds on every rank (a min-allreduce of one byte).
-    fn agree(&self, ok: bool, seq: u32, history: u32) -> Result<bool> {
-        let mut flag = [ok as u8];
-        let algorithm = "recursive_doubling";
-        let args = CollArgs {
-            collective: Collective::Allreduce,
-            count: 1,
-            counts: None,
-            dtype: DType::U8,
-            op: ReduceOp::Min,
-            root: 0,
-            algorithm: Some(algorithm.into()),
-        };
-        let shape = self.shape(&args)?;
-        let choice = self
-            .engine
-            .selector
-            .choose(&shape, 1, Some(algorithm), None)?;
-        let id = choice.id();
-        let cp = self.plan(shape, choice, None)?;
-        let sig = CallSig {
-            kind: 0,
-            dtype: DType::U8.index(),
-            op: ReduceOp::Min.index(),
-            algo: id,
-            root: 0,
-            count: 1,
-            history,
-        };
-        let ctx = CallContext {
-            transport: &*self.engine.transport,
-            members: &self.members,
-            comm: self.id,
-            seq,
-            sig,
-            dtype: DType::U8,
-            op: ReduceOp::Min,
-            timeout: self.timeout(),
-            describe: &|| {
-                format!(
-                    "agreement after an in-network allreduce on rank {}",
-                    self.members[self.rank]
-                )
-            },
-        };
-        let ptr = flag.as_mut_ptr();
-        let bufs = CallBuffers {
-            input: ptr,
-            input_bytes: 1,
-            output: ptr,
-            output_bytes: 1,
-        };
-        self.engine.run(&cp, &ctx, bufs)?;
-        Ok(flag[0] == 1)
-    }
-
-    /// The plan of this rank for a call shape and algorithm, from the cache
-    /// or built (outside the cache's lock) and cached. A registered
-    /// algorithm's plan comes from `source` and must pass the checks the
-    /// executor relies on (regions in bounds, peers in the group).
-    fn plan(
-        &self,
-        shape: CallShape,
-        choice: Choice,
-        source: Option<&dyn PlanSource>,
-    ) -> Result<Arc<CompiledPlan>> {
-        self.cached_plan(shape, choice.id(), |shape| match choice {
-            Choice::Builtin(alg) => Ok((alg.generate)(shape, self.rank)),
-            Choice::Registered(alg) => {
-                let source = source.ok_or_else(|| {
-                    Error::invalid(format!(
-                        "{} algorithm '{}' is registered from Python and runs only in calls made from Python",
-                        alg.collective, alg.name
-                    ))
-                })?;
-                let plan = source.plan(alg, shape, self.rank)?;
-                shoal_plan::verify::check_plan(shape, self.rank, &plan).map_err(|e| {
-                    Error::invalid(format!("{} algorithm '{}': {e}", alg.collective, alg.name))
-                })?;
-                Ok(plan)
-            }
-        })
-    }
-
-    /// The plan of this rank for a call shape and plan id, from the cache or
-    /// built by `build` (outside the cache's lock) and cached.
-    fn cached_plan(
-        &self,
-        shape: CallShape,
-        id: u32,
-        build: impl FnOnce(&CallShape) -> Result<Plan>,
-    ) -> Result<Arc<CompiledPlan>> {
-        let key = (shape, id, self.rank);
-        if let Some(cp) = self.engine.plans.lock().unwrap().get(&key) {
-            return Ok(cp);
-        }
-        let cp = Arc::new(CompiledPlan::new(build(&key.0)?));
-        self.engine.plans.lock().unwrap().insert(key, cp.clone());
-        Ok(cp)
-    }
-
-    fn run_plan(&self, p: &Prepared, bufs: CallBuffers) -> Result<()> {
-        let ctx = CallContext {
-            transport: &*self.engine.transport,
-            members: &self.members,
-            comm: self.id,
-            seq: p.seq,
-            sig: p.sig,
-            dtype: p.dtype,
-            op: p.op,
-            timeout: self.timeout(),
-            describe: &|| p.describe(),
-        };
-        let engine = &self.engine;
-        engine
-            .staging
-            .run(p.in_place, bufs, |bufs| engine.run(&p.cp, &ctx, bufs))?;
-        if let Some(n) = p.divide_by {
-            // SAFETY: the output buffer was validated by prepare.
-            let out = unsafe { std::slice::from_raw_parts_mut(bufs.output, bufs.output_bytes) };
-            divide(p.dtype, out, n);
-        }
-        Ok(())
-    }
-
     /// Validates the call, picks the algorithm, fetches or builds the plan,
     /// and takes the next sequence number.
     fn prepare(
@@ -924,8 +623,6 @@ impl Communicator {
         self.join_group_switch(args);
         let provider = self.provider_for(args, &shape, source)?;
         let provider = self.retry_switch(args, provider);
-        let via_switch = provider != ProviderId::Plans;
-        let hierarchical = provider == ProviderId::HierarchicalSwitch;
         let host_choice = explicit.filter(|&a| !ina::is_switch_algorithm(a));
         let choice = self
             .engine
@@ -953,11 +650,7 @@ impl Communicator {
         let has_output = shape.buffer_len(self.rank, Buf::Output) > 0;
         let divide_by = (op == ReduceOp::Avg && has_output).then_some(self.size());
         let cp = self.plan(shape.clone(), choice, source)?;
-        let phases = if hierarchical {
-            Some(self.host_phases(&shape)?)
-        } else {
-            None
-        };
+        let mut runs = self.runner(provider, &shape)?;
         let counts = shape.counts.clone();
         let key = (shape, sig.algo, algo_id);
         let mut st = self.state.lock().unwrap();
@@ -986,24 +679,14 @@ impl Communicator {
         st.history = sig.next_history();
         // Numbered in the order they run (the transport counts a call's
         // messages as late once a later call finished): the first-use
-        // agreement; the host phases of `hierarchical_ina`; through the
-        // switch, the agreement on its outcome, then the host plan, which
-        // runs only if the switch failed.
+        // agreement; the provider's own steps (the host phases of
+        // `hierarchical_ina`, the agreement on the switch's outcome); then
+        // the host plan, which through the switch runs only if it failed.
         if let Some(FirstUse::Run { seq, .. }) = &mut first_use {
             *seq = st.next_seq();
         }
-        let hier = phases.map(|(rs, ag, shard, job)| HostPhases {
-            reduce_scatter: (rs, st.next_seq()),
-            allgather: (ag, st.next_seq()),
-            shard,
-            job,
-        });
-        let first = st.next_seq();
-        let (seq, ina_agree_seq) = if via_switch {
-            (st.next_seq(), Some(first))
-        } else {
-            (first, None)
-        };
+        runs.reserve(&mut st);
+        let seq = st.next_seq();
         drop(st);
         let algorithm = match provider {
             ProviderId::Switch => INA,
@@ -1025,10 +708,20 @@ impl Communicator {
             dtype: args.dtype,
             divide_by,
             in_place,
-            provider,
-            ina_agree_seq,
-            hier,
+            runs,
             first_use,
+        })
+    }
+
+    /// How `provider` runs a call of `shape`: every provider's running half
+    /// is registered here, its pricing half in `provider_for`.
+    fn runner(&self, provider: ProviderId, shape: &CallShape) -> Result<Box<dyn RunCall>> {
+        Ok(match provider {
+            ProviderId::Plans => Box::new(plans::RunPlan),
+            ProviderId::Switch => Box::new(switch::ViaSwitch::default()),
+            ProviderId::HierarchicalSwitch => {
+                Box::new(hierarchical_switch::HostsAndSwitch::new(self, shape)?)
+            }
         })
     }
 
@@ -1058,73 +751,6 @@ impl Communicator {
             name: choice.name(),
         };
         Ok(record.encode())
-    }
-
-    /// The host phases of `hierarchical_ina` for a call: their plans, this
-    /// rank's shard, and its shard's switch job (local rank, host, hosts).
-    #[allow(clippy::type_complexity)]
-    fn host_phases(
-        &self,
-        shape: &CallShape,
-    ) -> Result<(
-        Arc<CompiledPlan>,
-        Arc<CompiledPlan>,
-        (usize, usize),
-        (usize, usize, usize),
-    )> {
-        use shoal_plan::algorithms::algorithm_id;
-        let phase = |name| algorithm_id(Collective::Allreduce, name);
-        let rank = self.rank;
-        let rs = self.cached_plan(
-            shape.clone(),
-            phase("hierarchical_ina/reduce_scatter"),
-            |s| Ok(hierarchical_ina::reduce_scatter(s, rank)),
-        )?;
-        let ag = self.cached_plan(shape.clone(), phase("hierarchical_ina/allgather"), |s| {
-            Ok(hierarchical_ina::allgather(s, rank))
-        })?;
-        let (hosts, local) = shape.layout();
-        let j = rank % local;
-        Ok((
-            rs,
-            ag,
-            hierarchical_ina::shard(shape, j),
-            (j, rank / local, hosts),
-        ))
-    }
-
-    /// While the switch is away, every allreduce it could run counts
-    /// towards its retry (ina.rs): that call goes through the switch.
-    fn retry_switch(&self, args: &CollArgs, provider: ProviderId) -> ProviderId {
-        match self.ina() {
-            Ok(ina) if switch_eligible(args) && ina.retry_due() => ProviderId::Switch,
-            _ => provider,
-        }
-    }
-
-    /// This communicator's switch membership: the world's, joined at init,
-    /// or a sub-group's own job (`join_group_switch`).
-    fn ina(&self) -> std::result::Result<&Ina, String> {
-        if self.id == 0 {
-            return self.engine.ina.as_ref().map_err(Clone::clone);
-        }
-        match self.group_ina.get() {
-            Some(membership) => membership.as_ref().map_err(Clone::clone),
-            None => Err("this group has not joined a switch job".into()),
-        }
-    }
-
-    /// A sub-group joins a switch job of its own members at its first call
-    /// that could use the switch: every member makes that call, so all join
-    /// together (collective, like the world's join at init).
-    fn join_group_switch(&self, args: &CollArgs) {
-        if self.id == 0 || self.group_ina.get().is_some() || !switch_eligible(args) {
-            return;
-        }
-        if let Ok(world) = &self.engine.ina {
-            let membership = world.join_group(self.id, self.rank, self.size());
-            let _ = self.group_ina.set(membership);
-        }
     }
 
     /// Who runs a call. The switch runs allreduce only: when asked for
@@ -1274,17 +900,6 @@ fn sig_count(shape: &CallShape) -> u64 {
         h.write(&(c as u64).to_le_bytes());
     }
     h.finish()
-}
-
-/// An allreduce the switch could run: of its types, not forced onto a
-/// host algorithm.
-fn switch_eligible(args: &CollArgs) -> bool {
-    args.collective == Collective::Allreduce
-        && args
-            .algorithm
-            .as_deref()
-            .is_none_or(ina::is_switch_algorithm)
-        && ina::wire_types(args.dtype, args.op).is_some()
 }
 
 /// The most members any one host has.
