@@ -10,27 +10,29 @@ use std::time::Duration;
 use shoal_plan::{Buf, CallShape, Collective};
 use shoal_transport::{CallSig, Transport};
 
-use crate::agree::first_use;
 use crate::alias::{self, InPlace, Staging};
 use crate::config::Config;
 use crate::dtype::{DType, ReduceOp};
-use crate::error::{describe_call, Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{execute, CallBuffers, CallContext, CompiledPlan, Workspace};
-use crate::fnv::Fnv64;
-use crate::ina::{
-    self, Ina, ShardJob, HIERARCHICAL_INA, HIERARCHICAL_INA_ALGO_ID, INA, INA_ALGO_ID,
-};
+use crate::ina::{self, Ina, ShardJob};
 use crate::lru::Lru;
-use crate::provider::{self, HierarchicalSwitch, PlanExecutor, ProviderId, Switch};
-use crate::select::{Choice, PlanSource, Selector};
+use crate::select::{PlanSource, Selector};
 use crate::trace::Tracing;
 use crate::work::{AsyncQueue, Work};
 
+mod agreed;
+mod decide;
 mod group;
 mod hierarchical_switch;
+mod inspect;
 mod p2p;
 mod plans;
+mod shape;
 mod switch;
+
+use agreed::{Agreed, FirstUse, Verdict};
+use shape::{block_layout, busiest_host, kind_of, sig_count};
 
 /// Sequence numbers with this bit set belong to point-to-point messages.
 const P2P_SEQ: u32 = 1 << 31;
@@ -38,10 +40,6 @@ const P2P_SEQ: u32 = 1 << 31;
 const P2P_KIND: u8 = CallSig::P2P_KIND;
 
 pub use crate::registry::{AGREEMENT, AGREEMENT_ALGO_ID};
-
-/// Call shapes whose agreement a communicator remembers (see `first_use`).
-/// A constant, not a setting: every member's cache must forget alike.
-const AGREED_CACHED: usize = 1024;
 
 /// What the ranks of one process share: the transport and the execution lock.
 pub struct Engine {
@@ -179,37 +177,6 @@ impl CommState {
 /// A plan is the same for every communicator with the same call shape,
 /// algorithm (its id) and group rank.
 type PlanKey = (CallShape, u32, usize);
-
-/// What the ranks agree on at the first use: a call shape, who runs it (the
-/// id in its signature) and the host algorithm (the plan, or the switch's
-/// fallback).
-type AgreeKey = (CallShape, u32, u32);
-
-/// The ranks' verdict on one [`AgreeKey`], set by the call that ran the
-/// agreement; later calls of the key prepared before it ran read it then.
-type Verdict = Arc<OnceLock<Result<()>>>;
-
-/// The verdicts of a communicator, bounded: a program may use endless
-/// distinct counts, and a forgotten shape is only agreed on again.
-struct Agreed(Lru<AgreeKey, Verdict>);
-
-impl Default for Agreed {
-    fn default() -> Agreed {
-        Agreed(Lru::new(AGREED_CACHED))
-    }
-}
-
-/// A call's part in the first-use agreement of its key.
-enum FirstUse {
-    /// This call runs it, as sequence number `seq`, contributing `record`.
-    Run {
-        seq: u32,
-        record: [u8; first_use::RECORD],
-        verdict: Verdict,
-    },
-    /// An earlier call of the key runs it; this one reads its verdict.
-    Await { verdict: Verdict, key: AgreeKey },
-}
 
 pub struct Communicator {
     engine: Arc<Engine>,
@@ -475,73 +442,6 @@ impl Communicator {
         self.engine.plan_cache_usage()
     }
 
-    /// The algorithm the selector picks for a call (for inspection and tests).
-    pub fn choose_algorithm(
-        &self,
-        collective: Collective,
-        count: usize,
-        dtype: DType,
-        root: usize,
-        explicit: Option<&str>,
-        source: Option<&dyn PlanSource>,
-    ) -> Result<String> {
-        let (args, shape) = self.inspected(collective, count, dtype, root, explicit)?;
-        match self.provider_for(&args, &shape, source)? {
-            ProviderId::Switch => return Ok(INA.to_string()),
-            ProviderId::HierarchicalSwitch => return Ok(HIERARCHICAL_INA.to_string()),
-            ProviderId::Plans => {}
-        }
-        let explicit = explicit.filter(|&a| !ina::is_switch_algorithm(a));
-        let choice = self
-            .engine
-            .selector
-            .choose(&shape, dtype.size(), explicit, source)?;
-        Ok(choice.name().to_string())
-    }
-
-    /// How many steps this rank's plan of a call has, run by the host
-    /// algorithm the selector picks (for inspection and tests: a trace has
-    /// one event per executed step).
-    pub fn plan_steps(
-        &self,
-        collective: Collective,
-        count: usize,
-        dtype: DType,
-        root: usize,
-        explicit: Option<&str>,
-        source: Option<&dyn PlanSource>,
-    ) -> Result<usize> {
-        let (_, shape) = self.inspected(collective, count, dtype, root, explicit)?;
-        let choice = self
-            .engine
-            .selector
-            .choose(&shape, dtype.size(), explicit, source)?;
-        Ok(self.plan(shape, choice, source)?.plan.steps.len())
-    }
-
-    /// The arguments and shape of a call that is inspected, not run
-    /// (`choose_algorithm`, `plan_steps`).
-    fn inspected(
-        &self,
-        collective: Collective,
-        count: usize,
-        dtype: DType,
-        root: usize,
-        explicit: Option<&str>,
-    ) -> Result<(CollArgs, CallShape)> {
-        let args = CollArgs {
-            collective,
-            count,
-            counts: None,
-            dtype,
-            op: ReduceOp::Sum,
-            root,
-            algorithm: explicit.map(str::to_string),
-        };
-        let shape = self.shape(&args)?;
-        Ok((args, shape))
-    }
-
     /// Waits for every asynchronous call issued so far.
     pub fn synchronize(&self) {
         self.engine.queue.flush();
@@ -552,55 +452,6 @@ impl Communicator {
             self.agree_on_first_use(p, first)?;
         }
         p.runs.run(self, p, bufs)
-    }
-
-    /// The first-use agreement of a call's key (`agree::first_use`), in
-    /// call order on the thread that runs the call: the first call of the
-    /// key gathers every rank's record and keeps the verdict; calls of the
-    /// key prepared before it ran read the verdict. Nothing of the call
-    /// itself has been sent yet, so a disagreement leaves the group usable
-    /// (the same error on every rank).
-    fn agree_on_first_use(&self, p: &Prepared, first: &FirstUse) -> Result<()> {
-        match first {
-            FirstUse::Run {
-                seq,
-                record,
-                verdict,
-            } => {
-                let sig = CallSig {
-                    algo: AGREEMENT_ALGO_ID,
-                    ..p.sig
-                };
-                let describe = || format!("the agreement at the first use of {}", p.describe());
-                let outcome = self.exchange(*seq, sig, record, &describe).and_then(|all| {
-                    let call = describe_call(&p.sig);
-                    first_use::verdict(&all, &self.members, p.collective, &call)
-                });
-                let _ = verdict.set(outcome.clone());
-                outcome
-            }
-            FirstUse::Await { verdict, key } => match verdict.get() {
-                Some(outcome) => outcome.clone(),
-                None => {
-                    // The call that was to agree ended before it did: forget
-                    // the key, so that the next call of it agrees again.
-                    let mut st = self.state.lock().unwrap();
-                    if st
-                        .agreed
-                        .0
-                        .peek(key)
-                        .is_some_and(|v| Arc::ptr_eq(v, verdict))
-                    {
-                        st.agreed.0.remove(key);
-                    }
-                    Err(Error::runtime(format!(
-                        "{}: the first call of this shape ended before the ranks agreed on what it runs; \
-                         the next call of it agrees again",
-                        p.describe()
-                    )))
-                }
-            },
-        }
     }
 
     /// Validates the call, picks the algorithm, fetches or builds the plan,
@@ -638,11 +489,7 @@ impl Communicator {
             kind: kind_of(args.collective),
             dtype: args.dtype.index(),
             op: op.index(),
-            algo: match provider {
-                ProviderId::Switch => INA_ALGO_ID,
-                ProviderId::HierarchicalSwitch => HIERARCHICAL_INA_ALGO_ID,
-                ProviderId::Plans => algo_id,
-            },
+            algo: provider.algorithm().map_or(algo_id, |(_, id)| id),
             root: args.root as u32,
             count: sig_count(&shape),
             history: 0,
@@ -688,11 +535,7 @@ impl Communicator {
         runs.reserve(&mut st);
         let seq = st.next_seq();
         drop(st);
-        let algorithm = match provider {
-            ProviderId::Switch => INA,
-            ProviderId::HierarchicalSwitch => HIERARCHICAL_INA,
-            ProviderId::Plans => choice.name(),
-        };
+        let algorithm = provider.algorithm().map_or(choice.name(), |(name, _)| name);
         tracing::debug!(comm = self.id, seq, count = args.count, dtype = %args.dtype, "{} runs {algorithm}", args.collective);
         Ok(Prepared {
             cp,
@@ -711,227 +554,6 @@ impl Communicator {
             runs,
             first_use,
         })
-    }
-
-    /// How `provider` runs a call of `shape`: every provider's running half
-    /// is registered here, its pricing half in `provider_for`.
-    fn runner(&self, provider: ProviderId, shape: &CallShape) -> Result<Box<dyn RunCall>> {
-        Ok(match provider {
-            ProviderId::Plans => Box::new(plans::RunPlan),
-            ProviderId::Switch => Box::new(switch::ViaSwitch::default()),
-            ProviderId::HierarchicalSwitch => {
-                Box::new(hierarchical_switch::HostsAndSwitch::new(self, shape)?)
-            }
-        })
-    }
-
-    /// This rank's record for the first-use agreement of `key`.
-    fn first_use_record(
-        &self,
-        key: &AgreeKey,
-        choice: Choice,
-        source: Option<&dyn PlanSource>,
-    ) -> Result<[u8; first_use::RECORD]> {
-        let (shape, runs, host) = key;
-        let definition = match (choice, source) {
-            (Choice::Builtin(_), _) => 0,
-            (Choice::Registered(alg), Some(source)) => source.digest(alg, shape)?,
-            (Choice::Registered(alg), None) => {
-                return Err(Error::invalid(format!(
-                    "{} algorithm '{}' is registered from Python and runs only in calls made from Python",
-                    alg.collective, alg.name
-                )))
-            }
-        };
-        let record = first_use::Record {
-            shape: first_use::shape_digest(shape),
-            runs: *runs,
-            host: *host,
-            definition,
-            name: choice.name(),
-        };
-        Ok(record.encode())
-    }
-
-    /// Who runs a call. The switch runs allreduce only: when asked for
-    /// (`algorithm="ina"`, `SHOAL_ALGO=allreduce:ina`), or when it is usable,
-    /// can aggregate the dtype and op, and costs less than the cheapest plan
-    /// algorithm. Naming a host algorithm (`algorithm=`) keeps the plans.
-    fn provider_for(
-        &self,
-        args: &CollArgs,
-        shape: &CallShape,
-        source: Option<&dyn PlanSource>,
-    ) -> Result<ProviderId> {
-        if args.collective != Collective::Allreduce {
-            return match args.algorithm.as_deref() {
-                Some(a) if ina::is_switch_algorithm(a) => Err(Error::invalid(format!(
-                    "algorithm '{a}' is for allreduce only, not {}",
-                    args.collective
-                ))),
-                _ => Ok(ProviderId::Plans),
-            };
-        }
-        let by_name = |name| match name {
-            INA => ProviderId::Switch,
-            HIERARCHICAL_INA => ProviderId::HierarchicalSwitch,
-            _ => ProviderId::Plans,
-        };
-        match args.algorithm.as_deref() {
-            Some(name) => return Ok(by_name(name)),
-            None => {
-                if let Some(name) = self.engine.selector.switch_forced() {
-                    return Ok(by_name(name));
-                }
-            }
-        }
-        let plans = PlanExecutor {
-            selector: &self.engine.selector,
-            source,
-        };
-        let switch = Switch {
-            usable: self.ina().is_ok_and(|i| i.unusable().is_none())
-                && ina::wire_types(args.dtype, args.op).is_some(),
-            per_link: self.busiest_host,
-            plans: &plans,
-        };
-        let hierarchical = HierarchicalSwitch(&switch);
-        // Listed plans first: a tie keeps the host algorithms.
-        let cheapest =
-            provider::cheapest(&[&plans, &switch, &hierarchical], shape, args.dtype.size())?;
-        Ok(cheapest.unwrap_or(ProviderId::Plans))
-    }
-
-    fn shape(&self, args: &CollArgs) -> Result<CallShape> {
-        let world = self.size();
-        if args.collective.rooted() && args.root >= world {
-            return Err(Error::invalid(format!(
-                "{}: root {} is not a rank of this group of {world}",
-                args.collective, args.root
-            )));
-        }
-        let chunk = (self.engine.config.chunk_bytes / args.dtype.size()).max(1);
-        let root = if args.collective.rooted() {
-            args.root
-        } else {
-            0
-        };
-        Ok(CallShape {
-            collective: args.collective,
-            world,
-            // With per-rank counts the single count means nothing.
-            count: if args.counts.is_some() { 0 } else { args.count },
-            root,
-            chunk,
-            ranks_per_host: self.ranks_per_host,
-            counts: self.check_counts(args)?,
-        })
-    }
-
-    /// The call's per-rank counts, if it has any, checked against the
-    /// collective and the group size.
-    fn check_counts(&self, args: &CollArgs) -> Result<Option<Arc<[usize]>>> {
-        let Some(counts) = &args.counts else {
-            return Ok(None);
-        };
-        let world = self.size();
-        let (expected, what) = match args.collective {
-            Collective::Allgather | Collective::ReduceScatter => (world, "one per rank"),
-            Collective::Alltoall => (world * world, "world x world, row s for rank s's sends"),
-            c => {
-                return Err(Error::invalid(format!(
-                    "{c} takes no per-rank counts (allgather, reduce_scatter and alltoall do)"
-                )))
-            }
-        };
-        if counts.len() != expected {
-            return Err(Error::invalid(format!(
-                "{}: counts has {} entries, expected {expected} ({what}) in this group of {world}",
-                args.collective,
-                counts.len()
-            )));
-        }
-        Ok(Some(counts.clone()))
-    }
-
-    fn check_buffers(&self, shape: &CallShape, dtype: DType, bufs: &CallBuffers) -> Result<()> {
-        let esize = dtype.size();
-        for (buf, have, name) in [
-            (Buf::Input, bufs.input_bytes, "input"),
-            (Buf::Output, bufs.output_bytes, "output"),
-        ] {
-            let need = shape.buffer_len(self.rank, buf) * esize;
-            if have != need {
-                return Err(Error::invalid(format!(
-                    "{}: {name} buffer has {} elements of {dtype}, expected {} on rank {} ({}, world={})",
-                    shape.collective,
-                    have / esize,
-                    need / esize,
-                    self.rank,
-                    match &shape.counts {
-                        Some(c) => format!("counts={c:?}"),
-                        None => format!("count={}", shape.count),
-                    },
-                    shape.world
-                )));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The `kind` of a collective's signatures: its index in `Collective::ALL`.
-fn kind_of(collective: Collective) -> u8 {
-    Collective::ALL
-        .iter()
-        .position(|&c| c == collective)
-        .unwrap() as u8
-}
-
-/// The `count` of a call's signature: its count, or with per-rank counts a
-/// hash of them (FNV-1a 64 over each as a little-endian u64), so ranks that
-/// pass different counts are caught like those that pass different counts.
-fn sig_count(shape: &CallShape) -> u64 {
-    let Some(counts) = &shape.counts else {
-        return shape.count as u64;
-    };
-    let mut h = Fnv64::new();
-    for &c in counts.iter() {
-        h.write(&(c as u64).to_le_bytes());
-    }
-    h.finish()
-}
-
-/// The most members any one host has.
-fn busiest_host(host_of: &[usize], members: &[usize]) -> usize {
-    let mut per_host: HashMap<usize, usize> = HashMap::new();
-    for &m in members {
-        *per_host
-            .entry(host_of.get(m).copied().unwrap_or(m))
-            .or_default() += 1;
-    }
-    per_host.into_values().max().unwrap_or(1)
-}
-
-/// Ranks per host when the members (in group order) sit on their hosts in
-/// equal contiguous blocks, each host once; 1 otherwise.
-fn block_layout(host_of: &[usize], members: &[usize]) -> usize {
-    let hosts: Vec<usize> = members
-        .iter()
-        .map(|&m| host_of.get(m).copied().unwrap_or(m))
-        .collect();
-    let per_host = hosts.iter().take_while(|&&h| h == hosts[0]).count().max(1);
-    let blocks: Vec<&[usize]> = hosts.chunks(per_host).collect();
-    let regular = hosts.len().is_multiple_of(per_host)
-        && blocks.iter().all(|b| b.iter().all(|&h| h == b[0]))
-        && blocks
-            .iter()
-            .enumerate()
-            .all(|(i, b)| blocks[..i].iter().all(|o| o[0] != b[0]));
-    if regular {
-        per_host
-    } else {
-        1
     }
 }
 
