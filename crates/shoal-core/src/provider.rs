@@ -6,10 +6,11 @@
 //! cost; [`cheapest`] merges their estimates per call shape, UCC-style, so a
 //! provider wins exactly the sizes where it is cheapest.
 //!
-//! Pricing borrows what it needs for one call (the selector, the binding's
-//! plan source), so it is a trait on short-lived values; running happens
-//! later, possibly on another thread, so the call remembers only which
-//! provider runs it ([`ProviderId`]) and what that one falls back to.
+//! This is the pricing half. Pricing borrows what it needs for one call (the
+//! selector, the binding's plan source), so it is a trait on short-lived
+//! values; running happens later, possibly on another thread, by the
+//! provider's running half (a `RunCall` in its own file under `comm/`,
+//! registered in `comm/decide.rs` by its [`ProviderId`]).
 
 use shoal_plan::algorithms::CostParams;
 use shoal_plan::CallShape;
