@@ -143,7 +143,7 @@ impl Ina {
             Err(e) => {
                 let reason = format!("in-network aggregation unavailable: {e}");
                 // Worded as the communicator words a call's fallback
-                // (`comm.rs`), so a call asking for the switch later does
+                // (`comm/switch.rs`), so a call asking for the switch later does
                 // not repeat it: one warning per process.
                 warn(&format!(
                     "allreduce falls back to host algorithms: {reason}"

@@ -6,10 +6,11 @@
 //! cost; [`cheapest`] merges their estimates per call shape, UCC-style, so a
 //! provider wins exactly the sizes where it is cheapest.
 //!
-//! Pricing borrows what it needs for one call (the selector, the binding's
-//! plan source), so it is a trait on short-lived values; running happens
-//! later, possibly on another thread, so the call remembers only which
-//! provider runs it ([`ProviderId`]) and what that one falls back to.
+//! This is the pricing half. Pricing borrows what it needs for one call (the
+//! selector, the binding's plan source), so it is a trait on short-lived
+//! values; running happens later, possibly on another thread, by the
+//! provider's running half (a `RunCall` in its own file under `comm/`,
+//! registered in `comm/decide.rs` by its [`ProviderId`]).
 
 use shoal_plan::algorithms::CostParams;
 use shoal_plan::CallShape;
@@ -31,6 +32,35 @@ pub enum ProviderId {
 }
 
 impl ProviderId {
+    /// Every provider, in the order that breaks ties in [`cheapest`].
+    pub const ALL: [ProviderId; 3] = [
+        ProviderId::Plans,
+        ProviderId::Switch,
+        ProviderId::HierarchicalSwitch,
+    ];
+
+    /// The algorithm a provider runs every call as, when it has one of its
+    /// own: its name (for `algorithm=` and `SHOAL_ALGO`) and its id in the
+    /// call's signature. The plan executor runs the selector's choice.
+    pub fn algorithm(self) -> Option<(&'static str, u32)> {
+        match self {
+            ProviderId::Plans => None,
+            ProviderId::Switch => Some((ina::INA, ina::INA_ALGO_ID)),
+            ProviderId::HierarchicalSwitch => {
+                Some((ina::HIERARCHICAL_INA, ina::HIERARCHICAL_INA_ALGO_ID))
+            }
+        }
+    }
+
+    /// The provider an algorithm's name picks: the one whose algorithm it
+    /// is, else the plan executor (any host algorithm).
+    pub fn named(name: &str) -> ProviderId {
+        ProviderId::ALL
+            .into_iter()
+            .find(|p| p.algorithm().is_some_and(|(own, _)| own == name))
+            .unwrap_or(ProviderId::Plans)
+    }
+
     /// What runs the call when this provider fails in the middle of it: a
     /// switch allreduce is redone with host algorithms (and the switch is
     /// not used again); a plan's failure is the call's.
@@ -261,6 +291,21 @@ mod tests {
             cheapest(&all, &two_per_host(8), 4).unwrap(),
             Some(ProviderId::Plans)
         );
+    }
+
+    #[test]
+    fn a_provider_is_named_by_its_own_algorithm_and_host_algorithms_by_the_plans() {
+        for id in ProviderId::ALL {
+            if let Some((name, _)) = id.algorithm() {
+                assert_eq!(ProviderId::named(name), id);
+            }
+        }
+        assert_eq!(ProviderId::named("ina"), ProviderId::Switch);
+        assert_eq!(
+            ProviderId::named("hierarchical_ina"),
+            ProviderId::HierarchicalSwitch
+        );
+        assert_eq!(ProviderId::named("ring"), ProviderId::Plans);
     }
 
     #[test]

@@ -832,7 +832,7 @@ fn the_peer_check_ends_a_wait_for_a_dead_rank() {
             let t = Instant::now();
             let check = || {
                 if dead.load(Relaxed) {
-                    Err("rank 1 died".to_string())
+                    Err("rank 1 died".into())
                 } else {
                     Ok(())
                 }

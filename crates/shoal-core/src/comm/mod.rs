@@ -7,29 +7,32 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use shoal_plan::algorithms::allreduce::hierarchical_ina;
-use shoal_plan::{Buf, CallShape, Collective, Plan};
+use shoal_plan::{Buf, CallShape, Collective};
 use shoal_transport::{CallSig, Transport};
 
-use crate::agree::first_use;
 use crate::alias::{self, InPlace, Staging};
 use crate::config::Config;
 use crate::dtype::{DType, ReduceOp};
-use crate::error::{describe_call, Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{execute, CallBuffers, CallContext, CompiledPlan, Workspace};
-use crate::fnv::Fnv64;
-use crate::ina::{
-    self, Ina, ShardJob, HIERARCHICAL_INA, HIERARCHICAL_INA_ALGO_ID, INA, INA_ALGO_ID,
-};
+use crate::ina::{self, Ina, ShardJob};
 use crate::lru::Lru;
-use crate::provider::{self, HierarchicalSwitch, PlanExecutor, ProviderId, Switch};
-use crate::reduce::divide;
-use crate::select::{Choice, PlanSource, Selector};
+use crate::select::{PlanSource, Selector};
 use crate::trace::Tracing;
 use crate::work::{AsyncQueue, Work};
 
+mod agreed;
+mod decide;
 mod group;
+mod hierarchical_switch;
+mod inspect;
 mod p2p;
+mod plans;
+mod shape;
+mod switch;
+
+use agreed::{Agreed, FirstUse, Verdict};
+use shape::{block_layout, busiest_host, kind_of, sig_count};
 
 /// Sequence numbers with this bit set belong to point-to-point messages.
 const P2P_SEQ: u32 = 1 << 31;
@@ -37,10 +40,6 @@ const P2P_SEQ: u32 = 1 << 31;
 const P2P_KIND: u8 = CallSig::P2P_KIND;
 
 pub use crate::registry::{AGREEMENT, AGREEMENT_ALGO_ID};
-
-/// Call shapes whose agreement a communicator remembers (see `first_use`).
-/// A constant, not a setting: every member's cache must forget alike.
-const AGREED_CACHED: usize = 1024;
 
 /// What the ranks of one process share: the transport and the execution lock.
 pub struct Engine {
@@ -179,37 +178,6 @@ impl CommState {
 /// algorithm (its id) and group rank.
 type PlanKey = (CallShape, u32, usize);
 
-/// What the ranks agree on at the first use: a call shape, who runs it (the
-/// id in its signature) and the host algorithm (the plan, or the switch's
-/// fallback).
-type AgreeKey = (CallShape, u32, u32);
-
-/// The ranks' verdict on one [`AgreeKey`], set by the call that ran the
-/// agreement; later calls of the key prepared before it ran read it then.
-type Verdict = Arc<OnceLock<Result<()>>>;
-
-/// The verdicts of a communicator, bounded: a program may use endless
-/// distinct counts, and a forgotten shape is only agreed on again.
-struct Agreed(Lru<AgreeKey, Verdict>);
-
-impl Default for Agreed {
-    fn default() -> Agreed {
-        Agreed(Lru::new(AGREED_CACHED))
-    }
-}
-
-/// A call's part in the first-use agreement of its key.
-enum FirstUse {
-    /// This call runs it, as sequence number `seq`, contributing `record`.
-    Run {
-        seq: u32,
-        record: [u8; first_use::RECORD],
-        verdict: Verdict,
-    },
-    /// An earlier call of the key runs it; this one reads its verdict.
-    Await { verdict: Verdict, key: AgreeKey },
-}
-
 pub struct Communicator {
     engine: Arc<Engine>,
     /// Global rank of each member, in group order.
@@ -237,6 +205,17 @@ struct SendBuffers(CallBuffers);
 // SAFETY: see the type's doc.
 unsafe impl Send for SendBuffers {}
 
+/// How a provider runs the calls it priced (its pricing half is in
+/// `crate::provider`): made when a call is prepared, by [`Communicator::runner`].
+trait RunCall: Send {
+    /// Takes the sequence numbers of the provider's own steps, in the order
+    /// they run, before the call's own (under the state's lock, so that
+    /// every member numbers alike).
+    fn reserve(&mut self, st: &mut CommState);
+    /// Runs the prepared call `p` (its first-use agreement already made).
+    fn run(&self, comm: &Communicator, p: &Prepared, bufs: CallBuffers) -> Result<()>;
+}
+
 /// A blocking collective prepared on the calling thread, to be run by
 /// [`Communicator::run_collective`].
 pub struct PreparedCall(Prepared);
@@ -257,27 +236,11 @@ struct Prepared {
     divide_by: Option<usize>,
     /// How the call deals with overlapping input and output.
     in_place: InPlace,
-    /// Who runs the call.
-    provider: ProviderId,
-    /// Through the switch: the sequence number reserved for the ranks'
-    /// agreement on whether it worked (`cp` is then the fallback plan).
-    ina_agree_seq: Option<u32>,
-    /// `hierarchical_ina`: the host phases around the switch call.
-    hier: Option<HostPhases>,
+    /// How its provider runs it, with what the provider reserved (through
+    /// the switch, `cp` is the fallback plan).
+    runs: Box<dyn RunCall>,
     /// At the first use of its key: the agreement to run or to wait for.
     first_use: Option<FirstUse>,
-}
-
-/// The host phases of `hierarchical_ina` for one call: reduce-scatter into
-/// this rank's shard, then (after the switch summed it over the hosts)
-/// allgather, each with a sequence number of its own.
-struct HostPhases {
-    reduce_scatter: (Arc<CompiledPlan>, u32),
-    allgather: (Arc<CompiledPlan>, u32),
-    /// This rank's shard of the output, in elements.
-    shard: (usize, usize),
-    /// (shard index = local rank, host index, hosts): the shard's switch job.
-    job: (usize, usize, usize),
 }
 
 impl Prepared {
@@ -479,73 +442,6 @@ impl Communicator {
         self.engine.plan_cache_usage()
     }
 
-    /// The algorithm the selector picks for a call (for inspection and tests).
-    pub fn choose_algorithm(
-        &self,
-        collective: Collective,
-        count: usize,
-        dtype: DType,
-        root: usize,
-        explicit: Option<&str>,
-        source: Option<&dyn PlanSource>,
-    ) -> Result<String> {
-        let (args, shape) = self.inspected(collective, count, dtype, root, explicit)?;
-        match self.provider_for(&args, &shape, source)? {
-            ProviderId::Switch => return Ok(INA.to_string()),
-            ProviderId::HierarchicalSwitch => return Ok(HIERARCHICAL_INA.to_string()),
-            ProviderId::Plans => {}
-        }
-        let explicit = explicit.filter(|&a| !ina::is_switch_algorithm(a));
-        let choice = self
-            .engine
-            .selector
-            .choose(&shape, dtype.size(), explicit, source)?;
-        Ok(choice.name().to_string())
-    }
-
-    /// How many steps this rank's plan of a call has, run by the host
-    /// algorithm the selector picks (for inspection and tests: a trace has
-    /// one event per executed step).
-    pub fn plan_steps(
-        &self,
-        collective: Collective,
-        count: usize,
-        dtype: DType,
-        root: usize,
-        explicit: Option<&str>,
-        source: Option<&dyn PlanSource>,
-    ) -> Result<usize> {
-        let (_, shape) = self.inspected(collective, count, dtype, root, explicit)?;
-        let choice = self
-            .engine
-            .selector
-            .choose(&shape, dtype.size(), explicit, source)?;
-        Ok(self.plan(shape, choice, source)?.plan.steps.len())
-    }
-
-    /// The arguments and shape of a call that is inspected, not run
-    /// (`choose_algorithm`, `plan_steps`).
-    fn inspected(
-        &self,
-        collective: Collective,
-        count: usize,
-        dtype: DType,
-        root: usize,
-        explicit: Option<&str>,
-    ) -> Result<(CollArgs, CallShape)> {
-        let args = CollArgs {
-            collective,
-            count,
-            counts: None,
-            dtype,
-            op: ReduceOp::Sum,
-            root,
-            algorithm: explicit.map(str::to_string),
-        };
-        let shape = self.shape(&args)?;
-        Ok((args, shape))
-    }
-
     /// Waits for every asynchronous call issued so far.
     pub fn synchronize(&self) {
         self.engine.queue.flush();
@@ -555,353 +451,7 @@ impl Communicator {
         if let Some(first) = &p.first_use {
             self.agree_on_first_use(p, first)?;
         }
-        match (p.provider, p.ina_agree_seq, &p.hier) {
-            (ProviderId::Switch, Some(agree_seq), _) => self.run_via_switch(p, agree_seq, bufs),
-            (ProviderId::HierarchicalSwitch, Some(agree_seq), Some(phases)) => {
-                self.run_hierarchical_switch(p, phases, agree_seq, bufs)
-            }
-            _ => self.run_plan(p, bufs),
-        }
-    }
-
-    /// The first-use agreement of a call's key (`agree::first_use`), in
-    /// call order on the thread that runs the call: the first call of the
-    /// key gathers every rank's record and keeps the verdict; calls of the
-    /// key prepared before it ran read the verdict. Nothing of the call
-    /// itself has been sent yet, so a disagreement leaves the group usable
-    /// (the same error on every rank).
-    fn agree_on_first_use(&self, p: &Prepared, first: &FirstUse) -> Result<()> {
-        match first {
-            FirstUse::Run {
-                seq,
-                record,
-                verdict,
-            } => {
-                let sig = CallSig {
-                    algo: AGREEMENT_ALGO_ID,
-                    ..p.sig
-                };
-                let describe = || format!("the agreement at the first use of {}", p.describe());
-                let outcome = self.exchange(*seq, sig, record, &describe).and_then(|all| {
-                    let call = describe_call(&p.sig);
-                    first_use::verdict(&all, &self.members, p.collective, &call)
-                });
-                let _ = verdict.set(outcome.clone());
-                outcome
-            }
-            FirstUse::Await { verdict, key } => match verdict.get() {
-                Some(outcome) => outcome.clone(),
-                None => {
-                    // The call that was to agree ended before it did: forget
-                    // the key, so that the next call of it agrees again.
-                    let mut st = self.state.lock().unwrap();
-                    if st
-                        .agreed
-                        .0
-                        .peek(key)
-                        .is_some_and(|v| Arc::ptr_eq(v, verdict))
-                    {
-                        st.agreed.0.remove(key);
-                    }
-                    Err(Error::runtime(format!(
-                        "{}: the first call of this shape ended before the ranks agreed on what it runs; \
-                         the next call of it agrees again",
-                        p.describe()
-                    )))
-                }
-            },
-        }
-    }
-
-    /// `hierarchical_ina`: the host reduce-scatter, the shard through its
-    /// switch job, the host allgather; then, like `run_via_switch`, the
-    /// ranks agree whether the switch worked for all of them, and if not
-    /// redo the call with the host plan from the saved contribution and
-    /// stop using the switch. The host phases run whatever the switch did
-    /// (a rank whose switch call failed gathers a shard the agreement will
-    /// discard), so no rank waits for a phase another skipped.
-    fn run_hierarchical_switch(
-        &self,
-        p: &Prepared,
-        phases: &HostPhases,
-        agree_seq: u32,
-        bufs: CallBuffers,
-    ) -> Result<()> {
-        let mut contribution = self.engine.ina_backup.lock().unwrap();
-        contribution.clear();
-        // SAFETY: the input buffer was validated by prepare.
-        contribution
-            .extend_from_slice(unsafe { std::slice::from_raw_parts(bufs.input, bufs.input_bytes) });
-        let saved = CallBuffers {
-            input: contribution.as_ptr(),
-            input_bytes: contribution.len(),
-            ..bufs
-        };
-        let (rs, rs_seq) = &phases.reduce_scatter;
-        self.run_phase(p, rs, *rs_seq, saved)?;
-        let esize = p.dtype.size();
-        let (offset, len) = phases.shard;
-        // SAFETY: the output buffer was validated by prepare; the shard lies in it.
-        let shard =
-            unsafe { std::slice::from_raw_parts_mut(bufs.output.add(offset * esize), len * esize) };
-        let recorder = self.engine.tracing.recorder();
-        let started = recorder.map(|r| r.now());
-        let outcome = self.shard_allreduce(shard, p, phases.job);
-        if let (Some(r), Some(start)) = (recorder, started) {
-            r.ina(
-                start,
-                shard.len(),
-                outcome.is_ok(),
-                self.shard_job.last_call(),
-            );
-        }
-        let (ag, ag_seq) = &phases.allgather;
-        self.run_phase(p, ag, *ag_seq, bufs)?;
-        if self.agree(outcome.is_ok(), agree_seq, p.sig.history)? {
-            if let Ok(ina) = self.ina() {
-                ina.succeeded();
-            }
-            if let Some(n) = p.divide_by {
-                // SAFETY: as above.
-                let out = unsafe { std::slice::from_raw_parts_mut(bufs.output, bufs.output_bytes) };
-                divide(p.dtype, out, n);
-            }
-            return Ok(());
-        }
-        let reason = outcome
-            .err()
-            .unwrap_or_else(|| "another rank could not use the switch".into());
-        self.shard_job.reset();
-        if let Ok(ina) = self.ina() {
-            ina.disable(&reason);
-        }
-        ina::warn(&format!(
-            "allreduce falls back to host algorithms: {reason}"
-        ));
-        self.run_plan(p, saved)
-    }
-
-    /// This rank's shard summed over the hosts through its shard's switch job.
-    fn shard_allreduce(
-        &self,
-        shard: &mut [u8],
-        p: &Prepared,
-        job: (usize, usize, usize),
-    ) -> std::result::Result<(), String> {
-        let ina = self.ina()?;
-        if let Some(reason) = ina.unusable() {
-            return Err(reason);
-        }
-        self.shard_job
-            .allreduce(ina, job, shard, p.dtype, p.op, &|| self.progress_peers())
-    }
-
-    /// Runs one host phase of a call (its own plan and sequence number).
-    fn run_phase(
-        &self,
-        p: &Prepared,
-        cp: &CompiledPlan,
-        seq: u32,
-        bufs: CallBuffers,
-    ) -> Result<()> {
-        let ctx = CallContext {
-            transport: &*self.engine.transport,
-            members: &self.members,
-            comm: self.id,
-            seq,
-            sig: p.sig,
-            dtype: p.dtype,
-            op: p.op,
-            timeout: self.timeout(),
-            describe: &|| p.describe(),
-        };
-        self.engine.run(cp, &ctx, bufs)
-    }
-
-    /// Allreduce through the switch; then the ranks agree (a one-byte host
-    /// allreduce) whether every one of them got its result. If not, they all
-    /// redo it with the host plan from the contribution saved beforehand, and
-    /// stop using the switch (ATP's fallback; `ProviderId::fallback`).
-    fn run_via_switch(&self, p: &Prepared, agree_seq: u32, bufs: CallBuffers) -> Result<()> {
-        if !std::ptr::eq(bufs.input, bufs.output) {
-            // SAFETY: both buffers were validated by prepare and are distinct.
-            unsafe { std::ptr::copy_nonoverlapping(bufs.input, bufs.output, bufs.output_bytes) };
-        }
-        // SAFETY: the output buffer was validated by prepare.
-        let out = unsafe { std::slice::from_raw_parts_mut(bufs.output, bufs.output_bytes) };
-        // Kept for the fallback; the buffer is reused across calls because
-        // fresh pages cost more than the copy.
-        let mut contribution = self.engine.ina_backup.lock().unwrap();
-        contribution.clear();
-        contribution.extend_from_slice(out);
-        let recorder = self.engine.tracing.recorder();
-        let started = recorder.map(|r| r.now());
-        let outcome = self.switch_allreduce(out, p);
-        if let (Some(r), Some(start)) = (recorder, started) {
-            let wire = self.ina().map(Ina::last_call).unwrap_or_default();
-            r.ina(start, out.len(), outcome.is_ok(), wire);
-        }
-        if self.agree(outcome.is_ok(), agree_seq, p.sig.history)? {
-            if let Ok(ina) = self.ina() {
-                ina.succeeded();
-            }
-            return Ok(()); // the client already divided for avg
-        }
-        let reason = outcome
-            .err()
-            .unwrap_or_else(|| "another rank could not use the switch".into());
-        if let Ok(ina) = self.ina() {
-            ina.disable(&reason);
-        }
-        ina::warn(&format!(
-            "allreduce falls back to host algorithms: {reason}"
-        ));
-        let host = CallBuffers {
-            input: contribution.as_ptr(),
-            input_bytes: contribution.len(),
-            ..bufs
-        };
-        self.run_plan(p, host)
-    }
-
-    fn switch_allreduce(&self, out: &mut [u8], p: &Prepared) -> std::result::Result<(), String> {
-        let ina = self.ina()?;
-        ina.allreduce(out, p.dtype, p.op, &|| self.progress_peers())
-    }
-
-    /// Progresses the transport while a switch job waits: a rank that died
-    /// never contributes, and the transport notices at once.
-    fn progress_peers(&self) -> std::result::Result<(), String> {
-        self.engine
-            .transport
-            .progress()
-            .map(drop)
-            .map_err(|e| e.to_string())
-    }
-
-    /// Whether `ok` holds on every rank (a min-allreduce of one byte).
-    fn agree(&self, ok: bool, seq: u32, history: u32) -> Result<bool> {
-        let mut flag = [ok as u8];
-        let algorithm = "recursive_doubling";
-        let args = CollArgs {
-            collective: Collective::Allreduce,
-            count: 1,
-            counts: None,
-            dtype: DType::U8,
-            op: ReduceOp::Min,
-            root: 0,
-            algorithm: Some(algorithm.into()),
-        };
-        let shape = self.shape(&args)?;
-        let choice = self
-            .engine
-            .selector
-            .choose(&shape, 1, Some(algorithm), None)?;
-        let id = choice.id();
-        let cp = self.plan(shape, choice, None)?;
-        let sig = CallSig {
-            kind: 0,
-            dtype: DType::U8.index(),
-            op: ReduceOp::Min.index(),
-            algo: id,
-            root: 0,
-            count: 1,
-            history,
-        };
-        let ctx = CallContext {
-            transport: &*self.engine.transport,
-            members: &self.members,
-            comm: self.id,
-            seq,
-            sig,
-            dtype: DType::U8,
-            op: ReduceOp::Min,
-            timeout: self.timeout(),
-            describe: &|| {
-                format!(
-                    "agreement after an in-network allreduce on rank {}",
-                    self.members[self.rank]
-                )
-            },
-        };
-        let ptr = flag.as_mut_ptr();
-        let bufs = CallBuffers {
-            input: ptr,
-            input_bytes: 1,
-            output: ptr,
-            output_bytes: 1,
-        };
-        self.engine.run(&cp, &ctx, bufs)?;
-        Ok(flag[0] == 1)
-    }
-
-    /// The plan of this rank for a call shape and algorithm, from the cache
-    /// or built (outside the cache's lock) and cached. A registered
-    /// algorithm's plan comes from `source` and must pass the checks the
-    /// executor relies on (regions in bounds, peers in the group).
-    fn plan(
-        &self,
-        shape: CallShape,
-        choice: Choice,
-        source: Option<&dyn PlanSource>,
-    ) -> Result<Arc<CompiledPlan>> {
-        self.cached_plan(shape, choice.id(), |shape| match choice {
-            Choice::Builtin(alg) => Ok((alg.generate)(shape, self.rank)),
-            Choice::Registered(alg) => {
-                let source = source.ok_or_else(|| {
-                    Error::invalid(format!(
-                        "{} algorithm '{}' is registered from Python and runs only in calls made from Python",
-                        alg.collective, alg.name
-                    ))
-                })?;
-                let plan = source.plan(alg, shape, self.rank)?;
-                shoal_plan::verify::check_plan(shape, self.rank, &plan).map_err(|e| {
-                    Error::invalid(format!("{} algorithm '{}': {e}", alg.collective, alg.name))
-                })?;
-                Ok(plan)
-            }
-        })
-    }
-
-    /// The plan of this rank for a call shape and plan id, from the cache or
-    /// built by `build` (outside the cache's lock) and cached.
-    fn cached_plan(
-        &self,
-        shape: CallShape,
-        id: u32,
-        build: impl FnOnce(&CallShape) -> Result<Plan>,
-    ) -> Result<Arc<CompiledPlan>> {
-        let key = (shape, id, self.rank);
-        if let Some(cp) = self.engine.plans.lock().unwrap().get(&key) {
-            return Ok(cp);
-        }
-        let cp = Arc::new(CompiledPlan::new(build(&key.0)?));
-        self.engine.plans.lock().unwrap().insert(key, cp.clone());
-        Ok(cp)
-    }
-
-    fn run_plan(&self, p: &Prepared, bufs: CallBuffers) -> Result<()> {
-        let ctx = CallContext {
-            transport: &*self.engine.transport,
-            members: &self.members,
-            comm: self.id,
-            seq: p.seq,
-            sig: p.sig,
-            dtype: p.dtype,
-            op: p.op,
-            timeout: self.timeout(),
-            describe: &|| p.describe(),
-        };
-        let engine = &self.engine;
-        engine
-            .staging
-            .run(p.in_place, bufs, |bufs| engine.run(&p.cp, &ctx, bufs))?;
-        if let Some(n) = p.divide_by {
-            // SAFETY: the output buffer was validated by prepare.
-            let out = unsafe { std::slice::from_raw_parts_mut(bufs.output, bufs.output_bytes) };
-            divide(p.dtype, out, n);
-        }
-        Ok(())
+        p.runs.run(self, p, bufs)
     }
 
     /// Validates the call, picks the algorithm, fetches or builds the plan,
@@ -924,8 +474,6 @@ impl Communicator {
         self.join_group_switch(args);
         let provider = self.provider_for(args, &shape, source)?;
         let provider = self.retry_switch(args, provider);
-        let via_switch = provider != ProviderId::Plans;
-        let hierarchical = provider == ProviderId::HierarchicalSwitch;
         let host_choice = explicit.filter(|&a| !ina::is_switch_algorithm(a));
         let choice = self
             .engine
@@ -941,11 +489,7 @@ impl Communicator {
             kind: kind_of(args.collective),
             dtype: args.dtype.index(),
             op: op.index(),
-            algo: match provider {
-                ProviderId::Switch => INA_ALGO_ID,
-                ProviderId::HierarchicalSwitch => HIERARCHICAL_INA_ALGO_ID,
-                ProviderId::Plans => algo_id,
-            },
+            algo: provider.algorithm().map_or(algo_id, |(_, id)| id),
             root: args.root as u32,
             count: sig_count(&shape),
             history: 0,
@@ -953,11 +497,7 @@ impl Communicator {
         let has_output = shape.buffer_len(self.rank, Buf::Output) > 0;
         let divide_by = (op == ReduceOp::Avg && has_output).then_some(self.size());
         let cp = self.plan(shape.clone(), choice, source)?;
-        let phases = if hierarchical {
-            Some(self.host_phases(&shape)?)
-        } else {
-            None
-        };
+        let mut runs = self.runner(provider, &shape)?;
         let counts = shape.counts.clone();
         let key = (shape, sig.algo, algo_id);
         let mut st = self.state.lock().unwrap();
@@ -986,30 +526,16 @@ impl Communicator {
         st.history = sig.next_history();
         // Numbered in the order they run (the transport counts a call's
         // messages as late once a later call finished): the first-use
-        // agreement; the host phases of `hierarchical_ina`; through the
-        // switch, the agreement on its outcome, then the host plan, which
-        // runs only if the switch failed.
+        // agreement; the provider's own steps (the host phases of
+        // `hierarchical_ina`, the agreement on the switch's outcome); then
+        // the host plan, which through the switch runs only if it failed.
         if let Some(FirstUse::Run { seq, .. }) = &mut first_use {
             *seq = st.next_seq();
         }
-        let hier = phases.map(|(rs, ag, shard, job)| HostPhases {
-            reduce_scatter: (rs, st.next_seq()),
-            allgather: (ag, st.next_seq()),
-            shard,
-            job,
-        });
-        let first = st.next_seq();
-        let (seq, ina_agree_seq) = if via_switch {
-            (st.next_seq(), Some(first))
-        } else {
-            (first, None)
-        };
+        runs.reserve(&mut st);
+        let seq = st.next_seq();
         drop(st);
-        let algorithm = match provider {
-            ProviderId::Switch => INA,
-            ProviderId::HierarchicalSwitch => HIERARCHICAL_INA,
-            ProviderId::Plans => choice.name(),
-        };
+        let algorithm = provider.algorithm().map_or(choice.name(), |(name, _)| name);
         tracing::debug!(comm = self.id, seq, count = args.count, dtype = %args.dtype, "{} runs {algorithm}", args.collective);
         Ok(Prepared {
             cp,
@@ -1025,298 +551,9 @@ impl Communicator {
             dtype: args.dtype,
             divide_by,
             in_place,
-            provider,
-            ina_agree_seq,
-            hier,
+            runs,
             first_use,
         })
-    }
-
-    /// This rank's record for the first-use agreement of `key`.
-    fn first_use_record(
-        &self,
-        key: &AgreeKey,
-        choice: Choice,
-        source: Option<&dyn PlanSource>,
-    ) -> Result<[u8; first_use::RECORD]> {
-        let (shape, runs, host) = key;
-        let definition = match (choice, source) {
-            (Choice::Builtin(_), _) => 0,
-            (Choice::Registered(alg), Some(source)) => source.digest(alg, shape)?,
-            (Choice::Registered(alg), None) => {
-                return Err(Error::invalid(format!(
-                    "{} algorithm '{}' is registered from Python and runs only in calls made from Python",
-                    alg.collective, alg.name
-                )))
-            }
-        };
-        let record = first_use::Record {
-            shape: first_use::shape_digest(shape),
-            runs: *runs,
-            host: *host,
-            definition,
-            name: choice.name(),
-        };
-        Ok(record.encode())
-    }
-
-    /// The host phases of `hierarchical_ina` for a call: their plans, this
-    /// rank's shard, and its shard's switch job (local rank, host, hosts).
-    #[allow(clippy::type_complexity)]
-    fn host_phases(
-        &self,
-        shape: &CallShape,
-    ) -> Result<(
-        Arc<CompiledPlan>,
-        Arc<CompiledPlan>,
-        (usize, usize),
-        (usize, usize, usize),
-    )> {
-        use shoal_plan::algorithms::algorithm_id;
-        let phase = |name| algorithm_id(Collective::Allreduce, name);
-        let rank = self.rank;
-        let rs = self.cached_plan(
-            shape.clone(),
-            phase("hierarchical_ina/reduce_scatter"),
-            |s| Ok(hierarchical_ina::reduce_scatter(s, rank)),
-        )?;
-        let ag = self.cached_plan(shape.clone(), phase("hierarchical_ina/allgather"), |s| {
-            Ok(hierarchical_ina::allgather(s, rank))
-        })?;
-        let (hosts, local) = shape.layout();
-        let j = rank % local;
-        Ok((
-            rs,
-            ag,
-            hierarchical_ina::shard(shape, j),
-            (j, rank / local, hosts),
-        ))
-    }
-
-    /// While the switch is away, every allreduce it could run counts
-    /// towards its retry (ina.rs): that call goes through the switch.
-    fn retry_switch(&self, args: &CollArgs, provider: ProviderId) -> ProviderId {
-        match self.ina() {
-            Ok(ina) if switch_eligible(args) && ina.retry_due() => ProviderId::Switch,
-            _ => provider,
-        }
-    }
-
-    /// This communicator's switch membership: the world's, joined at init,
-    /// or a sub-group's own job (`join_group_switch`).
-    fn ina(&self) -> std::result::Result<&Ina, String> {
-        if self.id == 0 {
-            return self.engine.ina.as_ref().map_err(Clone::clone);
-        }
-        match self.group_ina.get() {
-            Some(membership) => membership.as_ref().map_err(Clone::clone),
-            None => Err("this group has not joined a switch job".into()),
-        }
-    }
-
-    /// A sub-group joins a switch job of its own members at its first call
-    /// that could use the switch: every member makes that call, so all join
-    /// together (collective, like the world's join at init).
-    fn join_group_switch(&self, args: &CollArgs) {
-        if self.id == 0 || self.group_ina.get().is_some() || !switch_eligible(args) {
-            return;
-        }
-        if let Ok(world) = &self.engine.ina {
-            let membership = world.join_group(self.id, self.rank, self.size());
-            let _ = self.group_ina.set(membership);
-        }
-    }
-
-    /// Who runs a call. The switch runs allreduce only: when asked for
-    /// (`algorithm="ina"`, `SHOAL_ALGO=allreduce:ina`), or when it is usable,
-    /// can aggregate the dtype and op, and costs less than the cheapest plan
-    /// algorithm. Naming a host algorithm (`algorithm=`) keeps the plans.
-    fn provider_for(
-        &self,
-        args: &CollArgs,
-        shape: &CallShape,
-        source: Option<&dyn PlanSource>,
-    ) -> Result<ProviderId> {
-        if args.collective != Collective::Allreduce {
-            return match args.algorithm.as_deref() {
-                Some(a) if ina::is_switch_algorithm(a) => Err(Error::invalid(format!(
-                    "algorithm '{a}' is for allreduce only, not {}",
-                    args.collective
-                ))),
-                _ => Ok(ProviderId::Plans),
-            };
-        }
-        let by_name = |name| match name {
-            INA => ProviderId::Switch,
-            HIERARCHICAL_INA => ProviderId::HierarchicalSwitch,
-            _ => ProviderId::Plans,
-        };
-        match args.algorithm.as_deref() {
-            Some(name) => return Ok(by_name(name)),
-            None => {
-                if let Some(name) = self.engine.selector.switch_forced() {
-                    return Ok(by_name(name));
-                }
-            }
-        }
-        let plans = PlanExecutor {
-            selector: &self.engine.selector,
-            source,
-        };
-        let switch = Switch {
-            usable: self.ina().is_ok_and(|i| i.unusable().is_none())
-                && ina::wire_types(args.dtype, args.op).is_some(),
-            per_link: self.busiest_host,
-            plans: &plans,
-        };
-        let hierarchical = HierarchicalSwitch(&switch);
-        // Listed plans first: a tie keeps the host algorithms.
-        let cheapest =
-            provider::cheapest(&[&plans, &switch, &hierarchical], shape, args.dtype.size())?;
-        Ok(cheapest.unwrap_or(ProviderId::Plans))
-    }
-
-    fn shape(&self, args: &CollArgs) -> Result<CallShape> {
-        let world = self.size();
-        if args.collective.rooted() && args.root >= world {
-            return Err(Error::invalid(format!(
-                "{}: root {} is not a rank of this group of {world}",
-                args.collective, args.root
-            )));
-        }
-        let chunk = (self.engine.config.chunk_bytes / args.dtype.size()).max(1);
-        let root = if args.collective.rooted() {
-            args.root
-        } else {
-            0
-        };
-        Ok(CallShape {
-            collective: args.collective,
-            world,
-            // With per-rank counts the single count means nothing.
-            count: if args.counts.is_some() { 0 } else { args.count },
-            root,
-            chunk,
-            ranks_per_host: self.ranks_per_host,
-            counts: self.check_counts(args)?,
-        })
-    }
-
-    /// The call's per-rank counts, if it has any, checked against the
-    /// collective and the group size.
-    fn check_counts(&self, args: &CollArgs) -> Result<Option<Arc<[usize]>>> {
-        let Some(counts) = &args.counts else {
-            return Ok(None);
-        };
-        let world = self.size();
-        let (expected, what) = match args.collective {
-            Collective::Allgather | Collective::ReduceScatter => (world, "one per rank"),
-            Collective::Alltoall => (world * world, "world x world, row s for rank s's sends"),
-            c => {
-                return Err(Error::invalid(format!(
-                    "{c} takes no per-rank counts (allgather, reduce_scatter and alltoall do)"
-                )))
-            }
-        };
-        if counts.len() != expected {
-            return Err(Error::invalid(format!(
-                "{}: counts has {} entries, expected {expected} ({what}) in this group of {world}",
-                args.collective,
-                counts.len()
-            )));
-        }
-        Ok(Some(counts.clone()))
-    }
-
-    fn check_buffers(&self, shape: &CallShape, dtype: DType, bufs: &CallBuffers) -> Result<()> {
-        let esize = dtype.size();
-        for (buf, have, name) in [
-            (Buf::Input, bufs.input_bytes, "input"),
-            (Buf::Output, bufs.output_bytes, "output"),
-        ] {
-            let need = shape.buffer_len(self.rank, buf) * esize;
-            if have != need {
-                return Err(Error::invalid(format!(
-                    "{}: {name} buffer has {} elements of {dtype}, expected {} on rank {} ({}, world={})",
-                    shape.collective,
-                    have / esize,
-                    need / esize,
-                    self.rank,
-                    match &shape.counts {
-                        Some(c) => format!("counts={c:?}"),
-                        None => format!("count={}", shape.count),
-                    },
-                    shape.world
-                )));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The `kind` of a collective's signatures: its index in `Collective::ALL`.
-fn kind_of(collective: Collective) -> u8 {
-    Collective::ALL
-        .iter()
-        .position(|&c| c == collective)
-        .unwrap() as u8
-}
-
-/// The `count` of a call's signature: its count, or with per-rank counts a
-/// hash of them (FNV-1a 64 over each as a little-endian u64), so ranks that
-/// pass different counts are caught like those that pass different counts.
-fn sig_count(shape: &CallShape) -> u64 {
-    let Some(counts) = &shape.counts else {
-        return shape.count as u64;
-    };
-    let mut h = Fnv64::new();
-    for &c in counts.iter() {
-        h.write(&(c as u64).to_le_bytes());
-    }
-    h.finish()
-}
-
-/// An allreduce the switch could run: of its types, not forced onto a
-/// host algorithm.
-fn switch_eligible(args: &CollArgs) -> bool {
-    args.collective == Collective::Allreduce
-        && args
-            .algorithm
-            .as_deref()
-            .is_none_or(ina::is_switch_algorithm)
-        && ina::wire_types(args.dtype, args.op).is_some()
-}
-
-/// The most members any one host has.
-fn busiest_host(host_of: &[usize], members: &[usize]) -> usize {
-    let mut per_host: HashMap<usize, usize> = HashMap::new();
-    for &m in members {
-        *per_host
-            .entry(host_of.get(m).copied().unwrap_or(m))
-            .or_default() += 1;
-    }
-    per_host.into_values().max().unwrap_or(1)
-}
-
-/// Ranks per host when the members (in group order) sit on their hosts in
-/// equal contiguous blocks, each host once; 1 otherwise.
-fn block_layout(host_of: &[usize], members: &[usize]) -> usize {
-    let hosts: Vec<usize> = members
-        .iter()
-        .map(|&m| host_of.get(m).copied().unwrap_or(m))
-        .collect();
-    let per_host = hosts.iter().take_while(|&&h| h == hosts[0]).count().max(1);
-    let blocks: Vec<&[usize]> = hosts.chunks(per_host).collect();
-    let regular = hosts.len().is_multiple_of(per_host)
-        && blocks.iter().all(|b| b.iter().all(|&h| h == b[0]))
-        && blocks
-            .iter()
-            .enumerate()
-            .all(|(i, b)| blocks[..i].iter().all(|o| o[0] != b[0]));
-    if regular {
-        per_host
-    } else {
-        1
     }
 }
 

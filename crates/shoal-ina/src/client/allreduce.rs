@@ -54,10 +54,11 @@ enum Drain {
     All,
 }
 
-/// Asked while a call waits for results: `Err(reason)` when another rank
-/// of the job has failed, so the call stops instead of waiting for results
-/// that cannot come (the switch never completes a slot without every member).
-pub type PeerCheck<'a> = &'a dyn Fn() -> Result<(), String>;
+/// Asked while a call waits for results: `Err(why)` when another rank of
+/// the job has failed (the caller's own error, e.g. its transport's), so the
+/// call stops instead of waiting for results that cannot come (the switch
+/// never completes a slot without every member).
+pub type PeerCheck<'a> = &'a dyn Fn() -> Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
 /// How often a waiting call asks the peer check once it runs.
 const PEER_CHECK_EVERY: Duration = Duration::from_millis(50);
@@ -200,7 +201,7 @@ impl InaClient {
             let stalled = now.duration_since(last_progress);
             if stalled >= self.cfg.peer_check_after && now >= next_peer_check {
                 next_peer_check = now + PEER_CHECK_EVERY;
-                peers().map_err(InaError::PeerFailed)?;
+                peers().map_err(|e| InaError::PeerFailed(e.to_string()))?;
             }
             if now.duration_since(last_progress) > self.cfg.dead_timeout {
                 return Err(InaError::SwitchDied(format!(

@@ -1,0 +1,202 @@
+//! The hierarchical switch's running half (its pricing is
+//! `crate::provider::HierarchicalSwitch`): `hierarchical_ina`'s host
+//! reduce-scatter, each shard through its own switch job, the host
+//! allgather, then the agreement and fallback of the switch (`switch.rs`).
+
+use std::sync::Arc;
+
+use shoal_plan::algorithms::allreduce::hierarchical_ina;
+use shoal_plan::{CallShape, Collective};
+
+use super::{CommState, Communicator, Prepared, RunCall};
+use crate::error::Result;
+use crate::exec::{CallBuffers, CallContext, CompiledPlan};
+use crate::ina;
+use crate::reduce::divide;
+
+/// A `hierarchical_ina` call: its host phases and the sequence number
+/// reserved for the agreement on the switch's outcome.
+pub(super) struct HostsAndSwitch {
+    phases: HostPhases,
+    agree_seq: u32,
+}
+
+impl HostsAndSwitch {
+    /// Fetches or builds the host phases' plans of a call (before the
+    /// sequence numbers are taken, outside the state's lock).
+    pub(super) fn new(comm: &Communicator, shape: &CallShape) -> Result<HostsAndSwitch> {
+        let (rs, ag, shard, job) = comm.host_phases(shape)?;
+        Ok(HostsAndSwitch {
+            phases: HostPhases {
+                reduce_scatter: (rs, 0),
+                allgather: (ag, 0),
+                shard,
+                job,
+            },
+            agree_seq: 0,
+        })
+    }
+}
+
+impl RunCall for HostsAndSwitch {
+    fn reserve(&mut self, st: &mut CommState) {
+        self.phases.reduce_scatter.1 = st.next_seq();
+        self.phases.allgather.1 = st.next_seq();
+        self.agree_seq = st.next_seq();
+    }
+    fn run(&self, comm: &Communicator, p: &Prepared, bufs: CallBuffers) -> Result<()> {
+        comm.run_hierarchical_switch(p, &self.phases, self.agree_seq, bufs)
+    }
+}
+
+/// The host phases of `hierarchical_ina` for one call: reduce-scatter into
+/// this rank's shard, then (after the switch summed it over the hosts)
+/// allgather, each with a sequence number of its own.
+struct HostPhases {
+    reduce_scatter: (Arc<CompiledPlan>, u32),
+    allgather: (Arc<CompiledPlan>, u32),
+    /// This rank's shard of the output, in elements.
+    shard: (usize, usize),
+    /// (shard index = local rank, host index, hosts): the shard's switch job.
+    job: (usize, usize, usize),
+}
+
+impl Communicator {
+    /// The host phases of `hierarchical_ina` for a call: their plans, this
+    /// rank's shard, and its shard's switch job (local rank, host, hosts).
+    #[allow(clippy::type_complexity)]
+    fn host_phases(
+        &self,
+        shape: &CallShape,
+    ) -> Result<(
+        Arc<CompiledPlan>,
+        Arc<CompiledPlan>,
+        (usize, usize),
+        (usize, usize, usize),
+    )> {
+        use shoal_plan::algorithms::algorithm_id;
+        let phase = |name| algorithm_id(Collective::Allreduce, name);
+        let rank = self.rank;
+        let rs = self.cached_plan(
+            shape.clone(),
+            phase("hierarchical_ina/reduce_scatter"),
+            |s| Ok(hierarchical_ina::reduce_scatter(s, rank)),
+        )?;
+        let ag = self.cached_plan(shape.clone(), phase("hierarchical_ina/allgather"), |s| {
+            Ok(hierarchical_ina::allgather(s, rank))
+        })?;
+        let (hosts, local) = shape.layout();
+        let j = rank % local;
+        Ok((
+            rs,
+            ag,
+            hierarchical_ina::shard(shape, j),
+            (j, rank / local, hosts),
+        ))
+    }
+
+    /// `hierarchical_ina`: the host reduce-scatter, the shard through its
+    /// switch job, the host allgather; then, like `run_via_switch`, the
+    /// ranks agree whether the switch worked for all of them, and if not
+    /// redo the call with the host plan from the saved contribution and
+    /// stop using the switch. The host phases run whatever the switch did
+    /// (a rank whose switch call failed gathers a shard the agreement will
+    /// discard), so no rank waits for a phase another skipped.
+    fn run_hierarchical_switch(
+        &self,
+        p: &Prepared,
+        phases: &HostPhases,
+        agree_seq: u32,
+        bufs: CallBuffers,
+    ) -> Result<()> {
+        let mut contribution = self.engine.ina_backup.lock().unwrap();
+        contribution.clear();
+        // SAFETY: the input buffer was validated by prepare.
+        contribution
+            .extend_from_slice(unsafe { std::slice::from_raw_parts(bufs.input, bufs.input_bytes) });
+        let saved = CallBuffers {
+            input: contribution.as_ptr(),
+            input_bytes: contribution.len(),
+            ..bufs
+        };
+        let (rs, rs_seq) = &phases.reduce_scatter;
+        self.run_phase(p, rs, *rs_seq, saved)?;
+        let esize = p.dtype.size();
+        let (offset, len) = phases.shard;
+        // SAFETY: the output buffer was validated by prepare; the shard lies in it.
+        let shard =
+            unsafe { std::slice::from_raw_parts_mut(bufs.output.add(offset * esize), len * esize) };
+        let recorder = self.engine.tracing.recorder();
+        let started = recorder.map(|r| r.now());
+        let outcome = self.shard_allreduce(shard, p, phases.job);
+        if let (Some(r), Some(start)) = (recorder, started) {
+            r.ina(
+                start,
+                shard.len(),
+                outcome.is_ok(),
+                self.shard_job.last_call(),
+            );
+        }
+        let (ag, ag_seq) = &phases.allgather;
+        self.run_phase(p, ag, *ag_seq, bufs)?;
+        if self.agree(outcome.is_ok(), agree_seq, p.sig.history)? {
+            if let Ok(ina) = self.ina() {
+                ina.succeeded();
+            }
+            if let Some(n) = p.divide_by {
+                // SAFETY: as above.
+                let out = unsafe { std::slice::from_raw_parts_mut(bufs.output, bufs.output_bytes) };
+                divide(p.dtype, out, n);
+            }
+            return Ok(());
+        }
+        let reason = outcome
+            .err()
+            .unwrap_or_else(|| "another rank could not use the switch".into());
+        self.shard_job.reset();
+        if let Ok(ina) = self.ina() {
+            ina.disable(&reason);
+        }
+        ina::warn(&format!(
+            "allreduce falls back to host algorithms: {reason}"
+        ));
+        self.run_plan(p, saved)
+    }
+
+    /// This rank's shard summed over the hosts through its shard's switch job.
+    fn shard_allreduce(
+        &self,
+        shard: &mut [u8],
+        p: &Prepared,
+        job: (usize, usize, usize),
+    ) -> std::result::Result<(), String> {
+        let ina = self.ina()?;
+        if let Some(reason) = ina.unusable() {
+            return Err(reason);
+        }
+        self.shard_job
+            .allreduce(ina, job, shard, p.dtype, p.op, &|| self.progress_peers())
+    }
+
+    /// Runs one host phase of a call (its own plan and sequence number).
+    fn run_phase(
+        &self,
+        p: &Prepared,
+        cp: &CompiledPlan,
+        seq: u32,
+        bufs: CallBuffers,
+    ) -> Result<()> {
+        let ctx = CallContext {
+            transport: &*self.engine.transport,
+            members: &self.members,
+            comm: self.id,
+            seq,
+            sig: p.sig,
+            dtype: p.dtype,
+            op: p.op,
+            timeout: self.timeout(),
+            describe: &|| p.describe(),
+        };
+        self.engine.run(cp, &ctx, bufs)
+    }
+}

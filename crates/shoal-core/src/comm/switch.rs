@@ -1,0 +1,197 @@
+//! The switch's running half (its pricing is `crate::provider::Switch`):
+//! a communicator's membership in a switch job, the retry while the switch
+//! is away, the allreduce through it, the ranks' agreement on its outcome
+//! and the fallback to the host plan.
+
+use shoal_plan::Collective;
+use shoal_transport::CallSig;
+
+use super::{CollArgs, CommState, Communicator, Prepared, RunCall};
+use crate::dtype::{DType, ReduceOp};
+use crate::error::Result;
+use crate::exec::{CallBuffers, CallContext};
+use crate::ina::{self, Ina};
+use crate::provider::ProviderId;
+
+/// A call through the switch, with the sequence number reserved for the
+/// ranks' agreement on whether it worked (the call's own runs the host plan
+/// if it did not).
+#[derive(Default)]
+pub(super) struct ViaSwitch {
+    agree_seq: u32,
+}
+
+impl RunCall for ViaSwitch {
+    fn reserve(&mut self, st: &mut CommState) {
+        self.agree_seq = st.next_seq();
+    }
+    fn run(&self, comm: &Communicator, p: &Prepared, bufs: CallBuffers) -> Result<()> {
+        comm.run_via_switch(p, self.agree_seq, bufs)
+    }
+}
+
+impl Communicator {
+    /// While the switch is away, every allreduce it could run counts
+    /// towards its retry (ina.rs): that call goes through the switch.
+    pub(super) fn retry_switch(&self, args: &CollArgs, provider: ProviderId) -> ProviderId {
+        match self.ina() {
+            Ok(ina) if switch_eligible(args) && ina.retry_due() => ProviderId::Switch,
+            _ => provider,
+        }
+    }
+
+    /// This communicator's switch membership: the world's, joined at init,
+    /// or a sub-group's own job (`join_group_switch`).
+    pub(super) fn ina(&self) -> std::result::Result<&Ina, String> {
+        if self.id == 0 {
+            return self.engine.ina.as_ref().map_err(Clone::clone);
+        }
+        match self.group_ina.get() {
+            Some(membership) => membership.as_ref().map_err(Clone::clone),
+            None => Err("this group has not joined a switch job".into()),
+        }
+    }
+
+    /// A sub-group joins a switch job of its own members at its first call
+    /// that could use the switch: every member makes that call, so all join
+    /// together (collective, like the world's join at init).
+    pub(super) fn join_group_switch(&self, args: &CollArgs) {
+        if self.id == 0 || self.group_ina.get().is_some() || !switch_eligible(args) {
+            return;
+        }
+        if let Ok(world) = &self.engine.ina {
+            let membership = world.join_group(self.id, self.rank, self.size());
+            let _ = self.group_ina.set(membership);
+        }
+    }
+
+    /// Allreduce through the switch; then the ranks agree (a one-byte host
+    /// allreduce) whether every one of them got its result. If not, they all
+    /// redo it with the host plan from the contribution saved beforehand, and
+    /// stop using the switch (ATP's fallback; `ProviderId::fallback`).
+    fn run_via_switch(&self, p: &Prepared, agree_seq: u32, bufs: CallBuffers) -> Result<()> {
+        if !std::ptr::eq(bufs.input, bufs.output) {
+            // SAFETY: both buffers were validated by prepare and are distinct.
+            unsafe { std::ptr::copy_nonoverlapping(bufs.input, bufs.output, bufs.output_bytes) };
+        }
+        // SAFETY: the output buffer was validated by prepare.
+        let out = unsafe { std::slice::from_raw_parts_mut(bufs.output, bufs.output_bytes) };
+        // Kept for the fallback; the buffer is reused across calls because
+        // fresh pages cost more than the copy.
+        let mut contribution = self.engine.ina_backup.lock().unwrap();
+        contribution.clear();
+        contribution.extend_from_slice(out);
+        let recorder = self.engine.tracing.recorder();
+        let started = recorder.map(|r| r.now());
+        let outcome = self.switch_allreduce(out, p);
+        if let (Some(r), Some(start)) = (recorder, started) {
+            let wire = self.ina().map(Ina::last_call).unwrap_or_default();
+            r.ina(start, out.len(), outcome.is_ok(), wire);
+        }
+        if self.agree(outcome.is_ok(), agree_seq, p.sig.history)? {
+            if let Ok(ina) = self.ina() {
+                ina.succeeded();
+            }
+            return Ok(()); // the client already divided for avg
+        }
+        let reason = outcome
+            .err()
+            .unwrap_or_else(|| "another rank could not use the switch".into());
+        if let Ok(ina) = self.ina() {
+            ina.disable(&reason);
+        }
+        ina::warn(&format!(
+            "allreduce falls back to host algorithms: {reason}"
+        ));
+        let host = CallBuffers {
+            input: contribution.as_ptr(),
+            input_bytes: contribution.len(),
+            ..bufs
+        };
+        self.run_plan(p, host)
+    }
+
+    fn switch_allreduce(&self, out: &mut [u8], p: &Prepared) -> std::result::Result<(), String> {
+        let ina = self.ina()?;
+        ina.allreduce(out, p.dtype, p.op, &|| self.progress_peers())
+    }
+
+    /// Progresses the transport while a switch job waits: a rank that died
+    /// never contributes, and the transport notices at once.
+    pub(super) fn progress_peers(
+        &self,
+    ) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        self.engine
+            .transport
+            .progress()
+            .map(drop)
+            .map_err(Into::into)
+    }
+
+    /// Whether `ok` holds on every rank (a min-allreduce of one byte).
+    pub(super) fn agree(&self, ok: bool, seq: u32, history: u32) -> Result<bool> {
+        let mut flag = [ok as u8];
+        let algorithm = "recursive_doubling";
+        let args = CollArgs {
+            collective: Collective::Allreduce,
+            count: 1,
+            counts: None,
+            dtype: DType::U8,
+            op: ReduceOp::Min,
+            root: 0,
+            algorithm: Some(algorithm.into()),
+        };
+        let shape = self.shape(&args)?;
+        let choice = self
+            .engine
+            .selector
+            .choose(&shape, 1, Some(algorithm), None)?;
+        let id = choice.id();
+        let cp = self.plan(shape, choice, None)?;
+        let sig = CallSig {
+            kind: 0,
+            dtype: DType::U8.index(),
+            op: ReduceOp::Min.index(),
+            algo: id,
+            root: 0,
+            count: 1,
+            history,
+        };
+        let ctx = CallContext {
+            transport: &*self.engine.transport,
+            members: &self.members,
+            comm: self.id,
+            seq,
+            sig,
+            dtype: DType::U8,
+            op: ReduceOp::Min,
+            timeout: self.timeout(),
+            describe: &|| {
+                format!(
+                    "agreement after an in-network allreduce on rank {}",
+                    self.members[self.rank]
+                )
+            },
+        };
+        let ptr = flag.as_mut_ptr();
+        let bufs = CallBuffers {
+            input: ptr,
+            input_bytes: 1,
+            output: ptr,
+            output_bytes: 1,
+        };
+        self.engine.run(&cp, &ctx, bufs)?;
+        Ok(flag[0] == 1)
+    }
+}
+
+/// An allreduce the switch could run: of its types, not forced onto a
+/// host algorithm.
+pub(super) fn switch_eligible(args: &CollArgs) -> bool {
+    args.collective == Collective::Allreduce
+        && args
+            .algorithm
+            .as_deref()
+            .is_none_or(ina::is_switch_algorithm)
+        && ina::wire_types(args.dtype, args.op).is_some()
+}
