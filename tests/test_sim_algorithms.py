@@ -79,6 +79,25 @@ def test_the_command_simulates_an_algorithm_loaded_through_shoal_algorithms() ->
     assert (python["algo"], python["time_s"]) == ("py_ring", builtin["time_s"])
 
 
+def test_a_plan_document_refuses_the_arguments_it_would_replace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A document fixes its call: --ranks or --size beside it used to be dropped
+    silently, and the printed line showed the size asked for, not the one simulated."""
+    doc = tmp_path / "ring4.json"
+    doc.write_text(algo.plan_json("allreduce", "ring", 4, 1000))
+    argv = ["sim", "plan", "--plan", str(doc), "--topology", "fattree:k=4", "--engine", "flow"]
+    assert cli.main([*argv, "--ranks", "8", "--size", "1MiB"]) == 2
+    assert "leave out ranks, size" in capsys.readouterr().err
+    assert cli.main(["sim", "plan", "broadcast", *argv[2:]]) == 2
+    assert "the plan document is for allreduce, not broadcast" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="leave out algo"):
+        sim.plan(document=doc, algo="ring", topology="fattree:k=4")
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("allreduce ring x4 4000B on fattree:k=4 (flow engine)"), printed
+
+
 def test_a_broken_python_algorithm_is_named_not_simulated() -> None:
     @algo.register("allreduce", "sim_broken")
     def sim_broken(b: algo.Builder) -> None:

@@ -23,7 +23,7 @@ ENGINES = ("packet", "flow")
 
 
 def plan(
-    collective: str = "allreduce",
+    collective: str | None = None,
     *,
     algo: str | None = None,
     ranks: int | None = None,
@@ -39,12 +39,14 @@ def plan(
     document: str | Path | CallPlans | None = None,
     tier_rates: str | None = None,
 ) -> dict[str, Any]:
-    """Simulates one call of `collective` with algorithm `algo` on `ranks` ranks of `size` bytes each.
+    """Simulates one call of `collective` (allreduce if not given) with algorithm `algo` on `ranks`
+    ranks of `size` bytes each.
 
     `algo` is any algorithm the executor runs: built-in, or registered with ``shoal.algo.register``
     (in this process or through SHOAL_ALGORITHMS); each rank's plan is the one the executor would run.
     `document` (a ``shoal-plan/1`` JSON file, or a ``shoal.algo.Plan``) is simulated instead of a
-    named algorithm: its collective, ranks and size (fp32 elements) replace those arguments.
+    named algorithm: it fixes its own collective, ranks and size (fp32 elements), so giving `algo`,
+    `ranks` or `size` with it, or a `collective` it does not do, is a ``ValueError``.
     `topology` is ``fattree:k=K``, ``leafspine:leaves=L,spines=S,hosts=H`` or ``star:hosts=N``;
     `link`, `latency` and `buffer` set every link (``"10gbit"``, ``"1us"``, ``"600KB"``);
     `tier_rates` (``"10gbit,40gbit"``) sets the rate of each tier of links, hosts' links first;
@@ -57,10 +59,12 @@ def plan(
     plans = _document(document)
     if plans is None and (algo is None or ranks is None or size is None):
         raise ValueError("plan: give algo, ranks and size, or a plan document")
+    if plans is not None:
+        _check_document_alone(plans, collective, algo=algo, ranks=ranks, size=size)
     if ranks is not None and ranks < 1:
         raise ValueError(f"ranks must be >= 1, got {ranks}")
     report = sim_plan_json(
-        collective,
+        collective or "allreduce",
         algo or "",
         ranks or 1,
         str(size or 0),
@@ -77,6 +81,16 @@ def plan(
     )
     result: dict[str, Any] = json.loads(report)
     return result
+
+
+def _check_document_alone(plans: CallPlans, collective: str | None, **named: object) -> None:
+    """A document fixes the call: an argument that would be silently replaced is an error."""
+    given = [name for name, value in named.items() if value is not None]
+    if given:
+        raise ValueError(f"plan: a plan document fixes its own ranks and size; leave out {', '.join(given)}")
+    doc_collective = plans.shape[0]
+    if collective is not None and collective != doc_collective:
+        raise ValueError(f"plan: the plan document is for {doc_collective}, not {collective}")
 
 
 #: The largest plan document read (1024 ranks of a ring allreduce take about 300 MB).

@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from shoal.sim import ENGINES, panama, plan, run, validate
 
@@ -19,7 +20,7 @@ def _plan(args: list[str]) -> int:
         prog="shoal sim plan",
         description="Simulated time of one collective call of shoal's own plans on a network.",
     )
-    p.add_argument("collective", nargs="?", default="allreduce", help="allreduce, broadcast, allgather, ...")
+    p.add_argument("collective", nargs="?", help="allreduce (default), broadcast, allgather, ...")
     p.add_argument(
         "--algo", help="algorithm: built-in (shoal info lists them) or registered from Python (SHOAL_ALGORITHMS)"
     )
@@ -69,10 +70,16 @@ def _plan(args: list[str]) -> int:
         print(
             f"{r['collective']} {r['algo']} x{r['ranks']} {size} on {r['topology']} ({r['engine']} engine): "
             f"{r['time_s']:.6f} s simulated; {r['events']} events in {r['wall_s']:.3f} s "
-            f"({r['events_per_s'] / 1e6:.2f} M events/s), {r['cpu_s']:.3f} s CPU "
-            f"({r['events_per_cpu_s'] / 1e6:.2f} M events/CPU-s)"
+            f"({r['events_per_s'] / 1e6:.2f} M events/s), {_cpu_rate(r)}"
         )
     return 0
+
+
+def _cpu_rate(r: dict[str, Any]) -> str:
+    """The engine's CPU time and events per CPU-second, when the run was long enough to time."""
+    if r["cpu_s"] <= 0:
+        return "too short to time its CPU"
+    return f"{r['cpu_s']:.3f} s CPU ({r['events_per_cpu_s'] / 1e6:.2f} M events/CPU-s)"
 
 
 #: Subcommand -> (handler, what it does).
