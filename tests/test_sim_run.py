@@ -56,6 +56,19 @@ def test_tiny_scenario_through_the_cli(tmp_path: Path) -> None:
     assert "short p99 FCT" in proc.stdout
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib")
+def test_a_summary_figure_with_nothing_behind_it_says_so(tmp_path: Path) -> None:
+    """50 ms: no long flow and no iteration finishes; the summary line printed
+    "long-flow throughput 0.00 Gb/s" and "mean iteration 0.000 s" as if measured."""
+    config = tmp_path / "short.toml"
+    config.write_text(TINY.replace('duration = "3s"', 'duration = "50ms"').replace("datamining", "websearch"))
+    cmd = [sys.executable, "-m", "shoal.cli", "sim", "run", str(config), "--out", str(tmp_path / "out")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "no long flow finished" in proc.stdout and "no iteration finished" in proc.stdout, proc.stdout
+    assert "0.00 Gb/s" not in proc.stdout and "mean iteration" not in proc.stdout
+
+
 def test_bad_scenario_is_named(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown scenario key"):
         run_pairs([("topolgy", "fattree:k=4")])

@@ -185,12 +185,24 @@ def main(args: list[str]) -> int:
     except (ValueError, OSError) as e:
         print(f"shoal sim run: {e}", file=sys.stderr)
         return 2
-    fct = report["background"]["fct_s"]
-    print(
-        f"{report['background']['flows']} background flows: short p99 FCT {fct['short']['p99'] * 1e3:.3f} ms, "
-        f"long-flow throughput {report['background']['long_throughput_bps'] / 1e9:.2f} Gb/s; "
-        f"{len(report['jobs'])} jobs, mean iteration {report['mean_iteration_s']:.3f} s; "
-        f"load offered {report['total_load']:.2f}, carried {report['carried_load']:.2f}; "
-        f"report in {ns.out / 'report.json'}"
-    )
+    print(_summary(report) + f"; report in {ns.out / 'report.json'}")
     return 0
+
+
+def _summary(report: dict[str, Any]) -> str:
+    """The report in one line; a figure with nothing behind it (no flow of its
+    bucket finished, no iteration) says so instead of printing 0."""
+    background = report["background"]
+    fct = background["fct_s"]
+    short = f"short p99 FCT {fct['short']['p99'] * 1e3:.3f} ms" if fct["short"]["count"] else "no short flow finished"
+    long = (
+        f"long-flow throughput {background['long_throughput_bps'] / 1e9:.2f} Gb/s"
+        if fct["long"]["count"]
+        else "no long flow finished"
+    )
+    finished = any(job["iterations_s"] for job in report["jobs"])
+    iteration = f"mean iteration {report['mean_iteration_s']:.3f} s" if finished else "no iteration finished"
+    return (
+        f"{background['flows']} background flows: {short}, {long}; {len(report['jobs'])} jobs, {iteration}; "
+        f"load offered {report['total_load']:.2f}, carried {report['carried_load']:.2f}"
+    )
