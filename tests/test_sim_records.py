@@ -133,7 +133,6 @@ def test_the_command_writes_the_files_and_prints_the_warning(tmp_path: Path) -> 
     assert (out / "flows.csv").exists() and (out / "links.csv").exists()
 
 
-@algo.register("allreduce", "records_py_ring")
 def records_py_ring(b: algo.Builder) -> None:
     data = algo.output(0, b.count)
     b.copy(algo.input(0, b.count), data)
@@ -142,6 +141,15 @@ def records_py_ring(b: algo.Builder) -> None:
     algo.phases.ring_allgather(b, blocks, round0=b.world)
 
 
+@pytest.fixture
+def _records_py_ring() -> None:
+    """Registered when this file's tests run, not when pytest imports it: a
+    registration lasts for the process, and other files (test_cli, test_tune)
+    compare this process's algorithm lists with a fresh process's."""
+    algo.register("allreduce", "records_py_ring")(records_py_ring)
+
+
+@pytest.mark.usefixtures("_records_py_ring")
 def test_a_scenario_job_runs_a_python_algorithm_as_the_builtin_one() -> None:
     job = [("topology", "fattree:k=4"), ("duration", "1s"), ("jobs.0.workers", "4"), ("jobs.0.model", "resnet50")]
     builtin = run_pairs([*job, ("jobs.0.algorithm", "ring")])
