@@ -124,3 +124,35 @@ fn oversubscription_and_tier_rates_slow_the_uplinks() {
     );
     assert!((got - fct(2.5e9)).abs() < 1e-9, "{got} vs {}", fct(2.5e9));
 }
+
+#[test]
+fn a_trace_or_scenario_that_is_a_fifo_is_refused_not_waited_on() {
+    // A FIFO has length 0, so a size check passes it; reading it then waits
+    // for a writer forever. Both readers go through small_file::read_text.
+    let dir = std::env::temp_dir().join(format!("shoal-sim-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("flows.csv");
+    let _ = std::fs::remove_file(&fifo);
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = fifo.clone();
+    std::thread::spawn(move || {
+        let trace = shoal_sim::workload::trace::read(&path).map(|_| ());
+        let scenario = shoal_sim::scenario::file::read(&path).map(|_| ());
+        tx.send((trace, scenario)).unwrap();
+    });
+    let (trace, scenario) = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("reading a FIFO blocked");
+    for refused in [trace.unwrap_err(), scenario.unwrap_err()] {
+        assert!(
+            refused.contains("flows.csv") && refused.contains("a FIFO"),
+            "{refused}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

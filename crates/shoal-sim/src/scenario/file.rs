@@ -6,6 +6,8 @@
 
 use std::path::Path;
 
+use shoal_bootstrap::small_file::read_text;
+
 use super::config::ScenarioConfig;
 
 /// The largest scenario file read (a scenario is a page of settings).
@@ -15,15 +17,7 @@ pub const MAX_SCENARIO_BYTES: u64 = 16 << 20;
 /// relative to the file's folder.
 pub fn read(path: &Path) -> Result<ScenarioConfig, String> {
     let name = path.display();
-    let size = std::fs::metadata(path)
-        .map_err(|e| format!("{name}: {e}"))?
-        .len();
-    if size > MAX_SCENARIO_BYTES {
-        return Err(format!(
-            "{name}: {size} bytes, more than a scenario may have"
-        ));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: {e}"))?;
+    let text = read_text(path, MAX_SCENARIO_BYTES).map_err(|e| format!("{name}: {e}"))?;
     let mut pairs = pairs(&text).map_err(|e| format!("{name}: {e}"))?;
     let folder = path.parent().unwrap_or(Path::new(""));
     for (key, value) in &mut pairs {

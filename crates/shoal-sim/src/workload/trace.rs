@@ -5,6 +5,8 @@
 
 use std::path::Path;
 
+use shoal_bootstrap::small_file::read_text;
+
 use super::background::BackgroundFlow;
 
 /// The largest trace read (a million flows is about 40 MB of CSV).
@@ -12,18 +14,11 @@ pub const MAX_TRACE_BYTES: u64 = 1 << 30;
 
 const HEADER: &str = "start_s,src,dst,bytes";
 
-/// Reads the trace in `path`.
+/// Reads the trace in `path`: a regular file of at most [`MAX_TRACE_BYTES`]
+/// (a FIFO or a device is refused rather than waited on).
 pub fn read(path: &Path) -> Result<Vec<BackgroundFlow>, String> {
     let name = path.display();
-    let size = std::fs::metadata(path)
-        .map_err(|e| format!("{name}: {e}"))?
-        .len();
-    if size > MAX_TRACE_BYTES {
-        return Err(format!(
-            "{name}: {size} bytes, more than the {MAX_TRACE_BYTES} a trace may have"
-        ));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: {e}"))?;
+    let text = read_text(path, MAX_TRACE_BYTES).map_err(|e| format!("{name}: {e}"))?;
     parse(&text).map_err(|e| format!("{name}:{e}"))
 }
 
