@@ -10,7 +10,7 @@ use shoal_plan::{CallShape, Collective};
 
 use super::{CommState, Communicator, Prepared, RunCall};
 use crate::error::Result;
-use crate::exec::{CallBuffers, CallContext, CompiledPlan};
+use crate::exec::{CallBuffers, CompiledPlan};
 use crate::ina;
 use crate::reduce::divide;
 
@@ -186,17 +186,8 @@ impl Communicator {
         seq: u32,
         bufs: CallBuffers,
     ) -> Result<()> {
-        let ctx = CallContext {
-            transport: &*self.engine.transport,
-            members: &self.members,
-            comm: self.id,
-            seq,
-            sig: p.sig,
-            dtype: p.dtype,
-            op: p.op,
-            timeout: self.timeout(),
-            describe: &|| p.describe(),
-        };
+        let describe = || p.describe();
+        let ctx = self.call_context(seq, p.sig, p.dtype, p.op, &describe);
         self.engine.run(cp, &ctx, bufs)
     }
 }

@@ -304,6 +304,30 @@ impl Communicator {
         Duration::from_nanos(self.timeout_ns.load(Ordering::Relaxed))
     }
 
+    /// What the executor needs to run one call of this communicator: its
+    /// transport, members, id and timeout, with the call's own sequence
+    /// number, signature, element type, operation and description.
+    pub(super) fn call_context<'a>(
+        &'a self,
+        seq: u32,
+        sig: CallSig,
+        dtype: DType,
+        op: ReduceOp,
+        describe: &'a dyn Fn() -> String,
+    ) -> CallContext<'a> {
+        CallContext {
+            transport: &*self.engine.transport,
+            members: &self.members,
+            comm: self.id,
+            seq,
+            sig,
+            dtype,
+            op,
+            timeout: self.timeout(),
+            describe,
+        }
+    }
+
     /// Sets this communicator's timeout (its calls from now on; not its
     /// sub-groups', which start from `SHOAL_TIMEOUT`), as `SHOAL_TIMEOUT`
     /// does for every communicator. At most a year, as `SHOAL_TIMEOUT`.
@@ -374,17 +398,7 @@ impl Communicator {
         let rank = self.rank;
         let cp = self.cached_plan(shape, RING.id(), |s| Ok((RING.generate)(s, rank)))?;
         let mut all = vec![0u8; mine.len() * self.size()];
-        let ctx = CallContext {
-            transport: &*self.engine.transport,
-            members: &self.members,
-            comm: self.id,
-            seq,
-            sig,
-            dtype: DType::U8,
-            op: ReduceOp::Sum,
-            timeout: self.timeout(),
-            describe,
-        };
+        let ctx = self.call_context(seq, sig, DType::U8, ReduceOp::Sum, describe);
         let bufs = CallBuffers {
             input: mine.as_ptr(),
             input_bytes: mine.len(),

@@ -11,7 +11,7 @@ use super::{Communicator, P2P_KIND, P2P_SEQ};
 use crate::buffers::CallBuffers;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, ErrorKind, Result};
-use crate::exec::{CallContext, CompiledPlan};
+use crate::exec::CompiledPlan;
 use crate::stall::{answer_time, Stall};
 
 /// The signature of a point-to-point message of `count` elements of `dtype`.
@@ -231,17 +231,7 @@ impl Communicator {
             )
         };
         let sig = p2p_sig(dtype, count);
-        let ctx = CallContext {
-            transport: &*self.engine.transport,
-            members: &self.members,
-            comm: self.id,
-            seq: P2P_SEQ | tag,
-            sig,
-            dtype,
-            op: ReduceOp::Sum,
-            timeout: self.timeout(),
-            describe: &describe,
-        };
+        let ctx = self.call_context(P2P_SEQ | tag, sig, dtype, ReduceOp::Sum, &describe);
         self.engine.queue.flush();
         self.engine.run(&cp, &ctx, bufs)
     }

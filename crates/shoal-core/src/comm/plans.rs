@@ -8,7 +8,7 @@ use shoal_plan::{CallShape, Plan};
 
 use super::{CommState, Communicator, Prepared, RunCall};
 use crate::error::{Error, Result};
-use crate::exec::{CallBuffers, CallContext, CompiledPlan};
+use crate::exec::{CallBuffers, CompiledPlan};
 use crate::reduce::divide;
 use crate::select::{Choice, PlanSource};
 
@@ -70,17 +70,8 @@ impl Communicator {
     }
 
     pub(super) fn run_plan(&self, p: &Prepared, bufs: CallBuffers) -> Result<()> {
-        let ctx = CallContext {
-            transport: &*self.engine.transport,
-            members: &self.members,
-            comm: self.id,
-            seq: p.seq,
-            sig: p.sig,
-            dtype: p.dtype,
-            op: p.op,
-            timeout: self.timeout(),
-            describe: &|| p.describe(),
-        };
+        let describe = || p.describe();
+        let ctx = self.call_context(p.seq, p.sig, p.dtype, p.op, &describe);
         let engine = &self.engine;
         engine
             .staging

@@ -9,7 +9,7 @@ use shoal_transport::CallSig;
 use super::{CollArgs, CommState, Communicator, Prepared, RunCall};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
-use crate::exec::{CallBuffers, CallContext};
+use crate::exec::CallBuffers;
 use crate::ina::{self, Ina};
 use crate::provider::ProviderId;
 
@@ -157,22 +157,13 @@ impl Communicator {
             count: 1,
             history,
         };
-        let ctx = CallContext {
-            transport: &*self.engine.transport,
-            members: &self.members,
-            comm: self.id,
-            seq,
-            sig,
-            dtype: DType::U8,
-            op: ReduceOp::Min,
-            timeout: self.timeout(),
-            describe: &|| {
-                format!(
-                    "agreement after an in-network allreduce on rank {}",
-                    self.members[self.rank]
-                )
-            },
+        let describe = || {
+            format!(
+                "agreement after an in-network allreduce on rank {}",
+                self.members[self.rank]
+            )
         };
+        let ctx = self.call_context(seq, sig, DType::U8, ReduceOp::Min, &describe);
         let ptr = flag.as_mut_ptr();
         let bufs = CallBuffers {
             input: ptr,
