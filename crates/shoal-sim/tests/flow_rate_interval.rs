@@ -46,15 +46,12 @@ fn exact_by_default_and_at_most_one_interval_late_otherwise() {
 }
 
 fn scenario(interval: &str) -> shoal_sim::scenario::ScenarioResult {
-    let pairs: Vec<(String, String)> = [
+    let pairs = [
         ("topology", "fattree:k=4"),
         ("background.load", "0.5"),
         ("duration", "50ms"),
         ("rate_interval", interval),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
+    ];
     let cfg = shoal_sim::scenario::ScenarioConfig::from_pairs(&pairs).unwrap();
     shoal_sim::scenario::run(&cfg, &mut |_| {}).unwrap()
 }

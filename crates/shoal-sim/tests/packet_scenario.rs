@@ -9,11 +9,7 @@ use shoal_sim::topology::{LinkSpec, Node, Topology};
 use shoal_sim::units::{Rate, PS_PER_MS, PS_PER_US};
 
 fn config(pairs: &[(&str, &str)]) -> ScenarioConfig {
-    let pairs: Vec<(String, String)> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    ScenarioConfig::from_pairs(&pairs).unwrap()
+    ScenarioConfig::from_pairs(pairs).unwrap()
 }
 
 #[test]

@@ -8,7 +8,7 @@ use shoal_sim::panama::{fig10, fig8_point, Variant};
 use shoal_sim::scenario::ScenarioConfig;
 
 fn reduced() -> ScenarioConfig {
-    let pairs: Vec<(String, String)> = [
+    let pairs = [
         ("topology", "fattree:k=8"),
         ("duration", "1.5s"),
         ("background.load", "0.2"),
@@ -16,10 +16,7 @@ fn reduced() -> ScenarioConfig {
         ("chunk_bytes", "64MiB"),
         ("random_jobs.trees", "4"),
         ("seed", "5"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
+    ];
     ScenarioConfig::from_pairs(&pairs).unwrap()
 }
 

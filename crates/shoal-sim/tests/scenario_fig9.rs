@@ -60,14 +60,14 @@ fn split_share_gives_no_gain_and_bad_values_are_named() {
         "split: 4 trees {four} s, best single {best_one} s"
     );
     let err = ScenarioConfig::from_pairs(&[
-        ("jobs.0.workers".into(), "8".into()),
-        ("jobs.0.model".into(), "vgg16".into()),
-        ("jobs.0.algorithm".into(), "panama".into()),
-        ("jobs.0.tree".into(), "9".into()),
+        ("jobs.0.workers", "8"),
+        ("jobs.0.model", "vgg16"),
+        ("jobs.0.algorithm", "panama"),
+        ("jobs.0.tree", "9"),
     ])
     .and_then(|cfg| run(&cfg, &mut |_| {}).map(|_| ()))
     .unwrap_err();
     assert!(err.contains("tree 9"), "{err}");
-    let err = ScenarioConfig::from_pairs(&[("tree_share".into(), "half".into())]).unwrap_err();
+    let err = ScenarioConfig::from_pairs(&[("tree_share", "half")]).unwrap_err();
     assert!(err.contains("tree_share"), "{err}");
 }

@@ -1,6 +1,7 @@
 //! `shoal-sim run CONFIG.toml --out DIR`: the binary reads the TOML that
 //! `shoal sim run` reads and writes the same report and records.
 
+use std::path::Path;
 use std::process::Command;
 
 use shoal_sim::scenario::{file, run};
@@ -21,6 +22,21 @@ model = "resnet50"
 algorithm = "ring"
 "#;
 
+/// `shoal-sim run CONFIG --out OUT`, which must succeed; its report.json.
+fn run_binary(config: &Path, out: &Path) -> String {
+    let status = Command::new(env!("CARGO_BIN_EXE_shoal-sim"))
+        .args([
+            "run",
+            config.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::read_to_string(out.join("report.json")).unwrap()
+}
+
 #[test]
 fn the_binary_runs_the_scenario_file_as_the_library_does() {
     let dir = std::env::temp_dir().join(format!("shoal-scenario-{}", std::process::id()));
@@ -34,17 +50,7 @@ fn the_binary_runs_the_scenario_file_as_the_library_does() {
     )
     .unwrap();
     let out = dir.join("out");
-    let status = Command::new(env!("CARGO_BIN_EXE_shoal-sim"))
-        .args([
-            "run",
-            config.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let report = std::fs::read_to_string(out.join("report.json")).unwrap();
+    let report = run_binary(&config, &out);
     let expected = run(&file::read(&config).unwrap(), &mut |_| {}).unwrap();
     let flows = expected.flows.len() + expected.unfinished_flows;
     assert!(report.contains(&format!("\"flows\": {flows}")), "{report}");
@@ -102,17 +108,7 @@ fn the_packet_engine_and_pfc_keys_parse_from_the_file_and_write_the_records() {
     assert_eq!((pfc.xoff, pfc.xon), (300_000, 290_000));
 
     let out = dir.join("out");
-    let status = Command::new(env!("CARGO_BIN_EXE_shoal-sim"))
-        .args([
-            "run",
-            config.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let report = std::fs::read_to_string(out.join("report.json")).unwrap();
+    let report = run_binary(&config, &out);
     assert!(report.contains("\"engine\": \"packet\""), "{report}");
     assert!(report.contains("\"pfc_pauses\""), "{report}");
     assert!(report.contains("\"warnings\": ["), "{report}");

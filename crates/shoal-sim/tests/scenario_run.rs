@@ -3,11 +3,7 @@
 use shoal_sim::scenario::{run, ScenarioConfig};
 
 fn config(pairs: &[(&str, &str)]) -> ScenarioConfig {
-    let pairs: Vec<(String, String)> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    ScenarioConfig::from_pairs(&pairs).unwrap()
+    ScenarioConfig::from_pairs(pairs).unwrap()
 }
 
 #[test]
@@ -52,9 +48,7 @@ fn tiny_scenario_reports_everything() {
 
 #[test]
 fn bad_config_keys_are_named() {
-    let bad = |k: &str, v: &str| {
-        ScenarioConfig::from_pairs(&[(k.to_string(), v.to_string())]).unwrap_err()
-    };
+    let bad = |k: &str, v: &str| ScenarioConfig::from_pairs(&[(k, v)]).unwrap_err();
     assert!(bad("topolgy", "x").contains("topolgy"));
     assert!(bad("background.load", "2").contains("between 0 and 1"));
     assert!(bad("jobs.0.model", "gpt").contains("unknown model"));

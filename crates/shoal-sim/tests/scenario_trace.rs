@@ -13,14 +13,11 @@ fn a_three_flow_trace_replays_with_hand_computed_fcts() {
     // 1 460 000 B = 1000 packets of 1460 B payload: 1 500 000 B on the wire.
     let trace = "start_s,src,dst,bytes\n0,0,1,1460000\n0.0006,2,1,1460000\n0.001,3,0,146000\n";
     std::fs::write(&path, trace).unwrap();
-    let pairs: Vec<(String, String)> = [
+    let pairs = [
         ("topology", "star:hosts=4"),
         ("duration", "10ms"),
         ("background.trace", path.to_str().unwrap()),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
+    ];
     let cfg = ScenarioConfig::from_pairs(&pairs).unwrap();
     let r = run(&cfg, &mut |_| {}).unwrap();
     std::fs::remove_file(&path).unwrap();
@@ -65,12 +62,9 @@ fn a_three_flow_trace_replays_with_hand_computed_fcts() {
 fn a_trace_naming_a_host_the_topology_lacks_is_refused() {
     let path = std::env::temp_dir().join(format!("shoal-trace-bad-{}.csv", std::process::id()));
     std::fs::write(&path, "start_s,src,dst,bytes\n0,0,9,1000\n").unwrap();
-    let pairs = vec![
-        ("topology".to_string(), "star:hosts=4".to_string()),
-        (
-            "background.trace".to_string(),
-            path.to_str().unwrap().to_string(),
-        ),
+    let pairs = [
+        ("topology", "star:hosts=4"),
+        ("background.trace", path.to_str().unwrap()),
     ];
     let cfg = ScenarioConfig::from_pairs(&pairs).unwrap();
     let err = run(&cfg, &mut |_| {}).err().unwrap();

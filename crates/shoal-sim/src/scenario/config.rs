@@ -182,15 +182,17 @@ impl ScenarioConfig {
 
     /// Parses flat pairs; unknown keys are errors (a typo must not be
     /// silently ignored).
-    pub fn from_pairs(pairs: &[(String, String)]) -> Result<ScenarioConfig, String> {
+    pub fn from_pairs(
+        pairs: &[(impl AsRef<str>, impl AsRef<str>)],
+    ) -> Result<ScenarioConfig, String> {
         let mut cfg = ScenarioConfig::default();
         let (mut link, mut latency, mut buffer) = (None, None, None);
         let mut jobs: BTreeMap<usize, BTreeMap<String, String>> = BTreeMap::new();
         let mut random: BTreeMap<String, String> = BTreeMap::new();
         let mut pfc: BTreeMap<String, String> = BTreeMap::new();
         for (key, value) in pairs {
-            let v = value.as_str();
-            match key.as_str() {
+            let (key, v) = (key.as_ref(), value.as_ref());
+            match key {
                 "topology" => cfg.topology = v.to_string(),
                 "link" => link = Some(v.to_string()),
                 "tier_rates" => {

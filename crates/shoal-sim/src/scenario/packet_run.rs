@@ -57,14 +57,10 @@ fn start_allreduce(
     })
 }
 
-/// Runs `cfg` on the packet engine; `progress` gets the simulated fraction
-/// done (0..=1).
-pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<ScenarioResult, String> {
-    run_with(cfg, progress, &BuiltinOnly)
-}
-
-/// As [`run`], with `source` supplying the jobs' allreduce algorithms the
-/// built-in registry does not have (registered from Python).
+/// Runs `cfg` on the packet engine (whatever its `engine` key says;
+/// [`super::run`] picks the engine by it); `progress` gets the simulated
+/// fraction done (0..=1), and `source` supplies the jobs' allreduce
+/// algorithms the built-in registry does not have (registered from Python).
 pub fn run_with(
     cfg: &ScenarioConfig,
     progress: &mut dyn FnMut(f64),
@@ -73,8 +69,9 @@ pub fn run_with(
     run_inspected_with(cfg, progress, source, &mut |_, _| {})
 }
 
-/// [`run`], handing the simulation and its topology to `inspect` at the
-/// end (tests check the network's invariants there).
+/// [`run_with`] for the built-in algorithms, handing the simulation and its
+/// topology to `inspect` at the end (tests check the network's invariants
+/// there).
 pub fn run_inspected(
     cfg: &ScenarioConfig,
     progress: &mut dyn FnMut(f64),
