@@ -8,8 +8,12 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from shoal.algo import Builder
 
 HERE = Path(__file__).parent
 WORKERS = HERE / "workers"
@@ -113,3 +117,16 @@ def ucx_missing() -> str | None:
     except OSError as e:
         return f"libucp cannot be loaded ({e}); apt-get install libucx0"
     return None
+
+
+def builtin_ring_in_python(b: Builder) -> None:
+    """The built-in ring allreduce's steps, written in Python (phases.ring_* are
+    the built-in ring's phases): the simulator's tests register it under their
+    own names and expect the built-in ring's results."""
+    from shoal import algo  # here: this file imports nothing of shoal's at collection
+
+    data = algo.output(0, b.count)
+    b.copy(algo.input(0, b.count), data)
+    blocks = data.split(b.world)
+    algo.phases.ring_reduce_scatter(b, blocks)
+    algo.phases.ring_allgather(b, blocks, round0=b.world)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import launch
+from conftest import builtin_ring_in_python, launch
 
 from shoal import algo, cli, sim
 
@@ -21,21 +21,12 @@ EXAMPLES = Path(__file__).parent.parent / "examples" / "algorithms"
 ENGINES = ("flow", "packet")
 
 
-def sim_py_ring(b: algo.Builder) -> None:
-    """The built-in ring's steps, written in Python (phases.ring_* are the built-in ring's phases)."""
-    data = algo.output(0, b.count)
-    b.copy(algo.input(0, b.count), data)
-    blocks = data.split(b.world)
-    algo.phases.ring_reduce_scatter(b, blocks)
-    algo.phases.ring_allgather(b, blocks, round0=b.world)
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _register_sim_py_ring() -> None:
     """Registered when this file's tests run, not when pytest imports it: a
     registration lasts for the process, and other files (test_cli, test_tune)
     compare this process's algorithm lists with a fresh process's."""
-    algo.register("allreduce", "sim_py_ring")(sim_py_ring)
+    algo.register("allreduce", "sim_py_ring")(builtin_ring_in_python)
 
 
 CALL = {"ranks": 16, "size": "4MiB", "topology": "fattree:k=4"}

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import builtin_ring_in_python
 
 from shoal import algo
 from shoal.sim.run import read_csv, run_pairs
@@ -133,20 +134,12 @@ def test_the_command_writes_the_files_and_prints_the_warning(tmp_path: Path) -> 
     assert (out / "flows.csv").exists() and (out / "links.csv").exists()
 
 
-def records_py_ring(b: algo.Builder) -> None:
-    data = algo.output(0, b.count)
-    b.copy(algo.input(0, b.count), data)
-    blocks = data.split(b.world)
-    algo.phases.ring_reduce_scatter(b, blocks)
-    algo.phases.ring_allgather(b, blocks, round0=b.world)
-
-
 @pytest.fixture
 def _records_py_ring() -> None:
     """Registered when this file's tests run, not when pytest imports it: a
     registration lasts for the process, and other files (test_cli, test_tune)
     compare this process's algorithm lists with a fresh process's."""
-    algo.register("allreduce", "records_py_ring")(records_py_ring)
+    algo.register("allreduce", "records_py_ring")(builtin_ring_in_python)
 
 
 @pytest.mark.usefixtures("_records_py_ring")
