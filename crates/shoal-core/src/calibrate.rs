@@ -14,9 +14,6 @@ use crate::error::Result;
 use crate::exec::CallBuffers;
 use crate::reduce::reduce_into;
 
-/// `SHOAL_COST`'s syntax lives with the cost model it sets.
-pub use crate::select::parse_cost;
-
 const PING_BYTES: usize = 8;
 const PINGS: usize = 30;
 const BULK_BYTES: usize = 1 << 20;

@@ -38,10 +38,6 @@ use crate::log;
 use crate::secret::{key_of, JobSecret, MAX_SECRET_FILE_BYTES};
 use crate::store::ScopedStore;
 
-pub use crate::registry::{
-    is_switch_algorithm, HIERARCHICAL_INA, HIERARCHICAL_INA_ALGO_ID, INA, INA_ALGO_ID,
-};
-
 /// This rank's membership in the switch job.
 pub struct Ina {
     client: Mutex<InaClient>,

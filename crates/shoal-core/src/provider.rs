@@ -16,8 +16,8 @@ use shoal_plan::algorithms::CostParams;
 use shoal_plan::CallShape;
 
 use crate::error::Result;
-use crate::ina;
 use crate::select::{PlanSource, Selector};
+use crate::{ina, registry};
 
 /// Which provider runs a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,10 +45,11 @@ impl ProviderId {
     pub fn algorithm(self) -> Option<(&'static str, u32)> {
         match self {
             ProviderId::Plans => None,
-            ProviderId::Switch => Some((ina::INA, ina::INA_ALGO_ID)),
-            ProviderId::HierarchicalSwitch => {
-                Some((ina::HIERARCHICAL_INA, ina::HIERARCHICAL_INA_ALGO_ID))
-            }
+            ProviderId::Switch => Some((registry::INA, registry::INA_ALGO_ID)),
+            ProviderId::HierarchicalSwitch => Some((
+                registry::HIERARCHICAL_INA,
+                registry::HIERARCHICAL_INA_ALGO_ID,
+            )),
         }
     }
 

@@ -19,12 +19,8 @@ use shoal_plan::{CallShape, Collective, Plan};
 
 use crate::error::{Error, Result};
 use crate::lru::{FastMap, Lru};
+use crate::registry::{find, handles, parse_collective, registered_for, Choice, Registered};
 use crate::tune::Tables;
-
-pub use crate::registry::{
-    find, handles, parse_collective, registered, registered_by_id, registered_for, Choice,
-    Registered,
-};
 
 /// Registers algorithm `name` of `collective` (see [`crate::registry::register`]).
 pub fn register(collective: Collective, name: &str) -> Result<Registered> {

@@ -8,7 +8,8 @@ use std::cell::RefCell;
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 
-use shoal_core::select::{self, CostFactors, PlanSource, Registered};
+use shoal_core::registry::{self, Registered};
+use shoal_core::select::{self, CostFactors, PlanSource};
 
 use shoal_plan::builder::Msg;
 use shoal_plan::json::buf_from_name;
@@ -45,8 +46,7 @@ type OpTuple = (
 
 pub fn shape_from(t: ShapeTuple) -> PyResult<CallShape> {
     let (name, world, count, root, chunk, ranks_per_host, counts) = t;
-    let collective =
-        shoal_core::select::parse_collective(&name).map_err(|e| crate::to_py(e.into()))?;
+    let collective = registry::parse_collective(&name).map_err(|e| crate::to_py(e.into()))?;
     if world == 0 {
         return Err(invalid("world must be at least 1"));
     }
@@ -314,7 +314,7 @@ pub fn register_algorithm(
     if !installed.is(&source) {
         return Err(invalid("a different plan source is already installed"));
     }
-    let collective = select::parse_collective(collective).map_err(|e| crate::to_py(e.into()))?;
+    let collective = registry::parse_collective(collective).map_err(|e| crate::to_py(e.into()))?;
     select::register(collective, name).map_err(crate::to_py)?;
     Ok(())
 }

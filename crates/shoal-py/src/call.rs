@@ -9,7 +9,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use shoal_core::comm::CollArgs;
-use shoal_core::select::parse_collective;
+use shoal_core::registry::parse_collective;
 use shoal_core::{DType, ReduceOp};
 use shoal_plan::Collective;
 
@@ -61,10 +61,10 @@ impl PyCall {
         }
         if let Some(alg) = algorithm
             .as_deref()
-            .filter(|&a| !shoal_core::ina::is_switch_algorithm(a))
+            .filter(|&a| !shoal_core::registry::is_switch_algorithm(a))
         {
             // Built-in or registered from Python (shoal.algo.register).
-            shoal_core::select::find(kind, alg)
+            shoal_core::registry::find(kind, alg)
                 .map_err(|e| bad_field(name, "algorithm", alg, e))?;
         }
         let takes_counts = matches!(

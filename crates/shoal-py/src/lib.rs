@@ -23,7 +23,7 @@ use pyo3::prelude::*;
 use shoal_core::comm::Communicator;
 use shoal_core::exec::CallBuffers;
 use shoal_core::init::{init_world, InitArgs};
-use shoal_core::select::parse_collective;
+use shoal_core::registry::parse_collective;
 use shoal_core::work::Work;
 use shoal_core::{DType, Error, ErrorKind};
 use shoal_plan::Collective;
@@ -451,7 +451,7 @@ fn init(
 fn algorithms(collective: &str) -> PyResult<Vec<&'static str>> {
     let c = parse_collective(collective).map_err(|e| to_py(e.into()))?;
     let builtin = shoal_plan::algorithms::for_collective(c).map(|a| a.name);
-    let registered = shoal_core::select::registered_for(c)
+    let registered = shoal_core::registry::registered_for(c)
         .into_iter()
         .map(|r| r.name);
     Ok(builtin.chain(registered).collect())

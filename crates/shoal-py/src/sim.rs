@@ -3,7 +3,8 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use shoal_core::select::{self, PlanSource as _};
+use shoal_core::registry;
+use shoal_core::select::PlanSource as _;
 use shoal_plan::{CallShape, Collective, Plan};
 use shoal_sim::dag::PlanSource;
 use shoal_sim::plan::PlanRequest;
@@ -18,11 +19,11 @@ pub struct Registered;
 
 impl PlanSource for Registered {
     fn has(&self, collective: Collective, name: &str) -> bool {
-        select::registered(collective, name).is_some()
+        registry::registered(collective, name).is_some()
     }
 
     fn plan(&self, name: &str, shape: &CallShape, rank: usize) -> Result<Plan, String> {
-        let alg = select::registered(shape.collective, name)
+        let alg = registry::registered(shape.collective, name)
             .ok_or_else(|| format!("no Python algorithm {}/{name}", shape.collective))?;
         // The simulation runs without the GIL; the algorithm needs it.
         Python::with_gil(|py| {

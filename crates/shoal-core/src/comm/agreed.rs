@@ -8,11 +8,13 @@ use std::sync::{Arc, OnceLock};
 use shoal_plan::CallShape;
 use shoal_transport::CallSig;
 
-use super::{Communicator, Prepared, AGREEMENT_ALGO_ID};
+use super::{Communicator, Prepared};
 use crate::agree::first_use;
 use crate::error::{describe_call, Error, Result};
 use crate::lru::Lru;
-use crate::select::{Choice, PlanSource};
+use crate::registry::Choice;
+use crate::registry::AGREEMENT_ALGO_ID;
+use crate::select::PlanSource;
 
 /// Call shapes whose agreement a communicator remembers (see `first_use`).
 /// A constant, not a setting: every member's cache must forget alike.

@@ -6,9 +6,9 @@ use shoal_plan::{CallShape, Collective};
 
 use super::{hierarchical_switch, plans, switch, CollArgs, Communicator, RunCall};
 use crate::error::{Error, Result};
-use crate::ina;
 use crate::provider::{self, HierarchicalSwitch, PlanExecutor, ProviderId, Switch};
 use crate::select::PlanSource;
+use crate::{ina, registry};
 
 impl Communicator {
     /// Who runs a call. The switch runs allreduce only: when asked for
@@ -23,7 +23,7 @@ impl Communicator {
     ) -> Result<ProviderId> {
         if args.collective != Collective::Allreduce {
             return match args.algorithm.as_deref() {
-                Some(a) if ina::is_switch_algorithm(a) => Err(Error::invalid(format!(
+                Some(a) if registry::is_switch_algorithm(a) => Err(Error::invalid(format!(
                     "algorithm '{a}' is for allreduce only, not {}",
                     args.collective
                 ))),

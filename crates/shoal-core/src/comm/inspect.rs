@@ -6,7 +6,7 @@ use shoal_plan::{CallShape, Collective};
 use super::{CollArgs, Communicator};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
-use crate::ina;
+use crate::registry;
 use crate::select::PlanSource;
 
 impl Communicator {
@@ -24,7 +24,7 @@ impl Communicator {
         if let Some((name, _)) = self.provider_for(&args, &shape, source)?.algorithm() {
             return Ok(name.to_string());
         }
-        let explicit = explicit.filter(|&a| !ina::is_switch_algorithm(a));
+        let explicit = explicit.filter(|&a| !registry::is_switch_algorithm(a));
         let choice = self
             .engine
             .selector

@@ -15,8 +15,9 @@ use crate::config::Config;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{execute, CallBuffers, CallContext, CompiledPlan, Workspace};
-use crate::ina::{self, Ina, ShardJob};
+use crate::ina::{Ina, ShardJob};
 use crate::lru::Lru;
+use crate::registry::{self, AGREEMENT_ALGO_ID};
 use crate::select::{PlanSource, Selector};
 use crate::trace::Tracing;
 use crate::work::{AsyncQueue, Work};
@@ -38,8 +39,6 @@ use shape::{block_layout, busiest_host, kind_of, sig_count};
 const P2P_SEQ: u32 = 1 << 31;
 /// The signature kind of point-to-point messages.
 const P2P_KIND: u8 = CallSig::P2P_KIND;
-
-pub use crate::registry::{AGREEMENT, AGREEMENT_ALGO_ID};
 
 /// What the ranks of one process share: the transport and the execution lock.
 pub struct Engine {
@@ -488,7 +487,7 @@ impl Communicator {
         self.join_group_switch(args);
         let provider = self.provider_for(args, &shape, source)?;
         let provider = self.retry_switch(args, provider);
-        let host_choice = explicit.filter(|&a| !ina::is_switch_algorithm(a));
+        let host_choice = explicit.filter(|&a| !registry::is_switch_algorithm(a));
         let choice = self
             .engine
             .selector

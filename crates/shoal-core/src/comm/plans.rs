@@ -10,7 +10,8 @@ use super::{CommState, Communicator, Prepared, RunCall};
 use crate::error::{Error, Result};
 use crate::exec::{CallBuffers, CompiledPlan};
 use crate::reduce::divide;
-use crate::select::{Choice, PlanSource};
+use crate::registry::Choice;
+use crate::select::PlanSource;
 
 /// A call run by the plan the selector chose for it: it needs no sequence
 /// number beyond the call's own.

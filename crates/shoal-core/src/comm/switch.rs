@@ -12,6 +12,7 @@ use crate::error::Result;
 use crate::exec::CallBuffers;
 use crate::ina::{self, Ina};
 use crate::provider::ProviderId;
+use crate::registry;
 
 /// A call through the switch, with the sequence number reserved for the
 /// ranks' agreement on whether it worked (the call's own runs the host plan
@@ -183,6 +184,6 @@ pub(super) fn switch_eligible(args: &CollArgs) -> bool {
         && args
             .algorithm
             .as_deref()
-            .is_none_or(ina::is_switch_algorithm)
+            .is_none_or(registry::is_switch_algorithm)
         && ina::wire_types(args.dtype, args.op).is_some()
 }
