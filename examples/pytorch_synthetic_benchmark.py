@@ -34,6 +34,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--num-iters", type=int, default=10, help="timed iterations")
     p.add_argument("--threads", type=int, default=0, help="torch threads per rank (0: torch's default)")
     p.add_argument("--no-cuda", action="store_true", help="train on the CPU even when CUDA is available")
+    p.add_argument("--save-params", metavar="FILE", help="rank 0 saves the trained parameters here (torch.save)")
     return p.parse_args()
 
 
@@ -98,6 +99,9 @@ def main() -> None:
     median = statistics.median(rates)
     log(f"Img/sec per rank: {mean:.1f} +-{spread:.1f} (median {median:.1f})")
     log(f"Total img/sec on {world} rank(s): {world * mean:.1f} +-{world * spread:.1f} (median {world * median:.1f})")
+    if args.save_params and rank == 0:
+        # to compare the models that two backends trained from the same start on the same data
+        torch.save({k: v.detach().cpu() for k, v in model.module.state_dict().items()}, args.save_params)
     dist.destroy_process_group()
 
 
