@@ -95,12 +95,17 @@ def compare(got: list[torch.Tensor], want: list[torch.Tensor], what: str) -> Non
 
 
 def check_fsdp2(r: int, n: int, want: list[torch.Tensor]) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+
     fully_shard = fully_shard_function()
+    # a CPU mesh named, not fully_shard's default: that one is on the accelerator when there is
+    # one, and sets every rank's CUDA device to its local rank (rank 1 of 2 on one GPU: no such device)
+    mesh = init_device_mesh("cpu", (n,))
     model = make_model()
     for layer in model:
         if isinstance(layer, nn.Linear):
-            fully_shard(layer)
-    fully_shard(model)
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     train_sharded(model, r, n)
     full = [p.full_tensor().detach() for p in model.parameters()]  # an all-gather of the shards
     compare(full, want, "FSDP2 fully_shard")
