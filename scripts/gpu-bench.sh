@@ -8,14 +8,15 @@
 #   bash scripts/gpu-bench.sh                                # on the GPU machine, shoal installed
 #   bash .device-carry/remote.sh bash scripts/gpu-bench.sh   # there, from the wheel prepare.sh built
 #
-# STEPS picks steps by name (default: all): info tests allreduce lanes chunks host ddp18 ddp50;
+# STEPS picks steps by name (default: all): info tests allreduce chunks host ddp18 ddp50; TEST_K
+# narrows the tests (pytest -k);
 # DDP_ARGS adds arguments to the DDP runs (e.g. a small --batch-size --image-size --no-cuda to try it on a CPU)
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/gpu}
 mkdir -p "$OUT"
 BUDGET_S=${BUDGET_S:-420}
-STEPS=${STEPS:-info tests allreduce lanes chunks host ddp18 ddp50}
+STEPS=${STEPS:-info tests allreduce chunks host ddp18 ddp50}
 start=$(date +%s)
 py=${PYTHON:-python3}
 
@@ -66,9 +67,10 @@ EOF
 export -f info ddp
 export py
 step info 30 bash -c info
-step tests 200 "$py" -m pytest -q -p no:cacheprovider -n 4 tests/test_torch_cuda.py tests/test_torch_backend.py ${TEST_ARGS:-}
+workers=()
+"$py" -c "import xdist" 2>/dev/null && workers=(-n 4) # pytest-xdist, where installed
+step tests 200 "$py" -m pytest -q -p no:cacheprovider "${workers[@]}" tests/test_torch_cuda.py tests/test_torch_backend.py ${TEST_K:+-k "$TEST_K"}
 step allreduce 200 "$py" examples/cuda_allreduce_bench.py --ranks 2,4 --sizes-mb 25,100 --rounds 2 --iters 10
-step lanes 150 bash -c "for l in 1 2 8; do echo lanes \$l; SHOAL_TORCH_CUDA_LANES=\$l $py examples/cuda_allreduce_bench.py --ranks 2,4 --sizes-mb 25,100 --backends shoal --iters 10; done"
 step chunks 150 bash -c "for c in 1048576 16777216; do echo chunk \$c; SHOAL_TORCH_CUDA_CHUNK_BYTES=\$c $py examples/cuda_allreduce_bench.py --ranks 2,4 --sizes-mb 25,100 --backends shoal --iters 10; done"
 step host 60 "$py" examples/cuda_allreduce_bench.py --device cpu --ranks 2 --sizes-mb 25,100 --iters 10
 step ddp18 200 bash -c "ddp resnet18"

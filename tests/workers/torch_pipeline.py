@@ -318,9 +318,6 @@ def main() -> None:
         whole_calls(group, copies)
         many_in_flight(group, copies)
         small_pool(group)
-        dealt = _cuda.lanes(group)  # SHOAL_TORCH_CUDA_LANES communicators, each of which ran chunks
-        assert dealt.count == _cuda.settings().lanes, (dealt.count, _cuda.settings())
-        assert all(lane.plans_cached > 0 for lane in dealt.others), "a lane ran no call"
         print("OK torch pipeline", flush=True)
     else:
         failures(group, copies)

@@ -9,14 +9,6 @@ whole: the blocks of one rank are not contiguous in the others' buffers, so
 a chunk of them is not one shoal call; they still use pinned staging and
 complete with events, without blocking the caller.
 
-The chunks of a call go round-robin to ``SHOAL_TORCH_CUDA_LANES``
-communicators over the group's members (the group itself and keyed
-sub-groups of it): shoal runs one communicator's calls one at a time on one
-thread, so with one lane a rank reduces on one core, and the host reduction,
-not the copies, bounded the pipeline on a GPU machine. Every rank deals the
-chunks out alike (a count per group, in call order), so each lane sees the
-same calls in the same order everywhere.
-
 Other CUDA tensors (non-contiguous, conjugate or negative views, integer
 types reduced in a wider type, the list forms) take the host path of
 ``_host`` as before.
@@ -25,10 +17,7 @@ types reduced in a wider type, the list forms) take the host path of
 from __future__ import annotations
 
 import functools
-import itertools
 import os
-import threading
-import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -45,15 +34,12 @@ from ._pipeline import Job, Step, chunk_bounds, submit
 from ._work import ShoalWork
 
 DEFAULT_CHUNK_BYTES = 4 << 20
-DEFAULT_LANES = 4
-MAX_LANES = 64
 
 
 @dataclass(frozen=True)
 class Settings:
     enabled: bool
     chunk_bytes: int
-    lanes: int = DEFAULT_LANES
 
 
 @functools.cache
@@ -71,47 +57,7 @@ def settings() -> Settings:
         raise ValueError(
             f'SHOAL_TORCH_CUDA_CHUNK_BYTES="{text}" must be a whole number of bytes from 4096 to {1 << 40}'
         )
-    lanes_text = os.environ.get("SHOAL_TORCH_CUDA_LANES", "").strip()
-    try:
-        lane_count = int(lanes_text) if lanes_text else DEFAULT_LANES
-    except ValueError:
-        lane_count = -1
-    if not 1 <= lane_count <= MAX_LANES:
-        raise ValueError(f'SHOAL_TORCH_CUDA_LANES="{lanes_text}" must be a whole number from 1 to {MAX_LANES}')
-    return Settings(enabled=flag not in ("0", "false", "no", "off"), chunk_bytes=chunk, lanes=lane_count)
-
-
-class _Lanes:
-    """A group's lanes and the count of chunks dealt out on them so far.
-
-    Lane 0 is the group itself (kept by the caller, not here: the table of
-    lanes holds its groups weakly), the others keyed sub-groups of all its members."""
-
-    def __init__(self, group: shoal.Group, count: int) -> None:
-        key = "shoal.torch.cuda-lane"  # keyed: torch's own numbered groups keep their numbers
-        members = list(range(group.size))
-        made = (group.new_group(members, key=key) for _ in range(count - 1))
-        self.others: list[shoal.Group] = [g for g in made if g is not None]
-        self.count = 1 + len(self.others)
-        self.dealt = itertools.count()
-
-    def next(self, group: shoal.Group) -> shoal.Group:
-        """The lane of the next chunk of ``group``'s calls."""
-        i = next(self.dealt) % self.count
-        return group if i == 0 else self.others[i - 1]
-
-
-_lanes: weakref.WeakKeyDictionary[shoal.Group, _Lanes] = weakref.WeakKeyDictionary()
-_lanes_lock = threading.Lock()
-
-
-def lanes(group: shoal.Group, count: int | None = None) -> _Lanes:
-    """The lanes of ``group`` (made at its first chunked call: ``count``, default ``SHOAL_TORCH_CUDA_LANES``)."""
-    with _lanes_lock:
-        found = _lanes.get(group)
-        if found is None:
-            found = _lanes[group] = _Lanes(group, count or settings().lanes)
-        return found
+    return Settings(enabled=flag not in ("0", "false", "no", "off"), chunk_bytes=chunk)
 
 
 _host_engine: Copies | None = None
@@ -172,17 +118,15 @@ def all_reduce(
 ) -> ShoalWork:
     """Reduces every tensor in place, chunk by chunk (``ops``: the shoal op of each)."""
 
-    dealer = lanes(group)
-
-    def reduce_on(lane: shoal.Group, op: ReduceOpName) -> Callable[[list[Tensor]], Any]:
+    def reduce_with(op: ReduceOpName) -> Callable[[list[Tensor]], Any]:
         def issue(staged: list[Tensor]) -> Any:
             array, dtype = _numpy_view(staged[0])
-            return lane.allreduce(array, op, dtype=dtype, async_op=True)
+            return group.allreduce(array, op, dtype=dtype, async_op=True)
 
         return issue
 
     steps = (
-        Step([(part.dtype, part.numel())], [(part, 0)], reduce_on(dealer.next(group), op), [(0, part)])
+        Step([(part.dtype, part.numel())], [(part, 0)], reduce_with(op), [(0, part)])
         for t, op in zip(tensors, ops)
         for part in _chunks(t, chunk_bytes)
     )
@@ -194,22 +138,13 @@ def broadcast(
 ) -> ShoalWork:
     """The root's ``tensor`` into every rank's, chunk by chunk."""
     is_root = group.rank == root
-    dealer = lanes(group)
 
-    def broadcast_on(lane: shoal.Group) -> Callable[[list[Tensor]], Any]:
-        def issue(staged: list[Tensor]) -> Any:
-            array, dtype = _numpy_view(staged[0])
-            return lane.broadcast(array, root, dtype=dtype, async_op=True)
-
-        return issue
+    def issue(staged: list[Tensor]) -> Any:
+        array, dtype = _numpy_view(staged[0])
+        return group.broadcast(array, root, dtype=dtype, async_op=True)
 
     steps = (
-        Step(
-            [(part.dtype, part.numel())],
-            [(part, 0)] if is_root else [],
-            broadcast_on(dealer.next(group)),
-            [] if is_root else [(0, part)],
-        )
+        Step([(part.dtype, part.numel())], [(part, 0)] if is_root else [], issue, [] if is_root else [(0, part)])
         for part in _chunks(tensor, chunk_bytes)
     )
     return _run([tensor], steps, [tensor], copies)
@@ -225,17 +160,13 @@ def reduce(
 ) -> ShoalWork:
     """Every rank's ``tensor`` reduced into the root's, chunk by chunk; the others' stay as they are."""
     is_root = group.rank == root
-    dealer = lanes(group)
 
-    def reduce_on(lane: shoal.Group) -> Callable[[list[Tensor]], Any]:
-        def issue(staged: list[Tensor]) -> Any:
-            array, dtype = _numpy_view(staged[0])
-            return lane.reduce(array, root, op, dtype=dtype, async_op=True)
-
-        return issue
+    def issue(staged: list[Tensor]) -> Any:
+        array, dtype = _numpy_view(staged[0])
+        return group.reduce(array, root, op, dtype=dtype, async_op=True)
 
     steps = (
-        Step([(part.dtype, part.numel())], [(part, 0)], reduce_on(dealer.next(group)), [(0, part)] if is_root else [])
+        Step([(part.dtype, part.numel())], [(part, 0)], issue, [(0, part)] if is_root else [])
         for part in _chunks(tensor, chunk_bytes)
     )
     return _run([tensor], steps, [tensor], copies)
