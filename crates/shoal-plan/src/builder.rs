@@ -29,6 +29,7 @@
 //! ```
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use crate::partition::{piece_count, pieces};
 use crate::plan::{Buf, CallShape, Collective, Op, Plan, Region};
@@ -118,22 +119,24 @@ impl PlanBuilder {
     }
 
     /// Sends `src` to `peer` in pieces; returns the steps.
-    pub fn send(&mut self, peer: usize, round: usize, src: Region) -> Vec<usize> {
+    pub fn send(&mut self, peer: usize, round: usize, src: Region) -> Range<usize> {
         self.message(Msg::Send, peer, round, src, &[])
     }
 
     /// Receives into `dst` from `peer`, matching [`PlanBuilder::send`] with the same round.
-    pub fn recv(&mut self, peer: usize, round: usize, dst: Region) -> Vec<usize> {
+    pub fn recv(&mut self, peer: usize, round: usize, dst: Region) -> Range<usize> {
         self.message(Msg::Recv, peer, round, dst, &[])
     }
 
     /// Receives from `peer` and reduces into `dst`.
-    pub fn recv_reduce(&mut self, peer: usize, round: usize, dst: Region) -> Vec<usize> {
+    pub fn recv_reduce(&mut self, peer: usize, round: usize, dst: Region) -> Range<usize> {
         self.message(Msg::RecvReduce, peer, round, dst, &[])
     }
 
     /// One message split into pieces tagged `(round, piece)`, each piece
-    /// also waiting for `after`.
+    /// also waiting for `after`. Returns the steps, which are consecutive
+    /// (a range, not a `Vec`: most callers drop it, and a 1024-rank ring
+    /// makes 2 M messages).
     pub fn message(
         &mut self,
         kind: Msg,
@@ -141,40 +144,39 @@ impl PlanBuilder {
         round: usize,
         region: Region,
         after: &[usize],
-    ) -> Vec<usize> {
-        pieces(region.len, self.chunk)
-            .enumerate()
-            .map(|(k, (off, len))| {
-                let (tag, part) = (self.tag(round, k), region.sub(off, len));
-                let op = match kind {
-                    Msg::Send => Op::Send {
-                        peer,
-                        tag,
-                        src: part,
-                    },
-                    Msg::Recv => Op::Recv {
-                        peer,
-                        tag,
-                        dst: part,
-                    },
-                    Msg::RecvReduce => Op::RecvReduce {
-                        peer,
-                        tag,
-                        dst: part,
-                    },
-                };
-                self.push(op, after)
-            })
-            .collect()
+    ) -> Range<usize> {
+        let first = self.plan.steps.len();
+        for (k, (off, len)) in pieces(region.len, self.chunk).enumerate() {
+            let (tag, part) = (self.tag(round, k), region.sub(off, len));
+            let op = match kind {
+                Msg::Send => Op::Send {
+                    peer,
+                    tag,
+                    src: part,
+                },
+                Msg::Recv => Op::Recv {
+                    peer,
+                    tag,
+                    dst: part,
+                },
+                Msg::RecvReduce => Op::RecvReduce {
+                    peer,
+                    tag,
+                    dst: part,
+                },
+            };
+            self.push(op, after);
+        }
+        first..self.plan.steps.len()
     }
 
     /// Copies `src` to `dst` piece by piece, so later pieces need not wait.
-    pub fn copy(&mut self, src: Region, dst: Region) -> Vec<usize> {
+    pub fn copy(&mut self, src: Region, dst: Region) -> Range<usize> {
         self.local(src, dst, |src, dst| Op::Copy { src, dst })
     }
 
     /// `dst = dst (op) src`, piece by piece.
-    pub fn reduce(&mut self, src: Region, dst: Region) -> Vec<usize> {
+    pub fn reduce(&mut self, src: Region, dst: Region) -> Range<usize> {
         self.local(src, dst, |src, dst| Op::Reduce { src, dst })
     }
 
@@ -182,11 +184,19 @@ impl PlanBuilder {
         self.plan
     }
 
-    fn local(&mut self, src: Region, dst: Region, op: impl Fn(Region, Region) -> Op) -> Vec<usize> {
+    /// The steps of a copy or reduction, piece by piece (consecutive).
+    fn local(
+        &mut self,
+        src: Region,
+        dst: Region,
+        op: impl Fn(Region, Region) -> Op,
+    ) -> Range<usize> {
         assert_eq!(src.len, dst.len, "copy/reduce of unequal regions");
-        pieces(src.len, self.chunk)
-            .map(|(off, len)| self.push(op(src.sub(off, len), dst.sub(off, len)), &[]))
-            .collect()
+        let first = self.plan.steps.len();
+        for (off, len) in pieces(src.len, self.chunk) {
+            self.push(op(src.sub(off, len), dst.sub(off, len)), &[]);
+        }
+        first..self.plan.steps.len()
     }
 
     /// Rounds `0..round_limit()` have tags (u32) for all their pieces.
