@@ -309,11 +309,15 @@ fn messages_of(
     shape: &CallShape,
     generate: fn(&CallShape, usize) -> Plan,
 ) -> Result<Parts, String> {
-    let mut builder = Builder::new(spec.world, spec.elem_size as u64);
-    for_each_plan(
+    let elem = spec.elem_size as u64;
+    let mut builder = Builder::new(spec.world);
+    for_each_rank(
         spec.world,
-        |rank| generate(shape, rank),
-        |plan| builder.add_plan(&plan),
+        |rank| RankMessages::of(&generate(shape, rank), elem),
+        |rank| {
+            builder.add(rank?);
+            Ok(())
+        },
     )?;
     builder.finish()
 }
@@ -335,10 +339,10 @@ fn messages_from(
         }
         return shared::build(&plans, elem);
     }
-    let mut builder = Builder::new(spec.world, elem);
-    builder.add_plan(&first)?;
+    let mut builder = Builder::new(spec.world);
+    builder.add(RankMessages::of(&first, elem)?);
     for rank in 1..spec.world {
-        builder.add_plan(&plan(rank)?)?;
+        builder.add(RankMessages::of(&plan(rank)?, elem)?);
     }
     builder.finish()
 }
@@ -356,30 +360,32 @@ fn reads_peers(plan: &Plan) -> bool {
     })
 }
 
-/// Calls `consume` on the plan of every rank, in rank order. Generating
-/// the plans is most of the cost of a large DAG, and each rank's is
-/// independent: with more than one core, worker threads generate them
-/// (rank `r` on worker `r mod T`) while this thread consumes them in order.
-/// Plans travel through bounded channels, so only a few are alive at a
-/// time (holding all 1024 ranks' plans took more memory than the DAG).
-fn for_each_plan<G, C>(world: usize, generate: G, mut consume: C) -> Result<(), String>
+/// Calls `consume` on `make(rank)` for every rank, in rank order.
+/// Generating the plans is most of the cost of a large DAG, and each
+/// rank's is independent: with more than one core, worker threads make
+/// them (rank `r` on worker `r mod T`) while this thread consumes them in
+/// order. What a worker makes travels through a bounded channel, so only a
+/// few are alive at a time (holding all 1024 ranks' plans took more memory
+/// than the DAG).
+fn for_each_rank<T, M, C>(world: usize, make: M, mut consume: C) -> Result<(), String>
 where
-    G: Fn(usize) -> Plan + Sync,
-    C: FnMut(Plan) -> Result<(), String>,
+    T: Send,
+    M: Fn(usize) -> T + Sync,
+    C: FnMut(T) -> Result<(), String>,
 {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let workers = cores.min(4).min(world / 64);
     if workers < 2 {
-        return (0..world).try_for_each(|rank| consume(generate(rank)));
+        return (0..world).try_for_each(|rank| consume(make(rank)));
     }
     std::thread::scope(|scope| {
-        let generate = &generate;
+        let make = &make;
         let receivers: Vec<_> = (0..workers)
             .map(|w| {
                 let (tx, rx) = std::sync::mpsc::sync_channel(16);
                 scope.spawn(move || {
                     for rank in (w..world).step_by(workers) {
-                        if tx.send(generate(rank)).is_err() {
+                        if tx.send(make(rank)).is_err() {
                             return; // the consumer stopped on an error
                         }
                     }
@@ -388,10 +394,10 @@ where
             })
             .collect();
         for rank in 0..world {
-            let plan = receivers[rank % workers]
+            let made = receivers[rank % workers]
                 .recv()
                 .map_err(|_| format!("generating the plan of rank {rank} failed"))?;
-            consume(plan)?;
+            consume(made)?;
         }
         Ok(())
     })
@@ -405,93 +411,67 @@ struct Receive {
     bytes: u64,
 }
 
-/// Turns plans, fed in rank order, into messages. Receives are numbered
-/// as they come (a *receive handle*) and dependencies are collected as
-/// handles; [`Builder::finish`] matches every receive to its send by
-/// (sender, receiver, tag) and rewrites the handles as message ids. No
-/// hashing: each sender's messages are sorted by (receiver, tag) once and
-/// found by binary search, and a receiver mostly asks the same few senders.
-struct Builder {
-    world: usize,
-    elem: u64,
-    messages: Vec<Message>,
-    /// (receiver, tag, id) of every message, in id order, so the messages
-    /// of sender `r` are `send_keys[first_send[r]..first_send[r + 1]]`.
-    send_keys: Vec<(u32, u32, u32)>,
-    first_send: Vec<u32>,
-    receives: Vec<Receive>,
-    /// Dependencies of each message as receive handles (CSR).
+/// One rank's plan reduced to what the DAG needs: its sends, each with
+/// the receives it waits for (numbered within the rank), its receives, and
+/// the bytes it reduces. Made on the worker that generated the plan, which
+/// also frees the plan's memory where it was allocated.
+struct RankMessages {
+    rank: usize,
+    /// (receiver, tag, bytes) of each send, in step order.
+    sends: Vec<(u32, u32, u64)>,
+    /// Dependencies of each send as the rank's receive numbers (CSR).
     dep_offsets: Vec<u32>,
-    dep_handles: Vec<u32>,
-    reduce_bytes: Vec<u64>,
-    /// Per step of the current plan, the receive handles it builds on
-    /// (CSR, reused from plan to plan).
-    front_offsets: Vec<u32>,
-    front: Vec<u32>,
-    scratch: Vec<u32>,
+    dep_receives: Vec<u32>,
+    receives: Vec<Receive>,
+    reduce_bytes: u64,
 }
 
-impl Builder {
-    fn new(world: usize, elem: u64) -> Self {
-        Builder {
-            world,
-            elem,
-            messages: Vec::new(),
-            send_keys: Vec::new(),
-            first_send: vec![0],
-            receives: Vec::new(),
-            dep_offsets: vec![0],
-            dep_handles: Vec::new(),
-            reduce_bytes: vec![0; world],
-            front_offsets: Vec::new(),
-            front: Vec::new(),
-            scratch: Vec::new(),
-        }
-    }
-
-    /// Walks one plan's steps in order: a step's frontier is the union of
+impl RankMessages {
+    /// Walks the plan's steps in order: a step's frontier is the union of
     /// its non-send dependencies' frontiers, plus its own receive; a send
     /// takes its frontier as the message's dependencies.
-    fn add_plan(&mut self, plan: &Plan) -> Result<(), String> {
+    fn of(plan: &Plan, elem: u64) -> Result<RankMessages, String> {
         let rank = plan.rank;
-        self.front_offsets.clear();
-        self.front.clear();
-        self.front_offsets.push(0);
+        let mut out = RankMessages {
+            rank,
+            sends: Vec::new(),
+            dep_offsets: vec![0],
+            dep_receives: Vec::new(),
+            receives: Vec::new(),
+            reduce_bytes: 0,
+        };
+        // Per step, the receives it builds on (CSR).
+        let mut front_offsets: Vec<u32> = Vec::with_capacity(plan.steps.len() + 1);
+        let mut front: Vec<u32> = Vec::new();
+        let mut f: Vec<u32> = Vec::new();
+        front_offsets.push(0);
         for step in &plan.steps {
-            let f = &mut self.scratch;
             f.clear();
             for &d in &step.deps {
-                let (from, to) = (self.front_offsets[d], self.front_offsets[d + 1]);
-                f.extend_from_slice(&self.front[from as usize..to as usize]);
+                let (from, to) = (front_offsets[d], front_offsets[d + 1]);
+                f.extend_from_slice(&front[from as usize..to as usize]);
             }
             match &step.op {
                 Op::Recv { peer, tag, dst } | Op::RecvReduce { peer, tag, dst } => {
-                    let bytes = dst.len as u64 * self.elem;
-                    f.push(self.receives.len() as u32);
-                    self.receives.push(Receive {
+                    let bytes = dst.len as u64 * elem;
+                    f.push(out.receives.len() as u32);
+                    out.receives.push(Receive {
                         peer: *peer as u32,
                         rank: rank as u32,
                         tag: *tag,
                         bytes,
                     });
                     if matches!(step.op, Op::RecvReduce { .. }) {
-                        self.reduce_bytes[rank] += bytes;
+                        out.reduce_bytes += bytes;
                     }
                 }
-                Op::Reduce { dst, .. } => self.reduce_bytes[rank] += dst.len as u64 * self.elem,
+                Op::Reduce { dst, .. } => out.reduce_bytes += dst.len as u64 * elem,
                 Op::Send { peer, tag, src } => {
-                    let id = self.messages.len();
-                    self.messages.push(Message {
-                        id,
-                        src_rank: rank,
-                        dst_rank: *peer,
-                        bytes: src.len as u64 * self.elem,
-                    });
-                    self.send_keys.push((*peer as u32, *tag, id as u32));
+                    out.sends.push((*peer as u32, *tag, src.len as u64 * elem));
                     f.sort_unstable();
                     f.dedup();
-                    self.dep_handles.extend_from_slice(f);
-                    self.dep_offsets.push(self.dep_handles.len() as u32);
+                    out.dep_receives.extend_from_slice(&f);
+                    out.dep_offsets.push(out.dep_receives.len() as u32);
                     f.clear(); // a send's buffer is free at once: no frontier
                 }
                 Op::Copy { .. } => {}
@@ -507,11 +487,70 @@ impl Builder {
             }
             f.sort_unstable();
             f.dedup();
-            self.front.extend_from_slice(f);
-            self.front_offsets.push(self.front.len() as u32);
+            front.extend_from_slice(&f);
+            front_offsets.push(front.len() as u32);
         }
+        Ok(out)
+    }
+}
+
+/// Turns ranks' messages, fed in rank order, into the DAG. Receives are
+/// numbered as they come (a *receive handle*) and dependencies are
+/// collected as handles; [`Builder::finish`] matches every receive to its
+/// send by (sender, receiver, tag) and rewrites the handles as message
+/// ids. No hashing: each sender's messages are sorted by (receiver, tag)
+/// once and found by binary search, and a receiver mostly asks the same
+/// few senders.
+struct Builder {
+    world: usize,
+    messages: Vec<Message>,
+    /// (receiver, tag, id) of every message, in id order, so the messages
+    /// of sender `r` are `send_keys[first_send[r]..first_send[r + 1]]`.
+    send_keys: Vec<(u32, u32, u32)>,
+    first_send: Vec<u32>,
+    receives: Vec<Receive>,
+    /// Dependencies of each message as receive handles (CSR).
+    dep_offsets: Vec<u32>,
+    dep_handles: Vec<u32>,
+    reduce_bytes: Vec<u64>,
+}
+
+impl Builder {
+    fn new(world: usize) -> Self {
+        Builder {
+            world,
+            messages: Vec::new(),
+            send_keys: Vec::new(),
+            first_send: vec![0],
+            receives: Vec::new(),
+            dep_offsets: vec![0],
+            dep_handles: Vec::new(),
+            reduce_bytes: vec![0; world],
+        }
+    }
+
+    /// Appends the next rank's messages (ranks come in order).
+    fn add(&mut self, rank: RankMessages) {
+        let r = rank.rank;
+        let first_receive = self.receives.len() as u32;
+        for (i, &(peer, tag, bytes)) in rank.sends.iter().enumerate() {
+            let id = self.messages.len();
+            self.messages.push(Message {
+                id,
+                src_rank: r,
+                dst_rank: peer as usize,
+                bytes,
+            });
+            self.send_keys.push((peer, tag, id as u32));
+            let deps =
+                &rank.dep_receives[rank.dep_offsets[i] as usize..rank.dep_offsets[i + 1] as usize];
+            self.dep_handles
+                .extend(deps.iter().map(|&d| first_receive + d));
+            self.dep_offsets.push(self.dep_handles.len() as u32);
+        }
+        self.receives.extend(rank.receives);
+        self.reduce_bytes[r] += rank.reduce_bytes;
         self.first_send.push(self.messages.len() as u32);
-        Ok(())
     }
 
     /// Matches receives to sends and rewrites dependencies as message ids.
