@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from typing import overload
+from typing import TYPE_CHECKING, Any, overload
 
 from shoal import _log  # noqa: F401  (starts handing Rust's log records to logging)
 from shoal._shoal import (
@@ -21,7 +21,9 @@ from shoal._shoal import (
     algorithms,
 )
 from shoal._types import Buffer, CollectiveName, DTypeAlias, DTypeName, ReduceOpName, SupportsBuffer
-from shoal.group import BufferT, Group, Work
+
+if TYPE_CHECKING:
+    from shoal.group import BufferT, Group, Work
 
 # The errors are defined by the extension; they are raised and caught as shoal's.
 for _error in (AbortedError, MismatchError, PeerDiedError, ShoalError, ShoalTimeoutError):
@@ -69,6 +71,16 @@ __version__ = "0.1.0"
 _world: Group | None = None
 
 
+def __getattr__(name: str) -> Any:
+    """``Group``, ``Work`` and ``BufferT``, imported on first use: shoal.group needs numpy, which was
+    most of ``import shoal``, and commands such as ``shoal sim plan`` never call a collective."""
+    if name in ("Group", "Work", "BufferT"):
+        from shoal import group
+
+        return getattr(group, name)
+    raise AttributeError(f"module 'shoal' has no attribute {name!r}")
+
+
 def init(rank: int | None = None, world_size: int | None = None, addr: str | None = None) -> Group:
     """Joins the job and returns the world group.
 
@@ -82,7 +94,7 @@ def init(rank: int | None = None, world_size: int | None = None, addr: str | Non
     if _world is not None:
         raise RuntimeError("shoal.init() was already called; call shoal.finalize() first")
     from shoal import _shoal
-    from shoal.group import integer_argument
+    from shoal.group import Group, integer_argument
 
     if world_size is not None:
         world_size = integer_argument("init", "world_size", world_size)

@@ -7,9 +7,10 @@ without adding it here fails a test.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, Union
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Union
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where buffers are handled, not for these names
+    import numpy as np
 
 
 class SupportsBuffer(Protocol):
