@@ -212,43 +212,6 @@ fn reverse_edges(dag: &CollectiveDag) -> (Vec<u32>, Vec<u32>) {
     (offsets, reverse)
 }
 
-/// Routes of one collective's rank pairs. Like shoal's transport, which
-/// keeps one connection per peer, every message between two ranks takes
-/// the same ECMP path (one 5-tuple); `salt` varies the hash between
-/// collectives. Computed once per pair.
-pub struct PairRoutes {
-    salt: u64,
-    routes: HashMap<(u32, u32), Route, BuildHasherDefault<MixHasher>>,
-}
-
-impl PairRoutes {
-    pub fn new(salt: u64) -> Self {
-        PairRoutes {
-            salt,
-            routes: HashMap::default(),
-        }
-    }
-
-    pub fn get(
-        &mut self,
-        topo: &Topology,
-        placement: &[usize],
-        src_rank: u32,
-        dst_rank: u32,
-    ) -> &Route {
-        let salt = self.salt;
-        self.routes.entry((src_rank, dst_rank)).or_insert_with(|| {
-            let key = mix(salt ^ mix(((src_rank as u64) << 32) | dst_rank as u64));
-            route(
-                topo,
-                placement[src_rank as usize],
-                placement[dst_rank as usize],
-                key,
-            )
-        })
-    }
-}
-
 /// A hasher for small integer keys: one SplitMix64 round.
 #[derive(Default)]
 pub struct MixHasher(u64);
@@ -274,7 +237,8 @@ pub struct RunningDag<'a> {
     topo: &'a Topology,
     placement: &'a [usize],
     pub progress: DagProgress,
-    routes: PairRoutes,
+    /// Varies the ECMP paths between collectives.
+    salt: u64,
     tag_base: u64,
     ready: Vec<usize>,
     /// Messages of a rank pair go one after another, as on shoal's one
@@ -283,13 +247,16 @@ pub struct RunningDag<'a> {
     /// the chunks of a pipelined plan all started at once, shared the link
     /// and arrived together, and nothing pipelined; and a collective took
     /// one max-min share per message in flight instead of one per peer.
-    pairs: HashMap<(u32, u32), PairQueue, BuildHasherDefault<MixHasher>>,
+    pairs: HashMap<(u32, u32), Pair, BuildHasherDefault<MixHasher>>,
 }
 
-/// The messages of one rank pair: whether one is on the wire, and the ready
-/// ones waiting behind it.
-#[derive(Default)]
-struct PairQueue {
+/// One rank pair's connection: its route, whether a message is on the
+/// wire, and the ready ones waiting behind it. Like shoal's transport,
+/// which keeps one connection per peer, every message between two ranks
+/// takes the same ECMP path (one 5-tuple), computed once per pair. One
+/// look-up per message start and end finds both the queue and the route.
+struct Pair {
+    route: Route,
     busy: bool,
     waiting: VecDeque<usize>,
 }
@@ -313,7 +280,7 @@ impl<'a> RunningDag<'a> {
             topo,
             placement: &dag.placement,
             progress: DagProgress::new(dag)?,
-            routes: PairRoutes::new(salt),
+            salt,
             tag_base,
             ready: Vec::new(),
             pairs: HashMap::default(),
@@ -355,12 +322,15 @@ impl<'a> RunningDag<'a> {
     /// the next message ready on its rank pair goes on the wire.
     pub fn sent(&mut self, engine: &mut FlowEngine, tag: u64, now: f64) -> Result<(), String> {
         let i = (tag - self.tag_base) as usize;
-        let pair = (self.progress.src_rank[i], self.progress.dst_rank[i]);
-        let queue = self.pairs.get_mut(&pair).expect("a sent message's pair");
-        match queue.waiting.pop_front() {
-            Some(next) => self.send(engine, next, now),
+        let p = &self.progress;
+        let pair = self
+            .pairs
+            .get_mut(&(p.src_rank[i], p.dst_rank[i]))
+            .expect("a sent message's pair");
+        match pair.waiting.pop_front() {
+            Some(next) => send(engine, &pair.route, p, next, self.tag_base, now),
             None => {
-                queue.busy = false;
+                pair.busy = false;
                 Ok(())
             }
         }
@@ -369,31 +339,44 @@ impl<'a> RunningDag<'a> {
     /// Sends message `i` now, or queues it behind its pair's message on
     /// the wire.
     fn start_message(&mut self, engine: &mut FlowEngine, i: usize, now: f64) -> Result<(), String> {
-        let pair = (self.progress.src_rank[i], self.progress.dst_rank[i]);
-        let queue = self.pairs.entry(pair).or_default();
-        if queue.busy {
-            queue.waiting.push_back(i);
+        let p = &self.progress;
+        let (src, dst) = (p.src_rank[i], p.dst_rank[i]);
+        let (topo, placement, salt) = (self.topo, self.placement, self.salt);
+        let pair = self.pairs.entry((src, dst)).or_insert_with(|| {
+            let key = mix(salt ^ mix(((src as u64) << 32) | dst as u64));
+            Pair {
+                route: route(topo, placement[src as usize], placement[dst as usize], key),
+                busy: false,
+                waiting: VecDeque::new(),
+            }
+        });
+        if pair.busy {
+            pair.waiting.push_back(i);
             return Ok(());
         }
-        queue.busy = true;
-        self.send(engine, i, now)
+        pair.busy = true;
+        send(engine, &pair.route, p, i, self.tag_base, now)
     }
+}
 
-    fn send(&mut self, engine: &mut FlowEngine, i: usize, now: f64) -> Result<(), String> {
-        let p = &self.progress;
-        let r = self
-            .routes
-            .get(self.topo, self.placement, p.src_rank[i], p.dst_rank[i]);
-        engine.start_flow(
-            now,
-            &r.links,
-            p.bytes[i],
-            r.latency_s,
-            f64::INFINITY,
-            self.tag_base + i as u64,
-        )?;
-        Ok(())
-    }
+/// Puts message `i` of `progress` on the wire along `route` at `now`.
+fn send(
+    engine: &mut FlowEngine,
+    route: &Route,
+    progress: &DagProgress,
+    i: usize,
+    tag_base: u64,
+    now: f64,
+) -> Result<(), String> {
+    engine.start_flow(
+        now,
+        &route.links,
+        progress.bytes[i],
+        route.latency_s,
+        f64::INFINITY,
+        tag_base + i as u64,
+    )?;
+    Ok(())
 }
 
 /// Simulates `dag` alone on `topo` and reports its completion time.
