@@ -103,7 +103,9 @@ def test_info_json_variables_have_value_and_source() -> None:
     assert rows["SHOAL_ALGO"]["source"] == "default"
     assert rows["SHOAL_CHUNK_BYTES"]["value"] == "1048576" and rows["SHOAL_CHUNK_BYTES"]["source"] == "default"
     assert doc["version"] == shoal.__version__
-    assert doc["algorithms"]["allreduce"] == shoal.algorithms("allreduce")
+    # algorithms other tests registered in this process come after the built-in ones
+    listed = doc["algorithms"]["allreduce"]
+    assert "ring" in listed and shoal.algorithms("allreduce")[: len(listed)] == listed
 
 
 def test_info_json_capabilities_come_from_the_kernel() -> None:
