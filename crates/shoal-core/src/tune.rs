@@ -712,7 +712,8 @@ mod tests {
             forced.choose(&shape(8), 4, None, None).unwrap().name(),
             "ring"
         );
-        let call = auto.choose(&shape(8), 4, Some("direct"), None).unwrap();
+        let direct = crate::registry::find(Collective::Allreduce, "direct").unwrap();
+        let call = auto.choose(&shape(8), 4, Some(direct), None).unwrap();
         assert_eq!(call.name(), "direct");
     }
 

@@ -170,7 +170,7 @@ impl Communicator {
         p: &Prepared,
         job: (usize, usize, usize),
     ) -> std::result::Result<(), String> {
-        let ina = self.ina()?;
+        let ina = self.ina().map_err(str::to_string)?;
         if let Some(reason) = ina.unusable() {
             return Err(reason);
         }
