@@ -23,7 +23,7 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use shoal_bootstrap::small_file::read_text;
@@ -35,7 +35,7 @@ use crate::config::InaSettings;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::log;
-use crate::secret::{key_of, JobSecret, MAX_SECRET_FILE_BYTES};
+use crate::secret::{key_of, JobSecret, SecretError, MAX_SECRET_FILE_BYTES};
 use crate::store::ScopedStore;
 
 /// This rank's membership in the switch job.
@@ -109,7 +109,7 @@ impl Ina {
         }
         let keys = InaKeys {
             job: secret.key.derive(&format!("ina/{}", job.prefix())),
-            switch: switch_secret(&env, None).map_err(Error::invalid)?,
+            switch: switch_secret(&env, None).map_err(|e| Error::invalid(e.to_string()))?,
         };
         let joined = match InaConfig::from_env(rank, world, keys, &env) {
             Ok(Some(mut cfg)) => {
@@ -369,11 +369,11 @@ impl ShardJob {
 pub fn switch_secret(
     env: &dyn Fn(&str) -> Option<String>,
     file: Option<&Path>,
-) -> std::result::Result<Key, String> {
+) -> std::result::Result<Key, SwitchSecretError> {
     let key = if let Some(path) = file {
         read_shared_secret(path, "--secret-file")?
     } else if let Some(s) = env("SHOAL_SWITCH_SECRET").filter(|s| !s.is_empty()) {
-        key_of(&s, "switch", "SHOAL_SWITCH_SECRET")?
+        key_of(&s, "switch", "SHOAL_SWITCH_SECRET").map_err(SwitchSecretError::Key)?
     } else if let Some(p) = env("SHOAL_SWITCH_SECRET_FILE").filter(|s| !s.is_empty()) {
         read_shared_secret(Path::new(&p), "SHOAL_SWITCH_SECRET_FILE")?
     } else {
@@ -382,9 +382,7 @@ pub fn switch_secret(
             "SHOAL_SECRET" | "SHOAL_SECRET_FILE" => None,
             k => env(k),
         };
-        let key = JobSecret::load(&per_user).map_err(|e| {
-            format!("no switch secret (set SHOAL_SWITCH_SECRET or SHOAL_SWITCH_SECRET_FILE): {e}")
-        })?;
+        let key = JobSecret::load(&per_user).map_err(SwitchSecretError::NoSecret)?;
         return Ok(key.key.derive("ina switch"));
     };
     Ok(key.derive("ina switch"))
@@ -393,21 +391,72 @@ pub fn switch_secret(
 /// A switch secret file is shared by the switch and its tenants, so it may
 /// belong to another user and be readable by a group (the tenants'), but
 /// never by everyone.
-fn read_shared_secret(path: &Path, what: &str) -> std::result::Result<Key, String> {
-    let shown = path.display();
-    let meta = fs::metadata(path).map_err(|e| format!("{what}: cannot read {shown}: {e}"))?;
+fn read_shared_secret(path: &Path, what: &str) -> std::result::Result<Key, SwitchSecretError> {
+    let unreadable = |source| SwitchSecretError::Unreadable {
+        what: what.to_string(),
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = fs::metadata(path).map_err(unreadable)?;
     let mode = meta.permissions().mode();
     if mode & 0o007 != 0 {
-        return Err(format!(
-            "{what}: {shown} is readable or writable by every user (mode {:o}); \
-             let only the switch's tenants read it (e.g. chmod 640 and a tenants' group)",
-            mode & 0o777
-        ));
+        return Err(SwitchSecretError::OpenToEveryone {
+            what: what.to_string(),
+            path: path.to_path_buf(),
+            mode: mode & 0o777,
+        });
     }
-    let text = read_text(path, MAX_SECRET_FILE_BYTES)
-        .map_err(|e| format!("{what}: cannot read {shown}: {e}"))?;
-    Ok(key_of(text.trim(), "switch", &format!("{what} ({shown})"))?)
+    let text = read_text(path, MAX_SECRET_FILE_BYTES).map_err(unreadable)?;
+    key_of(
+        text.trim(),
+        "switch",
+        &format!("{what} ({})", path.display()),
+    )
+    .map_err(SwitchSecretError::Key)
 }
+
+/// Why there is no switch secret; `what` names where it was to come from.
+#[derive(Debug)]
+pub enum SwitchSecretError {
+    Unreadable {
+        what: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Every user may read or write the shared secret file.
+    OpenToEveryone {
+        what: String,
+        path: PathBuf,
+        mode: u32,
+    },
+    /// The secret itself is refused (too short); it names its source.
+    Key(SecretError),
+    /// None was configured and the per-user file is unusable.
+    NoSecret(SecretError),
+}
+
+impl std::fmt::Display for SwitchSecretError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SwitchSecretError::Unreadable { what, path, source } => {
+                write!(f, "{what}: cannot read {}: {source}", path.display())
+            }
+            SwitchSecretError::OpenToEveryone { what, path, mode } => write!(
+                f,
+                "{what}: {} is readable or writable by every user (mode {mode:o}); \
+                 let only the switch's tenants read it (e.g. chmod 640 and a tenants' group)",
+                path.display()
+            ),
+            SwitchSecretError::Key(e) => write!(f, "{e}"),
+            SwitchSecretError::NoSecret(e) => write!(
+                f,
+                "no switch secret (set SHOAL_SWITCH_SECRET or SHOAL_SWITCH_SECRET_FILE): {e}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SwitchSecretError {}
 
 /// The switch's element type and op for a call, if it can aggregate them.
 pub fn wire_types(dtype: DType, op: ReduceOp) -> Option<(InaDType, InaOp)> {
@@ -501,33 +550,50 @@ mod tests {
     fn switch_secret_sources_agree_and_come_in_order() {
         let text = "a shared switch secret";
         let file = secret_file("order", &format!("{text}\n"), 0o640);
-        let by_env = switch_secret(&env_of(&[("SHOAL_SWITCH_SECRET", text.into())]), None);
+        let by_env = switch_secret(&env_of(&[("SHOAL_SWITCH_SECRET", text.into())]), None).unwrap();
         let by_file = switch_secret(
             &env_of(&[("SHOAL_SWITCH_SECRET_FILE", file.display().to_string())]),
             None,
         );
         // A group (the switch's tenants) may read the file.
-        assert_eq!(by_env.clone().unwrap(), by_file.unwrap());
+        assert_eq!(by_env, by_file.unwrap());
         // The daemon's --secret-file wins over the environment.
         let other = env_of(&[("SHOAL_SWITCH_SECRET", "another secret, long".into())]);
-        assert_eq!(switch_secret(&other, Some(&file)).unwrap(), by_env.unwrap());
+        assert_eq!(switch_secret(&other, Some(&file)).unwrap(), by_env);
         fs::remove_dir_all(file.parent().unwrap()).unwrap();
     }
 
     #[test]
     fn bad_switch_secrets_are_refused_naming_the_source() {
         let err = switch_secret(&env_of(&[("SHOAL_SWITCH_SECRET", "short".into())]), None);
-        assert!(err.unwrap_err().contains("SHOAL_SWITCH_SECRET"));
+        let err = err.unwrap_err();
+        assert!(
+            matches!(&err, SwitchSecretError::Key(SecretError::TooShort { .. })),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("SHOAL_SWITCH_SECRET"), "{err}");
         let file = secret_file("mode", "a shared switch secret", 0o644);
         let err = switch_secret(&env_of(&[]), Some(&file)).unwrap_err();
         assert!(
-            err.contains("--secret-file") && err.contains("every user"),
-            "{err}"
+            matches!(&err, SwitchSecretError::OpenToEveryone { what, mode: 0o644, .. } if what == "--secret-file"),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("--secret-file") && text.contains("every user"),
+            "{text}"
         );
         let missing = file.with_file_name("missing");
         let env = env_of(&[("SHOAL_SWITCH_SECRET_FILE", missing.display().to_string())]);
         let err = switch_secret(&env, None).unwrap_err();
-        assert!(err.contains("SHOAL_SWITCH_SECRET_FILE"), "{err}");
+        assert!(
+            matches!(&err, SwitchSecretError::Unreadable { what, .. } if what == "SHOAL_SWITCH_SECRET_FILE"),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains("SHOAL_SWITCH_SECRET_FILE"),
+            "{err}"
+        );
         fs::remove_dir_all(file.parent().unwrap()).unwrap();
     }
 
