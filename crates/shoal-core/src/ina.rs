@@ -23,7 +23,7 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use shoal_bootstrap::small_file::read_text;
@@ -35,7 +35,7 @@ use crate::config::InaSettings;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::log;
-use crate::secret::{key_of, JobSecret, SecretError, MAX_SECRET_FILE_BYTES};
+use crate::secret::{key_of, JobSecret, MAX_SECRET_FILE_BYTES};
 use crate::store::ScopedStore;
 
 /// This rank's membership in the switch job.
@@ -84,8 +84,11 @@ struct Recovery {
     generation: u32,
 }
 
+mod error;
+pub use error::{JobOf, SwitchCallError, SwitchSecretError, Unavailable};
+
 /// This rank's switch job, or why allreduce cannot use a switch.
-pub type Membership = std::result::Result<Ina, String>;
+pub type Membership = std::result::Result<Ina, Unavailable>;
 
 impl Ina {
     /// Joins the job when `SHOAL_SWITCH` is set; otherwise, or when joining
@@ -103,9 +106,7 @@ impl Ina {
     ) -> Result<Membership> {
         let env = |k: &str| std::env::var(k).ok();
         if !InaConfig::switch_configured(&env) {
-            return Ok(Err(
-                "no aggregation switch configured (set SHOAL_SWITCH)".into()
-            ));
+            return Ok(Err(Unavailable::NotConfigured));
         }
         let keys = InaKeys {
             job: secret.key.derive(&format!("ina/{}", job.prefix())),
@@ -116,7 +117,7 @@ impl Ina {
                 settings.apply(&mut cfg);
                 InaClient::join(&cfg, &job.scope("ina")).map(|c| (c, cfg))
             }
-            Ok(None) => return Ok(Err("no aggregation switch configured".into())),
+            Ok(None) => return Ok(Err(Unavailable::NoSwitch)),
             Err(InaError::Config(reason)) => return Err(Error::invalid(reason)),
             Err(e) => Err(e),
         };
@@ -136,8 +137,11 @@ impl Ina {
                     },
                 })
             }
-            Err(e) => {
-                let reason = format!("in-network aggregation unavailable: {e}");
+            Err(error) => {
+                let reason = Unavailable::JoinFailed {
+                    job: JobOf::World,
+                    error,
+                };
                 // Worded as the communicator words a call's fallback
                 // (`comm/switch.rs`), so a call asking for the switch later does
                 // not repeat it: one warning per process.
@@ -181,8 +185,11 @@ impl Ina {
     /// cannot be used is a warning and the group uses host algorithms.
     pub fn join_group(&self, id: u32, rank: usize, size: usize) -> Membership {
         self.join_derived(rank, size, &format!("group {id}"), &format!("group{id}"))
-            .map_err(|e| {
-                let reason = format!("in-network aggregation unavailable to group {id}: {e}");
+            .map_err(|error| {
+                let reason = Unavailable::JoinFailed {
+                    job: JobOf::Group(id),
+                    error,
+                };
                 warn(&format!(
                     "allreduce falls back to host algorithms: {reason}"
                 ));
@@ -194,13 +201,19 @@ impl Ina {
     /// keys derived from this job's by `name` and store keys under `scope`
     /// (sub-groups, the shards of hierarchical allreduce); the client's
     /// error as it is.
-    fn join_derived(&self, rank: usize, size: usize, name: &str, scope: &str) -> Membership {
+    fn join_derived(
+        &self,
+        rank: usize,
+        size: usize,
+        name: &str,
+        scope: &str,
+    ) -> std::result::Result<Ina, InaError> {
         let mut config = self.config.clone();
         config.rank = rank;
         config.world = size;
         config.keys.job = self.config.keys.job.derive(name);
         let store = self.store.scope(scope);
-        let client = InaClient::join(&config, &store).map_err(|e| e.to_string())?;
+        let client = InaClient::join(&config, &store)?;
         Ok(Ina {
             client: Mutex::new(client),
             state: Mutex::new(Recovery::default()),
@@ -217,10 +230,9 @@ impl Ina {
     fn join_shard(&self, shard: usize, host: usize, hosts: usize, attempt: u32) -> Membership {
         let name = format!("shard {shard} attempt {attempt}");
         self.join_derived(host, hosts, &name, &format!("shard{shard}a{attempt}"))
-            .map_err(|e| {
-                format!(
-                    "in-network aggregation unavailable to {name} of hierarchical allreduce: {e}"
-                )
+            .map_err(|error| Unavailable::JoinFailed {
+                job: JobOf::Shard { shard, attempt },
+                error,
             })
     }
 
@@ -249,7 +261,7 @@ impl Ina {
     /// rank does it in the same call). The old membership is dropped: its
     /// sockets close and, on rank 0, its leases, which releases what a
     /// switch that is still alive holds of it.
-    fn readmit_if_due(&self) -> std::result::Result<(), String> {
+    fn readmit_if_due(&self) -> std::result::Result<(), SwitchCallError> {
         let generation = {
             let mut st = self.state.lock().unwrap();
             if !st.readmit {
@@ -262,8 +274,7 @@ impl Ina {
         };
         let mut cfg = self.config.clone();
         cfg.key_prefix = format!("{}retry{generation}/", self.config.key_prefix);
-        let client = InaClient::join(&cfg, &self.store)
-            .map_err(|e| format!("in-network aggregation re-admission failed: {e}"))?;
+        let client = InaClient::join(&cfg, &self.store).map_err(SwitchCallError::Readmission)?;
         if cfg.rank == 0 {
             tracing::info!("in-network aggregation re-admitted: {}", client.admission());
         }
@@ -286,17 +297,17 @@ impl Ina {
         dtype: DType,
         op: ReduceOp,
         peers: PeerCheck<'_>,
-    ) -> std::result::Result<(), String> {
-        let (dt, op) = wire_types(dtype, op).ok_or_else(|| unsupported(dtype, op))?;
+    ) -> std::result::Result<(), SwitchCallError> {
+        let (dt, op) = wire_types(dtype, op).ok_or(SwitchCallError::Unsupported { dtype, op })?;
         self.readmit_if_due()?;
         if let Some(reason) = self.unusable() {
-            return Err(reason);
+            return Err(SwitchCallError::Away(reason));
         }
         self.client
             .lock()
             .unwrap()
             .allreduce_checked(buf, dt, op, peers)
-            .map_err(|e| e.to_string())
+            .map_err(SwitchCallError::Failed)
     }
 }
 
@@ -329,14 +340,18 @@ impl ShardJob {
         dtype: DType,
         op: ReduceOp,
         peers: PeerCheck<'_>,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(), SwitchCallError> {
         let mut joined = self.joined.lock().unwrap();
         if joined.is_none() {
             let mut attempts = self.attempts.lock().unwrap();
             *attempts += 1;
             *joined = Some(base.join_shard(shard, host, hosts, *attempts));
         }
-        let job = joined.as_ref().unwrap().as_ref().map_err(Clone::clone)?;
+        let job = joined
+            .as_ref()
+            .unwrap()
+            .as_ref()
+            .map_err(|why| why.clone())?;
         let op = if op == ReduceOp::Avg {
             ReduceOp::Sum
         } else {
@@ -415,49 +430,6 @@ fn read_shared_secret(path: &Path, what: &str) -> std::result::Result<Key, Switc
     .map_err(SwitchSecretError::Key)
 }
 
-/// Why there is no switch secret; `what` names where it was to come from.
-#[derive(Debug)]
-pub enum SwitchSecretError {
-    Unreadable {
-        what: String,
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// Every user may read or write the shared secret file.
-    OpenToEveryone {
-        what: String,
-        path: PathBuf,
-        mode: u32,
-    },
-    /// The secret itself is refused (too short); it names its source.
-    Key(SecretError),
-    /// None was configured and the per-user file is unusable.
-    NoSecret(SecretError),
-}
-
-impl std::fmt::Display for SwitchSecretError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SwitchSecretError::Unreadable { what, path, source } => {
-                write!(f, "{what}: cannot read {}: {source}", path.display())
-            }
-            SwitchSecretError::OpenToEveryone { what, path, mode } => write!(
-                f,
-                "{what}: {} is readable or writable by every user (mode {mode:o}); \
-                 let only the switch's tenants read it (e.g. chmod 640 and a tenants' group)",
-                path.display()
-            ),
-            SwitchSecretError::Key(e) => write!(f, "{e}"),
-            SwitchSecretError::NoSecret(e) => write!(
-                f,
-                "no switch secret (set SHOAL_SWITCH_SECRET or SHOAL_SWITCH_SECRET_FILE): {e}"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for SwitchSecretError {}
-
 /// The switch's element type and op for a call, if it can aggregate them.
 pub fn wire_types(dtype: DType, op: ReduceOp) -> Option<(InaDType, InaOp)> {
     let dt = match dtype {
@@ -475,10 +447,6 @@ pub fn wire_types(dtype: DType, op: ReduceOp) -> Option<(InaDType, InaOp)> {
         _ => return None,
     };
     Some((dt, op))
-}
-
-pub fn unsupported(dtype: DType, op: ReduceOp) -> String {
-    format!("the switch cannot aggregate {dtype} with op {op} (float32/float16/bfloat16/int32 with sum/avg/min/max)")
 }
 
 /// Each worker sends its data once and receives the result once, both
@@ -568,7 +536,10 @@ mod tests {
         let err = switch_secret(&env_of(&[("SHOAL_SWITCH_SECRET", "short".into())]), None);
         let err = err.unwrap_err();
         assert!(
-            matches!(&err, SwitchSecretError::Key(SecretError::TooShort { .. })),
+            matches!(
+                &err,
+                SwitchSecretError::Key(crate::secret::SecretError::TooShort { .. })
+            ),
             "{err:?}"
         );
         assert!(err.to_string().contains("SHOAL_SWITCH_SECRET"), "{err}");

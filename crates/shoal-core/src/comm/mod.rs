@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{execute, CallBuffers, CallContext, CompiledPlan, Workspace};
-use crate::ina::{Ina, ShardJob};
+use crate::ina::{Membership, ShardJob};
 use crate::lru::Lru;
 use crate::provider::Named;
 use crate::registry::AGREEMENT_ALGO_ID;
@@ -52,7 +52,7 @@ pub struct Engine {
     /// Host index of every global rank.
     pub host_of: Vec<usize>,
     /// This rank's membership in the switch job, or why there is none.
-    pub ina: std::result::Result<Ina, String>,
+    pub ina: Membership,
     /// Held while a plan runs (the transport is driven by one thread at a
     /// time); guards the reusable scratch memory.
     scratch: Mutex<Workspace>,
@@ -82,7 +82,7 @@ impl Engine {
         selector: Selector,
         local_ranks: Vec<usize>,
         host_of: Vec<usize>,
-        ina: std::result::Result<Ina, String>,
+        ina: Membership,
         keepalive: Vec<Box<dyn std::any::Any + Send + Sync>>,
     ) -> Engine {
         let plans = Mutex::new(Lru::new(config.plan_cache));
@@ -211,7 +211,7 @@ pub struct Communicator {
     timeout_ns: AtomicU64,
     /// A sub-group's own switch job, joined at its first allreduce that
     /// could use the switch (the world's is the engine's).
-    group_ina: OnceLock<std::result::Result<Ina, String>>,
+    group_ina: OnceLock<Membership>,
     /// This rank's shard job of `hierarchical_ina` (joined at first use).
     shard_job: ShardJob,
 }

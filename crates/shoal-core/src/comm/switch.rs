@@ -10,7 +10,7 @@ use super::{CollArgs, CommState, Communicator, Prepared, RunCall};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
 use crate::exec::CallBuffers;
-use crate::ina::{self, Ina};
+use crate::ina::{self, Ina, SwitchCallError, Unavailable};
 use crate::provider::Named;
 use crate::registry::Choice;
 
@@ -34,13 +34,14 @@ impl RunCall for ViaSwitch {
 impl Communicator {
     /// This communicator's switch membership: the world's, joined at init,
     /// or a sub-group's own job (`join_group_switch`); else why there is none.
-    pub(super) fn ina(&self) -> std::result::Result<&Ina, &str> {
+    pub(super) fn ina(&self) -> std::result::Result<&Ina, &Unavailable> {
+        const NOT_JOINED: &Unavailable = &Unavailable::GroupNotJoined;
         if self.id == 0 {
-            return self.engine.ina.as_ref().map_err(String::as_str);
+            return self.engine.ina.as_ref();
         }
         match self.group_ina.get() {
-            Some(membership) => membership.as_ref().map_err(String::as_str),
-            None => Err("this group has not joined a switch job"),
+            Some(membership) => membership.as_ref(),
+            None => Err(NOT_JOINED),
         }
     }
 
@@ -86,9 +87,10 @@ impl Communicator {
             }
             return Ok(()); // the client already divided for avg
         }
-        let reason = outcome
-            .err()
-            .unwrap_or_else(|| "another rank could not use the switch".into());
+        let reason = outcome.err().map_or_else(
+            || "another rank could not use the switch".to_string(),
+            |e| e.to_string(),
+        );
         if let Ok(ina) = self.ina() {
             ina.disable(&reason);
         }
@@ -103,8 +105,12 @@ impl Communicator {
         self.run_plan(p, host)
     }
 
-    fn switch_allreduce(&self, out: &mut [u8], p: &Prepared) -> std::result::Result<(), String> {
-        let ina = self.ina().map_err(str::to_string)?;
+    fn switch_allreduce(
+        &self,
+        out: &mut [u8],
+        p: &Prepared,
+    ) -> std::result::Result<(), SwitchCallError> {
+        let ina = self.ina().map_err(Unavailable::clone)?;
         ina.allreduce(out, p.dtype, p.op, &|| self.progress_peers())
     }
 
