@@ -5,6 +5,7 @@
 
 use std::time::Instant;
 
+use shoal_plan::algorithms::broadcast::binomial::ALGORITHM as BINOMIAL;
 use shoal_plan::{Collective, CostParams};
 use tracing::info;
 
@@ -12,7 +13,9 @@ use crate::comm::{CollArgs, Communicator};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
 use crate::exec::CallBuffers;
+use crate::provider::Named;
 use crate::reduce::reduce_into;
+use crate::registry::Choice;
 
 const PING_BYTES: usize = 8;
 const PINGS: usize = 30;
@@ -173,7 +176,7 @@ fn broadcast_f64(world: &Communicator, values: &mut [f64]) -> Result<()> {
         dtype: DType::F64,
         op: ReduceOp::Sum,
         root: 0,
-        algorithm: Some("binomial".into()),
+        algorithm: Some(Named::Plan(Choice::Builtin(&BINOMIAL))),
     };
     let bytes = std::mem::size_of_val(values);
     let ptr = values.as_mut_ptr() as *mut u8;

@@ -84,8 +84,11 @@ struct Recovery {
     generation: u32,
 }
 
+mod error;
+pub use error::{JobOf, SwitchCallError, SwitchSecretError, Unavailable};
+
 /// This rank's switch job, or why allreduce cannot use a switch.
-pub type Membership = std::result::Result<Ina, String>;
+pub type Membership = std::result::Result<Ina, Unavailable>;
 
 impl Ina {
     /// Joins the job when `SHOAL_SWITCH` is set; otherwise, or when joining
@@ -103,20 +106,18 @@ impl Ina {
     ) -> Result<Membership> {
         let env = |k: &str| std::env::var(k).ok();
         if !InaConfig::switch_configured(&env) {
-            return Ok(Err(
-                "no aggregation switch configured (set SHOAL_SWITCH)".into()
-            ));
+            return Ok(Err(Unavailable::NotConfigured));
         }
         let keys = InaKeys {
             job: secret.key.derive(&format!("ina/{}", job.prefix())),
-            switch: switch_secret(&env, None).map_err(Error::invalid)?,
+            switch: switch_secret(&env, None).map_err(|e| Error::invalid(e.to_string()))?,
         };
         let joined = match InaConfig::from_env(rank, world, keys, &env) {
             Ok(Some(mut cfg)) => {
                 settings.apply(&mut cfg);
                 InaClient::join(&cfg, &job.scope("ina")).map(|c| (c, cfg))
             }
-            Ok(None) => return Ok(Err("no aggregation switch configured".into())),
+            Ok(None) => return Ok(Err(Unavailable::NoSwitch)),
             Err(InaError::Config(reason)) => return Err(Error::invalid(reason)),
             Err(e) => Err(e),
         };
@@ -136,8 +137,11 @@ impl Ina {
                     },
                 })
             }
-            Err(e) => {
-                let reason = format!("in-network aggregation unavailable: {e}");
+            Err(error) => {
+                let reason = Unavailable::JoinFailed {
+                    job: JobOf::World,
+                    error,
+                };
                 // Worded as the communicator words a call's fallback
                 // (`comm/switch.rs`), so a call asking for the switch later does
                 // not repeat it: one warning per process.
@@ -181,8 +185,11 @@ impl Ina {
     /// cannot be used is a warning and the group uses host algorithms.
     pub fn join_group(&self, id: u32, rank: usize, size: usize) -> Membership {
         self.join_derived(rank, size, &format!("group {id}"), &format!("group{id}"))
-            .map_err(|e| {
-                let reason = format!("in-network aggregation unavailable to group {id}: {e}");
+            .map_err(|error| {
+                let reason = Unavailable::JoinFailed {
+                    job: JobOf::Group(id),
+                    error,
+                };
                 warn(&format!(
                     "allreduce falls back to host algorithms: {reason}"
                 ));
@@ -194,13 +201,19 @@ impl Ina {
     /// keys derived from this job's by `name` and store keys under `scope`
     /// (sub-groups, the shards of hierarchical allreduce); the client's
     /// error as it is.
-    fn join_derived(&self, rank: usize, size: usize, name: &str, scope: &str) -> Membership {
+    fn join_derived(
+        &self,
+        rank: usize,
+        size: usize,
+        name: &str,
+        scope: &str,
+    ) -> std::result::Result<Ina, InaError> {
         let mut config = self.config.clone();
         config.rank = rank;
         config.world = size;
         config.keys.job = self.config.keys.job.derive(name);
         let store = self.store.scope(scope);
-        let client = InaClient::join(&config, &store).map_err(|e| e.to_string())?;
+        let client = InaClient::join(&config, &store)?;
         Ok(Ina {
             client: Mutex::new(client),
             state: Mutex::new(Recovery::default()),
@@ -217,10 +230,9 @@ impl Ina {
     fn join_shard(&self, shard: usize, host: usize, hosts: usize, attempt: u32) -> Membership {
         let name = format!("shard {shard} attempt {attempt}");
         self.join_derived(host, hosts, &name, &format!("shard{shard}a{attempt}"))
-            .map_err(|e| {
-                format!(
-                    "in-network aggregation unavailable to {name} of hierarchical allreduce: {e}"
-                )
+            .map_err(|error| Unavailable::JoinFailed {
+                job: JobOf::Shard { shard, attempt },
+                error,
             })
     }
 
@@ -249,7 +261,7 @@ impl Ina {
     /// rank does it in the same call). The old membership is dropped: its
     /// sockets close and, on rank 0, its leases, which releases what a
     /// switch that is still alive holds of it.
-    fn readmit_if_due(&self) -> std::result::Result<(), String> {
+    fn readmit_if_due(&self) -> std::result::Result<(), SwitchCallError> {
         let generation = {
             let mut st = self.state.lock().unwrap();
             if !st.readmit {
@@ -262,8 +274,7 @@ impl Ina {
         };
         let mut cfg = self.config.clone();
         cfg.key_prefix = format!("{}retry{generation}/", self.config.key_prefix);
-        let client = InaClient::join(&cfg, &self.store)
-            .map_err(|e| format!("in-network aggregation re-admission failed: {e}"))?;
+        let client = InaClient::join(&cfg, &self.store).map_err(SwitchCallError::Readmission)?;
         if cfg.rank == 0 {
             tracing::info!("in-network aggregation re-admitted: {}", client.admission());
         }
@@ -286,17 +297,17 @@ impl Ina {
         dtype: DType,
         op: ReduceOp,
         peers: PeerCheck<'_>,
-    ) -> std::result::Result<(), String> {
-        let (dt, op) = wire_types(dtype, op).ok_or_else(|| unsupported(dtype, op))?;
+    ) -> std::result::Result<(), SwitchCallError> {
+        let (dt, op) = wire_types(dtype, op).ok_or(SwitchCallError::Unsupported { dtype, op })?;
         self.readmit_if_due()?;
         if let Some(reason) = self.unusable() {
-            return Err(reason);
+            return Err(SwitchCallError::Away(reason));
         }
         self.client
             .lock()
             .unwrap()
             .allreduce_checked(buf, dt, op, peers)
-            .map_err(|e| e.to_string())
+            .map_err(SwitchCallError::Failed)
     }
 }
 
@@ -329,14 +340,18 @@ impl ShardJob {
         dtype: DType,
         op: ReduceOp,
         peers: PeerCheck<'_>,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(), SwitchCallError> {
         let mut joined = self.joined.lock().unwrap();
         if joined.is_none() {
             let mut attempts = self.attempts.lock().unwrap();
             *attempts += 1;
             *joined = Some(base.join_shard(shard, host, hosts, *attempts));
         }
-        let job = joined.as_ref().unwrap().as_ref().map_err(Clone::clone)?;
+        let job = joined
+            .as_ref()
+            .unwrap()
+            .as_ref()
+            .map_err(|why| why.clone())?;
         let op = if op == ReduceOp::Avg {
             ReduceOp::Sum
         } else {
@@ -369,11 +384,11 @@ impl ShardJob {
 pub fn switch_secret(
     env: &dyn Fn(&str) -> Option<String>,
     file: Option<&Path>,
-) -> std::result::Result<Key, String> {
+) -> std::result::Result<Key, SwitchSecretError> {
     let key = if let Some(path) = file {
         read_shared_secret(path, "--secret-file")?
     } else if let Some(s) = env("SHOAL_SWITCH_SECRET").filter(|s| !s.is_empty()) {
-        key_of(&s, "switch", "SHOAL_SWITCH_SECRET")?
+        key_of(&s, "switch", "SHOAL_SWITCH_SECRET").map_err(SwitchSecretError::Key)?
     } else if let Some(p) = env("SHOAL_SWITCH_SECRET_FILE").filter(|s| !s.is_empty()) {
         read_shared_secret(Path::new(&p), "SHOAL_SWITCH_SECRET_FILE")?
     } else {
@@ -382,9 +397,7 @@ pub fn switch_secret(
             "SHOAL_SECRET" | "SHOAL_SECRET_FILE" => None,
             k => env(k),
         };
-        let key = JobSecret::load(&per_user).map_err(|e| {
-            format!("no switch secret (set SHOAL_SWITCH_SECRET or SHOAL_SWITCH_SECRET_FILE): {e}")
-        })?;
+        let key = JobSecret::load(&per_user).map_err(SwitchSecretError::NoSecret)?;
         return Ok(key.key.derive("ina switch"));
     };
     Ok(key.derive("ina switch"))
@@ -393,20 +406,28 @@ pub fn switch_secret(
 /// A switch secret file is shared by the switch and its tenants, so it may
 /// belong to another user and be readable by a group (the tenants'), but
 /// never by everyone.
-fn read_shared_secret(path: &Path, what: &str) -> std::result::Result<Key, String> {
-    let shown = path.display();
-    let meta = fs::metadata(path).map_err(|e| format!("{what}: cannot read {shown}: {e}"))?;
+fn read_shared_secret(path: &Path, what: &str) -> std::result::Result<Key, SwitchSecretError> {
+    let unreadable = |source| SwitchSecretError::Unreadable {
+        what: what.to_string(),
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = fs::metadata(path).map_err(unreadable)?;
     let mode = meta.permissions().mode();
     if mode & 0o007 != 0 {
-        return Err(format!(
-            "{what}: {shown} is readable or writable by every user (mode {:o}); \
-             let only the switch's tenants read it (e.g. chmod 640 and a tenants' group)",
-            mode & 0o777
-        ));
+        return Err(SwitchSecretError::OpenToEveryone {
+            what: what.to_string(),
+            path: path.to_path_buf(),
+            mode: mode & 0o777,
+        });
     }
-    let text = read_text(path, MAX_SECRET_FILE_BYTES)
-        .map_err(|e| format!("{what}: cannot read {shown}: {e}"))?;
-    Ok(key_of(text.trim(), "switch", &format!("{what} ({shown})"))?)
+    let text = read_text(path, MAX_SECRET_FILE_BYTES).map_err(unreadable)?;
+    key_of(
+        text.trim(),
+        "switch",
+        &format!("{what} ({})", path.display()),
+    )
+    .map_err(SwitchSecretError::Key)
 }
 
 /// The switch's element type and op for a call, if it can aggregate them.
@@ -426,10 +447,6 @@ pub fn wire_types(dtype: DType, op: ReduceOp) -> Option<(InaDType, InaOp)> {
         _ => return None,
     };
     Some((dt, op))
-}
-
-pub fn unsupported(dtype: DType, op: ReduceOp) -> String {
-    format!("the switch cannot aggregate {dtype} with op {op} (float32/float16/bfloat16/int32 with sum/avg/min/max)")
 }
 
 /// Each worker sends its data once and receives the result once, both
@@ -501,33 +518,53 @@ mod tests {
     fn switch_secret_sources_agree_and_come_in_order() {
         let text = "a shared switch secret";
         let file = secret_file("order", &format!("{text}\n"), 0o640);
-        let by_env = switch_secret(&env_of(&[("SHOAL_SWITCH_SECRET", text.into())]), None);
+        let by_env = switch_secret(&env_of(&[("SHOAL_SWITCH_SECRET", text.into())]), None).unwrap();
         let by_file = switch_secret(
             &env_of(&[("SHOAL_SWITCH_SECRET_FILE", file.display().to_string())]),
             None,
         );
         // A group (the switch's tenants) may read the file.
-        assert_eq!(by_env.clone().unwrap(), by_file.unwrap());
+        assert_eq!(by_env, by_file.unwrap());
         // The daemon's --secret-file wins over the environment.
         let other = env_of(&[("SHOAL_SWITCH_SECRET", "another secret, long".into())]);
-        assert_eq!(switch_secret(&other, Some(&file)).unwrap(), by_env.unwrap());
+        assert_eq!(switch_secret(&other, Some(&file)).unwrap(), by_env);
         fs::remove_dir_all(file.parent().unwrap()).unwrap();
     }
 
     #[test]
     fn bad_switch_secrets_are_refused_naming_the_source() {
         let err = switch_secret(&env_of(&[("SHOAL_SWITCH_SECRET", "short".into())]), None);
-        assert!(err.unwrap_err().contains("SHOAL_SWITCH_SECRET"));
+        let err = err.unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                SwitchSecretError::Key(crate::secret::SecretError::TooShort { .. })
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("SHOAL_SWITCH_SECRET"), "{err}");
         let file = secret_file("mode", "a shared switch secret", 0o644);
         let err = switch_secret(&env_of(&[]), Some(&file)).unwrap_err();
         assert!(
-            err.contains("--secret-file") && err.contains("every user"),
-            "{err}"
+            matches!(&err, SwitchSecretError::OpenToEveryone { what, mode: 0o644, .. } if what == "--secret-file"),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("--secret-file") && text.contains("every user"),
+            "{text}"
         );
         let missing = file.with_file_name("missing");
         let env = env_of(&[("SHOAL_SWITCH_SECRET_FILE", missing.display().to_string())]);
         let err = switch_secret(&env, None).unwrap_err();
-        assert!(err.contains("SHOAL_SWITCH_SECRET_FILE"), "{err}");
+        assert!(
+            matches!(&err, SwitchSecretError::Unreadable { what, .. } if what == "SHOAL_SWITCH_SECRET_FILE"),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains("SHOAL_SWITCH_SECRET_FILE"),
+            "{err}"
+        );
         fs::remove_dir_all(file.parent().unwrap()).unwrap();
     }
 

@@ -10,17 +10,20 @@
 //! selector, the binding's plan source), so it is a trait on short-lived
 //! values; running happens later, possibly on another thread, by the
 //! provider's running half (a `RunCall` in its own file under `comm/`,
-//! registered in `comm/decide.rs` by its [`ProviderId`]).
+//! registered in `comm/decide.rs` by its [`ProviderId`]). An algorithm a
+//! caller names is resolved once, where the call is described, to a
+//! [`Named`]: a provider's own algorithm or a host algorithm of the registry.
 
 use shoal_plan::algorithms::CostParams;
-use shoal_plan::CallShape;
+use shoal_plan::{CallShape, Collective};
 
 use crate::error::Result;
+use crate::registry::{Choice, RegistryError};
 use crate::select::{PlanSource, Selector};
 use crate::{ina, registry};
 
 /// Which provider runs a call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ProviderId {
     /// The plan executor, running the selector's algorithm.
     Plans,
@@ -69,6 +72,47 @@ impl ProviderId {
         match self {
             ProviderId::Switch | ProviderId::HierarchicalSwitch => Some(ProviderId::Plans),
             ProviderId::Plans => None,
+        }
+    }
+}
+
+/// An algorithm a caller names (`algorithm=`), resolved once where the
+/// call is described (the binding's `Call`), so calls carry it typed and
+/// never look a name up again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Named {
+    /// A host algorithm (built-in or registered), run by the plan executor.
+    Plan(Choice),
+    /// A provider's own algorithm: the switch's `ina` or `hierarchical_ina`
+    /// (for allreduce only: another collective refuses it when called).
+    Provider(ProviderId),
+}
+
+impl Named {
+    /// The algorithm `name` (or alias) of `collective`: a provider's own,
+    /// else a host algorithm, built-in or registered.
+    pub fn resolve(
+        collective: Collective,
+        name: &str,
+    ) -> std::result::Result<Named, RegistryError> {
+        match ProviderId::named(name) {
+            ProviderId::Plans => Ok(Named::Plan(registry::find(collective, name)?)),
+            provider => Ok(Named::Provider(provider)),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Named::Plan(choice) => choice.name(),
+            Named::Provider(p) => p.algorithm().map_or("?", |(name, _)| name),
+        }
+    }
+
+    /// The host algorithm named, if it is one.
+    pub fn host(named: Option<Named>) -> Option<Choice> {
+        match named {
+            Some(Named::Plan(choice)) => Some(choice),
+            _ => None,
         }
     }
 }

@@ -9,6 +9,7 @@
 //! theirs.
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::RwLock;
 
@@ -119,6 +120,9 @@ pub fn parse_collective(name: &str) -> Result<Collective, RegistryError> {
 pub struct Registered {
     pub collective: Collective,
     pub name: &'static str,
+    /// Its id in message signatures ([`algorithms::algorithm_id`] of the
+    /// name), computed once at registration.
+    pub id: u32,
 }
 
 /// Every registered algorithm, in registration order (which matters for
@@ -162,10 +166,7 @@ pub fn register(collective: Collective, name: &str) -> Result<Registered, Regist
     // Messages name algorithms by a 32-bit hash of the name: two names with
     // one id would be indistinguishable to the mismatch check and the traces.
     let id = algorithms::algorithm_id(collective, name);
-    let taken = algorithms::by_id(collective, id).is_some()
-        || all
-            .iter()
-            .any(|r| algorithms::algorithm_id(r.collective, r.name) == id);
+    let taken = algorithms::by_id(collective, id).is_some() || all.iter().any(|r| r.id == id);
     if taken {
         return Err(RegistryError::IdTaken {
             collective,
@@ -176,6 +177,7 @@ pub fn register(collective: Collective, name: &str) -> Result<Registered, Regist
     let alg = Registered {
         collective,
         name: Box::leak(name.into()),
+        id,
     };
     all.push(alg);
     REGISTRATIONS.fetch_add(1, Ordering::Release);
@@ -188,7 +190,7 @@ pub fn registered_by_id(collective: Collective, id: u32) -> Option<Registered> {
         .read()
         .unwrap()
         .iter()
-        .find(|r| r.collective == collective && algorithms::algorithm_id(collective, r.name) == id)
+        .find(|r| r.collective == collective && r.id == id)
         .copied()
 }
 
@@ -228,12 +230,38 @@ impl fmt::Debug for Choice {
     }
 }
 
+/// A choice is its algorithm: the same collective and name (built-in and
+/// registered names never meet), wherever the reference came from.
+impl PartialEq for Choice {
+    fn eq(&self, other: &Choice) -> bool {
+        self.collective() == other.collective() && self.name() == other.name()
+    }
+}
+
+impl Eq for Choice {}
+
+impl Hash for Choice {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.collective().hash(state);
+        self.name().hash(state);
+    }
+}
+
 impl Choice {
-    /// The id in message signatures: a hash of `collective/name` either way.
+    /// The id in message signatures: a hash of `collective/name` either way
+    /// (a registered algorithm's stored at registration). The call path
+    /// reads it from its decision (`comm/decide.rs`), made once per shape.
     pub fn id(&self) -> u32 {
         match self {
             Choice::Builtin(a) => a.id(),
-            Choice::Registered(r) => algorithms::algorithm_id(r.collective, r.name),
+            Choice::Registered(r) => r.id,
+        }
+    }
+
+    pub fn collective(&self) -> Collective {
+        match self {
+            Choice::Builtin(a) => a.collective,
+            Choice::Registered(r) => r.collective,
         }
     }
 

@@ -141,6 +141,9 @@ pub struct Selector {
     /// Measured choices, consulted before the cost model; set once at init
     /// (none before: `Config` validation builds a selector too).
     tables: RwLock<Option<Tables>>,
+    /// Counts the changes to what choices depend on (the cost, the tables,
+    /// shared memory): decisions made under an older one are made again.
+    generation: AtomicUsize,
 }
 
 impl Selector {
@@ -174,14 +177,31 @@ impl Selector {
             registrations: AtomicUsize::new(crate::registry::registrations()),
             tables: RwLock::new(None),
             shared_memory: AtomicBool::new(false),
+            generation: AtomicUsize::new(0),
         })
+    }
+
+    /// What the selector's choices were made under: its own changes (cost,
+    /// tables, shared memory) and the registrations. A choice remembered
+    /// elsewhere (a communicator's decisions) holds while this is unchanged.
+    pub fn generation(&self) -> (usize, usize) {
+        (
+            self.generation.load(Ordering::Acquire),
+            crate::registry::registrations(),
+        )
+    }
+
+    /// Forgets the choices made so far: something they depend on changed.
+    fn forget_choices(&self) {
+        self.cheapest.lock().unwrap().clear();
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Installs the tuning tables (every rank must install the same ones:
     /// init checks their digest).
     pub fn set_tables(&self, tables: Tables) {
         *self.tables.write().unwrap() = Some(tables);
-        self.cheapest.lock().unwrap().clear();
+        self.forget_choices();
     }
 
     /// The tuning tables in force, if installed.
@@ -189,19 +209,19 @@ impl Selector {
         self.tables.read().unwrap().clone()
     }
 
-    /// The algorithm for one call. Its id is carried in message signatures
-    /// so ranks that chose differently are caught (see `Algorithm::id`).
-    /// Registered algorithms are candidates only with a `source`.
+    /// The algorithm for one call: `explicit`, the one the caller named, if
+    /// it can run the call. Its id is carried in message signatures so ranks
+    /// that chose differently are caught (see `Algorithm::id`). Registered
+    /// algorithms are candidates only with a `source`.
     pub fn choose(
         &self,
         shape: &CallShape,
         elem_size: usize,
-        explicit: Option<&str>,
+        explicit: Option<Choice>,
         source: Option<&dyn PlanSource>,
     ) -> Result<Choice> {
         match explicit {
-            Some(name) => {
-                let choice = find(shape.collective, name)?;
+            Some(choice) => {
                 if let Choice::Builtin(a) = choice {
                     if let Some(why) = a.refuses(shape).filter(|_| shape.counts.is_none()) {
                         let (c, name) = (shape.collective, a.name);
@@ -245,7 +265,7 @@ impl Selector {
     /// Lets the cost model pick the shared-memory (`shm_`) algorithms.
     pub fn allow_shared_memory(&self, on: bool) {
         self.shared_memory.store(on, Ordering::Relaxed);
-        self.cheapest.lock().unwrap().clear();
+        self.forget_choices();
     }
 
     /// The cost parameters in use.
@@ -256,7 +276,7 @@ impl Selector {
     /// Replaces the cost parameters (every rank must set the same ones).
     pub fn set_cost(&self, cost: CostParams) {
         *self.cost.lock().unwrap() = cost;
-        self.cheapest.lock().unwrap().clear();
+        self.forget_choices();
     }
 
     fn cheapest(
@@ -410,7 +430,7 @@ pub(crate) mod tests {
         let selector = Selector::new("", SHM_COST).unwrap();
         // By name, with or without a source (the plan needs one, not the choice).
         let by_name = selector
-            .choose(&shape(8), 4, Some("test_free"), None)
+            .choose(&shape(8), 4, Some(find(c, "test_free").unwrap()), None)
             .unwrap();
         assert_eq!(by_name.name(), "test_free");
         // Without cost factors the selector never picks it...

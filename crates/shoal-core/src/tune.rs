@@ -33,6 +33,9 @@ use crate::error::{Error, Result};
 use crate::fnv::Fnv64;
 use crate::registry::{self, Choice};
 
+mod error;
+pub use error::RowError;
+
 /// The table built into the library: rows measured by `shoal tune` on the
 /// machines named in its comments, each row limited to its machine class.
 pub const BUILTIN_TEXT: &str = include_str!("tune/builtin.txt");
@@ -263,22 +266,17 @@ pub fn parse(text: &str, source: &str) -> Result<Table> {
     })
 }
 
-fn parse_row(line: &str) -> std::result::Result<Row, String> {
+fn parse_row(line: &str) -> std::result::Result<Row, RowError> {
     let mut words = line.split_whitespace();
     let first = words.next().unwrap_or_default();
-    let collective = Collective::from_name(first).ok_or_else(|| {
-        let valid: Vec<&str> = Collective::ALL.iter().map(|c| c.name()).collect();
-        format!("unknown collective '{first}'; valid: {}", valid.join(", "))
-    })?;
+    let collective = registry::parse_collective(first)?;
     let mut when = Conditions::default();
     let mut ranges: Vec<Range> = Vec::new();
     for word in words {
         // A range has a ':' before any '=' (its evidence has '=' too).
         if let Some((key, value)) = word.split_once('=').filter(|(key, _)| !key.contains(':')) {
             if !ranges.is_empty() {
-                return Err(format!(
-                    "condition '{word}' after a size range: conditions come first"
-                ));
+                return Err(RowError::ConditionAfterRange { word: word.into() });
             }
             parse_condition(&mut when, key, value)?;
             continue;
@@ -287,26 +285,19 @@ fn parse_row(line: &str) -> std::result::Result<Row, String> {
         if let Some(prev) = ranges.last() {
             match prev.hi {
                 Some(hi) if range.lo >= hi => {}
-                _ => {
-                    return Err(format!(
-                        "range '{word}' overlaps or precedes the one before it: ranges must increase and not overlap"
-                    ))
-                }
+                _ => return Err(RowError::RangesOutOfOrder { word: word.into() }),
             }
         }
         ranges.push(range);
     }
     if ranges.is_empty() {
-        return Err(format!(
-            "no size ranges for {first} (e.g. 0-64K:ring 64K-inf:rabenseifner)"
-        ));
+        return Err(RowError::NoRanges {
+            collective: first.into(),
+        });
     }
     // A measurement holds for the machine it was taken on only.
     if when.cpus.is_none() && ranges.iter().any(|r| r.evidence.is_some()) {
-        return Err(
-            "measured ranges (margin=, noise=) need the machine class they were measured on: add cpus=N"
-                .to_string(),
-        );
+        return Err(RowError::EvidenceWithoutMachine);
     }
     Ok(Row {
         collective,
@@ -319,14 +310,17 @@ fn parse_condition(
     when: &mut Conditions,
     key: &str,
     value: &str,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), RowError> {
     let positive = || match value.parse::<usize>() {
         Ok(n) if n > 0 => Ok(n),
-        _ => Err(format!("{key}={value}: not a whole number >= 1")),
+        _ => Err(RowError::NotPositive {
+            key: key.into(),
+            value: value.into(),
+        }),
     };
     let slot_taken = |set: bool| {
         if set {
-            Err(format!("condition '{key}' given twice"))
+            Err(RowError::ConditionTwice { key: key.into() })
         } else {
             Ok(())
         }
@@ -350,48 +344,45 @@ fn parse_condition(
                 "shm" => Transport::Shm,
                 "tcp" => Transport::Tcp,
                 "ucx" => Transport::Ucx,
-                _ => return Err(format!("transport={value}: not shm, tcp or ucx")),
+                _ => {
+                    return Err(RowError::UnknownTransport {
+                        value: value.into(),
+                    })
+                }
             });
         }
-        _ => {
-            return Err(format!(
-                "unknown condition '{key}'; valid: world, ranks_per_host, transport, cpus"
-            ))
-        }
+        _ => return Err(RowError::UnknownCondition { key: key.into() }),
     }
     Ok(())
 }
 
 /// `LO-HI:algorithm`, sizes in bytes with K/M/G (binary) suffixes, HI `inf`.
-fn parse_range(collective: Collective, word: &str) -> std::result::Result<Range, String> {
-    let bad = || {
-        format!(
-            "'{word}' is not a condition (key=value) or a range LO-HI:algorithm (e.g. 0-64K:ring)"
-        )
-    };
+fn parse_range(collective: Collective, word: &str) -> std::result::Result<Range, RowError> {
+    let bad = || RowError::NotARange { word: word.into() };
     let (span, rest) = word.split_once(':').ok_or_else(bad)?;
     let (algorithm, evidence) = match rest.split_once(',') {
         Some((algorithm, evidence)) => (algorithm, Some(parse_evidence(word, evidence)?)),
         None => (rest, None),
     };
     let (lo, hi) = span.split_once('-').ok_or_else(bad)?;
-    let lo = parse_bytes(lo)
-        .ok_or_else(|| format!("'{lo}' in '{word}' is not a size (e.g. 0, 4K, 16M)"))?;
+    let lo = parse_bytes(lo).ok_or_else(|| RowError::NotASize {
+        size: lo.into(),
+        word: word.into(),
+    })?;
     let hi = if hi == "inf" {
         None
     } else {
-        Some(parse_bytes(hi).ok_or_else(|| format!("'{hi}' in '{word}' is not a size or 'inf'"))?)
+        Some(parse_bytes(hi).ok_or_else(|| RowError::NotAnEnd {
+            size: hi.into(),
+            word: word.into(),
+        })?)
     };
     if hi.is_some_and(|hi| hi <= lo) {
-        return Err(format!(
-            "range '{word}' is empty: its end must be above its start"
-        ));
+        return Err(RowError::EmptyRange { word: word.into() });
     }
     // The names a table may use: every algorithm the selector can run by name,
     // so algorithms added to the registry (or registered before init) count.
-    if let Err(e) = registry::find(collective, algorithm) {
-        return Err(e.to_string());
-    }
+    registry::find(collective, algorithm)?;
     let algorithm = algorithms::canonical_name(collective, algorithm).to_string();
     Ok(Range {
         lo,
@@ -402,12 +393,8 @@ fn parse_range(collective: Collective, word: &str) -> std::result::Result<Range,
 }
 
 /// `margin=12.5%,noise=3%` (both, in this order) after a range's algorithm.
-fn parse_evidence(word: &str, text: &str) -> std::result::Result<Evidence, String> {
-    let bad = || {
-        format!(
-            "'{word}': a measured range ends in ',margin=M%,noise=N%' (percent, e.g. 0-4K:shm_flat,margin=40%,noise=6%)"
-        )
-    };
+fn parse_evidence(word: &str, text: &str) -> std::result::Result<Evidence, RowError> {
+    let bad = || RowError::BadEvidence { word: word.into() };
     let (margin, noise) = text.split_once(',').ok_or_else(bad)?;
     let percent = |item: &str, key: &str| {
         item.strip_prefix(key)
@@ -646,6 +633,92 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_row_says_why_by_its_variant() {
+        use crate::registry::RegistryError;
+        let why = |line: &str| parse_row(line).unwrap_err();
+        let s = |text: &str| text.to_string();
+        assert!(matches!(
+            why("allreduse 0-inf:ring"),
+            RowError::Name(RegistryError::UnknownCollective { .. })
+        ));
+        assert!(matches!(
+            why("allreduce 0-inf:nope"),
+            RowError::Name(RegistryError::UnknownAlgorithm { .. })
+        ));
+        let cases = [
+            (
+                "allreduce 0-64K:ring 32K-inf:rabenseifner",
+                RowError::RangesOutOfOrder {
+                    word: s("32K-inf:rabenseifner"),
+                },
+            ),
+            (
+                "allreduce 64K-64K:ring",
+                RowError::EmptyRange {
+                    word: s("64K-64K:ring"),
+                },
+            ),
+            (
+                "allreduce Q-64K:ring",
+                RowError::NotASize {
+                    size: s("Q"),
+                    word: s("Q-64K:ring"),
+                },
+            ),
+            (
+                "allreduce 0-64Q:ring",
+                RowError::NotAnEnd {
+                    size: s("64Q"),
+                    word: s("0-64Q:ring"),
+                },
+            ),
+            (
+                "allreduce world=0 0-inf:ring",
+                RowError::NotPositive {
+                    key: s("world"),
+                    value: s("0"),
+                },
+            ),
+            (
+                "allreduce cpus=2 cpus=4 0-inf:ring",
+                RowError::ConditionTwice { key: s("cpus") },
+            ),
+            (
+                "allreduce transport=rdma 0-inf:ring",
+                RowError::UnknownTransport { value: s("rdma") },
+            ),
+            (
+                "allreduce colour=red 0-inf:ring",
+                RowError::UnknownCondition { key: s("colour") },
+            ),
+            (
+                "allreduce 0-inf:ring world=2",
+                RowError::ConditionAfterRange { word: s("world=2") },
+            ),
+            (
+                "allreduce world=2",
+                RowError::NoRanges {
+                    collective: s("allreduce"),
+                },
+            ),
+            ("allreduce ring", RowError::NotARange { word: s("ring") }),
+            (
+                "allreduce 0-4K:ring,margin=40%,noise=6%",
+                RowError::EvidenceWithoutMachine,
+            ),
+            (
+                "allreduce cpus=2 0-4K:ring,margin=40",
+                RowError::BadEvidence {
+                    word: s("0-4K:ring,margin=40"),
+                },
+            ),
+        ];
+        for (line, expected) in cases {
+            assert_eq!(why(line), expected, "{line}");
+        }
+    }
+
+    #[test]
     fn the_first_matching_row_decides() {
         let text = "allreduce world=8 0-inf:ring\n\
                     allreduce world=4 transport=tcp 0-inf:direct\n\
@@ -712,7 +785,8 @@ mod tests {
             forced.choose(&shape(8), 4, None, None).unwrap().name(),
             "ring"
         );
-        let call = auto.choose(&shape(8), 4, Some("direct"), None).unwrap();
+        let direct = crate::registry::find(Collective::Allreduce, "direct").unwrap();
+        let call = auto.choose(&shape(8), 4, Some(direct), None).unwrap();
         assert_eq!(call.name(), "direct");
     }
 

@@ -9,6 +9,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use shoal_core::comm::CollArgs;
+use shoal_core::provider::Named;
 use shoal_core::registry::parse_collective;
 use shoal_core::{DType, ReduceOp};
 use shoal_plan::Collective;
@@ -22,6 +23,8 @@ use shoal_plan::Collective;
 #[pyclass(module = "shoal._shoal", name = "Call", frozen)]
 pub struct PyCall {
     pub args: CollArgs,
+    /// The algorithm's name as the caller wrote it (an alias stays one).
+    algorithm: Option<String>,
 }
 
 /// `field` as a count or rank (>= 0), or an error naming it.
@@ -59,14 +62,12 @@ impl PyCall {
                 .check(dtype_parsed)
                 .map_err(|e| bad_field(name, "op", op, e))?;
         }
-        if let Some(alg) = algorithm
+        // Resolved here, once: the switch's, built-in or registered from
+        // Python (shoal.algo.register).
+        let named = algorithm
             .as_deref()
-            .filter(|&a| !shoal_core::registry::is_switch_algorithm(a))
-        {
-            // Built-in or registered from Python (shoal.algo.register).
-            shoal_core::registry::find(kind, alg)
-                .map_err(|e| bad_field(name, "algorithm", alg, e))?;
-        }
+            .map(|alg| Named::resolve(kind, alg).map_err(|e| bad_field(name, "algorithm", alg, e)))
+            .transpose()?;
         let takes_counts = matches!(
             kind,
             Collective::Allgather | Collective::ReduceScatter | Collective::Alltoall
@@ -98,8 +99,9 @@ impl PyCall {
                 dtype: dtype_parsed,
                 op: op_parsed,
                 root: non_negative(name, "root", root)?,
-                algorithm,
+                algorithm: named,
             },
+            algorithm,
         })
     }
 
@@ -135,12 +137,12 @@ impl PyCall {
 
     #[getter]
     fn algorithm(&self) -> Option<&str> {
-        self.args.algorithm.as_deref()
+        self.algorithm.as_deref()
     }
 
     fn __repr__(&self) -> String {
         let a = &self.args;
-        let algorithm = match &a.algorithm {
+        let algorithm = match &self.algorithm {
             Some(name) => format!("'{name}'"),
             None => "None".into(),
         };

@@ -1,57 +1,229 @@
-//! Who runs a call: every provider's pricing (`crate::provider`) is listed
-//! in `provider_for`, and every provider's running half (its `RunCall`,
-//! in its own file beside this one) in `runner`.
+//! Who runs a call, and with which algorithm: decided once per call shape
+//! on each communicator and kept as a [`Decision`], which preparing a call,
+//! `choose_algorithm` and `plan_steps` all read, so they cannot disagree.
+//! Every provider's pricing (`crate::provider`) is listed in
+//! `provider_for`, and every provider's running half (its `RunCall`, in its
+//! own file beside this one) in `runner`.
+
+use std::sync::{Arc, Weak};
 
 use shoal_plan::{CallShape, Collective};
 
-use super::{hierarchical_switch, plans, switch, CollArgs, Communicator, RunCall};
+use super::switch::switch_eligible;
+use super::{hierarchical_switch, plans, switch, CollArgs, CommState, Communicator, RunCall};
+use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
-use crate::provider::{self, HierarchicalSwitch, PlanExecutor, ProviderId, Switch};
+use crate::exec::CompiledPlan;
+use crate::lru::Lru;
+use crate::provider::{self, HierarchicalSwitch, Named, PlanExecutor, ProviderId, Switch};
+use crate::registry::Choice;
 use crate::select::PlanSource;
-use crate::{ina, registry};
+
+/// Decisions a communicator remembers (a few dozen bytes each: the plans
+/// they name stay bounded by the plan cache, `SHOAL_PLAN_CACHE`).
+const DECISIONS_CACHED: usize = 4096;
+
+/// What the switch offers a call, as far as deciding it goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) enum SwitchState {
+    /// Nothing: no switch job, the switch is away, or the call is not one
+    /// it runs (another collective, dtype or op; a host algorithm named).
+    Away,
+    /// Usable: priced against the plans.
+    Usable,
+    /// Away, and this call is the one its retry is due at: it goes through
+    /// the switch (`Ina::retry_due`).
+    Retry,
+}
+
+/// Everything a decision depends on, but the selector's state (see
+/// [`Decision::made_under`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct DecisionKey {
+    pub shape: CallShape,
+    pub dtype: DType,
+    /// `Sum` for the collectives that do not reduce.
+    pub op: ReduceOp,
+    /// The algorithm the caller named, if any.
+    pub named: Option<Named>,
+    pub switch: SwitchState,
+}
+
+/// How the calls of one [`DecisionKey`] run.
+#[derive(Clone)]
+pub(super) struct Decision {
+    pub provider: ProviderId,
+    /// The host algorithm: the plan's (through the switch, its fallback's).
+    pub choice: Choice,
+    /// Its id, the plan cache's and the first-use agreement's key.
+    pub plan_id: u32,
+    /// The algorithm id the call's messages carry: the provider's own,
+    /// else the plan's.
+    pub sig_algo: u32,
+    /// The algorithm run, as logs and errors name it.
+    pub name: &'static str,
+    /// The plan, while the plan cache holds it: a decision does not keep a
+    /// plan alive past the cache's bound.
+    plan: Weak<CompiledPlan>,
+    /// The selector's generation it was made under: it holds while that is
+    /// unchanged (no new cost, tables or registrations).
+    made_under: (usize, usize),
+}
+
+/// A communicator's decisions, bounded like the selector's choices.
+pub(super) struct Decisions(Lru<DecisionKey, Decision>);
+
+impl Decisions {
+    pub(super) fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+impl Default for Decisions {
+    fn default() -> Decisions {
+        Decisions(Lru::new(DECISIONS_CACHED))
+    }
+}
 
 impl Communicator {
-    /// Who runs a call. The switch runs allreduce only: when asked for
-    /// (`algorithm="ina"`, `SHOAL_ALGO=allreduce:ina`), or when it is usable,
-    /// can aggregate the dtype and op, and costs less than the cheapest plan
-    /// algorithm. Naming a host algorithm (`algorithm=`) keeps the plans.
-    pub(super) fn provider_for(
+    /// The key of a call's decision. `tick_retry`: the call counts towards
+    /// the switch's retry (a call made, not one inspected).
+    pub(super) fn decision_key(
         &self,
         args: &CollArgs,
-        shape: &CallShape,
+        shape: CallShape,
+        op: ReduceOp,
+        tick_retry: bool,
+    ) -> DecisionKey {
+        DecisionKey {
+            shape,
+            dtype: args.dtype,
+            op,
+            named: args.algorithm,
+            switch: self.switch_state(args, tick_retry),
+        }
+    }
+
+    /// What the switch offers a call. A call that could use the switch
+    /// while it is away counts towards its retry (ina.rs).
+    fn switch_state(&self, args: &CollArgs, tick_retry: bool) -> SwitchState {
+        if !switch_eligible(args) {
+            return SwitchState::Away;
+        }
+        match self.ina() {
+            Ok(ina) if tick_retry && ina.retry_due() => SwitchState::Retry,
+            Ok(ina) if ina.unusable().is_none() => SwitchState::Usable,
+            _ => SwitchState::Away,
+        }
+    }
+
+    /// The remembered decision of `key` and its plan, if both are still
+    /// good (read under the state's lock, which preparing a call holds).
+    pub(super) fn known_decision(
+        &self,
+        st: &mut CommState,
+        key: &DecisionKey,
+    ) -> Option<(Decision, Arc<CompiledPlan>)> {
+        let decision = st.decisions.0.get(key)?;
+        if decision.made_under != self.engine.selector.generation() {
+            return None;
+        }
+        let plan = decision.plan.upgrade()?;
+        Some((decision, plan))
+    }
+
+    /// The decision of `key` and its plan: remembered, else made and
+    /// remembered.
+    pub(super) fn decision(
+        &self,
+        key: &DecisionKey,
+        source: Option<&dyn PlanSource>,
+    ) -> Result<(Decision, Arc<CompiledPlan>)> {
+        if let Some(known) = self.known_decision(&mut self.state.lock().unwrap(), key) {
+            return Ok(known);
+        }
+        self.decide(key, source)
+    }
+
+    /// Decides `key`: prices the providers, chooses the host algorithm,
+    /// fetches or builds its plan (unlocked: a registered algorithm's cost
+    /// and plan run Python), and remembers the decision.
+    pub(super) fn decide(
+        &self,
+        key: &DecisionKey,
+        source: Option<&dyn PlanSource>,
+    ) -> Result<(Decision, Arc<CompiledPlan>)> {
+        let selector = &self.engine.selector;
+        let made_under = selector.generation();
+        let provider = self.provider_for(key, source)?;
+        let shape = &key.shape;
+        let choice = selector.choose(shape, key.dtype.size(), Named::host(key.named), source)?;
+        let plan_id = choice.id();
+        let cp = self.plan(shape.clone(), choice, source)?;
+        let (name, sig_algo) = provider.algorithm().unwrap_or((choice.name(), plan_id));
+        let decision = Decision {
+            provider,
+            choice,
+            plan_id,
+            sig_algo,
+            name,
+            plan: Arc::downgrade(&cp),
+            made_under,
+        };
+        // Without a source registered algorithms were not priced: not a
+        // decision to keep (the selector keeps no such choice either).
+        if source.is_some() || made_under.1 == 0 {
+            let mut st = self.state.lock().unwrap();
+            st.decisions.0.insert(key.clone(), decision.clone());
+        }
+        Ok((decision, cp))
+    }
+
+    /// Who runs a call. The switch runs allreduce only: when asked for
+    /// (`algorithm="ina"`, `SHOAL_ALGO=allreduce:ina`), when its retry is
+    /// due, or when it is usable, can aggregate the dtype and op, and costs
+    /// less than the cheapest plan algorithm. Naming a host algorithm
+    /// (`algorithm=`) keeps the plans.
+    fn provider_for(
+        &self,
+        key: &DecisionKey,
         source: Option<&dyn PlanSource>,
     ) -> Result<ProviderId> {
-        if args.collective != Collective::Allreduce {
-            return match args.algorithm.as_deref() {
-                Some(a) if registry::is_switch_algorithm(a) => Err(Error::invalid(format!(
-                    "algorithm '{a}' is for allreduce only, not {}",
-                    args.collective
+        let collective = key.shape.collective;
+        if collective != Collective::Allreduce {
+            return match key.named {
+                Some(named @ Named::Provider(_)) => Err(Error::invalid(format!(
+                    "algorithm '{}' is for allreduce only, not {collective}",
+                    named.name()
                 ))),
                 _ => Ok(ProviderId::Plans),
             };
         }
-        match args.algorithm.as_deref() {
-            Some(name) => return Ok(ProviderId::named(name)),
-            None => {
-                if let Some(name) = self.engine.selector.switch_forced() {
-                    return Ok(ProviderId::named(name));
-                }
-            }
+        match (key.switch, key.named) {
+            (SwitchState::Retry, _) => return Ok(ProviderId::Switch),
+            (_, Some(Named::Provider(provider))) => return Ok(provider),
+            (_, Some(Named::Plan(_))) => return Ok(ProviderId::Plans),
+            (_, None) => {}
+        }
+        if let Some(name) = self.engine.selector.switch_forced() {
+            return Ok(ProviderId::named(name));
         }
         let plans = PlanExecutor {
             selector: &self.engine.selector,
             source,
         };
         let switch = Switch {
-            usable: self.ina().is_ok_and(|i| i.unusable().is_none())
-                && ina::wire_types(args.dtype, args.op).is_some(),
+            usable: key.switch == SwitchState::Usable,
             per_link: self.busiest_host,
             plans: &plans,
         };
         let hierarchical = HierarchicalSwitch(&switch);
         // Listed plans first: a tie keeps the host algorithms.
-        let cheapest =
-            provider::cheapest(&[&plans, &switch, &hierarchical], shape, args.dtype.size())?;
+        let cheapest = provider::cheapest(
+            &[&plans, &switch, &hierarchical],
+            &key.shape,
+            key.dtype.size(),
+        )?;
         Ok(cheapest.unwrap_or(ProviderId::Plans))
     }
 

@@ -11,7 +11,7 @@ use shoal_plan::{CallShape, Collective};
 use super::{CommState, Communicator, Prepared, RunCall};
 use crate::error::Result;
 use crate::exec::{CallBuffers, CompiledPlan};
-use crate::ina;
+use crate::ina::{self, SwitchCallError, Unavailable};
 use crate::reduce::divide;
 
 /// A `hierarchical_ina` call: its host phases and the sequence number
@@ -150,9 +150,10 @@ impl Communicator {
             }
             return Ok(());
         }
-        let reason = outcome
-            .err()
-            .unwrap_or_else(|| "another rank could not use the switch".into());
+        let reason = outcome.err().map_or_else(
+            || "another rank could not use the switch".to_string(),
+            |e| e.to_string(),
+        );
         self.shard_job.reset();
         if let Ok(ina) = self.ina() {
             ina.disable(&reason);
@@ -169,10 +170,10 @@ impl Communicator {
         shard: &mut [u8],
         p: &Prepared,
         job: (usize, usize, usize),
-    ) -> std::result::Result<(), String> {
-        let ina = self.ina()?;
+    ) -> std::result::Result<(), SwitchCallError> {
+        let ina = self.ina().map_err(Unavailable::clone)?;
         if let Some(reason) = ina.unusable() {
-            return Err(reason);
+            return Err(SwitchCallError::Away(reason));
         }
         self.shard_job
             .allreduce(ina, job, shard, p.dtype, p.op, &|| self.progress_peers())

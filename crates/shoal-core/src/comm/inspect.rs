@@ -1,16 +1,22 @@
 //! Inspection of a call without running it (for tools and tests): the
-//! algorithm chosen for it and the steps of this rank's plan.
+//! algorithm chosen for it and the steps of this rank's plan, read from the
+//! decision its calls run by (`decide.rs`).
 
-use shoal_plan::{CallShape, Collective};
+use std::sync::Arc;
 
+use shoal_plan::Collective;
+
+use super::decide::Decision;
 use super::{CollArgs, Communicator};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
-use crate::registry;
+use crate::exec::CompiledPlan;
+use crate::provider::Named;
 use crate::select::PlanSource;
 
 impl Communicator {
-    /// The algorithm the selector picks for a call (for inspection and tests).
+    /// The algorithm a call runs: the switch's, or the plan's (for
+    /// inspection and tests).
     pub fn choose_algorithm(
         &self,
         collective: Collective,
@@ -20,21 +26,13 @@ impl Communicator {
         explicit: Option<&str>,
         source: Option<&dyn PlanSource>,
     ) -> Result<String> {
-        let (args, shape) = self.inspected(collective, count, dtype, root, explicit)?;
-        if let Some((name, _)) = self.provider_for(&args, &shape, source)?.algorithm() {
-            return Ok(name.to_string());
-        }
-        let explicit = explicit.filter(|&a| !registry::is_switch_algorithm(a));
-        let choice = self
-            .engine
-            .selector
-            .choose(&shape, dtype.size(), explicit, source)?;
-        Ok(choice.name().to_string())
+        let (decision, _) = self.inspected(collective, count, dtype, root, explicit, source)?;
+        Ok(decision.name.to_string())
     }
 
-    /// How many steps this rank's plan of a call has, run by the host
-    /// algorithm the selector picks (for inspection and tests: a trace has
-    /// one event per executed step).
+    /// How many steps this rank's plan of a call has: the host algorithm's
+    /// (through the switch, the fallback's) (for inspection and tests: a
+    /// trace has one event per executed step).
     pub fn plan_steps(
         &self,
         collective: Collective,
@@ -44,16 +42,12 @@ impl Communicator {
         explicit: Option<&str>,
         source: Option<&dyn PlanSource>,
     ) -> Result<usize> {
-        let (_, shape) = self.inspected(collective, count, dtype, root, explicit)?;
-        let choice = self
-            .engine
-            .selector
-            .choose(&shape, dtype.size(), explicit, source)?;
-        Ok(self.plan(shape, choice, source)?.plan.steps.len())
+        let (_, cp) = self.inspected(collective, count, dtype, root, explicit, source)?;
+        Ok(cp.plan.steps.len())
     }
 
-    /// The arguments and shape of a call that is inspected, not run
-    /// (`choose_algorithm`, `plan_steps`).
+    /// The decision of a call that is inspected, not run (`choose_algorithm`,
+    /// `plan_steps`): it does not count towards the switch's retry.
     fn inspected(
         &self,
         collective: Collective,
@@ -61,7 +55,11 @@ impl Communicator {
         dtype: DType,
         root: usize,
         explicit: Option<&str>,
-    ) -> Result<(CollArgs, CallShape)> {
+        source: Option<&dyn PlanSource>,
+    ) -> Result<(Decision, Arc<CompiledPlan>)> {
+        let named = explicit
+            .map(|name| Named::resolve(collective, name))
+            .transpose()?;
         let args = CollArgs {
             collective,
             count,
@@ -69,9 +67,10 @@ impl Communicator {
             dtype,
             op: ReduceOp::Sum,
             root,
-            algorithm: explicit.map(str::to_string),
+            algorithm: named,
         };
         let shape = self.shape(&args)?;
-        Ok((args, shape))
+        let key = self.decision_key(&args, shape, ReduceOp::Sum, false);
+        self.decision(&key, source)
     }
 }

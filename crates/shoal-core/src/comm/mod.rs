@@ -3,7 +3,7 @@
 //! made by `new_group` share one [`Engine`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -15,9 +15,10 @@ use crate::config::Config;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{execute, CallBuffers, CallContext, CompiledPlan, Workspace};
-use crate::ina::{Ina, ShardJob};
+use crate::ina::{Membership, ShardJob};
 use crate::lru::Lru;
-use crate::registry::{self, AGREEMENT_ALGO_ID};
+use crate::provider::Named;
+use crate::registry::AGREEMENT_ALGO_ID;
 use crate::select::{PlanSource, Selector};
 use crate::trace::Tracing;
 use crate::work::{AsyncQueue, Work};
@@ -33,6 +34,7 @@ mod shape;
 mod switch;
 
 use agreed::{Agreed, FirstUse, Verdict};
+use decide::Decisions;
 use shape::{block_layout, busiest_host, kind_of, sig_count};
 
 /// Sequence numbers with this bit set belong to point-to-point messages.
@@ -50,7 +52,7 @@ pub struct Engine {
     /// Host index of every global rank.
     pub host_of: Vec<usize>,
     /// This rank's membership in the switch job, or why there is none.
-    pub ina: std::result::Result<Ina, String>,
+    pub ina: Membership,
     /// Held while a plan runs (the transport is driven by one thread at a
     /// time); guards the reusable scratch memory.
     scratch: Mutex<Workspace>,
@@ -64,6 +66,9 @@ pub struct Engine {
     ina_backup: Mutex<Vec<u8>>,
     /// The first fatal error; after it every call fails fast with it.
     failed: Mutex<Option<Error>>,
+    /// Set once `failed` holds an error: a healthy engine's calls read this
+    /// flag instead of taking the lock.
+    has_failed: AtomicBool,
     /// The trace (`SHOAL_TRACE`) and the flight recorder.
     pub tracing: Tracing,
     /// Keeps whatever the transport needs alive (store, store server).
@@ -77,7 +82,7 @@ impl Engine {
         selector: Selector,
         local_ranks: Vec<usize>,
         host_of: Vec<usize>,
-        ina: std::result::Result<Ina, String>,
+        ina: Membership,
         keepalive: Vec<Box<dyn std::any::Any + Send + Sync>>,
     ) -> Engine {
         let plans = Mutex::new(Lru::new(config.plan_cache));
@@ -95,6 +100,7 @@ impl Engine {
             queue: AsyncQueue::new(),
             ina_backup: Mutex::new(Vec::new()),
             failed: Mutex::new(None),
+            has_failed: AtomicBool::new(false),
             tracing,
             _keepalive: keepalive,
         }
@@ -107,6 +113,9 @@ impl Engine {
     }
 
     fn check_healthy(&self) -> Result<()> {
+        if !self.has_failed.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match &*self.failed.lock().unwrap() {
             Some(e) => Err(Error::new(
                 e.kind,
@@ -126,10 +135,16 @@ impl Engine {
         if let Err(e) = &mut r {
             if e.kind != ErrorKind::InvalidArgument {
                 crate::trace::dump_flight(&self.tracing, self.transport.rank(), e);
-                self.failed.lock().unwrap().get_or_insert_with(|| e.clone());
+                self.fail(e);
             }
         }
         r
+    }
+
+    /// Records the engine's first fatal error: every later call fails with it.
+    fn fail(&self, e: &Error) {
+        self.failed.lock().unwrap().get_or_insert_with(|| e.clone());
+        self.has_failed.store(true, Ordering::Release);
     }
 }
 
@@ -145,12 +160,15 @@ pub struct CollArgs {
     pub dtype: DType,
     pub op: ReduceOp,
     pub root: usize,
-    pub algorithm: Option<String>,
+    /// The algorithm the caller named, resolved where the call was made.
+    pub algorithm: Option<Named>,
 }
 
 /// Per-communicator mutable state.
 #[derive(Default)]
 struct CommState {
+    /// How each call shape runs, decided at its first call.
+    decisions: Decisions,
     /// The verdicts of the first-use agreements, per call shape and algorithm.
     agreed: Agreed,
     seq: u32,
@@ -193,7 +211,7 @@ pub struct Communicator {
     timeout_ns: AtomicU64,
     /// A sub-group's own switch job, joined at its first allreduce that
     /// could use the switch (the world's is the engine's).
-    group_ina: OnceLock<std::result::Result<Ina, String>>,
+    group_ina: OnceLock<Membership>,
     /// This rank's shard job of `hierarchical_ina` (joined at first use).
     shard_job: ShardJob,
 }
@@ -387,6 +405,7 @@ impl Communicator {
         describe: &dyn Fn() -> String,
     ) -> Result<Vec<u8>> {
         use shoal_plan::algorithms::allgather::ring::ALGORITHM as RING;
+        const RING_ID: u32 = RING.id();
         // One piece per block, whatever SHOAL_CHUNK_BYTES says on each rank.
         let shape = CallShape::new(
             Collective::Allgather,
@@ -395,7 +414,7 @@ impl Communicator {
             mine.len().max(1),
         );
         let rank = self.rank;
-        let cp = self.cached_plan(shape, RING.id(), |s| Ok((RING.generate)(s, rank)))?;
+        let cp = self.cached_plan(shape, RING_ID, |s| Ok((RING.generate)(s, rank)))?;
         let mut all = vec![0u8; mine.len() * self.size()];
         let ctx = self.call_context(seq, sig, DType::U8, ReduceOp::Sum, describe);
         let bufs = CallBuffers {
@@ -455,6 +474,12 @@ impl Communicator {
         self.engine.plan_cache_usage()
     }
 
+    /// How many call shapes this communicator has decided and remembers
+    /// (for tests and tools; see `decide.rs`).
+    pub fn decisions_cached(&self) -> usize {
+        self.state.lock().unwrap().decisions.len()
+    }
+
     /// Waits for every asynchronous call issued so far.
     pub fn synchronize(&self) {
         self.engine.queue.flush();
@@ -483,37 +508,41 @@ impl Communicator {
         self.check_buffers(&shape, args.dtype, bufs)?;
         let esize = args.dtype.size();
         let in_place = alias::classify(&shape, self.rank, esize, bufs)?;
-        let explicit = args.algorithm.as_deref();
         self.join_group_switch(args);
-        let provider = self.provider_for(args, &shape, source)?;
-        let provider = self.retry_switch(args, provider);
-        let host_choice = explicit.filter(|&a| !registry::is_switch_algorithm(a));
-        let choice = self
-            .engine
-            .selector
-            .choose(&shape, esize, host_choice, source)?;
-        let algo_id = choice.id();
         let op = if args.collective.reduces() {
             args.op
         } else {
             ReduceOp::Sum
         };
+        let has_output = shape.buffer_len(self.rank, Buf::Output) > 0;
+        let divide_by = (op == ReduceOp::Avg && has_output).then_some(self.size());
         let mut sig = CallSig {
             kind: kind_of(args.collective),
             dtype: args.dtype.index(),
             op: op.index(),
-            algo: provider.algorithm().map_or(algo_id, |(_, id)| id),
+            algo: 0, // the decision's, below
             root: args.root as u32,
             count: sig_count(&shape),
             history: 0,
         };
-        let has_output = shape.buffer_len(self.rank, Buf::Output) > 0;
-        let divide_by = (op == ReduceOp::Avg && has_output).then_some(self.size());
-        let cp = self.plan(shape.clone(), choice, source)?;
-        let mut runs = self.runner(provider, &shape)?;
-        let counts = shape.counts.clone();
-        let key = (shape, sig.algo, algo_id);
+        let decision_key = self.decision_key(args, shape, op, true);
+        // A call of a known shape reads its decision under the state's lock,
+        // which it takes anyway for its sequence number.
         let mut st = self.state.lock().unwrap();
+        let (decision, cp) = match self.known_decision(&mut st, &decision_key) {
+            Some(known) => known,
+            None => {
+                drop(st);
+                let made = self.decide(&decision_key, source)?;
+                st = self.state.lock().unwrap();
+                made
+            }
+        };
+        let shape = decision_key.shape;
+        sig.algo = decision.sig_algo;
+        let mut runs = self.runner(decision.provider, &shape)?;
+        let counts = shape.counts.clone();
+        let key = (shape, sig.algo, decision.plan_id);
         // One lookup for a key agreed on; the first use of a key makes its
         // record (a registered algorithm's digest: Python) unlocked.
         let known = (self.size() > 1).then(|| st.agreed.0.get(&key));
@@ -523,7 +552,7 @@ impl Communicator {
             Some(Some(verdict)) => Some(FirstUse::Await { verdict, key }),
             Some(None) => {
                 drop(st);
-                let record = self.first_use_record(&key, choice, source)?;
+                let record = self.first_use_record(&key, decision.choice, source)?;
                 st = self.state.lock().unwrap();
                 let verdict = Verdict::default();
                 st.agreed.0.insert(key, verdict.clone());
@@ -548,7 +577,7 @@ impl Communicator {
         runs.reserve(&mut st);
         let seq = st.next_seq();
         drop(st);
-        let algorithm = provider.algorithm().map_or(choice.name(), |(name, _)| name);
+        let algorithm = decision.name;
         tracing::debug!(comm = self.id, seq, count = args.count, dtype = %args.dtype, "{} runs {algorithm}", args.collective);
         Ok(Prepared {
             cp,

@@ -106,11 +106,7 @@ impl Communicator {
         let fail = |e: Error| -> Error {
             if e.kind != ErrorKind::InvalidArgument {
                 t.abort(&e.message);
-                self.engine
-                    .failed
-                    .lock()
-                    .unwrap()
-                    .get_or_insert_with(|| e.clone());
+                self.engine.fail(&e);
             }
             e
         };

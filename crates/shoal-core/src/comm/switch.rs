@@ -10,9 +10,9 @@ use super::{CollArgs, CommState, Communicator, Prepared, RunCall};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
 use crate::exec::CallBuffers;
-use crate::ina::{self, Ina};
-use crate::provider::ProviderId;
-use crate::registry;
+use crate::ina::{self, Ina, SwitchCallError, Unavailable};
+use crate::provider::Named;
+use crate::registry::Choice;
 
 /// A call through the switch, with the sequence number reserved for the
 /// ranks' agreement on whether it worked (the call's own runs the host plan
@@ -32,24 +32,16 @@ impl RunCall for ViaSwitch {
 }
 
 impl Communicator {
-    /// While the switch is away, every allreduce it could run counts
-    /// towards its retry (ina.rs): that call goes through the switch.
-    pub(super) fn retry_switch(&self, args: &CollArgs, provider: ProviderId) -> ProviderId {
-        match self.ina() {
-            Ok(ina) if switch_eligible(args) && ina.retry_due() => ProviderId::Switch,
-            _ => provider,
-        }
-    }
-
     /// This communicator's switch membership: the world's, joined at init,
-    /// or a sub-group's own job (`join_group_switch`).
-    pub(super) fn ina(&self) -> std::result::Result<&Ina, String> {
+    /// or a sub-group's own job (`join_group_switch`); else why there is none.
+    pub(super) fn ina(&self) -> std::result::Result<&Ina, &Unavailable> {
+        const NOT_JOINED: &Unavailable = &Unavailable::GroupNotJoined;
         if self.id == 0 {
-            return self.engine.ina.as_ref().map_err(Clone::clone);
+            return self.engine.ina.as_ref();
         }
         match self.group_ina.get() {
-            Some(membership) => membership.as_ref().map_err(Clone::clone),
-            None => Err("this group has not joined a switch job".into()),
+            Some(membership) => membership.as_ref(),
+            None => Err(NOT_JOINED),
         }
     }
 
@@ -95,9 +87,10 @@ impl Communicator {
             }
             return Ok(()); // the client already divided for avg
         }
-        let reason = outcome
-            .err()
-            .unwrap_or_else(|| "another rank could not use the switch".into());
+        let reason = outcome.err().map_or_else(
+            || "another rank could not use the switch".to_string(),
+            |e| e.to_string(),
+        );
         if let Ok(ina) = self.ina() {
             ina.disable(&reason);
         }
@@ -112,8 +105,12 @@ impl Communicator {
         self.run_plan(p, host)
     }
 
-    fn switch_allreduce(&self, out: &mut [u8], p: &Prepared) -> std::result::Result<(), String> {
-        let ina = self.ina()?;
+    fn switch_allreduce(
+        &self,
+        out: &mut [u8],
+        p: &Prepared,
+    ) -> std::result::Result<(), SwitchCallError> {
+        let ina = self.ina().map_err(Unavailable::clone)?;
         ina.allreduce(out, p.dtype, p.op, &|| self.progress_peers())
     }
 
@@ -131,8 +128,10 @@ impl Communicator {
 
     /// Whether `ok` holds on every rank (a min-allreduce of one byte).
     pub(super) fn agree(&self, ok: bool, seq: u32, history: u32) -> Result<bool> {
+        use shoal_plan::algorithms::allreduce::recursive_doubling::ALGORITHM as BY;
+        const ID: u32 = BY.id();
         let mut flag = [ok as u8];
-        let algorithm = "recursive_doubling";
+        let choice = Choice::Builtin(&BY);
         let args = CollArgs {
             collective: Collective::Allreduce,
             count: 1,
@@ -140,20 +139,16 @@ impl Communicator {
             dtype: DType::U8,
             op: ReduceOp::Min,
             root: 0,
-            algorithm: Some(algorithm.into()),
+            algorithm: Some(Named::Plan(choice)),
         };
         let shape = self.shape(&args)?;
-        let choice = self
-            .engine
-            .selector
-            .choose(&shape, 1, Some(algorithm), None)?;
-        let id = choice.id();
+        let choice = self.engine.selector.choose(&shape, 1, Some(choice), None)?;
         let cp = self.plan(shape, choice, None)?;
         let sig = CallSig {
             kind: 0,
             dtype: DType::U8.index(),
             op: ReduceOp::Min.index(),
-            algo: id,
+            algo: ID,
             root: 0,
             count: 1,
             history,
@@ -181,9 +176,6 @@ impl Communicator {
 /// host algorithm.
 pub(super) fn switch_eligible(args: &CollArgs) -> bool {
     args.collective == Collective::Allreduce
-        && args
-            .algorithm
-            .as_deref()
-            .is_none_or(registry::is_switch_algorithm)
+        && !matches!(args.algorithm, Some(Named::Plan(_)))
         && ina::wire_types(args.dtype, args.op).is_some()
 }

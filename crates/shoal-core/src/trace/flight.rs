@@ -16,38 +16,33 @@ use crate::error::describe_sig;
 /// gets them all).
 const IN_MESSAGE: usize = 4;
 
-/// A call's entry in the ring (see [`Flight::begin`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FlightId(u64);
+/// A call the recorder was told of at its start ([`Flight::begin`]); it
+/// enters the ring when it ends, under the ring's one lock of the call.
+#[derive(Debug)]
+pub struct FlightCall {
+    comm: u32,
+    seq: u32,
+    sig: CallSig,
+    steps: usize,
+    started: Instant,
+}
 
 enum State {
-    Running,
     Finished,
     /// Failed while these steps were pending.
     Failed(String),
 }
 
 struct Record {
-    id: u64,
-    comm: u32,
-    seq: u32,
-    sig: CallSig,
-    steps: usize,
+    call: FlightCall,
     done: usize,
-    started: Instant,
-    ended: Option<Instant>,
+    ended: Instant,
     state: State,
 }
 
 pub struct Flight {
     capacity: usize,
-    ring: Mutex<Ring>,
-}
-
-#[derive(Default)]
-struct Ring {
-    records: VecDeque<Record>,
-    next: u64,
+    ring: Mutex<VecDeque<Record>>,
 }
 
 impl Flight {
@@ -55,80 +50,65 @@ impl Flight {
     pub fn new(capacity: usize) -> Flight {
         Flight {
             capacity,
-            ring: Mutex::new(Ring::default()),
+            ring: Mutex::new(VecDeque::new()),
         }
     }
 
     /// A call of `steps` plan steps starts; `None` when the recorder is off.
-    pub fn begin(&self, comm: u32, seq: u32, sig: CallSig, steps: usize) -> Option<FlightId> {
-        if self.capacity == 0 {
-            return None;
-        }
-        let mut ring = self.ring.lock().unwrap();
-        let id = ring.next;
-        ring.next += 1;
-        if ring.records.len() == self.capacity {
-            ring.records.pop_front();
-        }
-        ring.records.push_back(Record {
-            id,
+    /// Nothing is locked: calls run one at a time (the engine's scratch
+    /// lock), so a dump, made after the failed call ended, never finds one
+    /// running, and the record is written once, by [`Flight::end`].
+    pub fn begin(&self, comm: u32, seq: u32, sig: CallSig, steps: usize) -> Option<FlightCall> {
+        (self.capacity > 0).then(|| FlightCall {
             comm,
             seq,
             sig,
             steps,
-            done: 0,
             started: Instant::now(),
-            ended: None,
-            state: State::Running,
-        });
-        Some(FlightId(id))
+        })
     }
 
     /// The call ended after `done` steps; `pending` (on failure) names the
     /// steps it still waited on.
-    pub fn end(&self, id: Option<FlightId>, done: usize, pending: Option<String>) {
-        let Some(FlightId(id)) = id else { return };
-        let mut ring = self.ring.lock().unwrap();
-        // Usually the newest; absent once N later calls pushed it out.
-        if let Some(r) = ring.records.iter_mut().rev().find(|r| r.id == id) {
-            r.done = done;
-            r.ended = Some(Instant::now());
-            r.state = match pending {
+    pub fn end(&self, call: Option<FlightCall>, done: usize, pending: Option<String>) {
+        let Some(call) = call else { return };
+        let record = Record {
+            call,
+            done,
+            ended: Instant::now(),
+            state: match pending {
                 Some(p) => State::Failed(p),
                 None => State::Finished,
-            };
+            },
+        };
+        let mut ring = self.ring.lock().unwrap();
+        if ring.len() == self.capacity {
+            ring.pop_front();
         }
+        ring.push_back(record);
     }
 
     /// The last `n` calls in words, oldest first, one per line; empty when off.
     pub fn dump(&self, n: usize) -> String {
         let ring = self.ring.lock().unwrap();
-        let skip = ring.records.len().saturating_sub(n);
-        let now = Instant::now();
+        let skip = ring.len().saturating_sub(n);
         let mut out = String::new();
-        for r in ring.records.iter().skip(skip) {
-            let _ = if r.sig.is_collective() {
-                write!(out, "\n  comm {} call {}: ", r.comm, r.seq)
+        for r in ring.iter().skip(skip) {
+            let c = &r.call;
+            let _ = if c.sig.is_collective() {
+                write!(out, "\n  comm {} call {}: ", c.comm, c.seq)
             } else {
                 // Point-to-point "calls" are numbered by their tag.
-                write!(out, "\n  comm {} tag {}: ", r.comm, r.seq & !(1 << 31))
+                write!(out, "\n  comm {} tag {}: ", c.comm, c.seq & !(1 << 31))
             };
-            let _ = write!(out, "{}: ", describe_sig(&r.sig));
-            let ms = |a: Instant, b: Instant| b.duration_since(a).as_secs_f64() * 1e3;
+            let _ = write!(out, "{}: ", describe_sig(&c.sig));
+            let ms = r.ended.duration_since(c.started).as_secs_f64() * 1e3;
             let _ = match &r.state {
-                State::Running => write!(out, "running for {:.1} ms", ms(r.started, now)),
-                State::Finished => write!(
-                    out,
-                    "finished, {} steps in {:.3} ms",
-                    r.steps,
-                    ms(r.started, r.ended.unwrap_or(now))
-                ),
+                State::Finished => write!(out, "finished, {} steps in {ms:.3} ms", c.steps),
                 State::Failed(pending) => write!(
                     out,
-                    "FAILED after {:.1} ms, {} of {} steps done, pending: {pending}",
-                    ms(r.started, r.ended.unwrap_or(now)),
-                    r.done,
-                    r.steps
+                    "FAILED after {ms:.1} ms, {} of {} steps done, pending: {pending}",
+                    r.done, c.steps
                 ),
             };
         }
@@ -191,7 +171,7 @@ mod tests {
     #[test]
     fn off_records_nothing() {
         let f = Flight::new(0);
-        assert_eq!(f.begin(0, 0, sig(1), 1), None);
+        assert!(f.begin(0, 0, sig(1), 1).is_none());
         assert_eq!(f.error_tail(0), "");
     }
 }

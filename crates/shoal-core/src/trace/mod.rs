@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 pub use clock::{measure_offset, ClockOffset, WordExchange};
-pub use flight::{Flight, FlightId};
+pub use flight::{Flight, FlightCall};
 pub use recorder::{Recorder, StepKind, StepTimer};
 
 /// A process's tracing state.

@@ -1,0 +1,103 @@
+//! A call is decided once per call shape: later calls of the shape, and
+//! `choose_algorithm` and `plan_steps` for it, read the decision the first
+//! one made (one rank: the software path alone, nothing to wait for).
+
+use shoal_core::comm::{CollArgs, Communicator};
+use shoal_core::exec::CallBuffers;
+use shoal_core::init::{init_world, InitArgs};
+use shoal_core::provider::Named;
+use shoal_core::{DType, ReduceOp};
+use shoal_plan::Collective;
+
+fn allreduce(world: &Communicator, data: &mut [f32], algorithm: Option<Named>) {
+    let args = CollArgs {
+        collective: Collective::Allreduce,
+        count: data.len(),
+        counts: None,
+        dtype: DType::F32,
+        op: ReduceOp::Sum,
+        root: 0,
+        algorithm,
+    };
+    let bytes = std::mem::size_of_val(data);
+    let ptr = data.as_mut_ptr() as *mut u8;
+    let bufs = CallBuffers {
+        input: ptr,
+        input_bytes: bytes,
+        output: ptr,
+        output_bytes: bytes,
+    };
+    world.collective(&args, bufs).unwrap();
+}
+
+#[test]
+fn calls_inspection_and_plans_read_one_decision_per_call_shape() {
+    let world = init_world(&InitArgs {
+        rank: Some(0),
+        world_size: Some(1),
+        addr: None,
+    })
+    .unwrap();
+    // init's own calls (the agreements, calibration) decided theirs.
+    let at_start = world.decisions_cached();
+    let mut data = [1.0f32, 2.0];
+    for _ in 0..3 {
+        allreduce(&world, &mut data, None);
+    }
+    assert_eq!(data, [1.0, 2.0], "one rank sums itself");
+    assert_eq!(
+        world.decisions_cached(),
+        at_start + 1,
+        "three calls, one decision"
+    );
+
+    // Inspection decides a shape the way its calls will, and they read it.
+    let (f32_, sum) = (DType::F32, Collective::Allreduce);
+    let chosen = world.choose_algorithm(sum, 3, f32_, 0, None, None).unwrap();
+    let steps = world.plan_steps(sum, 3, f32_, 0, None, None).unwrap();
+    assert_eq!(world.decisions_cached(), at_start + 2);
+    let mut three = [1.0f32; 3];
+    allreduce(&world, &mut three, None);
+    assert_eq!(
+        world.decisions_cached(),
+        at_start + 2,
+        "the call read the inspected decision"
+    );
+    assert!(steps > 0, "{chosen} has no steps");
+
+    // A named algorithm is its own decision, resolved before the call.
+    let ring = Named::resolve(sum, "ring").unwrap();
+    assert_eq!(ring.name(), "ring");
+    allreduce(&world, &mut three, Some(ring));
+    allreduce(&world, &mut three, Some(ring));
+    assert_eq!(world.decisions_cached(), at_start + 3);
+    assert_eq!(
+        world
+            .choose_algorithm(sum, 3, f32_, 0, Some("ring"), None)
+            .unwrap(),
+        "ring"
+    );
+    assert_eq!(world.decisions_cached(), at_start + 3);
+    // Names of the switch resolve to its providers, whatever the collective:
+    // another collective refuses them when called, as before.
+    assert_eq!(Named::resolve(sum, "ina").unwrap().name(), "ina");
+    let err = world
+        .choose_algorithm(Collective::Broadcast, 3, f32_, 0, Some("ina"), None)
+        .unwrap_err();
+    assert!(
+        err.message.contains("is for allreduce only, not broadcast"),
+        "{}",
+        err.message
+    );
+    assert!(Named::resolve(sum, "nope").is_err());
+
+    // A new cost makes every decision again.
+    let cost = world.engine().selector.cost();
+    world.engine().selector.set_cost(cost);
+    allreduce(&world, &mut three, Some(ring));
+    assert_eq!(
+        world.decisions_cached(),
+        at_start + 3,
+        "made again in place"
+    );
+}
