@@ -92,7 +92,7 @@ impl PlanRequest {
             }
             None => {
                 let collective = self.collective()?;
-                let bytes = parse_bytes(&self.size)?;
+                let bytes = parse_bytes(&self.size).map_err(|e| e.to_string())?;
                 let mut spec = DagSpec::new(collective, &self.algo, self.ranks, bytes);
                 spec.ranks_per_host = self.ranks_per_host.max(1);
                 self.simulate(spec, source)
@@ -125,7 +125,8 @@ impl PlanRequest {
             let rates = rates
                 .split(',')
                 .map(|r| parse_rate(r.trim()))
-                .collect::<Result<Vec<_>, _>>()?;
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
             topo.set_tier_rates(&rates)?;
         }
         let bytes = spec.bytes;
@@ -145,7 +146,7 @@ impl PlanRequest {
             if engine != Engine::Packet {
                 return Err("--host-overhead is modelled by the packet engine only".into());
             }
-            opts.packet.host_overhead = parse_time(o)?;
+            opts.packet.host_overhead = parse_time(o).map_err(|e| e.to_string())?;
         }
         let outcome = if self.algo == "ina" {
             if collective != Collective::Allreduce {

@@ -60,13 +60,13 @@ impl LinkSpec {
     ) -> Result<LinkSpec, String> {
         let mut spec = LinkSpec::default();
         if let Some(r) = rate {
-            spec.rate = parse_rate(r)?;
+            spec.rate = parse_rate(r).map_err(|e| e.to_string())?;
         }
         if let Some(l) = latency {
-            spec.latency = parse_time(l)?;
+            spec.latency = parse_time(l).map_err(|e| e.to_string())?;
         }
         if let Some(b) = buffer {
-            spec.buffer = parse_bytes(b)?;
+            spec.buffer = parse_bytes(b).map_err(|e| e.to_string())?;
         }
         Ok(spec)
     }

@@ -59,8 +59,8 @@ impl PfcConfig {
                         other => return Err(format!("pfc.enabled = {other:?}: true or false")),
                     }
                 }
-                "xoff" => cfg.xoff = parse_bytes(v)?,
-                "xon" => xon = Some(parse_bytes(v)?),
+                "xoff" => cfg.xoff = parse_bytes(v).map_err(|e| e.to_string())?,
+                "xon" => xon = Some(parse_bytes(v).map_err(|e| e.to_string())?),
                 _ => return Err(format!("unknown scenario key \"pfc.{field}\"")),
             }
         }

@@ -205,14 +205,16 @@ impl ScenarioConfig {
                 "latency" => latency = Some(v.to_string()),
                 "buffer" => buffer = Some(v.to_string()),
                 "ecn_k" => cfg.ecn_k = number(key, v)?,
-                "switch_memory" => cfg.switch_memory = parse_bytes(v)?,
-                "ina_min_bytes" => cfg.ina_min_bytes = parse_bytes(v)?,
+                "switch_memory" => cfg.switch_memory = parse_bytes(v).map_err(|e| e.to_string())?,
+                "ina_min_bytes" => cfg.ina_min_bytes = parse_bytes(v).map_err(|e| e.to_string())?,
                 "fallback" => cfg.fallback = v.to_string(),
                 "slots_per_host" => cfg.slots_per_host = number(key, v)?,
-                "chunk_bytes" => cfg.chunk_bytes = parse_bytes(v)?,
-                "duration" => cfg.duration_s = seconds(parse_time(v)?),
+                "chunk_bytes" => cfg.chunk_bytes = parse_bytes(v).map_err(|e| e.to_string())?,
+                "duration" => cfg.duration_s = seconds(parse_time(v).map_err(|e| e.to_string())?),
                 "seed" => cfg.seed = number(key, v)?,
-                "rate_interval" => cfg.rate_interval_s = seconds(parse_time(v)?),
+                "rate_interval" => {
+                    cfg.rate_interval_s = seconds(parse_time(v).map_err(|e| e.to_string())?)
+                }
                 "tree_share" => {
                     cfg.tree_share_each = match v.trim() {
                         "split" => false,
@@ -222,7 +224,7 @@ impl ScenarioConfig {
                 }
                 "long_flows" => cfg.long_flows = number(key, v)?,
                 "engine" => cfg.engine = Engine::parse(v.trim())?,
-                "warmup" => cfg.warmup_s = seconds(parse_time(v)?),
+                "warmup" => cfg.warmup_s = seconds(parse_time(v).map_err(|e| e.to_string())?),
                 "background.trace" => cfg.trace = trace::read(std::path::Path::new(v))?,
                 "background.load" => cfg.background_load = fraction(key, v)?,
                 "background.distribution" => {
