@@ -119,15 +119,16 @@ impl PlanRequest {
             self.link.as_deref(),
             self.latency.as_deref(),
             self.buffer.as_deref(),
-        )?;
-        let mut topo = Topology::parse(&self.topology, link)?;
+        )
+        .map_err(|e| e.to_string())?;
+        let mut topo = Topology::parse(&self.topology, link).map_err(|e| e.to_string())?;
         if let Some(rates) = &self.tier_rates {
             let rates = rates
                 .split(',')
                 .map(|r| parse_rate(r.trim()))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| e.to_string())?;
-            topo.set_tier_rates(&rates)?;
+            topo.set_tier_rates(&rates).map_err(|e| e.to_string())?;
         }
         let bytes = spec.bytes;
         let hosts_needed = self.ranks.div_ceil(spec.ranks_per_host);

@@ -251,7 +251,8 @@ impl ScenarioConfig {
                 }
             }
         }
-        cfg.link = LinkSpec::parse(link.as_deref(), latency.as_deref(), buffer.as_deref())?;
+        cfg.link = LinkSpec::parse(link.as_deref(), latency.as_deref(), buffer.as_deref())
+            .map_err(|e| e.to_string())?;
         for (index, fields) in jobs {
             cfg.jobs.push(job(index, fields)?);
         }

@@ -142,9 +142,10 @@ pub(super) fn utilisation(
 
 /// The scenario's topology, with its per-tier link rates if it has any.
 pub(super) fn topology(cfg: &ScenarioConfig) -> Result<Topology, String> {
-    let mut topo = Topology::parse(&cfg.topology, cfg.link)?;
+    let mut topo = Topology::parse(&cfg.topology, cfg.link).map_err(|e| e.to_string())?;
     if !cfg.tier_rates.is_empty() {
-        topo.set_tier_rates(&cfg.tier_rates)?;
+        topo.set_tier_rates(&cfg.tier_rates)
+            .map_err(|e| e.to_string())?;
     }
     Ok(topo)
 }
