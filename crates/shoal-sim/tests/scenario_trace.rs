@@ -4,6 +4,7 @@
 //! (docs/sim.md, "Flow engine").
 
 use shoal_sim::scenario::{run, ScenarioConfig};
+use shoal_sim::workload::trace::{self, TraceError};
 
 #[test]
 fn a_three_flow_trace_replays_with_hand_computed_fcts() {
@@ -135,14 +136,16 @@ fn a_trace_or_scenario_that_is_a_fifo_is_refused_not_waited_on() {
     let (tx, rx) = std::sync::mpsc::channel();
     let path = fifo.clone();
     std::thread::spawn(move || {
-        let trace = shoal_sim::workload::trace::read(&path).map(|_| ());
+        let trace = trace::read(&path).map(|_| ());
         let scenario = shoal_sim::scenario::file::read(&path).map(|_| ());
         tx.send((trace, scenario)).unwrap();
     });
     let (trace, scenario) = rx
         .recv_timeout(std::time::Duration::from_secs(20))
         .expect("reading a FIFO blocked");
-    for refused in [trace.unwrap_err(), scenario.unwrap_err()] {
+    let trace = trace.unwrap_err();
+    assert!(matches!(trace, TraceError::Read { .. }));
+    for refused in [trace.to_string(), scenario.unwrap_err()] {
         assert!(
             refused.contains("flows.csv") && refused.contains("a FIFO"),
             "{refused}"

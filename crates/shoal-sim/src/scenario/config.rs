@@ -225,13 +225,16 @@ impl ScenarioConfig {
                 "long_flows" => cfg.long_flows = number(key, v)?,
                 "engine" => cfg.engine = Engine::parse(v.trim())?,
                 "warmup" => cfg.warmup_s = seconds(parse_time(v).map_err(|e| e.to_string())?),
-                "background.trace" => cfg.trace = trace::read(std::path::Path::new(v))?,
+                "background.trace" => {
+                    cfg.trace = trace::read(std::path::Path::new(v)).map_err(|e| e.to_string())?
+                }
                 "background.load" => cfg.background_load = fraction(key, v)?,
                 "background.distribution" => {
                     cfg.distributions = v
                         .split(',')
                         .map(FlowSizeCdf::by_name)
-                        .collect::<Result<_, _>>()?
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| e.to_string())?
                 }
                 other => {
                     if let Some(rest) = other.strip_prefix("jobs.") {
@@ -300,7 +303,7 @@ fn job(index: usize, fields: BTreeMap<String, String>) -> Result<JobConfig, Stri
         let key = format!("jobs.{index}.{field}");
         match field.as_str() {
             "workers" => job.workers = number(&key, &v)?,
-            "model" => job.model = models::by_name(&v)?,
+            "model" => job.model = models::by_name(&v).map_err(|e| e.to_string())?,
             "algorithm" => job.algorithm = Algorithm::parse(&v)?,
             "trees" => job.trees = number(&key, &v)?,
             "tree" => job.only_tree = Some(number(&key, &v)?),

@@ -162,7 +162,8 @@ pub(super) fn background_flows(
         let link_bps = cfg.host_bps();
         let share = cfg.background_load / cfg.distributions.len() as f64;
         for (d, cdf) in cfg.distributions.iter().enumerate() {
-            let traffic = PoissonTraffic::new(topo.hosts() as u32, link_bps, share, cdf.clone())?;
+            let traffic = PoissonTraffic::new(topo.hosts() as u32, link_bps, share, cdf.clone())
+                .map_err(|e| e.to_string())?;
             background.extend(
                 traffic.generate(cfg.duration_s, &mut Rng::derive(cfg.seed, 100 + d as u64)),
             );
