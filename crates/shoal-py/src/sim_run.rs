@@ -25,7 +25,8 @@ pub fn sim_run_json(
     progress: Option<PyObject>,
     out: Option<std::path::PathBuf>,
 ) -> PyResult<(String, Vec<String>)> {
-    let cfg = ScenarioConfig::from_pairs(&pairs).map_err(PyValueError::new_err)?;
+    let cfg =
+        ScenarioConfig::from_pairs(&pairs).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let result = py.allow_threads(|| {
         let mut report = |fraction: f64| {
             if let Some(cb) = &progress {
@@ -56,7 +57,8 @@ pub fn sim_panama_fig8_json(
     load: f64,
     out: Option<std::path::PathBuf>,
 ) -> PyResult<String> {
-    let cfg = ScenarioConfig::from_pairs(&pairs).map_err(PyValueError::new_err)?;
+    let cfg =
+        ScenarioConfig::from_pairs(&pairs).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let variant = Variant::parse(variant).map_err(PyValueError::new_err)?;
     py.allow_threads(|| fig8_point_recorded(&cfg, variant, load, out.as_deref()))
         .map(|p| p.to_json())

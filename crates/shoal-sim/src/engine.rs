@@ -2,6 +2,7 @@
 //! engine is one [`Engine`] variant, its name in [`Engine::parse`], and one
 //! arm in [`simulate_collective`].
 
+use std::fmt;
 use std::time::Instant;
 
 use crate::dag::CollectiveDag;
@@ -18,17 +19,31 @@ pub enum Engine {
     Flow,
 }
 
+/// An engine name that is none of [`Engine::NAMES`], as written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownEngine(pub String);
+
+impl fmt::Display for UnknownEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown engine '{}'; valid: {}",
+            self.0,
+            Engine::NAMES.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownEngine {}
+
 impl Engine {
     pub const NAMES: [&'static str; 2] = ["packet", "flow"];
 
-    pub fn parse(name: &str) -> Result<Engine, String> {
+    pub fn parse(name: &str) -> Result<Engine, UnknownEngine> {
         match name {
             "packet" => Ok(Engine::Packet),
             "flow" => Ok(Engine::Flow),
-            other => Err(format!(
-                "unknown engine '{other}'; valid: {}",
-                Engine::NAMES.join(", ")
-            )),
+            other => Err(UnknownEngine(other.to_string())),
         }
     }
 

@@ -114,7 +114,7 @@ impl PlanRequest {
     /// Simulates `spec` (its algorithm from the registry or `source`).
     fn simulate(&self, spec: DagSpec, source: &dyn PlanSource) -> Result<PlanReport, String> {
         let collective = spec.collective;
-        let engine = Engine::parse(&self.engine)?;
+        let engine = Engine::parse(&self.engine).map_err(|e| e.to_string())?;
         let link = LinkSpec::parse(
             self.link.as_deref(),
             self.latency.as_deref(),

@@ -29,7 +29,7 @@ pub enum Variant {
 
 impl Variant {
     pub fn parse(name: &str) -> Result<Variant, String> {
-        match Algorithm::parse(name)? {
+        match Algorithm::parse(name).map_err(|e| e.to_string())? {
             _ if name == "ideal" => Ok(Variant::Ideal),
             Algorithm::Plan(p) if p == "ring" => Ok(Variant::Ring),
             Algorithm::Ina(m) if !m.congestion_control => Ok(Variant::SwitchMl),
