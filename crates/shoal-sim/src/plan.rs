@@ -78,7 +78,7 @@ impl PlanRequest {
         match &self.document {
             Some(plans) => {
                 let document = Document::new(plans.clone());
-                let spec = document.spec()?;
+                let spec = document.spec().map_err(|e| e.to_string())?;
                 let request = PlanRequest {
                     collective: spec.collective.name().into(),
                     algo: spec.algorithm.clone(),
@@ -161,7 +161,8 @@ impl PlanRequest {
             workers.dedup();
             simulate_ina(&topo, InaJob::new(workers, bytes), engine, &opts)?
         } else {
-            simulate_collective(&topo, build_with(&spec, None, source)?, engine, &opts)?
+            let dag = build_with(&spec, None, source).map_err(|e| e.to_string())?;
+            simulate_collective(&topo, dag, engine, &opts)?
         };
         Ok(PlanReport {
             request: self.clone(),

@@ -7,7 +7,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use super::engine::{Event, FlowEngine};
 use super::network::{link_capacities, route, wire_bytes, Route};
-use crate::dag::CollectiveDag;
+use crate::dag::{CollectiveDag, DagError};
 use crate::engine::{network_bytes, Engine, Outcome};
 use crate::topology::{mix, Topology};
 use crate::units::{Time, PS_PER_S};
@@ -53,7 +53,7 @@ pub struct DagProgress {
 
 impl DagProgress {
     /// Errors when the DAG has a dependency cycle.
-    pub fn new(dag: &CollectiveDag) -> Result<Self, String> {
+    pub fn new(dag: &CollectiveDag) -> Result<Self, DagError> {
         let n = dag.messages.len();
         let original = turn_order(dag);
         let mut renumber = vec![0u32; n];
@@ -100,7 +100,7 @@ impl DagProgress {
 
     /// Kahn's algorithm, for its verdict only: in the turn numbering its
     /// walk is nearly sequential.
-    fn check_acyclic(&self) -> Result<(), String> {
+    fn check_acyclic(&self) -> Result<(), DagError> {
         let n = self.waiting.len();
         let mut waiting = self.waiting.clone();
         let mut queue: Vec<u32> = self.roots.clone();
@@ -116,10 +116,10 @@ impl DagProgress {
             }
         }
         if queue.len() != n {
-            return Err(format!(
-                "the collective's DAG has a dependency cycle: {} of {n} messages can never start",
-                n - queue.len()
-            ));
+            return Err(DagError::Cycle {
+                stuck: n - queue.len(),
+                messages: n,
+            });
         }
         Ok(())
     }
@@ -279,7 +279,7 @@ impl<'a> RunningDag<'a> {
         Ok(RunningDag {
             topo,
             placement: &dag.placement,
-            progress: DagProgress::new(dag)?,
+            progress: DagProgress::new(dag).map_err(|e| e.to_string())?,
             salt,
             tag_base,
             ready: Vec::new(),
@@ -461,7 +461,17 @@ mod tests {
         // 0 and 1 wait for each other; 2 can start.
         let cyclic = dag(&[(0, 1, &[1]), (1, 0, &[0]), (0, 1, &[])]);
         let err = DagProgress::new(&cyclic).err().expect("a cycle");
-        assert!(err.contains("2 of 3 messages can never start"), "{err}");
+        assert_eq!(
+            err,
+            DagError::Cycle {
+                stuck: 2,
+                messages: 3
+            }
+        );
+        assert!(
+            err.to_string().ends_with("2 of 3 messages can never start"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -275,7 +275,7 @@ fn setup_job(
     let plan = |name: &str| -> Result<Comm, String> {
         let mut spec = DagSpec::new(Collective::Allreduce, name, hosts.len(), bytes);
         spec.chunk_bytes = cfg.chunk_bytes;
-        let dag = build_with(&spec, Some(hosts.clone()), source)?;
+        let dag = build_with(&spec, Some(hosts.clone()), source).map_err(|e| e.to_string())?;
         Ok(Comm::Dag(Box::new(dag)))
     };
     let comm = match &job.algorithm {
