@@ -84,5 +84,12 @@ pub fn sim_plan_json(
     };
     py.allow_threads(|| request.run_with(&Registered))
         .map(|report| report.to_json())
-        .map_err(PyValueError::new_err)
+        .map_err(value_error)
+}
+
+/// A simulator error as Python sees it: a `ValueError` with the error's
+/// message (shoal-sim's errors are typed; the binding keeps the exceptions
+/// and messages `shoal.sim` has always raised).
+pub fn value_error(e: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(e.to_string())
 }

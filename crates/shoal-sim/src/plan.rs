@@ -6,6 +6,7 @@ use shoal_plan::{CallPlans, Collective};
 
 use crate::dag::{build_with, BuiltinOnly, DagSpec, Document, PlanSource};
 use crate::engine::{simulate_collective, simulate_ina, Engine, Options, Outcome};
+use crate::error::SimError;
 use crate::packet::InaJob;
 use crate::topology::{LinkSpec, Topology};
 use crate::units::{parse_bytes, parse_rate, parse_time, seconds};
@@ -68,17 +69,17 @@ pub struct PlanReport {
 
 impl PlanRequest {
     /// Runs a built-in algorithm or the plan document.
-    pub fn run(&self) -> Result<PlanReport, String> {
+    pub fn run(&self) -> Result<PlanReport, SimError> {
         self.run_with(&BuiltinOnly)
     }
 
     /// Runs the request, with `source` supplying the algorithms the
     /// built-in registry does not have (those registered from Python).
-    pub fn run_with(&self, source: &dyn PlanSource) -> Result<PlanReport, String> {
+    pub fn run_with(&self, source: &dyn PlanSource) -> Result<PlanReport, SimError> {
         match &self.document {
             Some(plans) => {
                 let document = Document::new(plans.clone());
-                let spec = document.spec().map_err(|e| e.to_string())?;
+                let spec = document.spec()?;
                 let request = PlanRequest {
                     collective: spec.collective.name().into(),
                     algo: spec.algorithm.clone(),
@@ -92,7 +93,7 @@ impl PlanRequest {
             }
             None => {
                 let collective = self.collective()?;
-                let bytes = parse_bytes(&self.size).map_err(|e| e.to_string())?;
+                let bytes = parse_bytes(&self.size)?;
                 let mut spec = DagSpec::new(collective, &self.algo, self.ranks, bytes);
                 spec.ranks_per_host = self.ranks_per_host.max(1);
                 self.simulate(spec, source)
@@ -100,68 +101,57 @@ impl PlanRequest {
         }
     }
 
-    fn collective(&self) -> Result<Collective, String> {
-        Collective::from_name(&self.collective).ok_or_else(|| {
-            let names: Vec<_> = Collective::ALL.iter().map(|c| c.name()).collect();
-            format!(
-                "unknown collective '{}'; valid: {}",
-                self.collective,
-                names.join(", ")
-            )
-        })
+    fn collective(&self) -> Result<Collective, SimError> {
+        Collective::from_name(&self.collective)
+            .ok_or_else(|| SimError::UnknownCollective(self.collective.clone()))
     }
 
     /// Simulates `spec` (its algorithm from the registry or `source`).
-    fn simulate(&self, spec: DagSpec, source: &dyn PlanSource) -> Result<PlanReport, String> {
+    fn simulate(&self, spec: DagSpec, source: &dyn PlanSource) -> Result<PlanReport, SimError> {
         let collective = spec.collective;
-        let engine = Engine::parse(&self.engine).map_err(|e| e.to_string())?;
+        let engine = Engine::parse(&self.engine)?;
         let link = LinkSpec::parse(
             self.link.as_deref(),
             self.latency.as_deref(),
             self.buffer.as_deref(),
-        )
-        .map_err(|e| e.to_string())?;
-        let mut topo = Topology::parse(&self.topology, link).map_err(|e| e.to_string())?;
+        )?;
+        let mut topo = Topology::parse(&self.topology, link)?;
         if let Some(rates) = &self.tier_rates {
             let rates = rates
                 .split(',')
                 .map(|r| parse_rate(r.trim()))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| e.to_string())?;
-            topo.set_tier_rates(&rates).map_err(|e| e.to_string())?;
+                .collect::<Result<Vec<_>, _>>()?;
+            topo.set_tier_rates(&rates)?;
         }
         let bytes = spec.bytes;
         let hosts_needed = self.ranks.div_ceil(spec.ranks_per_host);
         if hosts_needed > topo.hosts() {
-            return Err(format!(
-                "{} ranks at {} per host need {hosts_needed} hosts; {} has {}",
-                self.ranks,
-                spec.ranks_per_host,
-                topo.name,
-                topo.hosts()
-            ));
+            return Err(SimError::TooFewHosts {
+                ranks: self.ranks,
+                ranks_per_host: spec.ranks_per_host,
+                needed: hosts_needed,
+                topology: topo.name.clone(),
+                hosts: topo.hosts(),
+            });
         }
         let mut opts = Options::default();
         opts.packet.seed = self.seed;
         if let Some(o) = &self.host_overhead {
             if engine != Engine::Packet {
-                return Err("--host-overhead is modelled by the packet engine only".into());
+                return Err(SimError::HostOverheadNeedsPacketEngine);
             }
-            opts.packet.host_overhead = parse_time(o).map_err(|e| e.to_string())?;
+            opts.packet.host_overhead = parse_time(o)?;
         }
         let outcome = if self.algo == "ina" {
             if collective != Collective::Allreduce {
-                return Err(format!(
-                    "--algo ina is an allreduce; not {}",
-                    self.collective
-                ));
+                return Err(SimError::InaNotAllreduce(self.collective.clone()));
             }
             // One worker per host: ranks of a host are summed locally first.
             let mut workers = spec.block_placement();
             workers.dedup();
             simulate_ina(&topo, InaJob::new(workers, bytes), engine, &opts)?
         } else {
-            let dag = build_with(&spec, None, source).map_err(|e| e.to_string())?;
+            let dag = build_with(&spec, None, source)?;
             simulate_collective(&topo, dag, engine, &opts)?
         };
         Ok(PlanReport {

@@ -5,6 +5,7 @@
 //! `split` the four trees together hold one share and do not.
 
 use shoal_sim::scenario::{run, ScenarioConfig};
+use shoal_sim::SimError;
 
 /// Mean communication time per iteration of the job.
 fn comm_s(long_flows: usize, tree_share: &str, only_tree: Option<usize>) -> f64 {
@@ -67,7 +68,11 @@ fn split_share_gives_no_gain_and_bad_values_are_named() {
     ])
     .unwrap();
     let err = run(&cfg, &mut |_| {}).map(|_| ()).unwrap_err();
-    assert!(err.contains("tree 9"), "{err}");
+    assert!(
+        matches!(err, SimError::TreeOutside { tree: 9, trees: 4 }),
+        "{err}"
+    );
+    assert_eq!(err.to_string(), "tree 9 asked for, but the job has 4 trees");
     let err = ScenarioConfig::from_pairs(&[("tree_share", "half")]).unwrap_err();
     assert_eq!(err.key(), Some("tree_share"));
     assert_eq!(err.to_string(), "tree_share = \"half\": use split or each");

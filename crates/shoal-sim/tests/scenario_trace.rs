@@ -5,6 +5,7 @@
 
 use shoal_sim::scenario::{run, ScenarioConfig};
 use shoal_sim::workload::trace::{self, TraceError};
+use shoal_sim::SimError;
 
 #[test]
 fn a_three_flow_trace_replays_with_hand_computed_fcts() {
@@ -71,8 +72,20 @@ fn a_trace_naming_a_host_the_topology_lacks_is_refused() {
     let err = run(&cfg, &mut |_| {}).err().unwrap();
     std::fs::remove_file(&path).unwrap();
     assert!(
-        err.contains("host 0 to 9") && err.contains("4 hosts"),
+        matches!(
+            err,
+            SimError::TraceOutside {
+                src: 0,
+                dst: 9,
+                hosts: 4,
+                ..
+            }
+        ),
         "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "background.trace: a flow from host 0 to 9, but star:hosts=4 has 4 hosts"
     );
 }
 
@@ -145,7 +158,7 @@ fn a_trace_or_scenario_that_is_a_fifo_is_refused_not_waited_on() {
         .expect("reading a FIFO blocked");
     let trace = trace.unwrap_err();
     assert!(matches!(trace, TraceError::Read { .. }));
-    for refused in [trace.to_string(), scenario.unwrap_err()] {
+    for refused in [trace.to_string(), scenario.unwrap_err().to_string()] {
         assert!(
             refused.contains("flows.csv") && refused.contains("a FIFO"),
             "{refused}"

@@ -3,6 +3,7 @@
 use shoal_sim::workload::background::TrafficError;
 use shoal_sim::workload::cdf::{CdfError, TableProblem};
 use shoal_sim::workload::{models, place_close, FlowSizeCdf, PoissonTraffic, Rng};
+use shoal_sim::SimError;
 
 fn sample_mean(cdf: &FlowSizeCdf, n: usize, seed: u64) -> f64 {
     let mut rng = Rng::new(seed);
@@ -149,5 +150,14 @@ fn placement_is_as_close_as_possible() {
     // Next job: the 43 free ids left are 0..=2 and 21..=63; 40 fit in 21..=60.
     let next = place_close(&mut free, 40).unwrap();
     assert_eq!(next, (21..61).collect::<Vec<u32>>());
-    assert!(place_close(&mut free, 10).unwrap_err().contains("only 6"));
+    let err = place_close(&mut free, 10).unwrap_err();
+    assert!(matches!(
+        err,
+        SimError::TooFewFree {
+            workers: 10,
+            free: 6,
+            ..
+        }
+    ));
+    assert!(err.to_string().contains("only 6"), "{err}");
 }

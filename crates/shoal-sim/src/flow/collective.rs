@@ -9,6 +9,7 @@ use super::engine::{Event, FlowEngine};
 use super::network::{link_capacities, route, wire_bytes, Route};
 use crate::dag::{CollectiveDag, DagError};
 use crate::engine::{network_bytes, Engine, Outcome};
+use crate::error::SimError;
 use crate::topology::{mix, Topology};
 use crate::units::{Time, PS_PER_S};
 
@@ -268,18 +269,18 @@ impl<'a> RunningDag<'a> {
         dag: &'a CollectiveDag,
         tag_base: u64,
         salt: u64,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, SimError> {
         if let Some(&h) = dag.placement.iter().find(|&&h| h >= topo.hosts()) {
-            return Err(format!(
-                "rank placed on host {h}, but {} has {} hosts",
-                topo.name,
-                topo.hosts()
-            ));
+            return Err(SimError::RankOutside {
+                host: h,
+                topology: topo.name.clone(),
+                hosts: topo.hosts(),
+            });
         }
         Ok(RunningDag {
             topo,
             placement: &dag.placement,
-            progress: DagProgress::new(dag).map_err(|e| e.to_string())?,
+            progress: DagProgress::new(dag)?,
             salt,
             tag_base,
             ready: Vec::new(),
@@ -288,7 +289,7 @@ impl<'a> RunningDag<'a> {
     }
 
     /// Starts the messages without dependencies at `now`.
-    pub fn start(&mut self, engine: &mut FlowEngine, now: f64) -> Result<(), String> {
+    pub fn start(&mut self, engine: &mut FlowEngine, now: f64) -> Result<(), SimError> {
         for i in self.progress.roots() {
             self.start_message(engine, i, now)?;
         }
@@ -307,7 +308,7 @@ impl<'a> RunningDag<'a> {
         engine: &mut FlowEngine,
         tag: u64,
         now: f64,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, SimError> {
         let mut ready = std::mem::take(&mut self.ready);
         self.progress
             .deliver((tag - self.tag_base) as usize, &mut ready);
@@ -320,7 +321,7 @@ impl<'a> RunningDag<'a> {
 
     /// Handles the end of flow `tag`'s transmission (one of ours) at `now`:
     /// the next message ready on its rank pair goes on the wire.
-    pub fn sent(&mut self, engine: &mut FlowEngine, tag: u64, now: f64) -> Result<(), String> {
+    pub fn sent(&mut self, engine: &mut FlowEngine, tag: u64, now: f64) -> Result<(), SimError> {
         let i = (tag - self.tag_base) as usize;
         let p = &self.progress;
         let pair = self
@@ -338,7 +339,12 @@ impl<'a> RunningDag<'a> {
 
     /// Sends message `i` now, or queues it behind its pair's message on
     /// the wire.
-    fn start_message(&mut self, engine: &mut FlowEngine, i: usize, now: f64) -> Result<(), String> {
+    fn start_message(
+        &mut self,
+        engine: &mut FlowEngine,
+        i: usize,
+        now: f64,
+    ) -> Result<(), SimError> {
         let p = &self.progress;
         let (src, dst) = (p.src_rank[i], p.dst_rank[i]);
         let (topo, placement, salt) = (self.topo, self.placement, self.salt);
@@ -367,7 +373,7 @@ fn send(
     i: usize,
     tag_base: u64,
     now: f64,
-) -> Result<(), String> {
+) -> Result<(), SimError> {
     engine.start_flow(
         now,
         &route.links,
@@ -380,7 +386,7 @@ fn send(
 }
 
 /// Simulates `dag` alone on `topo` and reports its completion time.
-pub fn simulate(topo: &Topology, dag: &CollectiveDag) -> Result<CollectiveRun, String> {
+pub fn simulate(topo: &Topology, dag: &CollectiveDag) -> Result<CollectiveRun, SimError> {
     let mut engine = FlowEngine::new(&link_capacities(topo))?;
     let mut run = RunningDag::new(topo, dag, 0, 0)?;
     run.start(&mut engine, 0.0)?;
@@ -405,7 +411,7 @@ pub fn simulate(topo: &Topology, dag: &CollectiveDag) -> Result<CollectiveRun, S
 }
 
 /// [`simulate`] as the engine dispatch reports it (crate::engine).
-pub fn plan_outcome(topo: &Topology, dag: &CollectiveDag) -> Result<Outcome, String> {
+pub fn plan_outcome(topo: &Topology, dag: &CollectiveDag) -> Result<Outcome, SimError> {
     let (t0, c0) = (std::time::Instant::now(), crate::engine::thread_cpu_s());
     let run = simulate(topo, dag)?;
     Ok(Outcome {
