@@ -7,6 +7,7 @@ use shoal_sim::scenario::report::{is_short, LONG_MIN_BYTES};
 use shoal_sim::scenario::{run, ConfigError, ScenarioConfig};
 use shoal_sim::topology::{LinkSpec, Node, Topology};
 use shoal_sim::units::{Rate, PS_PER_MS, PS_PER_US};
+use shoal_sim::SimError;
 
 fn config(pairs: &[(&str, &str)]) -> ScenarioConfig {
     ScenarioConfig::from_pairs(pairs).unwrap()
@@ -214,5 +215,8 @@ fn pfc_keys_parse_and_default() {
     assert_eq!(err.key(), Some("pfc.enabled"));
     assert_eq!(err.to_string(), "pfc.enabled = \"yes\": true or false");
     // The flow engine has no queues to pause.
-    assert!(run(&config(&[("pfc.enabled", "true")]), &mut |_| {}).is_err());
+    let err = run(&config(&[("pfc.enabled", "true")]), &mut |_| {})
+        .err()
+        .unwrap();
+    assert!(matches!(err, SimError::PfcNeedsPacketEngine), "{err}");
 }

@@ -3,6 +3,7 @@
 //! completion times computed by hand from the flow engine's model
 //! (docs/sim.md, "Flow engine").
 
+use shoal_sim::scenario::file::FileProblem;
 use shoal_sim::scenario::{run, ScenarioConfig};
 use shoal_sim::workload::trace::{self, TraceError};
 use shoal_sim::SimError;
@@ -158,7 +159,9 @@ fn a_trace_or_scenario_that_is_a_fifo_is_refused_not_waited_on() {
         .expect("reading a FIFO blocked");
     let trace = trace.unwrap_err();
     assert!(matches!(trace, TraceError::Read { .. }));
-    for refused in [trace.to_string(), scenario.unwrap_err().to_string()] {
+    let scenario = scenario.unwrap_err();
+    assert!(matches!(scenario.problem, FileProblem::Read(_)));
+    for refused in [trace.to_string(), scenario.to_string()] {
         assert!(
             refused.contains("flows.csv") && refused.contains("a FIFO"),
             "{refused}"
