@@ -72,6 +72,9 @@ def test_a_summary_figure_with_nothing_behind_it_says_so(tmp_path: Path) -> None
 def test_bad_scenario_is_named(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown scenario key"):
         run_pairs([("topolgy", "fattree:k=4")])
+    # A size, rate or duration that does not parse is named with its key.
+    with pytest.raises(ValueError, match="^switch_memory: size '3 parsecs': unknown unit"):
+        run_pairs([("switch_memory", "3 parsecs")])
     config = tmp_path / "bad.toml"
     config.write_text('topology = "fattree:k=4"\n[[jobs]]\nworkers = 4\nmodel = "gpt"\n')
     cmd = [sys.executable, "-m", "shoal.cli", "sim", "run", str(config), "--out", str(tmp_path)]

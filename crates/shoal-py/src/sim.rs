@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use shoal_core::registry;
 use shoal_core::select::PlanSource as _;
 use shoal_plan::{CallShape, Collective, Plan};
-use shoal_sim::dag::PlanSource;
+use shoal_sim::dag::{DagError, PlanSource};
 use shoal_sim::plan::PlanRequest;
 
 use crate::algo::{PyCallPlans, PySource};
@@ -22,15 +22,16 @@ impl PlanSource for Registered {
         registry::registered(collective, name).is_some()
     }
 
-    fn plan(&self, name: &str, shape: &CallShape, rank: usize) -> Result<Plan, String> {
-        let alg = registry::registered(shape.collective, name)
-            .ok_or_else(|| format!("no Python algorithm {}/{name}", shape.collective))?;
+    fn plan(&self, name: &str, shape: &CallShape, rank: usize) -> Result<Plan, DagError> {
+        let alg = registry::registered(shape.collective, name).ok_or_else(|| {
+            DagError::Source(format!("no Python algorithm {}/{name}", shape.collective))
+        })?;
         // The simulation runs without the GIL; the algorithm needs it.
         Python::with_gil(|py| {
             let source = PySource::new(py);
             source
                 .plan(alg, shape, rank)
-                .map_err(|e| source.to_py(e).to_string())
+                .map_err(|e| DagError::Source(source.to_py(e).to_string()))
         })
     }
 
@@ -83,5 +84,12 @@ pub fn sim_plan_json(
     };
     py.allow_threads(|| request.run_with(&Registered))
         .map(|report| report.to_json())
-        .map_err(PyValueError::new_err)
+        .map_err(value_error)
+}
+
+/// A simulator error as Python sees it: a `ValueError` with the error's
+/// message (shoal-sim's errors are typed; the binding keeps the exceptions
+/// and messages `shoal.sim` has always raised).
+pub fn value_error(e: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(e.to_string())
 }

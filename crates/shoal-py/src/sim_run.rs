@@ -1,13 +1,13 @@
 //! Scenarios and the PANAMA reproduction (crate shoal-sim) for
 //! `shoal sim run` and `shoal sim panama`.
 
-use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 
 use shoal_sim::panama::{fig10, fig8_point_recorded, Variant};
 use shoal_sim::scenario::{health, records, run_with, ScenarioConfig};
 
-use crate::sim::Registered;
+use crate::sim::{value_error, Registered};
 
 /// Runs a scenario given as flat `(key, value)` pairs (the dotted keys of
 /// its TOML file); returns the report as a JSON object string. `progress`,
@@ -25,7 +25,7 @@ pub fn sim_run_json(
     progress: Option<PyObject>,
     out: Option<std::path::PathBuf>,
 ) -> PyResult<(String, Vec<String>)> {
-    let cfg = ScenarioConfig::from_pairs(&pairs).map_err(PyValueError::new_err)?;
+    let cfg = ScenarioConfig::from_pairs(&pairs).map_err(value_error)?;
     let result = py.allow_threads(|| {
         let mut report = |fraction: f64| {
             if let Some(cb) = &progress {
@@ -35,7 +35,7 @@ pub fn sim_run_json(
         };
         run_with(&cfg, &mut report, &Registered)
     });
-    let result = result.map_err(PyValueError::new_err)?;
+    let result = result.map_err(value_error)?;
     if let Some(dir) = out {
         records::write(&result, &dir)
             .map_err(|e| PyOSError::new_err(format!("{}: {e}", dir.display())))?;
@@ -56,11 +56,11 @@ pub fn sim_panama_fig8_json(
     load: f64,
     out: Option<std::path::PathBuf>,
 ) -> PyResult<String> {
-    let cfg = ScenarioConfig::from_pairs(&pairs).map_err(PyValueError::new_err)?;
-    let variant = Variant::parse(variant).map_err(PyValueError::new_err)?;
+    let cfg = ScenarioConfig::from_pairs(&pairs).map_err(value_error)?;
+    let variant = Variant::parse(variant).map_err(value_error)?;
     py.allow_threads(|| fig8_point_recorded(&cfg, variant, load, out.as_deref()))
         .map(|p| p.to_json())
-        .map_err(PyValueError::new_err)
+        .map_err(value_error)
 }
 
 /// PANAMA's Fig. 10: rates of a background and an aggregation flow on one
@@ -69,7 +69,7 @@ pub fn sim_panama_fig8_json(
 pub fn sim_panama_fig10_json(congestion_control: bool) -> PyResult<String> {
     fig10(congestion_control)
         .map(|s| s.to_json())
-        .map_err(PyValueError::new_err)
+        .map_err(value_error)
 }
 
 /// Adds this module's functions to `_shoal`.

@@ -15,10 +15,12 @@ fn main() {
         })
         .collect();
     let result = pairs
-        .and_then(|p| ScenarioConfig::from_pairs(&p))
+        .and_then(|p| ScenarioConfig::from_pairs(&p).map_err(|e| e.to_string()))
         .and_then(|cfg| {
             let c0 = shoal_sim::engine::thread_cpu_s();
-            run(&cfg, &mut |_| {}).map(|r| (r, shoal_sim::engine::thread_cpu_s() - c0))
+            run(&cfg, &mut |_| {})
+                .map(|r| (r, shoal_sim::engine::thread_cpu_s() - c0))
+                .map_err(|e| e.to_string())
         });
     match result {
         Ok((r, cpu)) => println!("{}\ncpu_s {cpu:.2}", r.to_json()),

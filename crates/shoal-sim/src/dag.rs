@@ -26,7 +26,10 @@
 //! `Release` waits for the reads of its flag. These are the only deps not
 //! received by `src_rank`.
 
+mod error;
 mod shared;
+
+pub use error::DagError;
 
 use shoal_plan::{algorithms, CallPlans, CallShape, Collective, Op, Plan};
 
@@ -123,7 +126,7 @@ pub trait PlanSource {
     fn has(&self, collective: Collective, name: &str) -> bool;
     /// The plan of `rank` for a call of `shape`; asked once per rank, in
     /// rank order.
-    fn plan(&self, name: &str, shape: &CallShape, rank: usize) -> Result<Plan, String>;
+    fn plan(&self, name: &str, shape: &CallShape, rank: usize) -> Result<Plan, DagError>;
     /// Whether the plans are a function of (algorithm, shape) alone, so
     /// the DAG built from them may serve the next call of the same shape
     /// ([`build_with`] keeps the last one): a Python algorithm's function
@@ -140,8 +143,8 @@ impl PlanSource for BuiltinOnly {
     fn has(&self, _: Collective, _: &str) -> bool {
         false
     }
-    fn plan(&self, name: &str, _: &CallShape, _: usize) -> Result<Plan, String> {
-        Err(format!("no plans for algorithm '{name}'"))
+    fn plan(&self, name: &str, _: &CallShape, _: usize) -> Result<Plan, DagError> {
+        Err(DagError::NoPlans(name.to_string()))
     }
 }
 
@@ -166,10 +169,10 @@ impl Document {
 
     /// The call the document was made for, as a [`DagSpec`] (fp32
     /// elements, the document's pieces, root and ranks per host).
-    pub fn spec(&self) -> Result<DagSpec, String> {
+    pub fn spec(&self) -> Result<DagSpec, DagError> {
         let s = &self.plans.shape;
         if s.counts.is_some() {
-            return Err("plan documents with per-rank counts are not simulated".into());
+            return Err(DagError::DocumentCounts);
         }
         let mut spec = DagSpec::new(s.collective, &self.name, s.world, s.count as u64 * 4);
         spec.chunk_bytes = s.chunk as u64 * 4;
@@ -183,24 +186,24 @@ impl PlanSource for Document {
     fn has(&self, collective: Collective, name: &str) -> bool {
         collective == self.plans.shape.collective && name == self.name
     }
-    fn plan(&self, _: &str, shape: &CallShape, rank: usize) -> Result<Plan, String> {
+    fn plan(&self, _: &str, shape: &CallShape, rank: usize) -> Result<Plan, DagError> {
         if *shape != self.plans.shape {
-            return Err(format!(
-                "the plan document is for {:?}, not {shape:?}",
-                self.plans.shape
-            ));
+            return Err(DagError::DocumentShape {
+                document: Box::new(self.plans.shape.clone()),
+                asked: Box::new(shape.clone()),
+            });
         }
         self.plans
             .plans
             .get(rank)
             .cloned()
-            .ok_or_else(|| format!("the plan document has no plan for rank {rank}"))
+            .ok_or(DagError::DocumentRank(rank))
     }
 }
 
 /// Generates the DAG of `spec` with ranks placed by `placement`
 /// (`None`: [`DagSpec::block_placement`]) from a built-in algorithm.
-pub fn build(spec: &DagSpec, placement: Option<Vec<usize>>) -> Result<CollectiveDag, String> {
+pub fn build(spec: &DagSpec, placement: Option<Vec<usize>>) -> Result<CollectiveDag, DagError> {
     build_with(spec, placement, &BuiltinOnly)
 }
 
@@ -210,23 +213,22 @@ pub fn build_with(
     spec: &DagSpec,
     placement: Option<Vec<usize>>,
     source: &dyn PlanSource,
-) -> Result<CollectiveDag, String> {
+) -> Result<CollectiveDag, DagError> {
     if spec.world == 0 {
-        return Err("a collective needs at least one rank".into());
+        return Err(DagError::NoRanks);
     }
     if spec.root >= spec.world {
-        return Err(format!(
-            "root {} is not a rank of {}",
-            spec.root, spec.world
-        ));
+        return Err(DagError::RootOutside {
+            root: spec.root,
+            world: spec.world,
+        });
     }
     let placement = placement.unwrap_or_else(|| spec.block_placement());
     if placement.len() != spec.world {
-        return Err(format!(
-            "placement has {} entries for {} ranks",
-            placement.len(),
-            spec.world
-        ));
+        return Err(DagError::Placement {
+            entries: placement.len(),
+            world: spec.world,
+        });
     }
     let shape = spec.shape();
     if source.has(spec.collective, &spec.algorithm) && source.reusable() {
@@ -259,7 +261,10 @@ pub fn build_with(
     } else {
         let algo = algorithms::find(spec.collective, &spec.algorithm)?;
         if let Some(why) = algo.refuses(&shape) {
-            return Err(format!("{} cannot serve this call: {why}", algo.name));
+            return Err(DagError::Refused {
+                algorithm: algo.name.to_string(),
+                why: why.to_string(),
+            });
         }
         let parts = if algo.reads_peers() {
             let plans: Vec<Plan> = (0..spec.world)
@@ -308,7 +313,7 @@ fn messages_of(
     spec: &DagSpec,
     shape: &CallShape,
     generate: fn(&CallShape, usize) -> Plan,
-) -> Result<Parts, String> {
+) -> Result<Parts, DagError> {
     let elem = spec.elem_size as u64;
     let mut builder = Builder::new(spec.world);
     for_each_rank(
@@ -328,8 +333,8 @@ fn messages_of(
 /// plan document may hold them) are collected for [`shared::build`].
 fn messages_from(
     spec: &DagSpec,
-    mut plan: impl FnMut(usize) -> Result<Plan, String>,
-) -> Result<Parts, String> {
+    mut plan: impl FnMut(usize) -> Result<Plan, DagError>,
+) -> Result<Parts, DagError> {
     let elem = spec.elem_size as u64;
     let first = plan(0)?;
     if reads_peers(&first) {
@@ -367,11 +372,11 @@ fn reads_peers(plan: &Plan) -> bool {
 /// order. What a worker makes travels through a bounded channel, so only a
 /// few are alive at a time (holding all 1024 ranks' plans took more memory
 /// than the DAG).
-fn for_each_rank<T, M, C>(world: usize, make: M, mut consume: C) -> Result<(), String>
+fn for_each_rank<T, M, C>(world: usize, make: M, mut consume: C) -> Result<(), DagError>
 where
     T: Send,
     M: Fn(usize) -> T + Sync,
-    C: FnMut(T) -> Result<(), String>,
+    C: FnMut(T) -> Result<(), DagError>,
 {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let workers = cores.min(4).min(world / 64);
@@ -396,7 +401,7 @@ where
         for rank in 0..world {
             let made = receivers[rank % workers]
                 .recv()
-                .map_err(|_| format!("generating the plan of rank {rank} failed"))?;
+                .map_err(|_| DagError::GeneratorFailed(rank))?;
             consume(made)?;
         }
         Ok(())
@@ -430,7 +435,7 @@ impl RankMessages {
     /// Walks the plan's steps in order: a step's frontier is the union of
     /// its non-send dependencies' frontiers, plus its own receive; a send
     /// takes its frontier as the message's dependencies.
-    fn of(plan: &Plan, elem: u64) -> Result<RankMessages, String> {
+    fn of(plan: &Plan, elem: u64) -> Result<RankMessages, DagError> {
         let rank = plan.rank;
         let mut out = RankMessages {
             rank,
@@ -480,9 +485,7 @@ impl RankMessages {
                 | Op::PeerReadReduce { .. }
                 | Op::Release { .. } => {
                     // algorithms that read peers go through `shared::build`
-                    return Err(format!(
-                        "rank {rank}: a shared-memory step in a plan of messages"
-                    ));
+                    return Err(DagError::SharedStep { rank });
                 }
             }
             f.sort_unstable();
@@ -554,7 +557,7 @@ impl Builder {
     }
 
     /// Matches receives to sends and rewrites dependencies as message ids.
-    fn finish(mut self) -> Result<Parts, String> {
+    fn finish(mut self) -> Result<Parts, DagError> {
         for r in 0..self.world {
             let (from, to) = (self.first_send[r] as usize, self.first_send[r + 1] as usize);
             let keys = &mut self.send_keys[from..to];
@@ -563,31 +566,32 @@ impl Builder {
                 .windows(2)
                 .find(|w| w[0].0 == w[1].0 && w[0].1 == w[1].1)
             {
-                return Err(format!(
-                    "plan of rank {r} sends tag {} to {} twice",
-                    w[0].1, w[0].0
-                ));
+                return Err(DagError::SentTwice {
+                    rank: r,
+                    peer: w[0].0 as usize,
+                    tag: w[0].1,
+                });
             }
         }
         let mut message_of = Vec::with_capacity(self.receives.len());
         for rcv in &self.receives {
-            let id = self.find_send(rcv).ok_or_else(|| {
-                format!(
-                    "rank {} receives tag {} from {}, which never sends it",
-                    rcv.rank, rcv.tag, rcv.peer
-                )
+            let id = self.find_send(rcv).ok_or(DagError::NeverSent {
+                rank: rcv.rank as usize,
+                peer: rcv.peer as usize,
+                tag: rcv.tag,
             })?;
             if self.messages[id as usize].bytes != rcv.bytes {
-                return Err(format!("message {id}: send and receive lengths differ"));
+                return Err(DagError::LengthsDiffer {
+                    message: id as usize,
+                });
             }
             message_of.push(id);
         }
         if message_of.len() != self.messages.len() {
-            return Err(format!(
-                "{} of {} messages are never received",
-                self.messages.len().abs_diff(message_of.len()),
-                self.messages.len()
-            ));
+            return Err(DagError::NeverReceived {
+                unreceived: self.messages.len().abs_diff(message_of.len()),
+                messages: self.messages.len(),
+            });
         }
         // Handles -> ids, sorted and without repeats, compacted in place.
         let mut write = 0;
@@ -721,12 +725,22 @@ mod tests {
     #[test]
     fn bad_specs_are_named() {
         let spec = DagSpec::new(Collective::Allreduce, "nope", 4, 64);
-        assert!(build(&spec, None)
-            .unwrap_err()
-            .contains("unknown allreduce algorithm"));
+        let err = build(&spec, None).unwrap_err();
+        assert!(matches!(err, DagError::UnknownAlgorithm(_)));
+        assert!(err
+            .to_string()
+            .starts_with("unknown allreduce algorithm 'nope'"));
         let spec = DagSpec::new(Collective::Allreduce, "ring", 4, 64);
-        assert!(build(&spec, Some(vec![0, 1]))
-            .unwrap_err()
-            .contains("placement"));
+        let err = build(&spec, Some(vec![0, 1])).unwrap_err();
+        assert_eq!(
+            err,
+            DagError::Placement {
+                entries: 2,
+                world: 4
+            }
+        );
+        assert_eq!(err.to_string(), "placement has 2 entries for 4 ranks");
+        let spec = DagSpec::new(Collective::Allreduce, "ring", 0, 64);
+        assert_eq!(build(&spec, None).err(), Some(DagError::NoRanks));
     }
 }

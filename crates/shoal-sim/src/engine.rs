@@ -2,9 +2,11 @@
 //! engine is one [`Engine`] variant, its name in [`Engine::parse`], and one
 //! arm in [`simulate_collective`].
 
+use std::fmt;
 use std::time::Instant;
 
 use crate::dag::CollectiveDag;
+use crate::error::SimError;
 use crate::packet::{InaJob, PacketConfig, PacketSim, PacketStats};
 use crate::topology::Topology;
 use crate::units::{seconds, Time};
@@ -18,17 +20,31 @@ pub enum Engine {
     Flow,
 }
 
+/// An engine name that is none of [`Engine::NAMES`], as written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownEngine(pub String);
+
+impl fmt::Display for UnknownEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown engine '{}'; valid: {}",
+            self.0,
+            Engine::NAMES.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownEngine {}
+
 impl Engine {
     pub const NAMES: [&'static str; 2] = ["packet", "flow"];
 
-    pub fn parse(name: &str) -> Result<Engine, String> {
+    pub fn parse(name: &str) -> Result<Engine, UnknownEngine> {
         match name {
             "packet" => Ok(Engine::Packet),
             "flow" => Ok(Engine::Flow),
-            other => Err(format!(
-                "unknown engine '{other}'; valid: {}",
-                Engine::NAMES.join(", ")
-            )),
+            other => Err(UnknownEngine(other.to_string())),
         }
     }
 
@@ -95,7 +111,7 @@ pub fn simulate_collective(
     dag: CollectiveDag,
     engine: Engine,
     opts: &Options,
-) -> Result<Outcome, String> {
+) -> Result<Outcome, SimError> {
     match engine {
         Engine::Packet => packet_collective(topo, dag, opts),
         Engine::Flow => crate::flow::plan_outcome(topo, &dag),
@@ -108,27 +124,22 @@ pub fn simulate_ina(
     job: InaJob,
     engine: Engine,
     opts: &Options,
-) -> Result<Outcome, String> {
+) -> Result<Outcome, SimError> {
     match engine {
         Engine::Packet => packet_ina(topo, job, opts),
         Engine::Flow => crate::scenario::ina::simulate_alone(topo, &job),
     }
 }
 
-fn packet_ina(topo: &Topology, job: InaJob, opts: &Options) -> Result<Outcome, String> {
+fn packet_ina(topo: &Topology, job: InaJob, opts: &Options) -> Result<Outcome, SimError> {
     let (t0, c0) = (Instant::now(), thread_cpu_s());
     let bytes = job.bytes * job.workers.len() as u64;
     let mut sim = PacketSim::new(topo, opts.packet);
     let id = sim.add_ina_job(job, 0)?;
     let stats = sim.run();
-    let time = sim
-        .ina_finish(id)
-        .ok_or("the aggregation job did not finish (a result never came back)")?;
+    let time = sim.ina_finish(id).ok_or(SimError::InaUnfinished)?;
     if stats.ina.wrong_results > 0 {
-        return Err(format!(
-            "{} aggregation results were wrong",
-            stats.ina.wrong_results
-        ));
+        return Err(SimError::WrongResults(stats.ina.wrong_results));
     }
     Ok(Outcome {
         engine: Engine::Packet,
@@ -146,7 +157,7 @@ fn packet_collective(
     topo: &Topology,
     dag: CollectiveDag,
     opts: &Options,
-) -> Result<Outcome, String> {
+) -> Result<Outcome, SimError> {
     let (t0, c0) = (Instant::now(), thread_cpu_s());
     let messages = dag.messages.len();
     let bytes = network_bytes(&dag);
@@ -155,7 +166,7 @@ fn packet_collective(
     let stats = sim.run();
     let time = sim
         .collective_finish(id)
-        .ok_or("the collective did not finish (a message was never delivered)")?;
+        .ok_or(SimError::CollectiveUnfinished)?;
     Ok(Outcome {
         engine: Engine::Packet,
         time,

@@ -10,10 +10,15 @@
 //! - [`packet`]: the packet-level engine (queues, ECN, DCTCP, INA);
 //! - [`engine`]: one collective on one topology with a chosen engine.
 //!
+//! - [`error`]: [`SimError`], the entry points' error, wrapping the parts'
+//!   typed errors ([`units::UnitError`], [`topology::TopologyError`],
+//!   [`scenario::ConfigError`], [`dag::DagError`], [`flow::FlowError`], ...).
+//!
 //! See docs/sim.md.
 
 pub mod dag;
 pub mod engine;
+pub mod error;
 pub mod event;
 pub mod flow;
 pub mod packet;
@@ -23,3 +28,5 @@ pub mod scenario;
 pub mod topology;
 pub mod units;
 pub mod workload;
+
+pub use error::SimError;

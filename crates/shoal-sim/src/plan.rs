@@ -6,6 +6,7 @@ use shoal_plan::{CallPlans, Collective};
 
 use crate::dag::{build_with, BuiltinOnly, DagSpec, Document, PlanSource};
 use crate::engine::{simulate_collective, simulate_ina, Engine, Options, Outcome};
+use crate::error::SimError;
 use crate::packet::InaJob;
 use crate::topology::{LinkSpec, Topology};
 use crate::units::{parse_bytes, parse_rate, parse_time, seconds};
@@ -68,13 +69,13 @@ pub struct PlanReport {
 
 impl PlanRequest {
     /// Runs a built-in algorithm or the plan document.
-    pub fn run(&self) -> Result<PlanReport, String> {
+    pub fn run(&self) -> Result<PlanReport, SimError> {
         self.run_with(&BuiltinOnly)
     }
 
     /// Runs the request, with `source` supplying the algorithms the
     /// built-in registry does not have (those registered from Python).
-    pub fn run_with(&self, source: &dyn PlanSource) -> Result<PlanReport, String> {
+    pub fn run_with(&self, source: &dyn PlanSource) -> Result<PlanReport, SimError> {
         match &self.document {
             Some(plans) => {
                 let document = Document::new(plans.clone());
@@ -100,19 +101,13 @@ impl PlanRequest {
         }
     }
 
-    fn collective(&self) -> Result<Collective, String> {
-        Collective::from_name(&self.collective).ok_or_else(|| {
-            let names: Vec<_> = Collective::ALL.iter().map(|c| c.name()).collect();
-            format!(
-                "unknown collective '{}'; valid: {}",
-                self.collective,
-                names.join(", ")
-            )
-        })
+    fn collective(&self) -> Result<Collective, SimError> {
+        Collective::from_name(&self.collective)
+            .ok_or_else(|| SimError::UnknownCollective(self.collective.clone()))
     }
 
     /// Simulates `spec` (its algorithm from the registry or `source`).
-    fn simulate(&self, spec: DagSpec, source: &dyn PlanSource) -> Result<PlanReport, String> {
+    fn simulate(&self, spec: DagSpec, source: &dyn PlanSource) -> Result<PlanReport, SimError> {
         let collective = spec.collective;
         let engine = Engine::parse(&self.engine)?;
         let link = LinkSpec::parse(
@@ -131,35 +126,33 @@ impl PlanRequest {
         let bytes = spec.bytes;
         let hosts_needed = self.ranks.div_ceil(spec.ranks_per_host);
         if hosts_needed > topo.hosts() {
-            return Err(format!(
-                "{} ranks at {} per host need {hosts_needed} hosts; {} has {}",
-                self.ranks,
-                spec.ranks_per_host,
-                topo.name,
-                topo.hosts()
-            ));
+            return Err(SimError::TooFewHosts {
+                ranks: self.ranks,
+                ranks_per_host: spec.ranks_per_host,
+                needed: hosts_needed,
+                topology: topo.name.clone(),
+                hosts: topo.hosts(),
+            });
         }
         let mut opts = Options::default();
         opts.packet.seed = self.seed;
         if let Some(o) = &self.host_overhead {
             if engine != Engine::Packet {
-                return Err("--host-overhead is modelled by the packet engine only".into());
+                return Err(SimError::HostOverheadNeedsPacketEngine);
             }
             opts.packet.host_overhead = parse_time(o)?;
         }
         let outcome = if self.algo == "ina" {
             if collective != Collective::Allreduce {
-                return Err(format!(
-                    "--algo ina is an allreduce; not {}",
-                    self.collective
-                ));
+                return Err(SimError::InaNotAllreduce(self.collective.clone()));
             }
             // One worker per host: ranks of a host are summed locally first.
             let mut workers = spec.block_placement();
             workers.dedup();
             simulate_ina(&topo, InaJob::new(workers, bytes), engine, &opts)?
         } else {
-            simulate_collective(&topo, build_with(&spec, None, source)?, engine, &opts)?
+            let dag = build_with(&spec, None, source)?;
+            simulate_collective(&topo, dag, engine, &opts)?
         };
         Ok(PlanReport {
             request: self.clone(),

@@ -6,7 +6,9 @@
 //! direction, each with its own output queue in the packet engine. Routes
 //! are lists of link ids from a source host to a destination host.
 
-use crate::units::{parse_bytes, parse_rate, parse_time, Rate, Time, PS_PER_US};
+use std::fmt;
+
+use crate::units::{parse_bytes, parse_rate, parse_time, Rate, Time, UnitError, PS_PER_US};
 
 pub type NodeId = usize;
 pub type LinkId = usize;
@@ -57,7 +59,7 @@ impl LinkSpec {
         rate: Option<&str>,
         latency: Option<&str>,
         buffer: Option<&str>,
-    ) -> Result<LinkSpec, String> {
+    ) -> Result<LinkSpec, UnitError> {
         let mut spec = LinkSpec::default();
         if let Some(r) = rate {
             spec.rate = parse_rate(r)?;
@@ -217,9 +219,9 @@ impl Topology {
     /// A `k`-ary fat-tree (Al-Fares et al.): `k` pods of `k/2` ToR and `k/2`
     /// aggregation switches, `(k/2)^2` cores, `k^3/4` hosts (`k/2` per ToR).
     /// k=16: 1024 hosts, 128 ToR, 128 aggregation, 64 core switches.
-    pub fn fat_tree(k: usize, spec: LinkSpec) -> Result<Topology, String> {
+    pub fn fat_tree(k: usize, spec: LinkSpec) -> Result<Topology, TopologyError> {
         if k < 2 || !k.is_multiple_of(2) {
-            return Err(format!("fat-tree k must be even and >= 2, got {k}"));
+            return Err(TopologyError::FatTreeK(k));
         }
         let h = k / 2;
         let hosts = k * k * k / 4;
@@ -265,9 +267,9 @@ impl Topology {
         spines: usize,
         hosts_per_leaf: usize,
         spec: LinkSpec,
-    ) -> Result<Topology, String> {
+    ) -> Result<Topology, TopologyError> {
         if leaves == 0 || spines == 0 || hosts_per_leaf == 0 {
-            return Err("leaf-spine needs leaves, spines and hosts >= 1".into());
+            return Err(TopologyError::EmptyLeafSpine);
         }
         let hosts = leaves * hosts_per_leaf;
         let mut nodes = vec![Node::Host; hosts];
@@ -295,15 +297,13 @@ impl Topology {
         hosts_per_leaf: usize,
         oversub: usize,
         spec: LinkSpec,
-    ) -> Result<Topology, String> {
+    ) -> Result<Topology, TopologyError> {
         let mut topo = Topology::leaf_spine(leaves, spines, hosts_per_leaf, spec)?;
         let uplink =
             spec.rate.0 as u128 * hosts_per_leaf as u128 / (spines * oversub.max(1)) as u128;
-        let uplink = Rate(u64::try_from(uplink).map_err(|_| "leaf-spine uplink rate overflows")?);
+        let uplink = Rate(u64::try_from(uplink).map_err(|_| TopologyError::UplinkOverflow)?);
         if oversub == 0 || uplink.0 == 0 {
-            return Err(format!(
-                "leaf-spine oversub={oversub}: must be >= 1 and leave the uplinks some capacity"
-            ));
+            return Err(TopologyError::Oversubscription(oversub));
         }
         let hosts = topo.hosts;
         for l in topo
@@ -334,8 +334,8 @@ impl Topology {
 
     /// Sets the rate of every link of tier `t` to `rates[t]` (the last rate
     /// for tiers beyond the list): per-tier link rates.
-    pub fn set_tier_rates(&mut self, rates: &[Rate]) -> Result<(), String> {
-        let last = *rates.last().ok_or("tier rates: give at least one rate")?;
+    pub fn set_tier_rates(&mut self, rates: &[Rate]) -> Result<(), TopologyError> {
+        let last = *rates.last().ok_or(TopologyError::NoTierRates)?;
         for l in 0..self.links.len() {
             self.links[l].rate = rates.get(self.link_tier(l)).copied().unwrap_or(last);
         }
@@ -343,9 +343,9 @@ impl Topology {
     }
 
     /// Every host on one switch: the testbed (`shoal testbed`).
-    pub fn single_switch(hosts: usize, spec: LinkSpec) -> Result<Topology, String> {
+    pub fn single_switch(hosts: usize, spec: LinkSpec) -> Result<Topology, TopologyError> {
         if hosts == 0 {
-            return Err("a star needs at least one host".into());
+            return Err(TopologyError::EmptyStar);
         }
         let mut nodes = vec![Node::Host; hosts];
         nodes.push(Node::Switch { tier: 0 });
@@ -360,48 +360,119 @@ impl Topology {
 
     /// Parses "fattree:k=16", "leafspine:leaves=4,spines=2,hosts=8" or
     /// "star:hosts=8".
-    pub fn parse(s: &str, spec: LinkSpec) -> Result<Topology, String> {
+    pub fn parse(s: &str, spec: LinkSpec) -> Result<Topology, TopologyError> {
         let (kind, args) = s.split_once(':').unwrap_or((s, ""));
         let mut params = Vec::new();
+        let in_spec = |problem| TopologyError::Spec {
+            spec: s.to_string(),
+            problem,
+        };
         for kv in args.split(',').filter(|kv| !kv.trim().is_empty()) {
             let (k, v) = kv
                 .split_once('=')
-                .ok_or_else(|| format!("topology '{s}': '{kv}' is not key=value"))?;
-            let v: usize = v
-                .trim()
-                .parse()
-                .map_err(|_| format!("topology '{s}': {k}={v} is not a whole number"))?;
+                .ok_or_else(|| in_spec(SpecProblem::NotKeyValue(kv.to_string())))?;
+            let v: usize = v.trim().parse().map_err(|_| {
+                in_spec(SpecProblem::NotWholeNumber {
+                    key: k.to_string(),
+                    value: v.to_string(),
+                })
+            })?;
             params.push((k.trim().to_string(), v));
         }
-        let mut take = |key: &str| -> Result<usize, String> {
-            let i = params
-                .iter()
-                .position(|(k, _)| k == key)
-                .ok_or_else(|| format!("topology '{s}' needs {key}=N"))?;
-            Ok(params.remove(i).1)
+        let mut take = |key: &str| -> Option<usize> {
+            let i = params.iter().position(|(k, _)| k == key)?;
+            Some(params.remove(i).1)
         };
+        let mut need = |key: &'static str| take(key).ok_or(in_spec(SpecProblem::Missing(key)));
         let topo = match kind.trim() {
-            "fattree" => Topology::fat_tree(take("k")?, spec)?,
+            "fattree" => Topology::fat_tree(need("k")?, spec)?,
             "leafspine" => {
-                let (leaves, spines, hosts) = (take("leaves")?, take("spines")?, take("hosts")?);
+                let (leaves, spines, hosts) = (need("leaves")?, need("spines")?, need("hosts")?);
                 match take("oversub") {
-                    Ok(o) => Topology::leaf_spine_oversubscribed(leaves, spines, hosts, o, spec)?,
-                    Err(_) => Topology::leaf_spine(leaves, spines, hosts, spec)?,
+                    Some(o) => Topology::leaf_spine_oversubscribed(leaves, spines, hosts, o, spec)?,
+                    None => Topology::leaf_spine(leaves, spines, hosts, spec)?,
                 }
             }
-            "star" => Topology::single_switch(take("hosts")?, spec)?,
-            other => {
-                return Err(format!(
-                    "unknown topology '{other}'; use fattree:k=N, leafspine:leaves=L,spines=S,hosts=H or star:hosts=N"
-                ))
-            }
+            "star" => Topology::single_switch(need("hosts")?, spec)?,
+            other => return Err(TopologyError::UnknownKind(other.to_string())),
         };
         if let Some((k, _)) = params.first() {
-            return Err(format!("topology '{s}': unknown parameter '{k}'"));
+            return Err(in_spec(SpecProblem::UnknownParameter(k.clone())));
         }
         Ok(topo)
     }
 }
+
+/// A topology that cannot be built: a spec string that does not parse, or
+/// parameters the shape refuses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TopologyError {
+    /// What is wrong with the spec string `spec` ("fattree:k=eight").
+    Spec { spec: String, problem: SpecProblem },
+    /// A kind other than fattree, leafspine and star.
+    UnknownKind(String),
+    /// A fat-tree's k must be even and >= 2.
+    FatTreeK(usize),
+    /// A leaf-spine with no leaves, spines or hosts.
+    EmptyLeafSpine,
+    /// An oversubscription of 0, or one that leaves the uplinks no capacity.
+    Oversubscription(usize),
+    /// An uplink rate beyond u64 bit/s.
+    UplinkOverflow,
+    /// A star with no host.
+    EmptyStar,
+    /// `set_tier_rates` with an empty list.
+    NoTierRates,
+}
+
+/// What is wrong with a topology spec string.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SpecProblem {
+    /// A parameter without `=`.
+    NotKeyValue(String),
+    /// A parameter whose value is not a whole number.
+    NotWholeNumber { key: String, value: String },
+    /// A parameter the kind needs that is not given.
+    Missing(&'static str),
+    /// A parameter the kind does not take.
+    UnknownParameter(String),
+}
+
+impl fmt::Display for TopologyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TopologyError::Spec { spec, problem } => match problem {
+                SpecProblem::NotKeyValue(kv) => {
+                    write!(f, "topology '{spec}': '{kv}' is not key=value")
+                }
+                SpecProblem::NotWholeNumber { key, value } => {
+                    write!(f, "topology '{spec}': {key}={value} is not a whole number")
+                }
+                SpecProblem::Missing(key) => write!(f, "topology '{spec}' needs {key}=N"),
+                SpecProblem::UnknownParameter(key) => {
+                    write!(f, "topology '{spec}': unknown parameter '{key}'")
+                }
+            },
+            TopologyError::UnknownKind(kind) => write!(
+                f,
+                "unknown topology '{kind}'; use fattree:k=N, leafspine:leaves=L,spines=S,hosts=H or star:hosts=N"
+            ),
+            TopologyError::FatTreeK(k) => write!(f, "fat-tree k must be even and >= 2, got {k}"),
+            TopologyError::EmptyLeafSpine => {
+                write!(f, "leaf-spine needs leaves, spines and hosts >= 1")
+            }
+            TopologyError::Oversubscription(oversub) => write!(
+                f,
+                "leaf-spine oversub={oversub}: must be >= 1 and leave the uplinks some capacity"
+            ),
+            TopologyError::UplinkOverflow => write!(f, "leaf-spine uplink rate overflows"),
+            TopologyError::EmptyStar => write!(f, "a star needs at least one host"),
+            TopologyError::NoTierRates => write!(f, "tier rates: give at least one rate"),
+        }
+    }
+}
+
+impl std::error::Error for TopologyError {}
 
 /// SplitMix64 finaliser: a cheap, well-mixed deterministic hash.
 pub fn mix(mut x: u64) -> u64 {
@@ -435,11 +506,12 @@ mod tests {
         )
         .unwrap();
         assert!(uplinks.iter().all(|&l| t.links[l].rate == Rate::gbit(40)));
-        assert!(Topology::parse(
+        let err = Topology::parse(
             "leafspine:leaves=4,spines=2,hosts=8,oversub=0",
-            LinkSpec::default()
+            LinkSpec::default(),
         )
-        .is_err());
+        .unwrap_err();
+        assert_eq!(err, TopologyError::Oversubscription(0));
     }
 
     #[test]
@@ -464,7 +536,7 @@ mod tests {
         assert_eq!(rate_of(0), (vec![Rate::gbit(10)], 32));
         assert_eq!(rate_of(1), (vec![Rate::gbit(40)], 32));
         assert_eq!(rate_of(2), (vec![Rate::gbit(100)], 32));
-        assert!(t.set_tier_rates(&[]).is_err());
+        assert_eq!(t.set_tier_rates(&[]), Err(TopologyError::NoTierRates));
     }
 
     #[test]
@@ -509,18 +581,41 @@ mod tests {
         let ls = Topology::parse("leafspine:leaves=4,spines=2,hosts=8", s).unwrap();
         assert_eq!((ls.hosts(), ls.switches()), (32, 6));
         assert_eq!(Topology::parse("fattree:k=8", s).unwrap().hosts(), 128);
-        assert!(Topology::parse("fattree:k=7", s)
-            .unwrap_err()
-            .contains("even"));
-        assert!(Topology::parse("fattree", s).unwrap_err().contains("k=N"));
-        assert!(Topology::parse("ring:n=3", s)
-            .unwrap_err()
-            .contains("unknown topology"));
-        assert!(Topology::parse("star:hosts=4,x=1", s)
-            .unwrap_err()
-            .contains("'x'"));
-        assert!(Topology::parse("star:hosts=four", s)
-            .unwrap_err()
-            .contains("whole number"));
+        let err = Topology::parse("fattree:k=7", s).unwrap_err();
+        assert_eq!(err, TopologyError::FatTreeK(7));
+        assert_eq!(err.to_string(), "fat-tree k must be even and >= 2, got 7");
+        let err = Topology::parse("fattree", s).unwrap_err();
+        assert_eq!(
+            err,
+            TopologyError::Spec {
+                spec: "fattree".into(),
+                problem: SpecProblem::Missing("k")
+            }
+        );
+        assert_eq!(err.to_string(), "topology 'fattree' needs k=N");
+        let err = Topology::parse("ring:n=3", s).unwrap_err();
+        assert_eq!(err, TopologyError::UnknownKind("ring".into()));
+        assert!(err
+            .to_string()
+            .starts_with("unknown topology 'ring'; use fattree:k=N"));
+        let err = Topology::parse("star:hosts=4,x=1", s).unwrap_err();
+        assert!(matches!(
+            &err,
+            TopologyError::Spec { problem: SpecProblem::UnknownParameter(k), .. } if k == "x"
+        ));
+        assert_eq!(
+            err.to_string(),
+            "topology 'star:hosts=4,x=1': unknown parameter 'x'"
+        );
+        let err = Topology::parse("star:hosts=four", s).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "topology 'star:hosts=four': hosts=four is not a whole number"
+        );
+        let err = Topology::parse("star:hosts", s).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "topology 'star:hosts': 'hosts' is not key=value"
+        );
     }
 }

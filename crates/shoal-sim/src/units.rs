@@ -8,6 +8,8 @@
 //! still spans 213 days of simulated time. Integer time keeps event order
 //! exact and runs deterministic (no float rounding differences).
 
+use std::fmt;
+
 /// Simulated time or a duration, in picoseconds.
 pub type Time = u64;
 
@@ -42,24 +44,139 @@ pub fn seconds(t: Time) -> f64 {
     t as f64 / PS_PER_S as f64
 }
 
+/// What a unit string was meant to be, for [`UnitError`]'s message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quantity {
+    Rate,
+    Duration,
+    Size,
+}
+
+impl Quantity {
+    fn noun(self) -> &'static str {
+        match self {
+            Quantity::Rate => "rate",
+            Quantity::Duration => "duration",
+            Quantity::Size => "size",
+        }
+    }
+
+    /// The units the parser knows, as the message lists them.
+    fn known_units(self) -> &'static str {
+        match self {
+            Quantity::Rate => "bit, kbit, mbit, gbit or tbit",
+            Quantity::Duration => "ps, ns, us, ms or s",
+            Quantity::Size => "B, KB, MB, GB, KiB, MiB or GiB",
+        }
+    }
+}
+
+/// A rate, duration or size a user wrote that does not parse; each names
+/// the text as written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UnitError {
+    /// No number at the start ("fast").
+    NotANumber { text: String },
+    /// A number that is infinite or negative.
+    OutOfRange { text: String },
+    /// A number without a unit where one is needed ("10" for a rate).
+    NoUnit { quantity: Quantity, text: String },
+    /// A unit the parser does not know ("10gbyte").
+    UnknownUnit {
+        quantity: Quantity,
+        text: String,
+        unit: String,
+    },
+    /// A rate that rounds to 0 bit/s.
+    RateBelowOneBit { text: String },
+}
+
+impl UnitError {
+    /// The text that did not parse.
+    pub fn text(&self) -> &str {
+        match self {
+            UnitError::NotANumber { text }
+            | UnitError::OutOfRange { text }
+            | UnitError::NoUnit { text, .. }
+            | UnitError::UnknownUnit { text, .. }
+            | UnitError::RateBelowOneBit { text } => text,
+        }
+    }
+}
+
+impl fmt::Display for UnitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UnitError::NotANumber { text } => write!(f, "'{text}' does not start with a number"),
+            UnitError::OutOfRange { text } => {
+                write!(f, "'{text}': the number must be finite and >= 0")
+            }
+            UnitError::NoUnit { quantity, text } => {
+                let example = match quantity {
+                    Quantity::Rate => "10gbit or 100mbit",
+                    Quantity::Duration => "1us or 500ns",
+                    Quantity::Size => "64MiB or 1500B",
+                };
+                write!(
+                    f,
+                    "{} '{text}' has no unit; write e.g. {example}",
+                    quantity.noun()
+                )
+            }
+            UnitError::UnknownUnit {
+                quantity,
+                text,
+                unit,
+            } => write!(
+                f,
+                "{} '{text}': unknown unit '{unit}'; use {}",
+                quantity.noun(),
+                quantity.known_units()
+            ),
+            UnitError::RateBelowOneBit { text } => {
+                write!(f, "rate '{text}' must be at least 1 bit/s")
+            }
+        }
+    }
+}
+
+impl std::error::Error for UnitError {}
+
 /// Splits "10gbit" into (10.0, "gbit"); the number may have a fraction.
-fn split_number(s: &str) -> Result<(f64, String), String> {
+fn split_number(s: &str) -> Result<(f64, String), UnitError> {
     let s = s.trim();
     let end = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(s.len());
     let (num, unit) = s.split_at(end);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' does not start with a number"))?;
+    let value: f64 = num.parse().map_err(|_| UnitError::NotANumber {
+        text: s.to_string(),
+    })?;
     if !value.is_finite() || value < 0.0 {
-        return Err(format!("'{s}': the number must be finite and >= 0"));
+        return Err(UnitError::OutOfRange {
+            text: s.to_string(),
+        });
     }
     Ok((value, unit.trim().to_ascii_lowercase()))
 }
 
+/// The error for a unit `quantity` does not know (or for none, where one
+/// is needed).
+fn bad_unit(quantity: Quantity, text: &str, unit: &str) -> UnitError {
+    let text = text.to_string();
+    if unit.is_empty() {
+        UnitError::NoUnit { quantity, text }
+    } else {
+        UnitError::UnknownUnit {
+            quantity,
+            text,
+            unit: unit.to_string(),
+        }
+    }
+}
+
 /// Parses a rate: "10gbit", "100Mbit", "400gbps", "1.5tbit", "9600bit".
-pub fn parse_rate(s: &str) -> Result<Rate, String> {
+pub fn parse_rate(s: &str) -> Result<Rate, UnitError> {
     let (value, unit) = split_number(s)?;
     let scale = match unit.as_str() {
         "bit" | "bps" | "bit/s" => 1.0,
@@ -67,26 +184,19 @@ pub fn parse_rate(s: &str) -> Result<Rate, String> {
         "mbit" | "mbps" | "mbit/s" => 1e6,
         "gbit" | "gbps" | "gbit/s" => 1e9,
         "tbit" | "tbps" | "tbit/s" => 1e12,
-        "" => {
-            return Err(format!(
-                "rate '{s}' has no unit; write e.g. 10gbit or 100mbit"
-            ))
-        }
-        other => {
-            return Err(format!(
-                "rate '{s}': unknown unit '{other}'; use bit, kbit, mbit, gbit or tbit"
-            ))
-        }
+        other => return Err(bad_unit(Quantity::Rate, s, other)),
     };
     let bps = (value * scale).round();
     if bps < 1.0 {
-        return Err(format!("rate '{s}' must be at least 1 bit/s"));
+        return Err(UnitError::RateBelowOneBit {
+            text: s.to_string(),
+        });
     }
     Ok(Rate(bps as u64))
 }
 
 /// Parses a duration: "1us", "500ns", "2ms", "0.5s", "100ps" (also "µs").
-pub fn parse_time(s: &str) -> Result<Time, String> {
+pub fn parse_time(s: &str) -> Result<Time, UnitError> {
     let (value, unit) = split_number(s)?;
     let scale = match unit.as_str() {
         "ps" => 1,
@@ -94,22 +204,13 @@ pub fn parse_time(s: &str) -> Result<Time, String> {
         "us" | "µs" => PS_PER_US,
         "ms" => PS_PER_MS,
         "s" => PS_PER_S,
-        "" => {
-            return Err(format!(
-                "duration '{s}' has no unit; write e.g. 1us or 500ns"
-            ))
-        }
-        other => {
-            return Err(format!(
-                "duration '{s}': unknown unit '{other}'; use ps, ns, us, ms or s"
-            ))
-        }
+        other => return Err(bad_unit(Quantity::Duration, s, other)),
     };
     Ok((value * scale as f64).round() as Time)
 }
 
 /// Parses a size in bytes: "64MiB", "1500", "1500B", "64MB", "2GiB", "4KiB".
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
+pub fn parse_bytes(s: &str) -> Result<u64, UnitError> {
     let (value, unit) = split_number(s)?;
     let scale: u64 = match unit.as_str() {
         "" | "b" => 1,
@@ -119,11 +220,7 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         "kib" | "k" => 1 << 10,
         "mib" | "m" => 1 << 20,
         "gib" | "g" => 1 << 30,
-        other => {
-            return Err(format!(
-                "size '{s}': unknown unit '{other}'; use B, KB, MB, GB, KiB, MiB or GiB"
-            ))
-        }
+        other => return Err(bad_unit(Quantity::Size, s, other)),
     };
     Ok((value * scale as f64).round() as u64)
 }
@@ -147,13 +244,46 @@ mod tests {
 
     #[test]
     fn rejects_bad_input_naming_the_problem() {
-        assert!(parse_rate("10").unwrap_err().contains("no unit"));
-        assert!(parse_rate("10gbyte").unwrap_err().contains("unknown unit"));
-        assert!(parse_time("fast").unwrap_err().contains("number"));
-        assert!(parse_bytes("3 parsecs")
-            .unwrap_err()
-            .contains("unknown unit"));
-        assert!(parse_rate("0gbit").unwrap_err().contains("at least"));
+        let err = parse_rate("10").unwrap_err();
+        assert!(matches!(
+            err,
+            UnitError::NoUnit {
+                quantity: Quantity::Rate,
+                ..
+            }
+        ));
+        assert_eq!(
+            err.to_string(),
+            "rate '10' has no unit; write e.g. 10gbit or 100mbit"
+        );
+        let err = parse_rate("10gbyte").unwrap_err();
+        assert!(matches!(&err, UnitError::UnknownUnit { unit, .. } if unit == "gbyte"));
+        assert_eq!(
+            err.to_string(),
+            "rate '10gbyte': unknown unit 'gbyte'; use bit, kbit, mbit, gbit or tbit"
+        );
+        let err = parse_time("fast").unwrap_err();
+        assert_eq!(
+            err,
+            UnitError::NotANumber {
+                text: "fast".into()
+            }
+        );
+        assert_eq!(err.to_string(), "'fast' does not start with a number");
+        let err = parse_time("5").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "duration '5' has no unit; write e.g. 1us or 500ns"
+        );
+        let err = parse_bytes("3 parsecs").unwrap_err();
+        assert_eq!(err.text(), "3 parsecs");
+        assert_eq!(
+            err.to_string(),
+            "size '3 parsecs': unknown unit 'parsecs'; use B, KB, MB, GB, KiB, MiB or GiB"
+        );
+        let err = parse_rate("0gbit").unwrap_err();
+        assert!(matches!(err, UnitError::RateBelowOneBit { .. }));
+        assert_eq!(err.to_string(), "rate '0gbit' must be at least 1 bit/s");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Flow engine: max-min fair shares and completion times on small networks
 //! computed by hand.
 
-use shoal_sim::flow::{Event, FlowEngine};
+use shoal_sim::flow::{Event, FlowEngine, FlowError};
 
 const INF: f64 = f64::INFINITY;
 
@@ -109,13 +109,18 @@ fn every_byte_sent_is_carried_and_counted() {
 
 #[test]
 fn bad_input_is_refused() {
-    assert!(FlowEngine::new(&[0.0]).err().unwrap().contains("link 0"));
+    let err = FlowEngine::new(&[0.0]).err().unwrap();
+    assert_eq!(err, FlowError::Capacity { link: 0, bps: 0.0 });
+    assert_eq!(err.to_string(), "link 0 has non-positive capacity 0 bit/s");
     let mut e = FlowEngine::new(&[1.0]).unwrap();
-    assert!(e
-        .start_flow(0.0, &[3], 1, 0.0, INF, 0)
-        .unwrap_err()
-        .contains("link 3"));
-    assert!(e.start_flow(0.0, &[0], 1, -1.0, INF, 0).is_err());
+    let err = e.start_flow(0.0, &[3], 1, 0.0, INF, 0).unwrap_err();
+    assert_eq!(err, FlowError::NoSuchLink { link: 3, links: 1 });
+    assert_eq!(
+        err.to_string(),
+        "flow path names link 3, but there are 1 links"
+    );
+    let err = e.start_flow(0.0, &[0], 1, -1.0, INF, 0).unwrap_err();
+    assert!(matches!(err, FlowError::CapOrLatency { latency_s, .. } if latency_s == -1.0));
 }
 
 #[test]

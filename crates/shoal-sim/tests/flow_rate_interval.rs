@@ -67,9 +67,14 @@ fn scenario_rate_interval_shifts_fcts_by_at_most_a_few_intervals() {
         l >= e - 1e-4 && l <= e + 1e-4,
         "p99 short FCT {e} s exact, {l} s lagged"
     );
-    assert!(shoal_sim::scenario::ScenarioConfig::from_pairs(&[(
+    let err = shoal_sim::scenario::ScenarioConfig::from_pairs(&[(
         "rate_interval".to_string(),
-        "soon".to_string()
+        "soon".to_string(),
     )])
-    .is_err());
+    .unwrap_err();
+    assert_eq!(err.key(), Some("rate_interval"));
+    assert_eq!(
+        err.to_string(),
+        "rate_interval: 'soon' does not start with a number"
+    );
 }

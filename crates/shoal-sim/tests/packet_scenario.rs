@@ -4,9 +4,10 @@
 use shoal_sim::packet::{PacketConfig, PacketSim, PfcConfig};
 use shoal_sim::scenario::packet_run::run_inspected;
 use shoal_sim::scenario::report::{is_short, LONG_MIN_BYTES};
-use shoal_sim::scenario::{run, ScenarioConfig};
+use shoal_sim::scenario::{run, ConfigError, ScenarioConfig};
 use shoal_sim::topology::{LinkSpec, Node, Topology};
 use shoal_sim::units::{Rate, PS_PER_MS, PS_PER_US};
+use shoal_sim::SimError;
 
 fn config(pairs: &[(&str, &str)]) -> ScenarioConfig {
     ScenarioConfig::from_pairs(pairs).unwrap()
@@ -198,7 +199,24 @@ fn pfc_keys_parse_and_default() {
         ("pfc.xon".into(), "400KB".into()),
         ("pfc.enabled".into(), "true".into()),
     ];
-    assert!(ScenarioConfig::from_pairs(&bad).is_err());
+    let err = ScenarioConfig::from_pairs(&bad).unwrap_err();
+    assert!(matches!(
+        err,
+        ConfigError::PfcThresholds {
+            xon: 400_000,
+            xoff: 300_000
+        }
+    ));
+    assert_eq!(
+        err.to_string(),
+        "pfc: need 0 <= xon < xoff, got xon 400000 and xoff 300000"
+    );
+    let err = ScenarioConfig::from_pairs(&[("pfc.enabled", "yes")]).unwrap_err();
+    assert_eq!(err.key(), Some("pfc.enabled"));
+    assert_eq!(err.to_string(), "pfc.enabled = \"yes\": true or false");
     // The flow engine has no queues to pause.
-    assert!(run(&config(&[("pfc.enabled", "true")]), &mut |_| {}).is_err());
+    let err = run(&config(&[("pfc.enabled", "true")]), &mut |_| {})
+        .err()
+        .unwrap();
+    assert!(matches!(err, SimError::PfcNeedsPacketEngine), "{err}");
 }

@@ -5,6 +5,7 @@
 //! `split` the four trees together hold one share and do not.
 
 use shoal_sim::scenario::{run, ScenarioConfig};
+use shoal_sim::SimError;
 
 /// Mean communication time per iteration of the job.
 fn comm_s(long_flows: usize, tree_share: &str, only_tree: Option<usize>) -> f64 {
@@ -59,15 +60,20 @@ fn split_share_gives_no_gain_and_bad_values_are_named() {
         four > best_one,
         "split: 4 trees {four} s, best single {best_one} s"
     );
-    let err = ScenarioConfig::from_pairs(&[
+    let cfg = ScenarioConfig::from_pairs(&[
         ("jobs.0.workers", "8"),
         ("jobs.0.model", "vgg16"),
         ("jobs.0.algorithm", "panama"),
         ("jobs.0.tree", "9"),
     ])
-    .and_then(|cfg| run(&cfg, &mut |_| {}).map(|_| ()))
-    .unwrap_err();
-    assert!(err.contains("tree 9"), "{err}");
+    .unwrap();
+    let err = run(&cfg, &mut |_| {}).map(|_| ()).unwrap_err();
+    assert!(
+        matches!(err, SimError::TreeOutside { tree: 9, trees: 4 }),
+        "{err}"
+    );
+    assert_eq!(err.to_string(), "tree 9 asked for, but the job has 4 trees");
     let err = ScenarioConfig::from_pairs(&[("tree_share", "half")]).unwrap_err();
-    assert!(err.contains("tree_share"), "{err}");
+    assert_eq!(err.key(), Some("tree_share"));
+    assert_eq!(err.to_string(), "tree_share = \"half\": use split or each");
 }

@@ -4,7 +4,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use shoal_sim::scenario::{file, run};
+use shoal_sim::scenario::file::FileProblem;
+use shoal_sim::scenario::{file, run, ConfigError};
 
 const SCENARIO: &str = r#"
 topology = "fattree:k=4"
@@ -71,10 +72,24 @@ fn a_bad_file_is_named_with_its_line() {
     let config = dir.join("bad.toml");
     std::fs::write(&config, "topology = \"fattree:k=4\"\nduration = \n").unwrap();
     let err = file::read(&config).unwrap_err();
-    assert!(err.contains("bad.toml") && err.contains("line 2"), "{err}");
+    assert!(matches!(err.problem, FileProblem::Toml(_)), "{err}");
+    assert!(err.file.ends_with("bad.toml"), "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains("bad.toml") && message.contains("line 2"),
+        "{message}"
+    );
     std::fs::write(&config, "topolgy = \"fattree:k=4\"\n").unwrap();
     let err = file::read(&config).unwrap_err();
-    assert!(err.contains("unknown scenario key \"topolgy\""), "{err}");
+    assert!(
+        matches!(&err.problem, FileProblem::Config(ConfigError::UnknownKey(k)) if k == "topolgy"),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .ends_with("bad.toml: unknown scenario key \"topolgy\""),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -1,6 +1,6 @@
 //! Scenarios end to end on the flow engine.
 
-use shoal_sim::scenario::{run, ScenarioConfig};
+use shoal_sim::scenario::{run, ConfigError, ScenarioConfig, ValueProblem};
 
 fn config(pairs: &[(&str, &str)]) -> ScenarioConfig {
     ScenarioConfig::from_pairs(pairs).unwrap()
@@ -49,8 +49,61 @@ fn tiny_scenario_reports_everything() {
 #[test]
 fn bad_config_keys_are_named() {
     let bad = |k: &str, v: &str| ScenarioConfig::from_pairs(&[(k, v)]).unwrap_err();
-    assert!(bad("topolgy", "x").contains("topolgy"));
-    assert!(bad("background.load", "2").contains("between 0 and 1"));
-    assert!(bad("jobs.0.model", "gpt").contains("unknown model"));
-    assert!(bad("background.distribution", "cache").contains("websearch"));
+    let err = bad("topolgy", "x");
+    assert!(matches!(&err, ConfigError::UnknownKey(k) if k == "topolgy"));
+    assert_eq!(err.to_string(), "unknown scenario key \"topolgy\"");
+    let err = bad("background.load", "2");
+    assert!(matches!(
+        &err,
+        ConfigError::Value { key, problem: ValueProblem::NotAFraction(_) } if key == "background.load"
+    ));
+    assert_eq!(
+        err.to_string(),
+        "background.load = 2: must be between 0 and 1"
+    );
+    let err = bad("jobs.0.model", "gpt");
+    assert!(matches!(
+        &err,
+        ConfigError::Value {
+            problem: ValueProblem::Model(_),
+            ..
+        }
+    ));
+    assert_eq!(err.key(), Some("jobs.0.model"));
+    assert!(err.to_string().starts_with("unknown model \"gpt\""));
+    let err = bad("background.distribution", "cache");
+    assert!(matches!(
+        &err,
+        ConfigError::Value {
+            problem: ValueProblem::Distribution(_),
+            ..
+        }
+    ));
+    assert!(err.to_string().contains("websearch"));
+    // A size, rate or duration is named with its key.
+    let err = bad("switch_memory", "3 parsecs");
+    assert!(matches!(
+        &err,
+        ConfigError::Value {
+            problem: ValueProblem::Unit(_),
+            ..
+        }
+    ));
+    assert_eq!(
+        err.to_string(),
+        "switch_memory: size '3 parsecs': unknown unit 'parsecs'; use B, KB, MB, GB, KiB, MiB or GiB"
+    );
+    let err = bad("jobs.0.placement", "far");
+    assert_eq!(
+        err.to_string(),
+        "jobs.0.placement = \"far\": use \"close\" or \"random\""
+    );
+    let err = bad("jobs.x", "1");
+    assert!(matches!(err, ConfigError::JobKey(_)));
+    assert_eq!(err.to_string(), "jobs.x: expected jobs.N.FIELD");
+    let err = bad("jobs.0.workers", "1");
+    assert!(matches!(err, ConfigError::JobTooSmall(0)));
+    let err = bad("warmup", "1s");
+    assert!(matches!(err, ConfigError::WarmupTooLong));
+    assert_eq!(err.to_string(), "warmup must be shorter than duration");
 }

@@ -3,7 +3,10 @@
 //! completion times computed by hand from the flow engine's model
 //! (docs/sim.md, "Flow engine").
 
+use shoal_sim::scenario::file::FileProblem;
 use shoal_sim::scenario::{run, ScenarioConfig};
+use shoal_sim::workload::trace::{self, TraceError};
+use shoal_sim::SimError;
 
 #[test]
 fn a_three_flow_trace_replays_with_hand_computed_fcts() {
@@ -70,8 +73,20 @@ fn a_trace_naming_a_host_the_topology_lacks_is_refused() {
     let err = run(&cfg, &mut |_| {}).err().unwrap();
     std::fs::remove_file(&path).unwrap();
     assert!(
-        err.contains("host 0 to 9") && err.contains("4 hosts"),
+        matches!(
+            err,
+            SimError::TraceOutside {
+                src: 0,
+                dst: 9,
+                hosts: 4,
+                ..
+            }
+        ),
         "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "background.trace: a flow from host 0 to 9, but star:hosts=4 has 4 hosts"
     );
 }
 
@@ -135,14 +150,18 @@ fn a_trace_or_scenario_that_is_a_fifo_is_refused_not_waited_on() {
     let (tx, rx) = std::sync::mpsc::channel();
     let path = fifo.clone();
     std::thread::spawn(move || {
-        let trace = shoal_sim::workload::trace::read(&path).map(|_| ());
+        let trace = trace::read(&path).map(|_| ());
         let scenario = shoal_sim::scenario::file::read(&path).map(|_| ());
         tx.send((trace, scenario)).unwrap();
     });
     let (trace, scenario) = rx
         .recv_timeout(std::time::Duration::from_secs(20))
         .expect("reading a FIFO blocked");
-    for refused in [trace.unwrap_err(), scenario.unwrap_err()] {
+    let trace = trace.unwrap_err();
+    assert!(matches!(trace, TraceError::Read { .. }));
+    let scenario = scenario.unwrap_err();
+    assert!(matches!(scenario.problem, FileProblem::Read(_)));
+    for refused in [trace.to_string(), scenario.to_string()] {
         assert!(
             refused.contains("flows.csv") && refused.contains("a FIFO"),
             "{refused}"

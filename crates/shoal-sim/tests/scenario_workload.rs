@@ -1,6 +1,9 @@
 //! Workloads: CDF sampling, Poisson load, models, placement.
 
+use shoal_sim::workload::background::TrafficError;
+use shoal_sim::workload::cdf::{CdfError, TableProblem};
 use shoal_sim::workload::{models, place_close, FlowSizeCdf, PoissonTraffic, Rng};
+use shoal_sim::SimError;
 
 fn sample_mean(cdf: &FlowSizeCdf, n: usize, seed: u64) -> f64 {
     let mut rng = Rng::new(seed);
@@ -52,11 +55,32 @@ fn cdf_sampling_follows_the_table_quantiles() {
 
 #[test]
 fn bad_cdf_tables_are_rejected() {
-    assert!(FlowSizeCdf::new("x", vec![(10.0, 0.0), (5.0, 1.0)]).is_err());
-    assert!(FlowSizeCdf::new("x", vec![(10.0, 0.0), (20.0, 0.9)]).is_err());
-    assert!(FlowSizeCdf::by_name("nope")
-        .unwrap_err()
-        .contains("websearch"));
+    let err = FlowSizeCdf::new("x", vec![(10.0, 0.0), (5.0, 1.0)]).unwrap_err();
+    assert_eq!(
+        err,
+        CdfError::BadTable {
+            name: "x".into(),
+            problem: TableProblem::Decreasing((10.0, 0.0), (5.0, 1.0))
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "flow-size CDF x: points must be non-decreasing, got (10, 0) then (5, 1)"
+    );
+    let err = FlowSizeCdf::new("x", vec![(10.0, 0.0), (20.0, 0.9)]).unwrap_err();
+    assert!(matches!(
+        err,
+        CdfError::BadTable {
+            problem: TableProblem::OutOfRange,
+            ..
+        }
+    ));
+    let err = FlowSizeCdf::by_name("nope").unwrap_err();
+    assert_eq!(err, CdfError::UnknownDistribution("nope".into()));
+    assert_eq!(
+        err.to_string(),
+        "unknown flow-size distribution \"nope\" (known: websearch, datamining)"
+    );
 }
 
 #[test]
@@ -84,7 +108,12 @@ fn poisson_traffic_offers_the_target_load() {
             .all(|f| f.src != f.dst && f.src < hosts && f.dst < hosts));
         assert!(flows.windows(2).all(|w| w[0].start_s <= w[1].start_s));
     }
-    assert!(PoissonTraffic::new(16, 10e9, 1.5, FlowSizeCdf::web_search()).is_err());
+    let err = PoissonTraffic::new(16, 10e9, 1.5, FlowSizeCdf::web_search()).unwrap_err();
+    assert_eq!(err, TrafficError::Load(1.5));
+    assert_eq!(
+        err.to_string(),
+        "background load must be in (0, 1], got 1.5"
+    );
 }
 
 #[test]
@@ -98,7 +127,11 @@ fn models_have_fp32_gradients_and_paper_range_ratios() {
         let ratio = comm / (comm + m.compute_s);
         assert!((0.10..=0.70).contains(&ratio), "{}: {ratio}", m.name);
     }
-    assert!(models::by_name("gpt").is_err());
+    let err = models::by_name("gpt").unwrap_err();
+    assert_eq!(err, models::UnknownModel("gpt".into()));
+    assert!(err
+        .to_string()
+        .starts_with("unknown model \"gpt\" (known: vgg16, "));
     let mut rng = Rng::new(1);
     assert!((0..1000)
         .map(|_| models::draw_workers(&mut rng))
@@ -117,5 +150,14 @@ fn placement_is_as_close_as_possible() {
     // Next job: the 43 free ids left are 0..=2 and 21..=63; 40 fit in 21..=60.
     let next = place_close(&mut free, 40).unwrap();
     assert_eq!(next, (21..61).collect::<Vec<u32>>());
-    assert!(place_close(&mut free, 10).unwrap_err().contains("only 6"));
+    let err = place_close(&mut free, 10).unwrap_err();
+    assert!(matches!(
+        err,
+        SimError::TooFewFree {
+            workers: 10,
+            free: 6,
+            ..
+        }
+    ));
+    assert!(err.to_string().contains("only 6"), "{err}");
 }

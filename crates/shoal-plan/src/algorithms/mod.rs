@@ -240,14 +240,6 @@ impl fmt::Display for UnknownAlgorithm {
 
 impl std::error::Error for UnknownAlgorithm {}
 
-/// For callers that report errors as text (shoal-sim's own errors are
-/// typed in their own issue).
-impl From<UnknownAlgorithm> for String {
-    fn from(e: UnknownAlgorithm) -> String {
-        e.to_string()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

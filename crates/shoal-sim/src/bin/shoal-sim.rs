@@ -6,24 +6,28 @@
 //! `shoal sim plan`, for timing the engine without Python
 //! (`cargo run --release -p shoal-sim -- plan allreduce ...`).
 
+use std::fmt;
+use std::io;
+use std::path::Path;
 use std::process::ExitCode;
 
+use shoal_plan::json::PlanJsonError;
 use shoal_plan::CallPlans;
 use shoal_sim::plan::PlanRequest;
 use shoal_sim::scenario::{file, health, records, run};
-use std::path::Path;
+use shoal_sim::SimError;
 
 const USAGE: &str = "usage: shoal-sim plan (COLLECTIVE --algo NAME --ranks N --size BYTES | \
 --plan FILE.json) --topology T [--link RATE] [--latency TIME] [--buffer BYTES] [--tier-rates R0,R1,..] [--engine packet|flow] \
 [--ranks-per-host N] [--seed S] [--host-overhead TIME] [--json]";
 
-fn parse(args: &[String]) -> Result<(PlanRequest, bool), String> {
+fn parse(args: &[String]) -> Result<(PlanRequest, bool), ArgsError> {
     let mut req = PlanRequest::default();
     let mut json = false;
     let mut it = args.iter();
     match it.next().map(String::as_str) {
         Some("plan") => {}
-        _ => return Err(USAGE.into()),
+        _ => return Err(ArgsError::Usage(USAGE)),
     }
     let mut it = it.peekable();
     if let Some(collective) = it.next_if(|a| !a.starts_with("--")) {
@@ -36,11 +40,13 @@ fn parse(args: &[String]) -> Result<(PlanRequest, bool), String> {
         }
         let value = it
             .next()
-            .ok_or_else(|| format!("{flag} needs a value"))?
+            .ok_or_else(|| ArgsError::NeedsValue(flag.clone()))?
             .clone();
         let number = |v: &str| {
-            v.parse::<u64>()
-                .map_err(|_| format!("{flag} {v}: not a whole number"))
+            v.parse::<u64>().map_err(|_| ArgsError::NotWholeNumber {
+                flag: flag.clone(),
+                value: v.to_string(),
+            })
         };
         match flag.as_str() {
             "--algo" => req.algo = value,
@@ -56,34 +62,106 @@ fn parse(args: &[String]) -> Result<(PlanRequest, bool), String> {
             "--seed" => req.seed = number(&value)?,
             "--host-overhead" => req.host_overhead = Some(value),
             "--plan" => req.document = Some(read_document(&value)?),
-            other => return Err(format!("unknown option {other}\n{USAGE}")),
+            other => return Err(ArgsError::UnknownOption(other.to_string())),
         }
     }
     Ok((req, json))
 }
 
 /// The plan document in `path` (`shoal-plan/1`, `shoal.algo.plan_json`).
-fn read_document(path: &str) -> Result<CallPlans, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("--plan {path}: {e}"))?;
-    CallPlans::from_json(&text).map_err(|e| format!("--plan {path}: {e}"))
+fn read_document(path: &str) -> Result<CallPlans, ArgsError> {
+    let path = path.to_string();
+    match std::fs::read_to_string(&path) {
+        Err(error) => Err(ArgsError::ReadDocument { path, error }),
+        Ok(text) => {
+            CallPlans::from_json(&text).map_err(|error| ArgsError::Document { path, error })
+        }
+    }
+}
+
+/// A command line that names no run: each the message printed before exit
+/// status 2.
+#[derive(Debug)]
+enum ArgsError {
+    /// No subcommand, or a malformed one: its usage line.
+    Usage(&'static str),
+    NeedsValue(String),
+    NotWholeNumber {
+        flag: String,
+        value: String,
+    },
+    UnknownOption(String),
+    /// A `--plan` file that cannot be read.
+    ReadDocument {
+        path: String,
+        error: io::Error,
+    },
+    /// A `--plan` file that is no plan document.
+    Document {
+        path: String,
+        error: PlanJsonError,
+    },
+}
+
+impl fmt::Display for ArgsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArgsError::Usage(usage) => write!(f, "{usage}"),
+            ArgsError::NeedsValue(flag) => write!(f, "{flag} needs a value"),
+            ArgsError::NotWholeNumber { flag, value } => {
+                write!(f, "{flag} {value}: not a whole number")
+            }
+            ArgsError::UnknownOption(option) => write!(f, "unknown option {option}\n{USAGE}"),
+            ArgsError::ReadDocument { path, error } => write!(f, "--plan {path}: {error}"),
+            ArgsError::Document { path, error } => write!(f, "--plan {path}: {error}"),
+        }
+    }
+}
+
+/// Why `shoal-sim run` failed: its arguments, or the run.
+enum RunFailure {
+    Usage,
+    Sim(SimError),
+}
+
+impl<E: Into<SimError>> From<E> for RunFailure {
+    fn from(e: E) -> RunFailure {
+        RunFailure::Sim(e.into())
+    }
+}
+
+impl fmt::Display for RunFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunFailure::Usage => write!(f, "{RUN_USAGE}"),
+            RunFailure::Sim(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// The error of writing `path`.
+fn writing(path: &Path) -> impl FnOnce(io::Error) -> SimError + '_ {
+    move |error| SimError::Write {
+        path: path.display().to_string(),
+        error,
+    }
 }
 
 /// `shoal-sim run CONFIG.toml --out DIR`: the scenario as `shoal sim run`
 /// runs it (same TOML, same report.json and CSV records; no plots).
-fn run_scenario(args: &[String]) -> Result<(), String> {
+fn run_scenario(args: &[String]) -> Result<(), RunFailure> {
     let [config, flag, out] = args else {
-        return Err(RUN_USAGE.into());
+        return Err(RunFailure::Usage);
     };
     if flag != "--out" {
-        return Err(RUN_USAGE.into());
+        return Err(RunFailure::Usage);
     }
     let cfg = file::read(Path::new(config))?;
     let result = run(&cfg, &mut |_| {})?;
     let out = Path::new(out);
-    records::write(&result, out).map_err(|e| format!("{}: {e}", out.display()))?;
+    records::write(&result, out).map_err(writing(out))?;
     let report = out.join("report.json");
-    std::fs::write(&report, result.to_json() + "\n")
-        .map_err(|e| format!("{}: {e}", report.display()))?;
+    std::fs::write(&report, result.to_json() + "\n").map_err(writing(&report))?;
     for warning in health::warnings(&result) {
         eprintln!("shoal-sim run: warning: {warning}");
     }

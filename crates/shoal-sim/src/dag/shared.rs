@@ -12,10 +12,10 @@ use std::collections::HashMap;
 
 use shoal_plan::{Op, Plan};
 
-use super::{Message, Parts};
+use super::{DagError, Message, Parts};
 
 /// Builds the messages of `plans` (in rank order, elements of `elem` bytes).
-pub(super) fn build(plans: &[Plan], elem: u64) -> Result<Parts, String> {
+pub(super) fn build(plans: &[Plan], elem: u64) -> Result<Parts, DagError> {
     let world = plans.len();
     let mut messages = Vec::new();
     // (src, dst, tag) -> id of a Send; (reader, step) -> id of a read.
@@ -31,10 +31,11 @@ pub(super) fn build(plans: &[Plan], elem: u64) -> Result<Parts, String> {
                         .insert((plan.rank, *peer, *tag), messages.len())
                         .is_some()
                     {
-                        return Err(format!(
-                            "plan of rank {} sends tag {tag} to {peer} twice",
-                            plan.rank
-                        ));
+                        return Err(DagError::SentTwice {
+                            rank: plan.rank,
+                            peer: *peer,
+                            tag: *tag,
+                        });
                     }
                     (plan.rank, *peer, src.len)
                 }
@@ -78,11 +79,13 @@ pub(super) fn build(plans: &[Plan], elem: u64) -> Result<Parts, String> {
             }
             match &step.op {
                 Op::Recv { peer, tag, dst } | Op::RecvReduce { peer, tag, dst } => {
-                    let &id = sends.get(&(*peer, rank, *tag)).ok_or_else(|| {
-                        format!("rank {rank} receives tag {tag} from {peer}, which never sends it")
+                    let &id = sends.get(&(*peer, rank, *tag)).ok_or(DagError::NeverSent {
+                        rank,
+                        peer: *peer,
+                        tag: *tag,
                     })?;
                     if messages[id].bytes != dst.len as u64 * elem {
-                        return Err(format!("message {id}: send and receive lengths differ"));
+                        return Err(DagError::LengthsDiffer { message: id });
                     }
                     received += 1;
                     f.push(id as u32);
@@ -123,15 +126,16 @@ pub(super) fn build(plans: &[Plan], elem: u64) -> Result<Parts, String> {
         }
     }
     if received != sends.len() {
-        return Err(format!(
-            "{} of {} messages are never received",
-            sends.len().abs_diff(received),
-            sends.len()
-        ));
+        return Err(DagError::NeverReceived {
+            unreceived: sends.len().abs_diff(received),
+            messages: sends.len(),
+        });
     }
     for (id, peer, flag) in pending_reads {
-        let before = exposed.get(&(peer, flag)).ok_or_else(|| {
-            format!("message {id} reads region {flag} of rank {peer}, which never exposes it")
+        let before = exposed.get(&(peer, flag)).ok_or(DagError::NeverExposed {
+            message: id,
+            peer,
+            flag,
         })?;
         deps[id].extend_from_slice(before);
     }
@@ -149,7 +153,7 @@ pub(super) fn build(plans: &[Plan], elem: u64) -> Result<Parts, String> {
 
 #[cfg(test)]
 mod tests {
-    use crate::dag::{build, DagSpec};
+    use crate::dag::{build, DagError, DagSpec};
     use shoal_plan::Collective;
 
     /// shm_flat allreduce on 4 ranks: every rank reads the 3 others' whole
@@ -171,6 +175,14 @@ mod tests {
         let mut spec = DagSpec::new(Collective::Allreduce, "shm_flat", 4, 4096);
         spec.ranks_per_host = 2;
         let err = build(&spec, None).unwrap_err();
-        assert!(err.contains("shm_flat cannot serve this call"), "{err}");
+        assert!(
+            matches!(&err, DagError::Refused { algorithm, .. } if algorithm == "shm_flat"),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("shm_flat cannot serve this call"),
+            "{err}"
+        );
     }
 }

@@ -7,8 +7,9 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use super::engine::{Event, FlowEngine};
 use super::network::{link_capacities, route, wire_bytes, Route};
-use crate::dag::CollectiveDag;
+use crate::dag::{CollectiveDag, DagError};
 use crate::engine::{network_bytes, Engine, Outcome};
+use crate::error::SimError;
 use crate::topology::{mix, Topology};
 use crate::units::{Time, PS_PER_S};
 
@@ -53,7 +54,7 @@ pub struct DagProgress {
 
 impl DagProgress {
     /// Errors when the DAG has a dependency cycle.
-    pub fn new(dag: &CollectiveDag) -> Result<Self, String> {
+    pub fn new(dag: &CollectiveDag) -> Result<Self, DagError> {
         let n = dag.messages.len();
         let original = turn_order(dag);
         let mut renumber = vec![0u32; n];
@@ -100,7 +101,7 @@ impl DagProgress {
 
     /// Kahn's algorithm, for its verdict only: in the turn numbering its
     /// walk is nearly sequential.
-    fn check_acyclic(&self) -> Result<(), String> {
+    fn check_acyclic(&self) -> Result<(), DagError> {
         let n = self.waiting.len();
         let mut waiting = self.waiting.clone();
         let mut queue: Vec<u32> = self.roots.clone();
@@ -116,10 +117,10 @@ impl DagProgress {
             }
         }
         if queue.len() != n {
-            return Err(format!(
-                "the collective's DAG has a dependency cycle: {} of {n} messages can never start",
-                n - queue.len()
-            ));
+            return Err(DagError::Cycle {
+                stuck: n - queue.len(),
+                messages: n,
+            });
         }
         Ok(())
     }
@@ -268,13 +269,13 @@ impl<'a> RunningDag<'a> {
         dag: &'a CollectiveDag,
         tag_base: u64,
         salt: u64,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, SimError> {
         if let Some(&h) = dag.placement.iter().find(|&&h| h >= topo.hosts()) {
-            return Err(format!(
-                "rank placed on host {h}, but {} has {} hosts",
-                topo.name,
-                topo.hosts()
-            ));
+            return Err(SimError::RankOutside {
+                host: h,
+                topology: topo.name.clone(),
+                hosts: topo.hosts(),
+            });
         }
         Ok(RunningDag {
             topo,
@@ -288,7 +289,7 @@ impl<'a> RunningDag<'a> {
     }
 
     /// Starts the messages without dependencies at `now`.
-    pub fn start(&mut self, engine: &mut FlowEngine, now: f64) -> Result<(), String> {
+    pub fn start(&mut self, engine: &mut FlowEngine, now: f64) -> Result<(), SimError> {
         for i in self.progress.roots() {
             self.start_message(engine, i, now)?;
         }
@@ -307,7 +308,7 @@ impl<'a> RunningDag<'a> {
         engine: &mut FlowEngine,
         tag: u64,
         now: f64,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, SimError> {
         let mut ready = std::mem::take(&mut self.ready);
         self.progress
             .deliver((tag - self.tag_base) as usize, &mut ready);
@@ -320,7 +321,7 @@ impl<'a> RunningDag<'a> {
 
     /// Handles the end of flow `tag`'s transmission (one of ours) at `now`:
     /// the next message ready on its rank pair goes on the wire.
-    pub fn sent(&mut self, engine: &mut FlowEngine, tag: u64, now: f64) -> Result<(), String> {
+    pub fn sent(&mut self, engine: &mut FlowEngine, tag: u64, now: f64) -> Result<(), SimError> {
         let i = (tag - self.tag_base) as usize;
         let p = &self.progress;
         let pair = self
@@ -338,7 +339,12 @@ impl<'a> RunningDag<'a> {
 
     /// Sends message `i` now, or queues it behind its pair's message on
     /// the wire.
-    fn start_message(&mut self, engine: &mut FlowEngine, i: usize, now: f64) -> Result<(), String> {
+    fn start_message(
+        &mut self,
+        engine: &mut FlowEngine,
+        i: usize,
+        now: f64,
+    ) -> Result<(), SimError> {
         let p = &self.progress;
         let (src, dst) = (p.src_rank[i], p.dst_rank[i]);
         let (topo, placement, salt) = (self.topo, self.placement, self.salt);
@@ -367,7 +373,7 @@ fn send(
     i: usize,
     tag_base: u64,
     now: f64,
-) -> Result<(), String> {
+) -> Result<(), SimError> {
     engine.start_flow(
         now,
         &route.links,
@@ -380,7 +386,7 @@ fn send(
 }
 
 /// Simulates `dag` alone on `topo` and reports its completion time.
-pub fn simulate(topo: &Topology, dag: &CollectiveDag) -> Result<CollectiveRun, String> {
+pub fn simulate(topo: &Topology, dag: &CollectiveDag) -> Result<CollectiveRun, SimError> {
     let mut engine = FlowEngine::new(&link_capacities(topo))?;
     let mut run = RunningDag::new(topo, dag, 0, 0)?;
     run.start(&mut engine, 0.0)?;
@@ -405,7 +411,7 @@ pub fn simulate(topo: &Topology, dag: &CollectiveDag) -> Result<CollectiveRun, S
 }
 
 /// [`simulate`] as the engine dispatch reports it (crate::engine).
-pub fn plan_outcome(topo: &Topology, dag: &CollectiveDag) -> Result<Outcome, String> {
+pub fn plan_outcome(topo: &Topology, dag: &CollectiveDag) -> Result<Outcome, SimError> {
     let (t0, c0) = (std::time::Instant::now(), crate::engine::thread_cpu_s());
     let run = simulate(topo, dag)?;
     Ok(Outcome {
@@ -461,7 +467,17 @@ mod tests {
         // 0 and 1 wait for each other; 2 can start.
         let cyclic = dag(&[(0, 1, &[1]), (1, 0, &[0]), (0, 1, &[])]);
         let err = DagProgress::new(&cyclic).err().expect("a cycle");
-        assert!(err.contains("2 of 3 messages can never start"), "{err}");
+        assert_eq!(
+            err,
+            DagError::Cycle {
+                stuck: 2,
+                messages: 3
+            }
+        );
+        assert!(
+            err.to_string().ends_with("2 of 3 messages can never start"),
+            "{err}"
+        );
     }
 
     #[test]

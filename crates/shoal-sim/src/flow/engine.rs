@@ -8,6 +8,8 @@
 //! fluid model does not otherwise see). Starts and ends at one instant are
 //! batched: the rates are recomputed once, just before time advances.
 
+use std::fmt;
+
 use super::maxmin::{FillInput, LinkFill, WaterFill};
 use super::queue::EventQueue;
 
@@ -204,15 +206,53 @@ fn time_key(t: f64) -> u64 {
     t.to_bits()
 }
 
+/// A flow engine or a flow its caller got wrong.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FlowError {
+    /// A link whose capacity is not positive.
+    Capacity { link: usize, bps: f64 },
+    /// A flow starting before the engine's current time.
+    StartInPast { at: f64, now: f64 },
+    /// A path through a link the engine does not have.
+    NoSuchLink { link: u32, links: usize },
+    /// A rate cap that is not positive, or a negative latency.
+    CapOrLatency { cap_bps: f64, latency_s: f64 },
+}
+
+impl fmt::Display for FlowError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FlowError::Capacity { link, bps } => {
+                write!(f, "link {link} has non-positive capacity {bps} bit/s")
+            }
+            FlowError::StartInPast { at, now } => {
+                write!(f, "flow start {at} s is before the current time {now} s")
+            }
+            FlowError::NoSuchLink { link, links } => {
+                write!(
+                    f,
+                    "flow path names link {link}, but there are {links} links"
+                )
+            }
+            FlowError::CapOrLatency { cap_bps, latency_s } => write!(
+                f,
+                "flow needs a positive rate cap and latency >= 0 (got {cap_bps}, {latency_s})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for FlowError {}
+
 impl FlowEngine {
     /// An engine over directed links with the given capacities (bit/s).
-    pub fn new(link_capacity_bps: &[f64]) -> Result<Self, String> {
+    pub fn new(link_capacity_bps: &[f64]) -> Result<Self, FlowError> {
         if let Some((i, c)) = link_capacity_bps
             .iter()
             .enumerate()
             .find(|(_, c)| c.is_nan() || **c <= 0.0)
         {
-            return Err(format!("link {i} has non-positive capacity {c} bit/s"));
+            return Err(FlowError::Capacity { link: i, bps: *c });
         }
         let n = link_capacity_bps.len();
         Ok(FlowEngine {
@@ -275,23 +315,18 @@ impl FlowEngine {
         latency_s: f64,
         cap_bps: f64,
         tag: u64,
-    ) -> Result<FlowId, String> {
+    ) -> Result<FlowId, FlowError> {
         if at.is_nan() || at < self.now {
-            return Err(format!(
-                "flow start {at} s is before the current time {} s",
-                self.now
-            ));
+            return Err(FlowError::StartInPast { at, now: self.now });
         }
         if let Some(&l) = path.iter().find(|&&l| l as usize >= self.links.len()) {
-            return Err(format!(
-                "flow path names link {l}, but there are {} links",
-                self.links.len()
-            ));
+            return Err(FlowError::NoSuchLink {
+                link: l,
+                links: self.links.len(),
+            });
         }
         if cap_bps.is_nan() || cap_bps <= 0.0 || latency_s.is_nan() || latency_s < 0.0 {
-            return Err(format!(
-                "flow needs a positive rate cap and latency >= 0 (got {cap_bps}, {latency_s})"
-            ));
+            return Err(FlowError::CapOrLatency { cap_bps, latency_s });
         }
         let mut links = [0; MAX_HOPS];
         let long = if path.len() > MAX_HOPS {

@@ -14,4 +14,4 @@ pub mod network;
 pub mod queue;
 
 pub use collective::{plan_outcome, simulate, CollectiveRun};
-pub use engine::{Event, FlowEngine, FlowId};
+pub use engine::{Event, FlowEngine, FlowError, FlowId};

@@ -33,6 +33,7 @@ use std::collections::{HashMap, VecDeque};
 
 use super::tcp::Window;
 use super::{PacketSim, INA_TIMER};
+use crate::error::SimError;
 use crate::topology::{LinkId, Node, NodeId};
 use crate::units::Time;
 
@@ -218,25 +219,25 @@ fn distances_to(sim: &PacketSim, root: NodeId) -> Vec<u32> {
 impl PacketSim {
     /// An aggregation job starting at `start` (all workers start then);
     /// returns its id for [`PacketSim::ina_finish`].
-    pub fn add_ina_job(&mut self, job: InaJob, start: Time) -> Result<usize, String> {
+    pub fn add_ina_job(&mut self, job: InaJob, start: Time) -> Result<usize, SimError> {
         let hosts = self.topo.hosts();
         if job.workers.is_empty() {
-            return Err("an aggregation job needs workers".into());
+            return Err(SimError::InaNoWorkers);
         }
         if let Some(&w) = job.workers.iter().find(|&&w| w >= hosts) {
-            return Err(format!(
-                "worker host {w} is not a host of {}",
-                self.topo.name
-            ));
+            return Err(SimError::InaWorkerOutside {
+                host: w,
+                topology: self.topo.name.clone(),
+            });
         }
         let mut sorted = job.workers.clone();
         sorted.sort_unstable();
         sorted.dedup();
         if sorted.len() != job.workers.len() {
-            return Err("aggregation workers must be distinct hosts".into());
+            return Err(SimError::InaWorkersNotDistinct);
         }
         if !(0.0 < job.quorum && job.quorum <= 1.0) {
-            return Err(format!("quorum must be in (0, 1], got {}", job.quorum));
+            return Err(SimError::InaQuorum(job.quorum));
         }
         let id = self.ina_jobs.len() as u32;
         let candidates = roots(self, &job.workers);
@@ -321,7 +322,7 @@ impl PacketSim {
         index: u32,
         root: NodeId,
         spec: &InaJob,
-    ) -> Result<u32, String> {
+    ) -> Result<u32, SimError> {
         let dist = distances_to(self, root);
         let tree_id = self.ina_trees.len() as u32;
         let mut agg_at: HashMap<NodeId, u32> = HashMap::new();
@@ -333,7 +334,10 @@ impl PacketSim {
                     let to = self.topo.links[l].to;
                     dist[to] != u32::MAX && dist[to] + 1 == dist[node]
                 });
-                let up = up.ok_or_else(|| format!("no path from host {w} to switch {root}"))?;
+                let up = up.ok_or(SimError::NoPath {
+                    host: w,
+                    switch: root,
+                })?;
                 let parent = self.topo.links[up].to;
                 let a = match agg_at.get(&parent) {
                     Some(&a) => a,
@@ -377,11 +381,10 @@ impl PacketSim {
         for &a in agg_at.values() {
             let agg = &mut self.ina_aggs[a as usize];
             if agg.child_in.len() > 64 {
-                return Err(format!(
-                    "switch {} has {} children in an aggregation tree; at most 64 are modelled",
-                    agg.node,
-                    agg.child_in.len()
-                ));
+                return Err(SimError::TooManyChildren {
+                    switch: agg.node,
+                    children: agg.child_in.len(),
+                });
             }
             let children = agg.child_in.len() as f64;
             agg.quorum = ((spec.quorum * children).ceil() as u32).clamp(1, children as u32);

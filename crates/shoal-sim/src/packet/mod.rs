@@ -25,6 +25,7 @@ pub use tcp::TcpConfig;
 use tcp::{AckAction, Window};
 
 use crate::dag::CollectiveDag;
+use crate::error::SimError;
 use crate::event::{EventQueue, Slab};
 use crate::topology::{mix, Node, Topology};
 use crate::units::Time;
@@ -366,13 +367,13 @@ impl PacketSim {
 
     /// A collective starting at `start`; returns its id for
     /// [`PacketSim::collective_finish`].
-    pub fn add_collective(&mut self, dag: CollectiveDag, start: Time) -> Result<usize, String> {
+    pub fn add_collective(&mut self, dag: CollectiveDag, start: Time) -> Result<usize, SimError> {
         if let Some(&h) = dag.placement.iter().find(|&&h| h >= self.topo.hosts()) {
-            return Err(format!(
-                "rank placed on host {h}, but {} has {} hosts",
-                self.topo.name,
-                self.topo.hosts()
-            ));
+            return Err(SimError::RankOutside {
+                host: h,
+                topology: self.topo.name.clone(),
+                hosts: self.topo.hosts(),
+            });
         }
         let id = self.collectives.len();
         self.collectives.push(CollectiveRun {

@@ -12,10 +12,8 @@
 //! (whose use PANAMA's window cap bounds), not into the ingress count; they
 //! are paused with everything else on a paused port.
 
-use std::collections::BTreeMap;
-
 use super::{PacketSim, PFC_PAUSE, PFC_RESUME};
-use crate::units::{parse_bytes, Time};
+use crate::units::Time;
 
 /// Per-port thresholds of the ingress count, bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,40 +37,6 @@ impl PfcConfig {
             xoff,
             xon: xoff.saturating_sub(3000),
         }
-    }
-
-    /// The scenario keys `pfc.enabled` (true/false), `pfc.xoff`, `pfc.xon`
-    /// (bytes); `None` unless enabled.
-    pub fn from_fields(
-        fields: &BTreeMap<String, String>,
-        buffer: u64,
-    ) -> Result<Option<PfcConfig>, String> {
-        let mut enabled = false;
-        let mut cfg = PfcConfig::for_buffer(buffer);
-        let mut xon = None;
-        for (field, v) in fields {
-            match field.as_str() {
-                "enabled" => {
-                    enabled = match v.trim() {
-                        "true" => true,
-                        "false" => false,
-                        other => return Err(format!("pfc.enabled = {other:?}: true or false")),
-                    }
-                }
-                "xoff" => cfg.xoff = parse_bytes(v)?,
-                "xon" => xon = Some(parse_bytes(v)?),
-                _ => return Err(format!("unknown scenario key \"pfc.{field}\"")),
-            }
-        }
-        // Unless given, xon keeps its distance below xoff.
-        cfg.xon = xon.unwrap_or(cfg.xoff.saturating_sub(3000));
-        if cfg.xon >= cfg.xoff || cfg.xoff == 0 {
-            return Err(format!(
-                "pfc: need 0 <= xon < xoff, got xon {} and xoff {}",
-                cfg.xon, cfg.xoff
-            ));
-        }
-        Ok(enabled.then_some(cfg))
     }
 }
 

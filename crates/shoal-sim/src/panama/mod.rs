@@ -9,6 +9,7 @@
 //! - Fig. 10: an aggregation flow and a background flow on one link:
 //!   [`fig10`].
 
+use crate::error::SimError;
 use crate::flow::{Event, FlowEngine};
 use crate::scenario::config::{Algorithm, RandomJobs};
 use crate::scenario::ina::NO_CC_WEIGHT;
@@ -28,16 +29,14 @@ pub enum Variant {
 }
 
 impl Variant {
-    pub fn parse(name: &str) -> Result<Variant, String> {
+    pub fn parse(name: &str) -> Result<Variant, SimError> {
         match Algorithm::parse(name)? {
             _ if name == "ideal" => Ok(Variant::Ideal),
             Algorithm::Plan(p) if p == "ring" => Ok(Variant::Ring),
             Algorithm::Ina(m) if !m.congestion_control => Ok(Variant::SwitchMl),
             Algorithm::Ina(m) if m.quorum < 1.0 => Ok(Variant::Partial(m.quorum)),
             Algorithm::Ina(_) => Ok(Variant::Panama),
-            Algorithm::Plan(_) => Err(format!(
-                "unknown PANAMA variant {name:?} (ideal, ring, switchml, panama, panama-0.88, panama-0.94)"
-            )),
+            Algorithm::Plan(_) => Err(SimError::UnknownVariant(name.to_string())),
         }
     }
 
@@ -111,7 +110,11 @@ impl Fig8Point {
 
 /// Simulates `variant` at total load `load`: `base`'s background plus
 /// random jobs (the same jobs for every variant: one seed) up to `load`.
-pub fn fig8_point(base: &ScenarioConfig, variant: Variant, load: f64) -> Result<Fig8Point, String> {
+pub fn fig8_point(
+    base: &ScenarioConfig,
+    variant: Variant,
+    load: f64,
+) -> Result<Fig8Point, SimError> {
     fig8_point_recorded(base, variant, load, None)
 }
 
@@ -123,12 +126,15 @@ pub fn fig8_point_recorded(
     variant: Variant,
     load: f64,
     records: Option<&Path>,
-) -> Result<Fig8Point, String> {
-    let write = |r: &ScenarioResult, sub: &str| -> Result<(), String> {
+) -> Result<Fig8Point, SimError> {
+    let write = |r: &ScenarioResult, sub: &str| -> Result<(), SimError> {
         match records {
             Some(dir) => {
                 let dir = dir.join(sub);
-                records::write(r, &dir).map_err(|e| format!("{}: {e}", dir.display()))
+                records::write(r, &dir).map_err(|error| SimError::Write {
+                    path: dir.display().to_string(),
+                    error,
+                })
             }
             None => Ok(()),
         }
@@ -215,7 +221,7 @@ impl Fig10Series {
 /// aggregation flow joining at 0.25 s; with PANAMA's congestion control
 /// (fair, weight 1) or without (it does not back off). Sampled every 10 ms
 /// for 1 s.
-pub fn fig10(congestion_control: bool) -> Result<Fig10Series, String> {
+pub fn fig10(congestion_control: bool) -> Result<Fig10Series, SimError> {
     let mut engine = FlowEngine::new(&[10e9])?;
     let big = 10_000_000_000;
     let background = engine.start_flow(0.0, &[0], big, 0.0, f64::INFINITY, 0)?;

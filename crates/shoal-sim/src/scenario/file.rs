@@ -4,33 +4,78 @@
 //! numbered `jobs.0.model`, arrays of values comma-joined), so both front
 //! ends parse it with [`ScenarioConfig::from_pairs`].
 
+use std::fmt;
+use std::io;
 use std::path::Path;
 
 use shoal_bootstrap::small_file::read_text;
 
-use super::config::ScenarioConfig;
+use super::config::{ConfigError, ScenarioConfig};
 
 /// The largest scenario file read (a scenario is a page of settings).
 pub const MAX_SCENARIO_BYTES: u64 = 16 << 20;
 
 /// Reads and parses the scenario in `path`; a `background.trace` is named
 /// relative to the file's folder.
-pub fn read(path: &Path) -> Result<ScenarioConfig, String> {
-    let name = path.display();
-    let text = read_text(path, MAX_SCENARIO_BYTES).map_err(|e| format!("{name}: {e}"))?;
-    let mut pairs = pairs(&text).map_err(|e| format!("{name}: {e}"))?;
+pub fn read(path: &Path) -> Result<ScenarioConfig, ScenarioFileError> {
+    let in_file = |problem| ScenarioFileError {
+        file: path.display().to_string(),
+        problem,
+    };
+    let text = read_text(path, MAX_SCENARIO_BYTES).map_err(|e| in_file(FileProblem::Read(e)))?;
+    let mut pairs = pairs(&text).map_err(|e| in_file(FileProblem::Toml(Box::new(e))))?;
     let folder = path.parent().unwrap_or(Path::new(""));
     for (key, value) in &mut pairs {
         if key == "background.trace" {
             *value = folder.join(&*value).display().to_string();
         }
     }
-    ScenarioConfig::from_pairs(&pairs).map_err(|e| format!("{name}: {e}"))
+    ScenarioConfig::from_pairs(&pairs).map_err(|e| in_file(FileProblem::Config(e)))
+}
+
+/// A scenario file that does not make a scenario, naming the file (and,
+/// for TOML that does not parse, the line: toml's message has it).
+#[derive(Debug)]
+pub struct ScenarioFileError {
+    pub file: String,
+    pub problem: FileProblem,
+}
+
+/// What is wrong with a scenario file.
+#[derive(Debug)]
+pub enum FileProblem {
+    /// Missing, not a regular file, or too large.
+    Read(io::Error),
+    /// Not TOML.
+    Toml(Box<toml::de::Error>),
+    /// TOML whose keys are not a scenario.
+    Config(ConfigError),
+}
+
+impl fmt::Display for ScenarioFileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: ", self.file)?;
+        match &self.problem {
+            FileProblem::Read(e) => write!(f, "{e}"),
+            FileProblem::Toml(e) => write!(f, "{e}"),
+            FileProblem::Config(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ScenarioFileError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.problem {
+            FileProblem::Read(e) => Some(e),
+            FileProblem::Toml(e) => Some(e),
+            FileProblem::Config(e) => Some(e),
+        }
+    }
 }
 
 /// The dotted pairs of a scenario's TOML text.
-pub fn pairs(text: &str) -> Result<Vec<(String, String)>, String> {
-    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
+pub fn pairs(text: &str) -> Result<Vec<(String, String)>, toml::de::Error> {
+    let table: toml::Table = text.parse()?;
     let mut out = Vec::new();
     flatten(&table, "", &mut out);
     Ok(out)
@@ -97,7 +142,7 @@ mod tests {
         got.sort();
         want.sort();
         assert_eq!(got, want);
-        let err = pairs("topology = \n").unwrap_err();
+        let err = pairs("topology = \n").unwrap_err().to_string();
         assert!(err.contains("line 1"), "{err}");
     }
 }

@@ -23,6 +23,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::error::SimError;
 use crate::flow::network::PACKET_BYTES;
 use crate::topology::{Node, NodeId, Topology};
 use crate::units::seconds;
@@ -88,9 +89,9 @@ pub fn build_trees(
     topo: &Topology,
     workers: &[usize],
     count: usize,
-) -> Result<Vec<AggTree>, String> {
+) -> Result<Vec<AggTree>, SimError> {
     if workers.is_empty() || count == 0 {
-        return Err("aggregation needs at least one worker and one tree".into());
+        return Err(SimError::NoAggregation);
     }
     let candidates = roots(topo, workers);
     Ok(candidates
@@ -169,7 +170,7 @@ fn distances_to(topo: &Topology, root: NodeId) -> Vec<u32> {
 pub fn simulate_alone(
     topo: &Topology,
     job: &crate::packet::InaJob,
-) -> Result<crate::engine::Outcome, String> {
+) -> Result<crate::engine::Outcome, SimError> {
     use crate::engine::{Engine, Outcome};
     use crate::flow::network::{link_capacities, wire_bytes};
     use crate::flow::FlowEngine;

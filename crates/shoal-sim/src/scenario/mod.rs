@@ -21,5 +21,5 @@ pub mod records;
 pub mod report;
 pub mod run;
 
-pub use config::ScenarioConfig;
+pub use config::{ConfigError, ScenarioConfig, ValueProblem};
 pub use run::{run, run_with, ScenarioResult};

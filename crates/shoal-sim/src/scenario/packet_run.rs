@@ -14,6 +14,7 @@ use super::run::{
 };
 use crate::dag::{BuiltinOnly, PlanSource};
 use crate::engine::Engine;
+use crate::error::SimError;
 use crate::packet::{Completion, InaJob, PacketConfig, PacketSim};
 use crate::topology::Topology;
 use crate::units::{seconds, Time, PS_PER_S};
@@ -39,14 +40,12 @@ fn start_allreduce(
     sim: &mut PacketSim,
     job: &super::run::PlacedJob,
     start: Time,
-) -> Result<Completion, String> {
+) -> Result<Completion, SimError> {
     Ok(match &job.comm {
         Comm::Dag(dag) => Completion::Collective(sim.add_collective((**dag).clone(), start)?),
         Comm::Ina { trees, mode } => {
             if job.config.only_tree.is_some() {
-                return Err(
-                    "jobs.N.tree (one tree of several) is not modelled by the packet engine".into(),
-                );
+                return Err(SimError::OneTreeNeedsFlowEngine);
             }
             let mut ina = InaJob::new(job.hosts.clone(), job.config.model.gradient_bytes());
             ina.trees = trees.len();
@@ -65,7 +64,7 @@ pub fn run_with(
     cfg: &ScenarioConfig,
     progress: &mut dyn FnMut(f64),
     source: &dyn PlanSource,
-) -> Result<ScenarioResult, String> {
+) -> Result<ScenarioResult, SimError> {
     run_inspected_with(cfg, progress, source, &mut |_, _| {})
 }
 
@@ -76,7 +75,7 @@ pub fn run_inspected(
     cfg: &ScenarioConfig,
     progress: &mut dyn FnMut(f64),
     inspect: &mut dyn FnMut(&PacketSim, &Topology),
-) -> Result<ScenarioResult, String> {
+) -> Result<ScenarioResult, SimError> {
     run_inspected_with(cfg, progress, &BuiltinOnly, inspect)
 }
 
@@ -85,7 +84,7 @@ fn run_inspected_with(
     progress: &mut dyn FnMut(f64),
     source: &dyn PlanSource,
     inspect: &mut dyn FnMut(&PacketSim, &Topology),
-) -> Result<ScenarioResult, String> {
+) -> Result<ScenarioResult, SimError> {
     let t0 = std::time::Instant::now();
     let topo = topology(cfg)?;
     let jobs = place_jobs_with(cfg, &topo, source)?;

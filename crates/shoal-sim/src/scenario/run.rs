@@ -8,6 +8,7 @@ use super::config::{Algorithm, JobConfig, ScenarioConfig};
 use super::ina::{build_trees, AggTree, InaMode, NO_CC_WEIGHT};
 use crate::dag::{build_with, BuiltinOnly, CollectiveDag, DagSpec, PlanSource};
 use crate::engine::Engine;
+use crate::error::SimError;
 use crate::flow::collective::RunningDag;
 use crate::flow::network::{link_capacities, route, wire_bytes, PACKET_BYTES};
 use crate::flow::{Event, FlowEngine};
@@ -141,7 +142,7 @@ pub(super) fn utilisation(
 }
 
 /// The scenario's topology, with its per-tier link rates if it has any.
-pub(super) fn topology(cfg: &ScenarioConfig) -> Result<Topology, String> {
+pub(super) fn topology(cfg: &ScenarioConfig) -> Result<Topology, SimError> {
     let mut topo = Topology::parse(&cfg.topology, cfg.link)?;
     if !cfg.tier_rates.is_empty() {
         topo.set_tier_rates(&cfg.tier_rates)?;
@@ -155,7 +156,7 @@ pub(super) fn topology(cfg: &ScenarioConfig) -> Result<Topology, String> {
 pub(super) fn background_flows(
     cfg: &ScenarioConfig,
     topo: &Topology,
-) -> Result<Vec<BackgroundFlow>, String> {
+) -> Result<Vec<BackgroundFlow>, SimError> {
     let mut background = Vec::new();
     if cfg.background_load > 0.0 {
         let link_bps = cfg.host_bps();
@@ -172,13 +173,12 @@ pub(super) fn background_flows(
         .iter()
         .find(|f| f.src.max(f.dst) as usize >= topo.hosts())
     {
-        return Err(format!(
-            "background.trace: a flow from host {} to {}, but {} has {} hosts",
-            f.src,
-            f.dst,
-            topo.name,
-            topo.hosts()
-        ));
+        return Err(SimError::TraceOutside {
+            src: f.src,
+            dst: f.dst,
+            topology: topo.name.clone(),
+            hosts: topo.hosts(),
+        });
     }
     background.extend(cfg.trace.iter().cloned());
     Ok(background)
@@ -235,7 +235,12 @@ struct Slots {
 }
 
 impl Slots {
-    fn place(&mut self, workers: usize, close: bool, rng: &mut Rng) -> Result<Vec<usize>, String> {
+    fn place(
+        &mut self,
+        workers: usize,
+        close: bool,
+        rng: &mut Rng,
+    ) -> Result<Vec<usize>, SimError> {
         for free in &mut self.layers {
             if free.iter().filter(|&&f| f).count() < workers {
                 continue;
@@ -258,7 +263,7 @@ impl Slots {
             }
             return Ok(ids);
         }
-        Err(format!("no room for a job of {workers} workers"))
+        Err(SimError::NoRoom { workers })
     }
 }
 
@@ -268,9 +273,9 @@ fn setup_job(
     job: JobConfig,
     hosts: Vec<usize>,
     source: &dyn PlanSource,
-) -> Result<PlacedJob, String> {
+) -> Result<PlacedJob, SimError> {
     let bytes = job.model.gradient_bytes();
-    let plan = |name: &str| -> Result<Comm, String> {
+    let plan = |name: &str| -> Result<Comm, SimError> {
         let mut spec = DagSpec::new(Collective::Allreduce, name, hosts.len(), bytes);
         spec.chunk_bytes = cfg.chunk_bytes;
         let dag = build_with(&spec, Some(hosts.clone()), source)?;
@@ -284,10 +289,10 @@ fn setup_job(
             // PANAMA Fig. 9's Agg1..Agg4: all the data on one of the trees.
             if let Some(t) = job.only_tree {
                 if t >= trees.len() {
-                    return Err(format!(
-                        "tree {t} asked for, but the job has {} trees",
-                        trees.len()
-                    ));
+                    return Err(SimError::TreeOutside {
+                        tree: t,
+                        trees: trees.len(),
+                    });
                 }
                 trees = vec![trees.swap_remove(t)];
             }
@@ -304,7 +309,7 @@ fn setup_job(
 }
 
 /// Places the configured jobs, then random ones up to the target load.
-pub fn place_jobs(cfg: &ScenarioConfig, topo: &Topology) -> Result<Vec<PlacedJob>, String> {
+pub fn place_jobs(cfg: &ScenarioConfig, topo: &Topology) -> Result<Vec<PlacedJob>, SimError> {
     place_jobs_with(cfg, topo, &BuiltinOnly)
 }
 
@@ -314,7 +319,7 @@ pub fn place_jobs_with(
     cfg: &ScenarioConfig,
     topo: &Topology,
     source: &dyn PlanSource,
-) -> Result<Vec<PlacedJob>, String> {
+) -> Result<Vec<PlacedJob>, SimError> {
     let mut slots = Slots {
         layers: vec![vec![true; topo.hosts()]; cfg.slots_per_host],
     };
@@ -387,7 +392,7 @@ fn start_round(
     memory: &[f64],
     tree_share_each: bool,
     now: f64,
-) -> Result<usize, String> {
+) -> Result<usize, SimError> {
     let Comm::Ina { trees, mode } = &job.comm else {
         unreachable!("INA jobs only")
     };
@@ -451,7 +456,10 @@ fn start_round(
 
 /// Runs `cfg` on its engine; `progress` gets the simulated fraction done
 /// (0..=1).
-pub fn run(cfg: &ScenarioConfig, progress: &mut dyn FnMut(f64)) -> Result<ScenarioResult, String> {
+pub fn run(
+    cfg: &ScenarioConfig,
+    progress: &mut dyn FnMut(f64),
+) -> Result<ScenarioResult, SimError> {
     run_with(cfg, progress, &BuiltinOnly)
 }
 
@@ -461,7 +469,7 @@ pub fn run_with(
     cfg: &ScenarioConfig,
     progress: &mut dyn FnMut(f64),
     source: &dyn PlanSource,
-) -> Result<ScenarioResult, String> {
+) -> Result<ScenarioResult, SimError> {
     match cfg.engine {
         Engine::Flow => run_flow(cfg, progress, source),
         Engine::Packet => super::packet_run::run_with(cfg, progress, source),
@@ -474,11 +482,9 @@ fn run_flow(
     cfg: &ScenarioConfig,
     progress: &mut dyn FnMut(f64),
     source: &dyn PlanSource,
-) -> Result<ScenarioResult, String> {
+) -> Result<ScenarioResult, SimError> {
     if cfg.pfc.is_some() {
-        return Err(
-            "pfc needs engine = \"packet\" (the flow engine has no queues to pause)".into(),
-        );
+        return Err(SimError::PfcNeedsPacketEngine);
     }
     let t0 = std::time::Instant::now();
     let topo = topology(cfg)?;

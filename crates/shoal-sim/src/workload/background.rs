@@ -3,6 +3,8 @@
 //! section 7: "exponential inter-arrival times ... sources and
 //! destinations chosen uniformly").
 
+use std::fmt;
+
 use super::cdf::FlowSizeCdf;
 use super::rng::Rng;
 
@@ -15,6 +17,35 @@ pub struct BackgroundFlow {
     pub bytes: u64,
 }
 
+/// Background traffic that cannot be generated, naming the value refused.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TrafficError {
+    /// Fewer than two hosts: no pair to send between.
+    TooFewHosts(u32),
+    /// A load outside (0, 1].
+    Load(f64),
+    /// A host link rate that is not positive, bit/s.
+    HostRate(f64),
+}
+
+impl fmt::Display for TrafficError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TrafficError::TooFewHosts(hosts) => {
+                write!(f, "background traffic needs at least 2 hosts, got {hosts}")
+            }
+            TrafficError::Load(load) => {
+                write!(f, "background load must be in (0, 1], got {load}")
+            }
+            TrafficError::HostRate(bps) => {
+                write!(f, "host link speed must be positive, got {bps} bit/s")
+            }
+        }
+    }
+}
+
+impl std::error::Error for TrafficError {}
+
 /// Poisson traffic offering `load` of every host's link on average.
 #[derive(Clone, Debug)]
 pub struct PoissonTraffic {
@@ -26,19 +57,20 @@ pub struct PoissonTraffic {
 }
 
 impl PoissonTraffic {
-    pub fn new(hosts: u32, host_bps: f64, load: f64, sizes: FlowSizeCdf) -> Result<Self, String> {
+    pub fn new(
+        hosts: u32,
+        host_bps: f64,
+        load: f64,
+        sizes: FlowSizeCdf,
+    ) -> Result<Self, TrafficError> {
         if hosts < 2 {
-            return Err(format!(
-                "background traffic needs at least 2 hosts, got {hosts}"
-            ));
+            return Err(TrafficError::TooFewHosts(hosts));
         }
         if load.is_nan() || load <= 0.0 || load > 1.0 {
-            return Err(format!("background load must be in (0, 1], got {load}"));
+            return Err(TrafficError::Load(load));
         }
         if host_bps.is_nan() || host_bps <= 0.0 {
-            return Err(format!(
-                "host link speed must be positive, got {host_bps} bit/s"
-            ));
+            return Err(TrafficError::HostRate(host_bps));
         }
         Ok(PoissonTraffic {
             hosts,

@@ -13,6 +13,8 @@
 //!   tabulation: 1 .. 666 667 packets, half the flows one packet, mean
 //!   about 7.5 MB.
 
+use std::fmt;
+
 use super::rng::Rng;
 
 /// Bytes per packet in the pFabric tabulation of both tables.
@@ -57,24 +59,24 @@ pub struct FlowSizeCdf {
 
 impl FlowSizeCdf {
     /// Checks the table and builds the distribution.
-    pub fn new(name: &str, points: Vec<(f64, f64)>) -> Result<Self, String> {
+    pub fn new(name: &str, points: Vec<(f64, f64)>) -> Result<Self, CdfError> {
+        let bad = |problem| CdfError::BadTable {
+            name: name.to_string(),
+            problem,
+        };
         if points.len() < 2 {
-            return Err(format!("flow-size CDF {name}: needs at least two points"));
+            return Err(bad(TableProblem::TooFewPoints));
         }
         for pair in points.windows(2) {
             let ((x0, p0), (x1, p1)) = (pair[0], pair[1]);
             if x1 < x0 || p1 < p0 {
-                return Err(format!(
-                    "flow-size CDF {name}: points must be non-decreasing, got ({x0}, {p0}) then ({x1}, {p1})"
-                ));
+                return Err(bad(TableProblem::Decreasing(pair[0], pair[1])));
             }
         }
         let (first_size, first_p) = points[0];
         let last_p = points[points.len() - 1].1;
         if first_size < 1.0 || !(0.0..=1.0).contains(&first_p) || (last_p - 1.0).abs() > 1e-9 {
-            return Err(format!(
-                "flow-size CDF {name}: sizes must be >= 1 byte and probabilities run up to exactly 1"
-            ));
+            return Err(bad(TableProblem::OutOfRange));
         }
         Ok(FlowSizeCdf {
             name: name.to_string(),
@@ -101,13 +103,11 @@ impl FlowSizeCdf {
     }
 
     /// The built-in table called `name` ("websearch" or "datamining").
-    pub fn by_name(name: &str) -> Result<Self, String> {
+    pub fn by_name(name: &str) -> Result<Self, CdfError> {
         match name {
             "websearch" | "web_search" => Ok(Self::web_search()),
             "datamining" | "data_mining" => Ok(Self::data_mining()),
-            other => Err(format!(
-                "unknown flow-size distribution {other:?} (known: websearch, datamining)"
-            )),
+            other => Err(CdfError::UnknownDistribution(other.to_string())),
         }
     }
 
@@ -149,3 +149,51 @@ impl FlowSizeCdf {
         size.round().max(1.0) as u64
     }
 }
+
+/// A flow-size distribution that cannot be had: a bad table, or a name
+/// that is no built-in one.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CdfError {
+    /// The table called `name` breaks a rule of a CDF.
+    BadTable { name: String, problem: TableProblem },
+    /// A name other than websearch and datamining.
+    UnknownDistribution(String),
+}
+
+/// The rule of a CDF table that a table breaks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum TableProblem {
+    /// Fewer than two points.
+    TooFewPoints,
+    /// A point below the one before it, (size, probability) each.
+    Decreasing((f64, f64), (f64, f64)),
+    /// A size under 1 byte, or probabilities that do not end at exactly 1.
+    OutOfRange,
+}
+
+impl fmt::Display for CdfError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CdfError::BadTable { name, problem } => {
+                write!(f, "flow-size CDF {name}: ")?;
+                match problem {
+                    TableProblem::TooFewPoints => write!(f, "needs at least two points"),
+                    TableProblem::Decreasing((x0, p0), (x1, p1)) => write!(
+                        f,
+                        "points must be non-decreasing, got ({x0}, {p0}) then ({x1}, {p1})"
+                    ),
+                    TableProblem::OutOfRange => write!(
+                        f,
+                        "sizes must be >= 1 byte and probabilities run up to exactly 1"
+                    ),
+                }
+            }
+            CdfError::UnknownDistribution(name) => write!(
+                f,
+                "unknown flow-size distribution {name:?} (known: websearch, datamining)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CdfError {}

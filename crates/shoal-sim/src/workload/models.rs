@@ -13,6 +13,8 @@
 //! ratios of 0.11 (GoogLeNet) .. 0.53 (AlexNet) at 10 Gb/s, inside the
 //! paper's range.
 
+use std::fmt;
+
 use super::rng::Rng;
 
 /// A data-parallel training job's model.
@@ -66,17 +68,32 @@ pub const MODELS: [Model; 6] = [
 ];
 
 /// The model called `name` (case-insensitive).
-pub fn by_name(name: &str) -> Result<Model, String> {
+pub fn by_name(name: &str) -> Result<Model, UnknownModel> {
     let wanted = name.to_ascii_lowercase();
     MODELS
         .iter()
         .copied()
         .find(|m| m.name == wanted)
-        .ok_or_else(|| {
-            let known: Vec<&str> = MODELS.iter().map(|m| m.name).collect();
-            format!("unknown model {name:?} (known: {})", known.join(", "))
-        })
+        .ok_or_else(|| UnknownModel(name.to_string()))
 }
+
+/// A model name that is none of [`MODELS`], as written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownModel(pub String);
+
+impl fmt::Display for UnknownModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let known: Vec<&str> = MODELS.iter().map(|m| m.name).collect();
+        write!(
+            f,
+            "unknown model {:?} (known: {})",
+            self.0,
+            known.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownModel {}
 
 /// A model drawn at random. The paper uses "a weighted random
 /// distribution" without giving the weights; we CHOSE equal weights.

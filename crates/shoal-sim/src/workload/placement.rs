@@ -6,19 +6,21 @@
 //! set of `workers` free hosts spanning the shortest id range: it fills a
 //! rack before touching the next and a pod before crossing the core.
 
+use crate::error::SimError;
+
 /// Picks `workers` free hosts (marking them used) spanning the shortest id
 /// range; ties go to the lowest ids. Errors when too few hosts are free.
-pub fn place_close(free: &mut [bool], workers: usize) -> Result<Vec<u32>, String> {
+pub fn place_close(free: &mut [bool], workers: usize) -> Result<Vec<u32>, SimError> {
     let free_ids: Vec<usize> = (0..free.len()).filter(|&h| free[h]).collect();
     if workers == 0 {
-        return Err("a job needs at least one worker".into());
+        return Err(SimError::NoWorkers);
     }
     if free_ids.len() < workers {
-        return Err(format!(
-            "cannot place {workers} workers: only {} of {} hosts are free",
-            free_ids.len(),
-            free.len()
-        ));
+        return Err(SimError::TooFewFree {
+            workers,
+            free: free_ids.len(),
+            hosts: free.len(),
+        });
     }
     // Sliding window over the free ids: the window with the smallest span.
     let best = (0..=free_ids.len() - workers)
