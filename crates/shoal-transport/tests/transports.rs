@@ -402,6 +402,33 @@ fn tcp_peer_death_without_bye() {
     child.join().unwrap();
 }
 
+/// A rank that aborts and then dies at once (the error is raised, the
+/// program exits): its peers learn the abort's reason, not only that it died.
+#[test]
+fn tcp_abort_is_on_the_wire_before_a_crash() {
+    let store = Arc::new(MemStore::default());
+    let job = job_id("abort-then-crash");
+    let s2 = store.clone();
+    let j2 = job.clone();
+    let child = std::thread::spawn(move || {
+        let c = TcpConfig::new(1, 2, vec![0], &j2, test_key());
+        let t = TcpTransport::connect(&c, &*s2).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        t.abort("mismatched collectives");
+        t.close_without_bye();
+    });
+    let c = TcpConfig::new(0, 2, vec![1], &job, test_key());
+    let t = TcpTransport::connect(&c, &*store).unwrap();
+    let mut buf = [0u8; 8];
+    let req = irecv(&t, 1, 0, &mut buf);
+    let e = wait_error(&t, req, Duration::from_secs(5));
+    assert!(
+        matches!(&e, TransportError::Aborted { peer: 1, reason } if reason == "mismatched collectives"),
+        "{e:?}"
+    );
+    child.join().unwrap();
+}
+
 #[test]
 fn clean_close_is_not_death() {
     run(Kind::Tcp, 2, RING, |r, t| {

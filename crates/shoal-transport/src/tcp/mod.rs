@@ -237,6 +237,10 @@ struct WriteSide {
     queued: AtomicUsize,
 }
 
+/// The longest an abort waits for its frames to be written (a peer that
+/// stopped reading must not hold the error up).
+const ABORT_FLUSH: Duration = Duration::from_secs(1);
+
 /// TCP transport; see the module docs.
 pub struct TcpTransport {
     rank: usize,
@@ -420,6 +424,22 @@ impl TcpTransport {
             };
             let mut r = read;
             r.pump(&self.shared);
+        }
+    }
+
+    /// Waits, at most `limit`, until the writer threads have written every
+    /// frame queued so far. An abort is followed, as often as not, by the
+    /// process's exit, which would drop the frames still queued: the peers
+    /// would see the connection close without learning why.
+    fn wait_until_written(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self
+            .conns
+            .iter()
+            .any(|c| c.write.queued.load(Ordering::Acquire) > 0)
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 
@@ -764,6 +784,7 @@ impl Transport for TcpTransport {
                 },
             );
         }
+        self.wait_until_written(ABORT_FLUSH.min(self.close_timeout));
     }
 
     fn finish_call(&self, comm: u32, seq: u32, sig: CallSig) -> Result<()> {
