@@ -181,8 +181,11 @@ pub fn execute(
         completed: run.completed,
     };
     if let Err(e) = &result {
-        // Tell the peers, so nobody waits for a rank that has given up.
-        if e.kind != ErrorKind::Aborted && e.kind != ErrorKind::InvalidArgument {
+        // Tell the peers, so nobody waits for a rank that has given up. An
+        // abort received is passed on too: the aborting rank's own frames
+        // may reach a peer after this rank's exit closed its connection,
+        // and only a connection's own frames arrive in order.
+        if e.kind != ErrorKind::InvalidArgument {
             ctx.transport.abort(&e.message);
         }
     }
