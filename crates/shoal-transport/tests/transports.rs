@@ -376,17 +376,20 @@ fn send_to_self_is_rejected() {
     });
 }
 
-#[test]
-fn tcp_peer_death_without_bye() {
+/// Rank 0 waits on a receive from rank 1 while rank 1, after 100 ms, ends
+/// as `end` says; returns the receive's error and how long it took.
+fn tcp_peer_ends(
+    name: &str,
+    end: impl FnOnce(&TcpTransport) + Send + 'static,
+) -> (TransportError, Duration) {
     let store = Arc::new(MemStore::default());
-    let job = job_id("death");
-    let s2 = store.clone();
-    let j2 = job.clone();
+    let job = job_id(name);
+    let (s2, j2) = (store.clone(), job.clone());
     let child = std::thread::spawn(move || {
         let c = TcpConfig::new(1, 2, vec![0], &j2, test_key());
         let t = TcpTransport::connect(&c, &*s2).unwrap();
         std::thread::sleep(Duration::from_millis(100));
-        t.close_without_bye();
+        end(&t);
     });
     let c = TcpConfig::new(0, 2, vec![1], &job, test_key());
     let t = TcpTransport::connect(&c, &*store).unwrap();
@@ -394,39 +397,90 @@ fn tcp_peer_death_without_bye() {
     let req = irecv(&t, 1, 0, &mut buf);
     let t0 = Instant::now();
     let e = wait_error(&t, req, Duration::from_secs(5));
+    let took = t0.elapsed();
+    child.join().unwrap();
+    (e, took)
+}
+
+#[test]
+fn tcp_peer_death_without_bye() {
+    let (e, took) = tcp_peer_ends("death", |t| t.close_without_bye());
     assert!(
         matches!(e, TransportError::PeerDied { peer: 1, .. }),
         "{e:?}"
     );
-    assert!(t0.elapsed() < Duration::from_secs(1));
-    child.join().unwrap();
+    assert!(took < Duration::from_secs(1));
 }
 
 /// A rank that aborts and then dies at once (the error is raised, the
 /// program exits): its peers learn the abort's reason, not only that it died.
 #[test]
 fn tcp_abort_is_on_the_wire_before_a_crash() {
-    let store = Arc::new(MemStore::default());
-    let job = job_id("abort-then-crash");
-    let s2 = store.clone();
-    let j2 = job.clone();
-    let child = std::thread::spawn(move || {
-        let c = TcpConfig::new(1, 2, vec![0], &j2, test_key());
-        let t = TcpTransport::connect(&c, &*s2).unwrap();
-        std::thread::sleep(Duration::from_millis(100));
+    let (e, _) = tcp_peer_ends("abort-then-crash", |t| {
         t.abort("mismatched collectives");
         t.close_without_bye();
     });
-    let c = TcpConfig::new(0, 2, vec![1], &job, test_key());
-    let t = TcpTransport::connect(&c, &*store).unwrap();
-    let mut buf = [0u8; 8];
-    let req = irecv(&t, 1, 0, &mut buf);
-    let e = wait_error(&t, req, Duration::from_secs(5));
     assert!(
         matches!(&e, TransportError::Aborted { peer: 1, reason } if reason == "mismatched collectives"),
         "{e:?}"
     );
-    child.join().unwrap();
+}
+
+/// A rank that closes right after its last send, while its peer is still
+/// reading that send and still sending to it: the peer gets every byte. A
+/// socket closed with unread bytes, or that bytes reach after it closed,
+/// answers with a reset, and a reset throws away what the closing side had
+/// not sent yet.
+/// Receives `len` bytes through a sink that takes a millisecond per piece.
+fn slow_recv(t: &dyn Transport, peer: usize, step: u32, len: usize) -> Vec<u8> {
+    let out = Arc::new(Mutex::new(vec![0u8; len]));
+    let o = out.clone();
+    let sink: Sink = Box::new(move |off, bytes| {
+        std::thread::sleep(Duration::from_millis(1));
+        o.lock().unwrap()[off..off + bytes.len()].copy_from_slice(bytes);
+    });
+    let req = unsafe {
+        t.irecv(peer, tag(step), sig(), RecvInto::Sink { len, sink })
+            .unwrap()
+    };
+    wait_all(t, &[req]).unwrap();
+    let got = out.lock().unwrap().clone();
+    got
+}
+
+#[test]
+fn tcp_close_delivers_everything_to_a_peer_still_talking() {
+    const LEN: usize = 8 << 20;
+    const N: u32 = 3;
+    run(Kind::Tcp, 2, RING, |r, t| {
+        if r == 0 {
+            let bufs: Vec<Vec<u8>> = (0..N).map(|i| pattern(LEN, i as usize)).collect();
+            send_all(t, 1, 0, &bufs);
+            return;
+        }
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // Talks to rank 0 until rank 0 has gone (its sends then fail).
+                let hello = [1u8; 64];
+                for step in 1000.. {
+                    // SAFETY: `hello` outlives the send, which is waited for.
+                    let sent = unsafe { t.isend(0, tag(step), sig(), hello.as_ptr(), hello.len()) };
+                    let gone = sent.and_then(|req| wait_all(t, &[req])).is_err();
+                    if gone || done.load(std::sync::atomic::Ordering::Relaxed) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            });
+            for i in 0..N {
+                // A slow reader: rank 0's last bytes are still in its socket when it closes.
+                let got = slow_recv(t, 0, i, LEN);
+                assert_eq!(got, pattern(LEN, i as usize), "message {i}");
+            }
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+    });
 }
 
 #[test]

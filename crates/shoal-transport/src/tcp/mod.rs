@@ -443,6 +443,23 @@ impl TcpTransport {
         }
     }
 
+    /// Half-closes every connection, then waits (until `deadline`) until
+    /// each peer has acknowledged every byte sent to it, the readers still
+    /// reading meanwhile. A socket closed with bytes unread, or that bytes
+    /// reach after it closed, answers with a reset, and the reset throws
+    /// away what it had not sent yet: a peer still reading our last message
+    /// while it sends to us (credits, its own sends) would lose its end.
+    /// Once acknowledged, the bytes sit in the peer's socket, which a reset
+    /// does not empty.
+    fn wait_until_delivered(&self, deadline: Instant) {
+        for c in &self.conns {
+            let _ = c.stream.shutdown(Shutdown::Write);
+        }
+        while self.conns.iter().any(|c| undelivered(&c.stream)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Flushes queued sends, says bye to every peer, and stops the threads.
     pub fn close(&self) {
         self.stop(true);
@@ -476,6 +493,7 @@ impl TcpTransport {
             while writers.iter().any(|t| !t.is_finished()) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(1));
             }
+            self.wait_until_delivered(deadline);
         }
         self.shared.closing.store(true, Ordering::Release);
         for c in &self.conns {
@@ -491,6 +509,32 @@ impl Drop for TcpTransport {
     fn drop(&mut self) {
         self.close();
     }
+}
+
+/// Whether bytes written to `s` are still waiting for the peer's
+/// acknowledgement on a live connection (false when that cannot be asked:
+/// then nothing is waited for). A reset connection keeps its count of
+/// unacknowledged bytes, which will never fall, so its state is asked too.
+fn undelivered(s: &TcpStream) -> bool {
+    const TCP_CLOSE: u8 = 7; // (tcp_states.h; the first byte of struct tcp_info)
+    let fd = s.as_raw_fd();
+    let mut info = [0u8; 8];
+    let mut len = info.len() as libc::socklen_t;
+    let mut queued: libc::c_int = 0;
+    // SAFETY: a valid socket; each call writes at most the buffer it is given.
+    let (state, outq) = unsafe {
+        (
+            libc::getsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                info.as_mut_ptr().cast(),
+                &mut len,
+            ),
+            libc::ioctl(fd, libc::TIOCOUTQ, &mut queued),
+        )
+    };
+    state == 0 && outq == 0 && info[0] != TCP_CLOSE && queued > 0
 }
 
 /// Hands `job` to the connection's writer thread (`queue` is its locked queue).
@@ -532,18 +576,7 @@ fn write_job(sh: &Shared, peer: usize, s: &mut TcpStream, job: Job) {
                 let payload = unsafe { payload_of(data.0, len) };
                 match send_frame_from(s, &header, payload, sent) {
                     Ok(()) => sh.update(|m| m.complete(id)),
-                    Err(e) => {
-                        sh.update(|m| {
-                            m.fail(
-                                id,
-                                TransportError::PeerDied {
-                                    peer,
-                                    detail: e.to_string(),
-                                },
-                            )
-                        });
-                        sh.lost(peer, &format!("send failed: {e}"));
-                    }
+                    Err(e) => fail_send(sh, peer, id, &e),
                 }
             }
             Job::Control { header, payload } => {
@@ -551,6 +584,18 @@ fn write_job(sh: &Shared, peer: usize, s: &mut TcpStream, job: Job) {
             }
         }
     }
+}
+
+/// A send that could not be written fails alone. Whether its peer is gone
+/// is for the connection's reader to say, once it has read what the peer
+/// sent before the connection broke: a peer that closed while we still
+/// wrote to it resets the connection with its last bytes to us unread.
+fn fail_send(sh: &Shared, peer: usize, id: ReqId, e: &std::io::Error) {
+    let died = TransportError::PeerDied {
+        peer,
+        detail: e.to_string(),
+    };
+    sh.update(|m| m.fail(id, died));
 }
 
 /// Writes header and payload from byte `from` of the two on (blocking); a
@@ -701,14 +746,7 @@ impl Transport for TcpTransport {
         match self.try_direct(peer, id, &header, data, len) {
             Some(Direct::Sent) => self.shared.update(|m| m.complete(id)),
             Some(Direct::Queued) => {}
-            Some(Direct::Failed(e)) => {
-                let died = TransportError::PeerDied {
-                    peer,
-                    detail: e.to_string(),
-                };
-                self.shared.update(|m| m.fail(id, died));
-                self.shared.lost(peer, &format!("send failed: {e}"));
-            }
+            Some(Direct::Failed(e)) => fail_send(&self.shared, peer, id, &e),
             None => {
                 let job = Job::Data {
                     id,
