@@ -26,12 +26,29 @@ use crate::work::{AsyncQueue, Work};
 mod agreed;
 mod decide;
 mod group;
-mod hierarchical_switch;
 mod inspect;
 mod p2p;
-mod plans;
+mod providers;
 mod shape;
-mod switch;
+
+/// Declares each provider's file (a module beside this one) and lists it in
+/// `PROVIDERS`: so a provider is registered by its one line below.
+macro_rules! providers {
+    ($($(#[$only:meta])* $file:ident::$provider:ident,)*) => {
+        $($(#[$only])* mod $file;)*
+        /// Every provider of collectives, each described in its file; the
+        /// order breaks ties between prices, and the plan executor comes
+        /// first (`ProviderId::PLANS`).
+        static PROVIDERS: &[&dyn providers::CallProvider] = &[$($(#[$only])* &$file::$provider,)*];
+    };
+}
+
+providers! {
+    plans::PLANS,
+    switch::SWITCH,
+    hierarchical_switch::HIERARCHICAL_SWITCH,
+    #[cfg(test)] gather_reduce::GATHER_REDUCE,
+}
 
 use agreed::{Agreed, FirstUse, Verdict};
 use decide::Decisions;
@@ -222,8 +239,8 @@ struct SendBuffers(CallBuffers);
 // SAFETY: see the type's doc.
 unsafe impl Send for SendBuffers {}
 
-/// How a provider runs the calls it priced (its pricing half is in
-/// `crate::provider`): made when a call is prepared, by [`Communicator::runner`].
+/// How a provider runs the calls it priced: made when a call is prepared,
+/// by its `CallProvider::runner`.
 trait RunCall: Send {
     /// Takes the sequence numbers of the provider's own steps, in the order
     /// they run, before the call's own (under the state's lock, so that
