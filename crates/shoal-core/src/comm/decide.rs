@@ -4,12 +4,11 @@
 //! The providers are asked through the table of `comm/mod.rs`
 //! (`providers.rs`): none is named here.
 
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, MutexGuard, Weak};
 
 use shoal_plan::{CallShape, Collective};
 
 use super::providers;
-use super::switch::switch_eligible;
 use super::{CollArgs, CommState, Communicator, RunCall};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
@@ -57,6 +56,16 @@ pub(super) struct Decision {
     made_under: (usize, usize),
 }
 
+/// A call's decision as preparing it needs it (`Communicator::decided`).
+pub(super) struct Decided {
+    pub decision: Decision,
+    pub cp: Arc<CompiledPlan>,
+    /// How its provider runs it.
+    pub runs: Box<dyn RunCall>,
+    /// The call's shape (its key's).
+    pub shape: CallShape,
+}
+
 /// A communicator's decisions, bounded like the selector's choices.
 pub(super) struct Decisions(Lru<DecisionKey, Decision>);
 
@@ -73,40 +82,62 @@ impl Default for Decisions {
 }
 
 impl Communicator {
-    /// The key of a call's decision. `tick_retry`: the call counts towards
-    /// the switch's retry (a call made, not one inspected).
+    /// How a call made (not inspected) runs: its decision, remembered or
+    /// made, its plan and its provider's runner; returned with the
+    /// communicator's state locked, for the sequence numbers preparing the
+    /// call takes next (a known call reads its decision under that lock).
+    pub(super) fn decided(
+        &self,
+        args: &CollArgs,
+        shape: CallShape,
+        op: ReduceOp,
+        source: Option<&dyn PlanSource>,
+    ) -> Result<(Decided, MutexGuard<'_, CommState>)> {
+        let key = self.decision_key(args, shape, op, true);
+        let mut st = self.state.lock().unwrap();
+        let (decision, cp) = match self.known_decision(&mut st, &key) {
+            Some(known) => known,
+            None => {
+                drop(st);
+                let made = self.decide(&key, source)?;
+                st = self.state.lock().unwrap();
+                made
+            }
+        };
+        let runs = self.runner(decision.provider, &key.shape)?;
+        let shape = key.shape;
+        Ok((
+            Decided {
+                decision,
+                cp,
+                runs,
+                shape,
+            },
+            st,
+        ))
+    }
+
+    /// The key of a call's decision. `made`: the call is made, not
+    /// inspected (it may join the switch and counts towards its retry).
     pub(super) fn decision_key(
         &self,
         args: &CollArgs,
         shape: CallShape,
         op: ReduceOp,
-        tick_retry: bool,
+        made: bool,
     ) -> DecisionKey {
         DecisionKey {
             shape,
             dtype: args.dtype,
             op,
             named: args.algorithm,
-            switch: self.switch_state(args, tick_retry),
-        }
-    }
-
-    /// What the switch offers a call. A call that could use the switch
-    /// while it is away counts towards its retry (ina.rs).
-    fn switch_state(&self, args: &CollArgs, tick_retry: bool) -> SwitchState {
-        if !switch_eligible(args) {
-            return SwitchState::Away;
-        }
-        match self.ina() {
-            Ok(ina) if tick_retry && ina.retry_due() => SwitchState::Retry,
-            Ok(ina) if ina.unusable().is_none() => SwitchState::Usable,
-            _ => SwitchState::Away,
+            switch: self.switch_offer(args, made),
         }
     }
 
     /// The remembered decision of `key` and its plan, if both are still
     /// good (read under the state's lock, which preparing a call holds).
-    pub(super) fn known_decision(
+    fn known_decision(
         &self,
         st: &mut CommState,
         key: &DecisionKey,
@@ -214,11 +245,7 @@ impl Communicator {
 
     /// How `provider` runs a call of `shape` (on every call: no look-up,
     /// the id is the provider's place in the table).
-    pub(super) fn runner(
-        &self,
-        provider: ProviderId,
-        shape: &CallShape,
-    ) -> Result<Box<dyn RunCall>> {
+    fn runner(&self, provider: ProviderId, shape: &CallShape) -> Result<Box<dyn RunCall>> {
         providers::provider(provider).runner(self, shape)
     }
 }

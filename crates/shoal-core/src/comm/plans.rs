@@ -97,9 +97,9 @@ impl Communicator {
         let describe = || p.describe();
         let ctx = self.call_context(p.seq, p.sig, p.dtype, p.op, &describe);
         let engine = &self.engine;
-        engine
-            .staging
-            .run(p.in_place, bufs, |bufs| engine.run(&p.cp, &ctx, bufs))?;
+        let staged = engine.staging.stage(p.in_place, bufs);
+        engine.run(&p.cp, &ctx, staged.bufs)?;
+        staged.finish();
         if let Some(n) = p.divide_by {
             // SAFETY: the output buffer was validated by prepare.
             let out = unsafe { std::slice::from_raw_parts_mut(bufs.output, bufs.output_bytes) };

@@ -88,11 +88,28 @@ impl Communicator {
         }
     }
 
-    /// A sub-group joins a switch job of its own members at its first call
-    /// that could use the switch: every member makes that call, so all join
-    /// together (collective, like the world's join at init).
-    pub(super) fn join_group_switch(&self, args: &CollArgs) {
-        if self.id == 0 || self.group_ina.get().is_some() || !switch_eligible(args) {
+    /// What the switch offers a call. A sub-group joins a switch job of its
+    /// own members at its first call made that could use the switch: every
+    /// member makes that call, so all join together (collective, like the
+    /// world's join at init). A call made that could use the switch while
+    /// it is away counts towards its retry (ina.rs).
+    pub(super) fn switch_offer(&self, args: &CollArgs, made: bool) -> SwitchState {
+        if !switch_eligible(args) {
+            return SwitchState::Away;
+        }
+        if made {
+            self.join_group_switch();
+        }
+        match self.ina() {
+            Ok(ina) if made && ina.retry_due() => SwitchState::Retry,
+            Ok(ina) if ina.unusable().is_none() => SwitchState::Usable,
+            _ => SwitchState::Away,
+        }
+    }
+
+    /// A sub-group's first call that could use the switch joins its job.
+    fn join_group_switch(&self) {
+        if self.id == 0 || self.group_ina.get().is_some() {
             return;
         }
         if let Ok(world) = &self.engine.ina {
@@ -217,7 +234,7 @@ impl Communicator {
 
 /// An allreduce the switch could run: of its types, not forced onto a
 /// host algorithm.
-pub(super) fn switch_eligible(args: &CollArgs) -> bool {
+fn switch_eligible(args: &CollArgs) -> bool {
     args.collective == Collective::Allreduce
         && !matches!(args.algorithm, Some(Named::Plan(_)))
         && ina::wire_types(args.dtype, args.op).is_some()
