@@ -60,7 +60,8 @@ struct HostsAndSwitch {
 
 impl HostsAndSwitch {
     /// Fetches or builds the host phases' plans of a call (before the
-    /// sequence numbers are taken, outside the state's lock).
+    /// sequence numbers are taken; built-in plans, so no Python runs under
+    /// the state's lock that preparing holds).
     fn new(comm: &Communicator, shape: &CallShape) -> Result<HostsAndSwitch> {
         let (rs, ag, shard, job) = comm.host_phases(shape)?;
         Ok(HostsAndSwitch {

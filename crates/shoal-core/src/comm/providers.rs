@@ -1,8 +1,9 @@
 //! What a provider of collectives is to a communicator ([`CallProvider`]:
 //! its pricing, its own algorithm if it has one, whether it insists on a
-//! call, and how it runs a call, falling back as it sees fit), and the look-ups over every provider, which are listed once, in
-//! the `providers!` table of `comm/mod.rs`. Each provider is one file beside
-//! this one; nothing outside it names it.
+//! call, and how it runs a call, falling back as it sees fit), and the
+//! look-ups over every provider, which are listed once, in the `providers!`
+//! table of `comm/mod.rs`. Each provider is one file beside this one;
+//! nothing outside it names it.
 
 use shoal_plan::{CallShape, Collective};
 
@@ -28,8 +29,8 @@ pub(super) trait CallProvider: Provider {
     }
     /// How it runs a call of `shape`, and what it does if it fails in the
     /// middle of it (the switch redoes the call with the host plan): made
-    /// when the call is prepared, on every call (before its sequence
-    /// numbers are taken, unlocked).
+    /// when the call is prepared, on every call, under the communicator's
+    /// state lock (before the call's sequence numbers are taken).
     fn runner(&self, comm: &Communicator, shape: &CallShape) -> Result<Box<dyn RunCall>>;
 }
 
