@@ -20,7 +20,7 @@
 //! The check works on addresses, so it holds for every caller: numpy views
 //! of one base, torch tensors passed by the torch backend, Rust callers.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use shoal_plan::{CallShape, Collective};
 
@@ -121,40 +121,63 @@ fn overlap_error(collective: Collective, x: Span, out: Span) -> Error {
 pub struct Staging(Mutex<Vec<u64>>);
 
 impl Staging {
-    /// Runs `call` on buffers without the overlap `mode` names.
-    pub fn run(
-        &self,
-        mode: InPlace,
-        bufs: CallBuffers,
-        call: impl FnOnce(CallBuffers) -> Result<()>,
-    ) -> Result<()> {
-        if mode == InPlace::Direct {
-            return call(bufs);
-        }
-        let mut mem = self.0.lock().unwrap();
-        match mode {
-            InPlace::Direct => unreachable!(),
+    /// The buffers a call of `mode` runs on, without the overlap the mode
+    /// names (the input copied aside, or the output written aside), holding
+    /// the staging memory until [`Staged::finish`]. The caller runs the call
+    /// itself: staging is a step before and after it, not a layer above it.
+    pub fn stage(&self, mode: InPlace, bufs: CallBuffers) -> Staged<'_> {
+        let (mem, staged) = match mode {
+            InPlace::Direct => (None, bufs),
             InPlace::StageInput => {
+                let mut mem = self.0.lock().unwrap();
                 let aside = grown(&mut mem, bufs.input_bytes);
                 // SAFETY: the input is valid for input_bytes (checked by the
                 // caller's prepare); `aside` is our own memory of that size.
                 unsafe { std::ptr::copy_nonoverlapping(bufs.input, aside, bufs.input_bytes) };
-                call(CallBuffers {
+                let staged = CallBuffers {
                     input: aside,
                     ..bufs
-                })
+                };
+                (Some(mem), staged)
             }
             InPlace::StageOutput => {
+                let mut mem = self.0.lock().unwrap();
                 let aside = grown(&mut mem, bufs.output_bytes);
-                call(CallBuffers {
+                let staged = CallBuffers {
                     output: aside,
                     ..bufs
-                })?;
-                // SAFETY: as above; the call is over, so the input (which
-                // holds the output) is no longer read.
-                unsafe { std::ptr::copy_nonoverlapping(aside, bufs.output, bufs.output_bytes) };
-                Ok(())
+                };
+                (Some(mem), staged)
             }
+        };
+        Staged {
+            _mem: mem,
+            bufs: staged,
+            output: bufs.output,
+        }
+    }
+}
+
+/// A call's buffers while it runs staged (`Staging::stage`).
+pub struct Staged<'a> {
+    /// The staging memory, held while the call uses it.
+    _mem: Option<MutexGuard<'a, Vec<u64>>>,
+    /// What the call runs on.
+    pub bufs: CallBuffers,
+    /// Where its output belongs.
+    output: *mut u8,
+}
+
+impl Staged<'_> {
+    /// After the call succeeded: an output written aside goes where it
+    /// belongs (a failed call is dropped instead, its output left as is).
+    pub fn finish(self) {
+        if self.bufs.output != self.output {
+            // SAFETY: as in `stage`; the call is over, so the input (which
+            // holds the output) is no longer read.
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.bufs.output, self.output, self.bufs.output_bytes)
+            };
         }
     }
 }
@@ -280,17 +303,15 @@ mod tests {
             output: p,
             output_bytes: 8,
         };
-        staging
-            .run(InPlace::StageInput, b, |b| {
-                assert_ne!(b.input, b.output as *const u8);
-                // SAFETY: test buffers of 8 bytes each.
-                unsafe {
-                    std::ptr::write_bytes(b.output, 0xff, 8);
-                    assert_eq!(*b.input.add(7), 7);
-                }
-                Ok(())
-            })
-            .unwrap();
+        let staged = staging.stage(InPlace::StageInput, b);
+        let b = staged.bufs;
+        assert_ne!(b.input, b.output as *const u8);
+        // SAFETY: test buffers of 8 bytes each.
+        unsafe {
+            std::ptr::write_bytes(b.output, 0xff, 8);
+            assert_eq!(*b.input.add(7), 7);
+        }
+        staged.finish();
         assert_eq!(mem, [0xff; 8]);
         // reduce_scatter in place: out (block 1 of x) is written only at the end
         let mut x: Vec<u8> = (0..8).collect();
@@ -302,16 +323,14 @@ mod tests {
             output: unsafe { p.add(4) },
             output_bytes: 4,
         };
-        staging
-            .run(InPlace::StageOutput, b, |b| {
-                // SAFETY: test buffers.
-                unsafe {
-                    std::ptr::write_bytes(b.output, 9, 4);
-                    assert_eq!(*b.input.add(5), 5);
-                }
-                Ok(())
-            })
-            .unwrap();
+        let staged = staging.stage(InPlace::StageOutput, b);
+        let b = staged.bufs;
+        // SAFETY: test buffers.
+        unsafe {
+            std::ptr::write_bytes(b.output, 9, 4);
+            assert_eq!(*b.input.add(5), 5);
+        }
+        staged.finish();
         assert_eq!(x, [0, 1, 2, 3, 9, 9, 9, 9]);
     }
 }

@@ -1,40 +1,26 @@
 //! Who runs a call, and with which algorithm: decided once per call shape
 //! on each communicator and kept as a [`Decision`], which preparing a call,
 //! `choose_algorithm` and `plan_steps` all read, so they cannot disagree.
-//! Every provider's pricing (`crate::provider`) is listed in
-//! `provider_for`, and every provider's running half (its `RunCall`, in its
-//! own file beside this one) in `runner`.
+//! The providers are asked through the table of `comm/mod.rs`
+//! (`providers.rs`): none is named here.
 
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, MutexGuard, Weak};
 
 use shoal_plan::{CallShape, Collective};
 
-use super::switch::switch_eligible;
-use super::{hierarchical_switch, plans, switch, CollArgs, CommState, Communicator, RunCall};
+use super::providers;
+use super::{CollArgs, CommState, Communicator, RunCall};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::exec::CompiledPlan;
 use crate::lru::Lru;
-use crate::provider::{self, HierarchicalSwitch, Named, PlanExecutor, ProviderId, Switch};
+use crate::provider::{self, Market, Named, Provider, ProviderId, SwitchState};
 use crate::registry::Choice;
 use crate::select::PlanSource;
 
 /// Decisions a communicator remembers (a few dozen bytes each: the plans
 /// they name stay bounded by the plan cache, `SHOAL_PLAN_CACHE`).
 const DECISIONS_CACHED: usize = 4096;
-
-/// What the switch offers a call, as far as deciding it goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(super) enum SwitchState {
-    /// Nothing: no switch job, the switch is away, or the call is not one
-    /// it runs (another collective, dtype or op; a host algorithm named).
-    Away,
-    /// Usable: priced against the plans.
-    Usable,
-    /// Away, and this call is the one its retry is due at: it goes through
-    /// the switch (`Ina::retry_due`).
-    Retry,
-}
 
 /// Everything a decision depends on, but the selector's state (see
 /// [`Decision::made_under`]).
@@ -70,6 +56,16 @@ pub(super) struct Decision {
     made_under: (usize, usize),
 }
 
+/// A call's decision as preparing it needs it (`Communicator::decided`).
+pub(super) struct Decided {
+    pub decision: Decision,
+    pub cp: Arc<CompiledPlan>,
+    /// How its provider runs it.
+    pub runs: Box<dyn RunCall>,
+    /// The call's shape (its key's).
+    pub shape: CallShape,
+}
+
 /// A communicator's decisions, bounded like the selector's choices.
 pub(super) struct Decisions(Lru<DecisionKey, Decision>);
 
@@ -86,40 +82,62 @@ impl Default for Decisions {
 }
 
 impl Communicator {
-    /// The key of a call's decision. `tick_retry`: the call counts towards
-    /// the switch's retry (a call made, not one inspected).
+    /// How a call made (not inspected) runs: its decision, remembered or
+    /// made, its plan and its provider's runner; returned with the
+    /// communicator's state locked, for the sequence numbers preparing the
+    /// call takes next (a known call reads its decision under that lock).
+    pub(super) fn decided(
+        &self,
+        args: &CollArgs,
+        shape: CallShape,
+        op: ReduceOp,
+        source: Option<&dyn PlanSource>,
+    ) -> Result<(Decided, MutexGuard<'_, CommState>)> {
+        let key = self.decision_key(args, shape, op, true);
+        let mut st = self.state.lock().unwrap();
+        let (decision, cp) = match self.known_decision(&mut st, &key) {
+            Some(known) => known,
+            None => {
+                drop(st);
+                let made = self.decide(&key, source)?;
+                st = self.state.lock().unwrap();
+                made
+            }
+        };
+        let runs = self.runner(decision.provider, &key.shape)?;
+        let shape = key.shape;
+        Ok((
+            Decided {
+                decision,
+                cp,
+                runs,
+                shape,
+            },
+            st,
+        ))
+    }
+
+    /// The key of a call's decision. `made`: the call is made, not
+    /// inspected (it may join the switch and counts towards its retry).
     pub(super) fn decision_key(
         &self,
         args: &CollArgs,
         shape: CallShape,
         op: ReduceOp,
-        tick_retry: bool,
+        made: bool,
     ) -> DecisionKey {
         DecisionKey {
             shape,
             dtype: args.dtype,
             op,
             named: args.algorithm,
-            switch: self.switch_state(args, tick_retry),
-        }
-    }
-
-    /// What the switch offers a call. A call that could use the switch
-    /// while it is away counts towards its retry (ina.rs).
-    fn switch_state(&self, args: &CollArgs, tick_retry: bool) -> SwitchState {
-        if !switch_eligible(args) {
-            return SwitchState::Away;
-        }
-        match self.ina() {
-            Ok(ina) if tick_retry && ina.retry_due() => SwitchState::Retry,
-            Ok(ina) if ina.unusable().is_none() => SwitchState::Usable,
-            _ => SwitchState::Away,
+            switch: self.switch_offer(args, made),
         }
     }
 
     /// The remembered decision of `key` and its plan, if both are still
     /// good (read under the state's lock, which preparing a call holds).
-    pub(super) fn known_decision(
+    fn known_decision(
         &self,
         st: &mut CommState,
         key: &DecisionKey,
@@ -160,7 +178,9 @@ impl Communicator {
         let choice = selector.choose(shape, key.dtype.size(), Named::host(key.named), source)?;
         let plan_id = choice.id();
         let cp = self.plan(shape.clone(), choice, source)?;
-        let (name, sig_algo) = provider.algorithm().unwrap_or((choice.name(), plan_id));
+        let (name, sig_algo) = providers::provider(provider)
+            .algorithm()
+            .unwrap_or((choice.name(), plan_id));
         let decision = Decision {
             provider,
             choice,
@@ -179,11 +199,11 @@ impl Communicator {
         Ok((decision, cp))
     }
 
-    /// Who runs a call. The switch runs allreduce only: when asked for
-    /// (`algorithm="ina"`, `SHOAL_ALGO=allreduce:ina`), when its retry is
-    /// due, or when it is usable, can aggregate the dtype and op, and costs
-    /// less than the cheapest plan algorithm. Naming a host algorithm
-    /// (`algorithm=`) keeps the plans.
+    /// Who runs a call. A provider that insists runs it (the switch, when
+    /// its retry is due); else the one whose algorithm was asked for
+    /// (`algorithm="ina"`, `SHOAL_ALGO=allreduce:ina`), the plans for a host
+    /// algorithm named; else the cheapest that can run it. Only the plans
+    /// run collectives other than allreduce.
     fn provider_for(
         &self,
         key: &DecisionKey,
@@ -196,50 +216,36 @@ impl Communicator {
                     "algorithm '{}' is for allreduce only, not {collective}",
                     named.name()
                 ))),
-                _ => Ok(ProviderId::Plans),
+                _ => Ok(ProviderId::PLANS),
             };
         }
-        match (key.switch, key.named) {
-            (SwitchState::Retry, _) => return Ok(ProviderId::Switch),
-            (_, Some(Named::Provider(provider))) => return Ok(provider),
-            (_, Some(Named::Plan(_))) => return Ok(ProviderId::Plans),
-            (_, None) => {}
+        if let Some((id, _)) = providers::all().find(|(_, p)| p.insists(key.switch)) {
+            return Ok(id);
+        }
+        match key.named {
+            Some(Named::Provider(id)) => return Ok(id),
+            Some(Named::Plan(_)) => return Ok(ProviderId::PLANS),
+            None => {}
         }
         if let Some(name) = self.engine.selector.switch_forced() {
-            return Ok(ProviderId::named(name));
+            return Ok(providers::by_algorithm(name).unwrap_or(ProviderId::PLANS));
         }
-        let plans = PlanExecutor {
+        let market = Market {
             selector: &self.engine.selector,
             source,
-        };
-        let switch = Switch {
-            usable: key.switch == SwitchState::Usable,
+            switch: key.switch,
             per_link: self.busiest_host,
-            plans: &plans,
         };
-        let hierarchical = HierarchicalSwitch(&switch);
-        // Listed plans first: a tie keeps the host algorithms.
-        let cheapest = provider::cheapest(
-            &[&plans, &switch, &hierarchical],
-            &key.shape,
-            key.dtype.size(),
-        )?;
-        Ok(cheapest.unwrap_or(ProviderId::Plans))
+        let offers: Vec<(ProviderId, &dyn Provider)> = providers::all()
+            .map(|(id, p)| (id, p as &dyn Provider))
+            .collect();
+        let cheapest = provider::cheapest(&offers, &market, &key.shape, key.dtype.size())?;
+        Ok(cheapest.unwrap_or(ProviderId::PLANS))
     }
 
-    /// How `provider` runs a call of `shape`: every provider's running half
-    /// is registered here, its pricing half in `provider_for`.
-    pub(super) fn runner(
-        &self,
-        provider: ProviderId,
-        shape: &CallShape,
-    ) -> Result<Box<dyn RunCall>> {
-        Ok(match provider {
-            ProviderId::Plans => Box::new(plans::RunPlan),
-            ProviderId::Switch => Box::new(switch::ViaSwitch::default()),
-            ProviderId::HierarchicalSwitch => {
-                Box::new(hierarchical_switch::HostsAndSwitch::new(self, shape)?)
-            }
-        })
+    /// How `provider` runs a call of `shape` (on every call: no look-up,
+    /// the id is the provider's place in the table).
+    fn runner(&self, provider: ProviderId, shape: &CallShape) -> Result<Box<dyn RunCall>> {
+        providers::provider(provider).runner(self, shape)
     }
 }

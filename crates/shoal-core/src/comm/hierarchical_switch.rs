@@ -1,5 +1,5 @@
-//! The hierarchical switch's running half (its pricing is
-//! `crate::provider::HierarchicalSwitch`): `hierarchical_ina`'s host
+//! The switch behind the hosts' shared memory as a provider
+//! (`hierarchical_ina`, allreduce only): its price, then the host
 //! reduce-scatter, each shard through its own switch job, the host
 //! allgather, then the agreement and fallback of the switch (`switch.rs`).
 
@@ -8,23 +8,61 @@ use std::sync::Arc;
 use shoal_plan::algorithms::allreduce::hierarchical_ina;
 use shoal_plan::{CallShape, Collective};
 
+use super::providers::CallProvider;
+use super::switch::agreement_cost;
 use super::{CommState, Communicator, Prepared, RunCall};
 use crate::error::Result;
 use crate::exec::{CallBuffers, CompiledPlan};
 use crate::ina::{self, SwitchCallError, Unavailable};
+use crate::provider::{Market, Provider, SwitchState};
 use crate::reduce::divide;
+use crate::registry;
+
+/// The switch as the inter-host step of hierarchical allreduce.
+pub(super) struct HierarchicalSwitch;
+
+pub(super) static HIERARCHICAL_SWITCH: HierarchicalSwitch = HierarchicalSwitch;
+
+impl Provider for HierarchicalSwitch {
+    /// Where the switch runs and the members sit on several hosts in equal
+    /// blocks of more than one rank (with one rank per host it is the
+    /// switch's call plus nothing; on one host the switch has nothing to
+    /// add up).
+    fn can_run(&self, market: &Market, shape: &CallShape, _: usize) -> bool {
+        let (hosts, local) = shape.layout();
+        market.switch == SwitchState::Usable && hosts > 1 && local > 1
+    }
+    /// The host phases, one switch call of a shard with every local rank
+    /// sharing the host's link, and the agreement.
+    fn cost(&self, market: &Market, shape: &CallShape, elem_size: usize) -> Result<f64> {
+        let bytes = shape.count * elem_size;
+        let (_, local) = shape.layout();
+        let params = market.selector.cost();
+        Ok(ina::hierarchical_cost(bytes, local, &params) + agreement_cost(market, shape)?)
+    }
+}
+
+impl CallProvider for HierarchicalSwitch {
+    fn algorithm(&self) -> Option<(&'static str, u32)> {
+        Some((registry::HIERARCHICAL_INA, registry::HIERARCHICAL_INA_ALGO_ID))
+    }
+    fn runner(&self, comm: &Communicator, shape: &CallShape) -> Result<Box<dyn RunCall>> {
+        Ok(Box::new(HostsAndSwitch::new(comm, shape)?))
+    }
+}
 
 /// A `hierarchical_ina` call: its host phases and the sequence number
 /// reserved for the agreement on the switch's outcome.
-pub(super) struct HostsAndSwitch {
+struct HostsAndSwitch {
     phases: HostPhases,
     agree_seq: u32,
 }
 
 impl HostsAndSwitch {
     /// Fetches or builds the host phases' plans of a call (before the
-    /// sequence numbers are taken, outside the state's lock).
-    pub(super) fn new(comm: &Communicator, shape: &CallShape) -> Result<HostsAndSwitch> {
+    /// sequence numbers are taken; built-in plans, so no Python runs under
+    /// the state's lock that preparing holds).
+    fn new(comm: &Communicator, shape: &CallShape) -> Result<HostsAndSwitch> {
         let (rs, ag, shard, job) = comm.host_phases(shape)?;
         Ok(HostsAndSwitch {
             phases: HostPhases {
@@ -190,5 +228,55 @@ impl Communicator {
         let describe = || p.describe();
         let ctx = self.call_context(seq, p.sig, p.dtype, p.op, &describe);
         self.engine.run(cp, &ctx, bufs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::switch::SWITCH;
+    use super::*;
+    use crate::provider::{cheapest, ProviderId};
+    use crate::select::tests::shape;
+    use crate::select::Selector;
+
+    #[test]
+    fn hierarchical_switch_runs_with_several_ranks_per_host_and_wins_large_calls() {
+        let selector = Selector::new("", crate::select::TCP_COST).unwrap();
+        let market = Market {
+            selector: &selector,
+            source: None,
+            switch: SwitchState::Usable,
+            per_link: 2,
+        };
+        let plans = &super::super::plans::PLANS;
+        let (switch, hierarchical) = (&SWITCH, &HIERARCHICAL_SWITCH);
+        let [p, s, h] = [0, 1, 2].map(ProviderId::at);
+        let all: [(ProviderId, &dyn Provider); 3] = [(p, plans), (s, switch), (h, hierarchical)];
+        let two_per_host = |count| CallShape {
+            ranks_per_host: 2,
+            ..shape(count)
+        };
+        // 16 MiB of float32 on 2 hosts x 2 ranks: the host link carries the
+        // buffer once (not twice, as with flat ina).
+        let big = two_per_host(4 << 20);
+        assert!(hierarchical.can_run(&market, &big, 4));
+        assert!(
+            hierarchical.cost(&market, &big, 4).unwrap() < switch.cost(&market, &big, 4).unwrap()
+        );
+        assert_eq!(cheapest(&all, &market, &big, 4).unwrap(), Some(h));
+        // One rank per host: nothing to reduce inside a host.
+        assert!(!hierarchical.can_run(&market, &shape(4 << 20), 4));
+        // Small calls stay on host algorithms (latency decides).
+        assert_eq!(
+            cheapest(&all, &market, &two_per_host(8), 4).unwrap(),
+            Some(p)
+        );
+        // Neither runs where the switch is away.
+        let away = Market {
+            switch: SwitchState::Away,
+            ..market
+        };
+        assert!(!switch.can_run(&away, &big, 4));
+        assert!(!hierarchical.can_run(&away, &big, 4));
     }
 }

@@ -3,150 +3,60 @@
 //! made by `new_group` share one [`Engine`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use shoal_plan::{Buf, CallShape, Collective};
-use shoal_transport::{CallSig, Transport};
+use shoal_transport::CallSig;
 
-use crate::alias::{self, InPlace, Staging};
-use crate::config::Config;
+use crate::alias::{self, InPlace};
 use crate::dtype::{DType, ReduceOp};
-use crate::error::{Error, ErrorKind, Result};
-use crate::exec::{execute, CallBuffers, CallContext, CompiledPlan, Workspace};
+use crate::error::Result;
+use crate::exec::{CallBuffers, CompiledPlan};
 use crate::ina::{Membership, ShardJob};
-use crate::lru::Lru;
 use crate::provider::Named;
 use crate::registry::AGREEMENT_ALGO_ID;
-use crate::select::{PlanSource, Selector};
-use crate::trace::Tracing;
-use crate::work::{AsyncQueue, Work};
+use crate::select::PlanSource;
+use crate::work::Work;
 
 mod agreed;
 mod decide;
+mod engine;
 mod group;
-mod hierarchical_switch;
 mod inspect;
 mod p2p;
-mod plans;
+mod providers;
 mod shape;
-mod switch;
+
+/// Declares each provider's file (a module beside this one) and lists it in
+/// `PROVIDERS`: so a provider is registered by its one line below.
+macro_rules! providers {
+    ($($(#[$only:meta])* $file:ident::$provider:ident,)*) => {
+        $($(#[$only])* mod $file;)*
+        /// Every provider of collectives, each described in its file; the
+        /// order breaks ties between prices, and the plan executor comes
+        /// first (`ProviderId::PLANS`).
+        static PROVIDERS: &[&dyn providers::CallProvider] = &[$($(#[$only])* &$file::$provider,)*];
+    };
+}
+
+providers! {
+    plans::PLANS,
+    switch::SWITCH,
+    hierarchical_switch::HIERARCHICAL_SWITCH,
+    #[cfg(test)] gather_reduce::GATHER_REDUCE,
+}
 
 use agreed::{Agreed, FirstUse, Verdict};
-use decide::Decisions;
+use decide::{Decided, Decisions};
+pub use engine::Engine;
 use shape::{block_layout, busiest_host, kind_of, sig_count};
 
 /// Sequence numbers with this bit set belong to point-to-point messages.
 const P2P_SEQ: u32 = 1 << 31;
 /// The signature kind of point-to-point messages.
 const P2P_KIND: u8 = CallSig::P2P_KIND;
-
-/// What the ranks of one process share: the transport and the execution lock.
-pub struct Engine {
-    pub transport: Box<dyn Transport>,
-    pub config: Config,
-    pub selector: Selector,
-    /// Global ranks sharing this process's host.
-    pub local_ranks: Vec<usize>,
-    /// Host index of every global rank.
-    pub host_of: Vec<usize>,
-    /// This rank's membership in the switch job, or why there is none.
-    pub ina: Membership,
-    /// Held while a plan runs (the transport is driven by one thread at a
-    /// time); guards the reusable scratch memory.
-    scratch: Mutex<Workspace>,
-    /// Compiled plans of every communicator of this process, bounded by
-    /// `SHOAL_PLAN_CACHE` (a program may use endless distinct counts).
-    plans: Mutex<Lru<PlanKey, Arc<CompiledPlan>>>,
-    /// Where in-place calls put their input or output aside (see `alias`).
-    staging: Staging,
-    queue: AsyncQueue,
-    /// The caller's contribution during an in-network allreduce (for the fallback).
-    ina_backup: Mutex<Vec<u8>>,
-    /// The first fatal error; after it every call fails fast with it.
-    failed: Mutex<Option<Error>>,
-    /// Set once `failed` holds an error: a healthy engine's calls read this
-    /// flag instead of taking the lock.
-    has_failed: AtomicBool,
-    /// The trace (`SHOAL_TRACE`) and the flight recorder.
-    pub tracing: Tracing,
-    /// Keeps whatever the transport needs alive (store, store server).
-    _keepalive: Vec<Box<dyn std::any::Any + Send + Sync>>,
-}
-
-impl Engine {
-    pub fn new(
-        transport: Box<dyn Transport>,
-        config: Config,
-        selector: Selector,
-        local_ranks: Vec<usize>,
-        host_of: Vec<usize>,
-        ina: Membership,
-        keepalive: Vec<Box<dyn std::any::Any + Send + Sync>>,
-    ) -> Engine {
-        let plans = Mutex::new(Lru::new(config.plan_cache));
-        let tracing = Tracing::new(config.flight_recorder);
-        Engine {
-            transport,
-            config,
-            selector,
-            local_ranks,
-            host_of,
-            ina,
-            scratch: Mutex::new(Workspace::default()),
-            plans,
-            staging: Staging::default(),
-            queue: AsyncQueue::new(),
-            ina_backup: Mutex::new(Vec::new()),
-            failed: Mutex::new(None),
-            has_failed: AtomicBool::new(false),
-            tracing,
-            _keepalive: keepalive,
-        }
-    }
-
-    /// How many compiled plans are cached, and how many may be.
-    pub fn plan_cache_usage(&self) -> (usize, usize) {
-        let plans = self.plans.lock().unwrap();
-        (plans.len(), plans.capacity())
-    }
-
-    fn check_healthy(&self) -> Result<()> {
-        if !self.has_failed.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        match &*self.failed.lock().unwrap() {
-            Some(e) => Err(Error::new(
-                e.kind,
-                format!(
-                    "communicator is unusable after an earlier failure: {}",
-                    e.message
-                ),
-            )),
-            None => Ok(()),
-        }
-    }
-
-    fn run(&self, cp: &CompiledPlan, ctx: &CallContext, bufs: CallBuffers) -> Result<()> {
-        self.check_healthy()?;
-        let mut scratch = self.scratch.lock().unwrap();
-        let mut r = execute(cp, ctx, bufs, &mut scratch, &self.tracing);
-        if let Err(e) = &mut r {
-            if e.kind != ErrorKind::InvalidArgument {
-                crate::trace::dump_flight(&self.tracing, self.transport.rank(), e);
-                self.fail(e);
-            }
-        }
-        r
-    }
-
-    /// Records the engine's first fatal error: every later call fails with it.
-    fn fail(&self, e: &Error) {
-        self.failed.lock().unwrap().get_or_insert_with(|| e.clone());
-        self.has_failed.store(true, Ordering::Release);
-    }
-}
 
 /// Arguments of one collective call. `count` is the per-rank block size,
 /// or `counts` the per-rank ones (allgather, reduce_scatter: one per rank;
@@ -222,8 +132,8 @@ struct SendBuffers(CallBuffers);
 // SAFETY: see the type's doc.
 unsafe impl Send for SendBuffers {}
 
-/// How a provider runs the calls it priced (its pricing half is in
-/// `crate::provider`): made when a call is prepared, by [`Communicator::runner`].
+/// How a provider runs the calls it priced: made when a call is prepared,
+/// by its `CallProvider::runner`.
 trait RunCall: Send {
     /// Takes the sequence numbers of the provider's own steps, in the order
     /// they run, before the call's own (under the state's lock, so that
@@ -319,30 +229,6 @@ impl Communicator {
     /// they fail with a timeout (`SHOAL_TIMEOUT` unless set).
     pub fn timeout(&self) -> Duration {
         Duration::from_nanos(self.timeout_ns.load(Ordering::Relaxed))
-    }
-
-    /// What the executor needs to run one call of this communicator: its
-    /// transport, members, id and timeout, with the call's own sequence
-    /// number, signature, element type, operation and description.
-    pub(super) fn call_context<'a>(
-        &'a self,
-        seq: u32,
-        sig: CallSig,
-        dtype: DType,
-        op: ReduceOp,
-        describe: &'a dyn Fn() -> String,
-    ) -> CallContext<'a> {
-        CallContext {
-            transport: &*self.engine.transport,
-            members: &self.members,
-            comm: self.id,
-            seq,
-            sig,
-            dtype,
-            op,
-            timeout: self.timeout(),
-            describe,
-        }
     }
 
     /// Sets this communicator's timeout (its calls from now on; not its
@@ -508,7 +394,6 @@ impl Communicator {
         self.check_buffers(&shape, args.dtype, bufs)?;
         let esize = args.dtype.size();
         let in_place = alias::classify(&shape, self.rank, esize, bufs)?;
-        self.join_group_switch(args);
         let op = if args.collective.reduces() {
             args.op
         } else {
@@ -525,22 +410,18 @@ impl Communicator {
             count: sig_count(&shape),
             history: 0,
         };
-        let decision_key = self.decision_key(args, shape, op, true);
         // A call of a known shape reads its decision under the state's lock,
-        // which it takes anyway for its sequence number.
-        let mut st = self.state.lock().unwrap();
-        let (decision, cp) = match self.known_decision(&mut st, &decision_key) {
-            Some(known) => known,
-            None => {
-                drop(st);
-                let made = self.decide(&decision_key, source)?;
-                st = self.state.lock().unwrap();
-                made
-            }
-        };
-        let shape = decision_key.shape;
+        // kept for its sequence numbers.
+        let (
+            Decided {
+                decision,
+                cp,
+                mut runs,
+                shape,
+            },
+            mut st,
+        ) = self.decided(args, shape, op, source)?;
         sig.algo = decision.sig_algo;
-        let mut runs = self.runner(decision.provider, &shape)?;
         let counts = shape.counts.clone();
         let key = (shape, sig.algo, decision.plan_id);
         // One lookup for a key agreed on; the first use of a key makes its

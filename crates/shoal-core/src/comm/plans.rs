@@ -1,21 +1,44 @@
-//! The plan executor's running half (its pricing is
-//! `crate::provider::PlanExecutor`): the plans of a communicator's calls,
-//! cached per call shape, algorithm and rank, and a call run by its plan.
+//! The plan executor, the provider of every call no other runs: priced at
+//! the selector's cheapest algorithm for the call (built-in or registered),
+//! it runs the call by that algorithm's plan. The plans of a communicator's
+//! calls are cached per call shape, algorithm and rank.
 
 use std::sync::Arc;
 
 use shoal_plan::{CallShape, Plan};
 
+use super::providers::CallProvider;
 use super::{CommState, Communicator, Prepared, RunCall};
 use crate::error::{Error, Result};
 use crate::exec::{CallBuffers, CompiledPlan};
+use crate::provider::{Market, Provider};
 use crate::reduce::divide;
 use crate::registry::Choice;
 use crate::select::PlanSource;
 
+/// The plan executor.
+pub(super) struct Plans;
+
+pub(super) static PLANS: Plans = Plans;
+
+impl Provider for Plans {
+    fn can_run(&self, _: &Market, _: &CallShape, _: usize) -> bool {
+        true
+    }
+    fn cost(&self, market: &Market, shape: &CallShape, elem_size: usize) -> Result<f64> {
+        market.plan_cost(shape, elem_size)
+    }
+}
+
+impl CallProvider for Plans {
+    fn runner(&self, _: &Communicator, _: &CallShape) -> Result<Box<dyn RunCall>> {
+        Ok(Box::new(RunPlan)) // no allocation: a unit struct
+    }
+}
+
 /// A call run by the plan the selector chose for it: it needs no sequence
 /// number beyond the call's own.
-pub(super) struct RunPlan;
+struct RunPlan;
 
 impl RunCall for RunPlan {
     fn reserve(&mut self, _: &mut CommState) {}
@@ -74,9 +97,9 @@ impl Communicator {
         let describe = || p.describe();
         let ctx = self.call_context(p.seq, p.sig, p.dtype, p.op, &describe);
         let engine = &self.engine;
-        engine
-            .staging
-            .run(p.in_place, bufs, |bufs| engine.run(&p.cp, &ctx, bufs))?;
+        let staged = engine.staging.stage(p.in_place, bufs);
+        engine.run(&p.cp, &ctx, staged.bufs)?;
+        staged.finish();
         if let Some(n) = p.divide_by {
             // SAFETY: the output buffer was validated by prepare.
             let out = unsafe { std::slice::from_raw_parts_mut(bufs.output, bufs.output_bytes) };

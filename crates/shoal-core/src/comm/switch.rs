@@ -1,24 +1,67 @@
-//! The switch's running half (its pricing is `crate::provider::Switch`):
-//! a communicator's membership in a switch job, the retry while the switch
-//! is away, the allreduce through it, the ranks' agreement on its outcome
-//! and the fallback to the host plan.
+//! The switch (in-network aggregation, allreduce only) as a provider: its
+//! price, a communicator's membership in a switch job, the retry while the
+//! switch is away, the allreduce through it, the ranks' agreement on its
+//! outcome and the fallback to the host plan.
 
-use shoal_plan::Collective;
+use shoal_plan::{CallShape, Collective};
 use shoal_transport::CallSig;
 
+use super::providers::CallProvider;
 use super::{CollArgs, CommState, Communicator, Prepared, RunCall};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
 use crate::exec::CallBuffers;
 use crate::ina::{self, Ina, SwitchCallError, Unavailable};
-use crate::provider::Named;
-use crate::registry::Choice;
+use crate::provider::{Market, Named, Provider, SwitchState};
+use crate::registry::{self, Choice};
+
+/// The switch, for one allreduce at a time.
+pub(super) struct Switch;
+
+pub(super) static SWITCH: Switch = Switch;
+
+impl Provider for Switch {
+    /// When this rank's membership works and the switch can aggregate the
+    /// call's dtype and op.
+    fn can_run(&self, market: &Market, _: &CallShape, _: usize) -> bool {
+        market.switch == SwitchState::Usable
+    }
+    /// One message each way plus the bytes times the ranks sharing the
+    /// busiest host link, plus the agreement.
+    fn cost(&self, market: &Market, shape: &CallShape, elem_size: usize) -> Result<f64> {
+        let bytes = shape.count * elem_size;
+        let params = market.selector.cost();
+        Ok(ina::cost(bytes, market.per_link, &params) + agreement_cost(market, shape)?)
+    }
+}
+
+impl CallProvider for Switch {
+    fn algorithm(&self) -> Option<(&'static str, u32)> {
+        Some((registry::INA, registry::INA_ALGO_ID))
+    }
+    fn insists(&self, switch: SwitchState) -> bool {
+        switch == SwitchState::Retry
+    }
+    fn runner(&self, _: &Communicator, _: &CallShape) -> Result<Box<dyn RunCall>> {
+        Ok(Box::new(ViaSwitch::default()))
+    }
+}
+
+/// Every switch allreduce ends with the ranks agreeing on its outcome: a
+/// one-byte host allreduce, which decides for small messages.
+pub(super) fn agreement_cost(market: &Market, shape: &CallShape) -> Result<f64> {
+    let agreement = CallShape {
+        count: 1,
+        ..shape.clone()
+    };
+    market.plan_cost(&agreement, 1)
+}
 
 /// A call through the switch, with the sequence number reserved for the
 /// ranks' agreement on whether it worked (the call's own runs the host plan
 /// if it did not).
 #[derive(Default)]
-pub(super) struct ViaSwitch {
+struct ViaSwitch {
     agree_seq: u32,
 }
 
@@ -45,11 +88,28 @@ impl Communicator {
         }
     }
 
-    /// A sub-group joins a switch job of its own members at its first call
-    /// that could use the switch: every member makes that call, so all join
-    /// together (collective, like the world's join at init).
-    pub(super) fn join_group_switch(&self, args: &CollArgs) {
-        if self.id == 0 || self.group_ina.get().is_some() || !switch_eligible(args) {
+    /// What the switch offers a call. A sub-group joins a switch job of its
+    /// own members at its first call made that could use the switch: every
+    /// member makes that call, so all join together (collective, like the
+    /// world's join at init). A call made that could use the switch while
+    /// it is away counts towards its retry (ina.rs).
+    pub(super) fn switch_offer(&self, args: &CollArgs, made: bool) -> SwitchState {
+        if !switch_eligible(args) {
+            return SwitchState::Away;
+        }
+        if made {
+            self.join_group_switch();
+        }
+        match self.ina() {
+            Ok(ina) if made && ina.retry_due() => SwitchState::Retry,
+            Ok(ina) if ina.unusable().is_none() => SwitchState::Usable,
+            _ => SwitchState::Away,
+        }
+    }
+
+    /// A sub-group's first call that could use the switch joins its job.
+    fn join_group_switch(&self) {
+        if self.id == 0 || self.group_ina.get().is_some() {
             return;
         }
         if let Ok(world) = &self.engine.ina {
@@ -61,7 +121,7 @@ impl Communicator {
     /// Allreduce through the switch; then the ranks agree (a one-byte host
     /// allreduce) whether every one of them got its result. If not, they all
     /// redo it with the host plan from the contribution saved beforehand, and
-    /// stop using the switch (ATP's fallback; `ProviderId::fallback`).
+    /// stop using the switch (ATP's fallback; `CallProvider::fallback`).
     fn run_via_switch(&self, p: &Prepared, agree_seq: u32, bufs: CallBuffers) -> Result<()> {
         if !std::ptr::eq(bufs.input, bufs.output) {
             // SAFETY: both buffers were validated by prepare and are distinct.
@@ -174,7 +234,7 @@ impl Communicator {
 
 /// An allreduce the switch could run: of its types, not forced onto a
 /// host algorithm.
-pub(super) fn switch_eligible(args: &CollArgs) -> bool {
+fn switch_eligible(args: &CollArgs) -> bool {
     args.collective == Collective::Allreduce
         && !matches!(args.algorithm, Some(Named::Plan(_)))
         && ina::wire_types(args.dtype, args.op).is_some()
