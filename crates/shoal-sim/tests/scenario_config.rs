@@ -1,12 +1,13 @@
-//! A scenario file with every key parses to the configuration written out
-//! here field by field: this pinned what the old flat-pairs parser made of
-//! it, so the serde parser that replaced it reads every key the same way.
+//! Scenario TOML to configuration: a file with every key parses to the
+//! configuration written out here field by field (written against the old
+//! flat-pairs parser, so the serde parser that replaced it reads every key
+//! the same way), and a key at fault is named with its line.
 
 use shoal_sim::engine::Engine;
 use shoal_sim::packet::PfcConfig;
 use shoal_sim::scenario::config::{Algorithm, JobConfig, RandomJobs};
 use shoal_sim::scenario::ina::InaMode;
-use shoal_sim::scenario::{file, ScenarioConfig};
+use shoal_sim::scenario::{file, ConfigError, ScenarioConfig};
 use shoal_sim::topology::LinkSpec;
 use shoal_sim::units::{Rate, PS_PER_US};
 use shoal_sim::workload::models;
@@ -148,4 +149,82 @@ fn an_empty_scenario_is_the_default() {
         ScenarioConfig::from_pairs(&[] as &[(&str, &str)]).unwrap(),
         ScenarioConfig::default()
     );
+}
+
+#[test]
+fn a_misspelt_key_names_itself_and_its_line() {
+    let text = "topology = \"star:hosts=4\"\n\n[[jobs]]\nworkers = 4\nmodle = \"vgg16\"\n";
+    let err = file::parse(text, &[] as &[(&str, &str)]).unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::UnknownKey { key, line: Some(5) } if key == "jobs.0.modle"),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "line 5: unknown scenario key \"jobs.0.modle\""
+    );
+    let err = file::parse("[background]\nlaod = 0.2\n", &[] as &[(&str, &str)]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "line 2: unknown scenario key \"background.laod\""
+    );
+}
+
+#[test]
+fn a_bad_unit_names_its_key_and_its_line() {
+    let text = "seed = 2\n[pfc]\nenabled = true\nxoff = \"300 parsecs\"\n";
+    let err = file::parse(text, &[] as &[(&str, &str)]).unwrap_err();
+    assert_eq!(err.key(), Some("pfc.xoff"));
+    assert_eq!(err.line(), Some(4));
+    assert_eq!(
+        err.to_string(),
+        "line 4: pfc.xoff: size '300 parsecs': unknown unit 'parsecs'; use B, KB, MB, GB, KiB, MiB or GiB"
+    );
+    // A duration needs its unit; a rate too.
+    let err = file::parse("duration = 2\n", &[] as &[(&str, &str)]).unwrap_err();
+    assert_eq!(err.key(), Some("duration"));
+    assert!(err.to_string().starts_with("line 1: duration: "), "{err}");
+    let err = file::parse(
+        "tier_rates = [\"10gbit\", \"fast\"]\n",
+        &[] as &[(&str, &str)],
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "line 1: tier_rates: 'fast' does not start with a number"
+    );
+    // A value of the wrong type is named too.
+    let err = file::parse("[[jobs]]\nworkers = \"eight\"\n", &[] as &[(&str, &str)]).unwrap_err();
+    assert_eq!(err.key(), Some("jobs.0.workers"));
+    assert_eq!(err.line(), Some(2));
+}
+
+#[test]
+fn overrides_are_set_over_the_text_and_named_without_a_line() {
+    let text = "engine = \"packet\"\nduration = \"30ms\"\n[[jobs]]\nworkers = 4\n";
+    let overrides = [
+        ("engine", "flow"),
+        ("jobs.0.model", "alexnet"),
+        ("jobs.1.workers", "8"),
+        ("background.distribution", "websearch"),
+        ("tier_rates", "10gbit,40gbit"),
+    ];
+    let cfg = file::parse(text, &overrides).unwrap();
+    assert_eq!(cfg.engine, Engine::Flow);
+    assert_eq!(cfg.duration_s, 0.03);
+    assert_eq!(cfg.jobs.len(), 2);
+    assert_eq!(cfg.jobs[0].model.name, "alexnet");
+    assert_eq!(cfg.jobs[1].workers, 8);
+    assert_eq!(cfg.distributions, vec![FlowSizeCdf::web_search()]);
+    assert_eq!(cfg.tier_rates, vec![Rate::gbit(10), Rate::gbit(40)]);
+    let err = file::parse(text, &[("jobs.0.trees", "many")]).unwrap_err();
+    assert_eq!(err.key(), Some("jobs.0.trees"));
+    assert_eq!(err.line(), None);
+    // The text's own mistakes are found first, with their line.
+    let err = file::parse("engine = \"warp\"\n", &[("engine", "flow")]).unwrap_err();
+    assert_eq!(err.line(), Some(1));
+    // Not TOML at all: toml's message names the line.
+    let err = file::parse("duration = \n", &[] as &[(&str, &str)]).unwrap_err();
+    assert!(matches!(err, ConfigError::Toml(_)));
+    assert!(err.to_string().contains("line 1"), "{err}");
 }
