@@ -327,7 +327,10 @@ impl ScenarioConfig {
             Some(path) => trace::read(std::path::Path::new(&path)).map_err(ConfigError::Trace)?,
             None => Vec::new(),
         };
-        let jobs = (file.jobs.into_iter().enumerate())
+        let jobs = file
+            .jobs
+            .into_iter()
+            .enumerate()
             .map(|(index, job)| job_config(index, job))
             .collect::<Result<_, _>>()?;
         let random_jobs = file.random_jobs.map(|r| RandomJobs {
