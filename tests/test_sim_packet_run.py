@@ -29,7 +29,6 @@ algorithm = "ring"
 """
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib")
 def test_packet_engine_scenario_through_the_cli(tmp_path: Path) -> None:
     config = tmp_path / "small.toml"
     config.write_text(SMALL)

@@ -120,7 +120,6 @@ def test_carried_load_far_below_offered_warns() -> None:
     assert any("far below" in w for w in report["warnings"]), report["warnings"]
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib")
 def test_the_command_writes_the_files_and_prints_the_warning(tmp_path: Path) -> None:
     config = tmp_path / "short.toml"
     config.write_text('topology = "fattree:k=4"\nduration = "50ms"\n[[jobs]]\nworkers = 4\nmodel = "vgg16"\n')

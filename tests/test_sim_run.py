@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from shoal.sim.run import flatten, run_pairs
+from shoal.sim.run import run_pairs
 
 TINY = """
 topology = "fattree:k=4"
@@ -34,12 +34,6 @@ trees = 2
 """
 
 
-def test_flatten_numbers_tables_and_joins_lists() -> None:
-    table = {"a": 1, "b": {"c": [1, 2]}, "jobs": [{"x": True}, {"x": "y"}]}
-    assert flatten(table) == [("a", "1"), ("b.c", "1,2"), ("jobs.0.x", "true"), ("jobs.1.x", "y")]
-
-
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib")
 def test_tiny_scenario_through_the_cli(tmp_path: Path) -> None:
     config = tmp_path / "tiny.toml"
     config.write_text(TINY)
@@ -56,7 +50,6 @@ def test_tiny_scenario_through_the_cli(tmp_path: Path) -> None:
     assert "short p99 FCT" in proc.stdout
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib")
 def test_a_summary_figure_with_nothing_behind_it_says_so(tmp_path: Path) -> None:
     """50 ms: no long flow and no iteration finishes; the summary line printed
     "long-flow throughput 0.00 Gb/s" and "mean iteration 0.000 s" as if measured."""
@@ -80,9 +73,23 @@ def test_bad_scenario_is_named(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "shoal.cli", "sim", "run", str(config), "--out", str(tmp_path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "unknown model" in proc.stderr
+    # A misspelt key is named with the file and its line (Rust parses the file: one parser).
+    config.write_text('topology = "fattree:k=4"\n[[jobs]]\nworkers = 4\nmodle = "vgg16"\n')
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f'shoal sim run: {config}: line 4: unknown scenario key "jobs.0.modle"'
 
 
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib")
+def test_overrides_go_over_the_file(tmp_path: Path) -> None:
+    """``run_pairs`` with a file: the pairs are set over it (what ``--engine`` does)."""
+    config = tmp_path / "s.toml"
+    config.write_text('topology = "star:hosts=4"\nduration = "5ms"\nengine = "packet"\n[background]\nload = 0.1\n')
+    report = run_pairs([("engine", "flow"), ("background.load", "0.2")], config=config)
+    assert report["engine"] == "flow" and report["background_load"] == pytest.approx(0.2)
+    with pytest.raises(ValueError, match=r"s\.toml: background\.load: 2 must be between 0 and 1"):
+        run_pairs([("background.load", "2")], config=config)
+
+
 def test_a_scenario_must_be_a_regular_file(tmp_path: Path) -> None:
     fifo = tmp_path / "scenario.toml"
     os.mkfifo(fifo)

@@ -1,4 +1,4 @@
-"""Reading the files a user names (a trace, a tuning result, a scenario):
+"""Reading the files a user names (a trace, a tuning result, a plan document):
 regular files only, and only up to a limit. Read naively, ``/dev/zero`` fills
 memory and a FIFO blocks in ``open`` until a writer comes, which may be never.
 The Rust side does the same for its files (``shoal_bootstrap::small_file``)."""

@@ -205,11 +205,15 @@ def sim_plan_json(
     string; ValueError on bad input."""
 
 def sim_run_json(
-    pairs: list[tuple[str, str]], progress: Callable[[float], object] | None = None, out: str | None = None
+    overrides: list[tuple[str, str]],
+    progress: Callable[[float], object] | None = None,
+    out: str | None = None,
+    config: str | None = None,
 ) -> tuple[str, list[str]]:
-    """Runs a scenario from flat (dotted key, value) pairs (shoal sim run); the report as a JSON object string
-    and the run's warnings (degenerate runs); with ``out``, writes the run's records there (flows.csv,
-    iterations.csv, links.csv)."""
+    """Runs a scenario (shoal sim run): the TOML file ``config`` if given, read and parsed in Rust, with the
+    (dotted key, value) ``overrides`` set over it; the report as a JSON object string and the run's warnings
+    (degenerate runs); with ``out``, writes the run's records there (flows.csv, iterations.csv, links.csv).
+    ValueError names the file, line and key of a bad key or value."""
 
 def sim_panama_fig8_json(pairs: list[tuple[str, str]], variant: str, load: float, out: str | None = None) -> str:
     """One point of PANAMA's Fig. 8 (variant at total load); JSON object string; ValueError on bad input;

@@ -5,27 +5,33 @@ use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 
 use shoal_sim::panama::{fig10, fig8_point_recorded, Variant};
-use shoal_sim::scenario::{health, records, run_with, ScenarioConfig};
+use shoal_sim::scenario::{file, health, records, run_with, ScenarioConfig};
 
 use crate::sim::{value_error, Registered};
 
-/// Runs a scenario given as flat `(key, value)` pairs (the dotted keys of
-/// its TOML file); returns the report as a JSON object string. `progress`,
-/// if given, is called with the simulated fraction done (0..1). Releases
-/// the GIL while simulating. `out`, if given, is the directory for the
-/// run's records (`flows.csv`, `iterations.csv`, `links.csv`).
-/// Returns the report and the run's warnings (a degenerate run: no
-/// iteration finished, carried load far below offered).
-/// `ValueError` names a bad key or value, `OSError` a file not written.
+/// Runs a scenario: the TOML file `config` if given (read and parsed in
+/// Rust, as `shoal-sim run` does), with the `(dotted key, value)` pairs
+/// of `overrides` set over it; the pairs alone without a file. Returns the
+/// report as a JSON object string and the run's warnings (a degenerate
+/// run: no iteration finished, carried load far below offered).
+/// `progress`, if given, is called with the simulated fraction done
+/// (0..1). Releases the GIL while simulating. `out`, if given, is the
+/// directory for the run's records (`flows.csv`, `iterations.csv`,
+/// `links.csv`). `ValueError` names the file, the line and the key of a
+/// bad key or value; `OSError` a file not written.
 #[pyfunction]
-#[pyo3(signature = (pairs, progress=None, out=None))]
+#[pyo3(signature = (overrides, progress=None, out=None, config=None))]
 pub fn sim_run_json(
     py: Python<'_>,
-    pairs: Vec<(String, String)>,
+    overrides: Vec<(String, String)>,
     progress: Option<PyObject>,
     out: Option<std::path::PathBuf>,
+    config: Option<std::path::PathBuf>,
 ) -> PyResult<(String, Vec<String>)> {
-    let cfg = ScenarioConfig::from_pairs(&pairs).map_err(value_error)?;
+    let cfg = match config {
+        Some(path) => file::read_with(&path, &overrides).map_err(value_error)?,
+        None => ScenarioConfig::from_pairs(&overrides).map_err(value_error)?,
+    };
     let result = py.allow_threads(|| {
         let mut report = |fraction: f64| {
             if let Some(cb) = &progress {
@@ -45,7 +51,8 @@ pub fn sim_run_json(
 
 /// One point of PANAMA's Fig. 8: `variant` (ideal, ring, switchml, panama,
 /// panama-0.88, ...) at total load `load` over the scenario `pairs`; the
-/// point as a JSON object string. `out`, if given, is the directory for
+/// point as a JSON object string (the pairs as `sim_run_json`'s
+/// overrides, over no file). `out`, if given, is the directory for
 /// the point's records (as `sim_run_json`'s).
 #[pyfunction]
 #[pyo3(signature = (pairs, variant, load, out=None))]

@@ -213,7 +213,10 @@ fn pfc_keys_parse_and_default() {
     );
     let err = ScenarioConfig::from_pairs(&[("pfc.enabled", "yes")]).unwrap_err();
     assert_eq!(err.key(), Some("pfc.enabled"));
-    assert_eq!(err.to_string(), "pfc.enabled = \"yes\": true or false");
+    assert_eq!(
+        err.to_string(),
+        "pfc.enabled: invalid type: string \"yes\", expected a boolean"
+    );
     // The flow engine has no queues to pause.
     let err = run(&config(&[("pfc.enabled", "true")]), &mut |_| {})
         .err()

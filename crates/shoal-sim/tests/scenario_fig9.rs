@@ -75,5 +75,8 @@ fn split_share_gives_no_gain_and_bad_values_are_named() {
     assert_eq!(err.to_string(), "tree 9 asked for, but the job has 4 trees");
     let err = ScenarioConfig::from_pairs(&[("tree_share", "half")]).unwrap_err();
     assert_eq!(err.key(), Some("tree_share"));
-    assert_eq!(err.to_string(), "tree_share = \"half\": use split or each");
+    assert_eq!(
+        err.to_string(),
+        "tree_share: unknown variant `half`, expected `split` or `each`"
+    );
 }

@@ -72,7 +72,10 @@ fn a_bad_file_is_named_with_its_line() {
     let config = dir.join("bad.toml");
     std::fs::write(&config, "topology = \"fattree:k=4\"\nduration = \n").unwrap();
     let err = file::read(&config).unwrap_err();
-    assert!(matches!(err.problem, FileProblem::Toml(_)), "{err}");
+    assert!(
+        matches!(err.problem, FileProblem::Config(ConfigError::Toml(_))),
+        "{err}"
+    );
     assert!(err.file.ends_with("bad.toml"), "{err}");
     let message = err.to_string();
     assert!(
@@ -82,12 +85,15 @@ fn a_bad_file_is_named_with_its_line() {
     std::fs::write(&config, "topolgy = \"fattree:k=4\"\n").unwrap();
     let err = file::read(&config).unwrap_err();
     assert!(
-        matches!(&err.problem, FileProblem::Config(ConfigError::UnknownKey(k)) if k == "topolgy"),
+        matches!(
+            &err.problem,
+            FileProblem::Config(ConfigError::UnknownKey { key, line: Some(1) }) if key == "topolgy"
+        ),
         "{err}"
     );
     assert!(
         err.to_string()
-            .ends_with("bad.toml: unknown scenario key \"topolgy\""),
+            .ends_with("bad.toml: line 1: unknown scenario key \"topolgy\""),
         "{err}"
     );
     std::fs::remove_dir_all(&dir).unwrap();

@@ -1,6 +1,6 @@
 //! Scenarios end to end on the flow engine.
 
-use shoal_sim::scenario::{run, ConfigError, ScenarioConfig, ValueProblem};
+use shoal_sim::scenario::{run, ConfigError, ScenarioConfig};
 
 fn config(pairs: &[(&str, &str)]) -> ScenarioConfig {
     ScenarioConfig::from_pairs(pairs).unwrap()
@@ -50,45 +50,28 @@ fn tiny_scenario_reports_everything() {
 fn bad_config_keys_are_named() {
     let bad = |k: &str, v: &str| ScenarioConfig::from_pairs(&[(k, v)]).unwrap_err();
     let err = bad("topolgy", "x");
-    assert!(matches!(&err, ConfigError::UnknownKey(k) if k == "topolgy"));
+    assert!(matches!(&err, ConfigError::UnknownKey { key, line: None } if key == "topolgy"));
     assert_eq!(err.to_string(), "unknown scenario key \"topolgy\"");
+    let err = bad("jobs.0.modle", "vgg16");
+    assert_eq!(err.to_string(), "unknown scenario key \"jobs.0.modle\"");
     let err = bad("background.load", "2");
-    assert!(matches!(
-        &err,
-        ConfigError::Value { key, problem: ValueProblem::NotAFraction(_) } if key == "background.load"
-    ));
+    assert!(matches!(&err, ConfigError::Value { key, .. } if key == "background.load"));
     assert_eq!(
         err.to_string(),
-        "background.load = 2: must be between 0 and 1"
+        "background.load: 2 must be between 0 and 1"
     );
     let err = bad("jobs.0.model", "gpt");
-    assert!(matches!(
-        &err,
-        ConfigError::Value {
-            problem: ValueProblem::Model(_),
-            ..
-        }
-    ));
     assert_eq!(err.key(), Some("jobs.0.model"));
-    assert!(err.to_string().starts_with("unknown model \"gpt\""));
+    assert!(
+        err.to_string()
+            .starts_with("jobs.0.model: unknown model \"gpt\""),
+        "{err}"
+    );
     let err = bad("background.distribution", "cache");
-    assert!(matches!(
-        &err,
-        ConfigError::Value {
-            problem: ValueProblem::Distribution(_),
-            ..
-        }
-    ));
+    assert_eq!(err.key(), Some("background.distribution"));
     assert!(err.to_string().contains("websearch"));
     // A size, rate or duration is named with its key.
     let err = bad("switch_memory", "3 parsecs");
-    assert!(matches!(
-        &err,
-        ConfigError::Value {
-            problem: ValueProblem::Unit(_),
-            ..
-        }
-    ));
     assert_eq!(
         err.to_string(),
         "switch_memory: size '3 parsecs': unknown unit 'parsecs'; use B, KB, MB, GB, KiB, MiB or GiB"
@@ -96,11 +79,16 @@ fn bad_config_keys_are_named() {
     let err = bad("jobs.0.placement", "far");
     assert_eq!(
         err.to_string(),
-        "jobs.0.placement = \"far\": use \"close\" or \"random\""
+        "jobs.0.placement: unknown variant `far`, expected `close` or `random`"
     );
+    let err = bad("seed", "-1");
+    assert_eq!(err.key(), Some("seed"));
     let err = bad("jobs.x", "1");
-    assert!(matches!(err, ConfigError::JobKey(_)));
-    assert_eq!(err.to_string(), "jobs.x: expected jobs.N.FIELD");
+    assert!(matches!(err, ConfigError::ArrayKey(_)));
+    assert_eq!(
+        err.to_string(),
+        "jobs.x: expected jobs.N.FIELD, N from 0 in order"
+    );
     let err = bad("jobs.0.workers", "1");
     assert!(matches!(err, ConfigError::JobTooSmall(0)));
     let err = bad("warmup", "1s");

@@ -1,7 +1,8 @@
 """``shoal sim run CONFIG.toml --out DIR [--engine packet|flow]``: a whole scenario.
 
-The TOML file is flattened to dotted ``(key, value)`` pairs (``background.load``,
-``jobs.0.model``) for the Rust side (crates/shoal-sim/src/scenario). The report
+The TOML file is read and parsed by the Rust side (crates/shoal-sim/src/scenario/file.rs), the
+same parser ``shoal-sim run`` uses; options that change it (``--engine``) go with it as dotted
+``(key, value)`` overrides (``engine``, ``jobs.0.model``). The report
 goes to ``DIR/report.json``, the records to ``DIR/flows.csv``, ``DIR/iterations.csv``
 and ``DIR/links.csv``; plots to ``DIR/*.png`` when matplotlib is present.
 See docs/sim.md ("Scenarios") for the keys.
@@ -13,47 +14,6 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
-
-from shoal._files import MiB, UnreadableFile, read_regular
-
-#: The largest scenario file read (a scenario is a page of settings).
-MAX_SCENARIO_BYTES = 16 * MiB
-
-
-def load_toml(path: Path) -> dict[str, Any]:
-    """Reads a TOML file (tomllib on Python >= 3.11, else the tomli package)."""
-    import importlib
-
-    # tomllib is in the standard library from 3.11; tomli is its backport.
-    # Imported by name: the type checker targets 3.10, which has neither.
-    try:
-        toml: Any = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")
-    except ImportError:
-        raise ValueError("reading TOML needs Python >= 3.11 or the tomli package (pip install tomli)") from None
-    try:
-        table: dict[str, Any] = toml.loads(read_regular(path, MAX_SCENARIO_BYTES).decode())
-    except (toml.TOMLDecodeError, UnicodeDecodeError, UnreadableFile) as e:
-        raise ValueError(f"{path}: {e}") from None
-    return table
-
-
-def flatten(table: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
-    """TOML tables to dotted pairs: arrays of tables are numbered, arrays of values comma-joined."""
-    pairs: list[tuple[str, str]] = []
-    for key, value in table.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            pairs += flatten(value, f"{name}.")
-        elif isinstance(value, list) and all(isinstance(v, dict) for v in value):
-            for i, v in enumerate(value):
-                pairs += flatten(v, f"{name}.{i}.")
-        elif isinstance(value, list):
-            pairs.append((name, ",".join(str(v) for v in value)))
-        elif isinstance(value, bool):
-            pairs.append((name, "true" if value else "false"))
-        else:
-            pairs.append((name, str(value)))
-    return pairs
 
 
 class ProgressBar:
@@ -75,14 +35,20 @@ class ProgressBar:
 
 
 def run_pairs(
-    pairs: list[tuple[str, str]], progress: ProgressBar | None = None, out: Path | None = None
+    pairs: list[tuple[str, str]],
+    progress: ProgressBar | None = None,
+    out: Path | None = None,
+    config: Path | None = None,
 ) -> dict[str, Any]:
-    """Runs a scenario from flat pairs; returns the report, with ``warnings`` (empty unless the run is
-    degenerate: docs/sim.md, "Files"); with `out`, writes the run's CSV records there.
-    ValueError names a bad key or value."""
+    """Runs a scenario: the TOML file `config` if given, with `pairs` (dotted key, value) set over it, else
+    the pairs alone; returns the report, with ``warnings`` (empty unless the run is degenerate: docs/sim.md,
+    "Files"); with `out`, writes the run's CSV records there. ValueError names a bad key or value (and,
+    from the file, the file and the line)."""
     from shoal._shoal import sim_run_json
 
-    text, warnings = sim_run_json(pairs, progress, None if out is None else str(out))
+    text, warnings = sim_run_json(
+        pairs, progress, None if out is None else str(out), None if config is None else str(config)
+    )
     report: dict[str, Any] = json.loads(text)
     report["warnings"] = warnings
     return report
@@ -156,11 +122,8 @@ def run(config: Path, out: Path, progress: bool | None = None, engine: str | Non
     the flow engine); writes ``out/report.json``, the records ``flows.csv``, ``iterations.csv`` and
     ``links.csv`` (and plots); warns of a degenerate run; returns the report."""
     out.mkdir(parents=True, exist_ok=True)
-    # A trace file is named relative to the scenario file.
-    pairs = [(k, str(config.parent / v) if k == "background.trace" else v) for k, v in flatten(load_toml(config))]
-    if engine is not None:
-        pairs = [(k, v) for k, v in pairs if k != "engine"] + [("engine", engine)]
-    report = run_pairs(pairs, ProgressBar(f"shoal sim run {config.name}", progress), out)
+    overrides = [] if engine is None else [("engine", engine)]
+    report = run_pairs(overrides, ProgressBar(f"shoal sim run {config.name}", progress), out, config)
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     for warning in report["warnings"]:
         print(f"shoal sim run: warning: {warning}", file=sys.stderr)

@@ -1,18 +1,19 @@
 //! A scenario's configuration: the network, background traffic and
-//! training jobs, parsed from flat `key = value` pairs — the dotted keys of
-//! the TOML file (`background.load`, `jobs.0.model`), flattened by the
-//! Python front end (tomllib) so the Rust side needs no TOML parser.
+//! training jobs, as the engines run it. It is made from the scenario's
+//! TOML ([`super::file`]: text or a file, with overrides) through the
+//! file's typed shape ([`super::schema`]); here are its defaults, the
+//! checks that take more than one key, and the errors that name the key.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
+use super::file;
 use super::ina::InaMode;
-use crate::engine::{Engine, UnknownEngine};
+use super::schema::{JobTable, PfcTable, Placement, ScenarioFile, TreeShare};
+use crate::engine::Engine;
 use crate::packet::PfcConfig;
 use crate::topology::LinkSpec;
-use crate::units::{parse_bytes, parse_rate, parse_time, seconds, Rate, UnitError};
-use crate::workload::cdf::CdfError;
-use crate::workload::models::{self, Model, UnknownModel};
+use crate::units::Rate;
+use crate::workload::models::{self, Model};
 use crate::workload::trace::{self, TraceError};
 use crate::workload::{BackgroundFlow, FlowSizeCdf};
 
@@ -185,16 +186,29 @@ impl Default for ScenarioConfig {
     }
 }
 
-/// A scenario that cannot be had from its keys: each error names the key
-/// (or the keys) at fault.
+/// A scenario that cannot be had from its TOML and overrides: each error
+/// names the key (or the keys) at fault and, for a key of the text, its
+/// line.
 #[derive(Debug)]
 pub enum ConfigError {
+    /// Text that is not TOML (toml's message names the line and column).
+    Toml(Box<toml::de::Error>),
     /// A key no scenario has (a typo must not be silently ignored).
-    UnknownKey(String),
-    /// A `jobs.` key that is not `jobs.N.FIELD`.
-    JobKey(String),
-    /// A value its key does not take.
-    Value { key: String, problem: ValueProblem },
+    UnknownKey { key: String, line: Option<usize> },
+    /// A value its key does not take: what serde or the key's parser
+    /// (sizes, rates, durations, models, ...) says is wrong with it.
+    Value {
+        key: String,
+        line: Option<usize>,
+        message: String,
+    },
+    /// An override under an array of tables that is not `jobs.N.FIELD`
+    /// with N at most the number of jobs before it.
+    ArrayKey(String),
+    /// An override under a key whose value is not a table (`seed.x`).
+    NotATable(String),
+    /// A `background.trace` file that cannot be replayed.
+    Trace(TraceError),
     /// Job N with fewer than 2 workers or no tree.
     JobTooSmall(usize),
     /// `duration` zero, negative or NaN.
@@ -207,49 +221,23 @@ pub enum ConfigError {
     PfcThresholds { xon: u64, xoff: u64 },
 }
 
-/// What is wrong with a key's value.
-#[derive(Debug)]
-pub enum ValueProblem {
-    /// Not a number of the key's type (the value as written).
-    NotANumber(String),
-    /// A number outside 0..=1.
-    NotAFraction(String),
-    /// None of the words the key takes; `choices` says which.
-    NotAChoice {
-        value: String,
-        choices: &'static str,
-    },
-    /// A rate, duration or size that does not parse.
-    Unit(UnitError),
-    /// A `background.trace` file that cannot be replayed.
-    Trace(TraceError),
-    Model(UnknownModel),
-    Distribution(CdfError),
-    Engine(UnknownEngine),
-    Algorithm(AlgorithmError),
-}
-
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(line) = self.line() {
+            write!(f, "line {line}: ")?;
+        }
         match self {
-            ConfigError::UnknownKey(key) => write!(f, "unknown scenario key {key:?}"),
-            ConfigError::JobKey(key) => write!(f, "{key}: expected jobs.N.FIELD"),
-            ConfigError::Value { key, problem } => match problem {
-                ValueProblem::NotANumber(v) => write!(f, "{key} = {v:?}: not a valid number"),
-                ValueProblem::NotAFraction(v) => {
-                    write!(f, "{key} = {v}: must be between 0 and 1")
-                }
-                ValueProblem::NotAChoice { value, choices } => {
-                    write!(f, "{key} = {value:?}: {choices}")
-                }
-                ValueProblem::Unit(e) => write!(f, "{key}: {e}"),
-                // These name the value (or the file and line) themselves.
-                ValueProblem::Trace(e) => write!(f, "{e}"),
-                ValueProblem::Model(e) => write!(f, "{e}"),
-                ValueProblem::Distribution(e) => write!(f, "{e}"),
-                ValueProblem::Engine(e) => write!(f, "{e}"),
-                ValueProblem::Algorithm(e) => write!(f, "{e}"),
-            },
+            ConfigError::Toml(e) => write!(f, "{e}"),
+            ConfigError::UnknownKey { key, .. } => write!(f, "unknown scenario key {key:?}"),
+            ConfigError::Value { key, message, .. } => write!(f, "{key}: {message}"),
+            ConfigError::ArrayKey(key) => {
+                let array = key.split('.').next().unwrap_or_default();
+                write!(f, "{key}: expected {array}.N.FIELD, N from 0 in order")
+            }
+            ConfigError::NotATable(key) => {
+                write!(f, "{key}: a key under a value that is not a table")
+            }
+            ConfigError::Trace(e) => write!(f, "background.trace: {e}"),
             ConfigError::JobTooSmall(index) => {
                 write!(f, "jobs.{index}: needs workers >= 2 and trees >= 1")
             }
@@ -267,67 +255,43 @@ impl fmt::Display for ConfigError {
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConfigError::Toml(e) => Some(e),
+            ConfigError::Trace(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 impl ConfigError {
     /// The key at fault, where one is.
     pub fn key(&self) -> Option<&str> {
         match self {
-            ConfigError::UnknownKey(key)
-            | ConfigError::JobKey(key)
-            | ConfigError::Value { key, .. } => Some(key),
+            ConfigError::UnknownKey { key, .. }
+            | ConfigError::Value { key, .. }
+            | ConfigError::ArrayKey(key)
+            | ConfigError::NotATable(key) => Some(key),
+            ConfigError::Trace(_) => Some("background.trace"),
             ConfigError::DurationNotPositive => Some("duration"),
             ConfigError::WarmupTooLong => Some("warmup"),
-            ConfigError::JobTooSmall(_)
+            ConfigError::Toml(_)
+            | ConfigError::JobTooSmall(_)
             | ConfigError::NoSlotsOrDistributions
             | ConfigError::PfcThresholds { .. } => None,
         }
     }
-}
 
-/// The error for `key`'s value.
-fn refused(key: &str, problem: ValueProblem) -> ConfigError {
-    ConfigError::Value {
-        key: key.to_string(),
-        problem,
+    /// The line of the TOML text the key at fault is on, where it came
+    /// from the text (not an override). A `Toml` error's message has its
+    /// own.
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            ConfigError::UnknownKey { line, .. } | ConfigError::Value { line, .. } => *line,
+            _ => None,
+        }
     }
-}
-
-fn number<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, ConfigError> {
-    v.trim()
-        .parse()
-        .map_err(|_| refused(key, ValueProblem::NotANumber(v.to_string())))
-}
-
-fn fraction(key: &str, v: &str) -> Result<f64, ConfigError> {
-    let x: f64 = number(key, v)?;
-    if !(0.0..=1.0).contains(&x) {
-        return Err(refused(key, ValueProblem::NotAFraction(v.to_string())));
-    }
-    Ok(x)
-}
-
-/// `v` parsed by a unit parser, its error naming `key`.
-fn unit<T>(key: &str, v: &str, parse: fn(&str) -> Result<T, UnitError>) -> Result<T, ConfigError> {
-    parse(v).map_err(|e| refused(key, ValueProblem::Unit(e)))
-}
-
-/// `v` if it is one of `words`, else an error naming `key` and `choices`.
-fn choice<'a>(
-    key: &str,
-    v: &str,
-    words: [&'a str; 2],
-    choices: &'static str,
-) -> Result<&'a str, ConfigError> {
-    words.into_iter().find(|w| *w == v).ok_or_else(|| {
-        refused(
-            key,
-            ValueProblem::NotAChoice {
-                value: v.to_string(),
-                choices,
-            },
-        )
-    })
 }
 
 impl ScenarioConfig {
@@ -339,85 +303,65 @@ impl ScenarioConfig {
             .bits_per_s()
     }
 
-    /// Parses flat pairs; unknown keys are errors (a typo must not be
-    /// silently ignored).
+    /// The scenario of `pairs` alone: overrides over an empty file
+    /// ([`super::overrides`]), as the PANAMA reproduction and tests write
+    /// scenarios.
     pub fn from_pairs(
         pairs: &[(impl AsRef<str>, impl AsRef<str>)],
     ) -> Result<ScenarioConfig, ConfigError> {
-        let mut cfg = ScenarioConfig::default();
-        let mut jobs: BTreeMap<usize, BTreeMap<String, String>> = BTreeMap::new();
-        let mut random: BTreeMap<String, String> = BTreeMap::new();
-        let mut pfc: BTreeMap<String, String> = BTreeMap::new();
-        for (key, value) in pairs {
-            let (key, v) = (key.as_ref(), value.as_ref());
-            let seconds_of = |v| unit(key, v, parse_time).map(seconds);
-            match key {
-                "topology" => cfg.topology = v.to_string(),
-                "link" => cfg.link.rate = unit(key, v, parse_rate)?,
-                "tier_rates" => {
-                    cfg.tier_rates = v
-                        .split(',')
-                        .map(|r| unit(key, r.trim(), parse_rate))
-                        .collect::<Result<_, _>>()?
-                }
-                "latency" => cfg.link.latency = unit(key, v, parse_time)?,
-                "buffer" => cfg.link.buffer = unit(key, v, parse_bytes)?,
-                "ecn_k" => cfg.ecn_k = number(key, v)?,
-                "switch_memory" => cfg.switch_memory = unit(key, v, parse_bytes)?,
-                "ina_min_bytes" => cfg.ina_min_bytes = unit(key, v, parse_bytes)?,
-                "fallback" => cfg.fallback = v.to_string(),
-                "slots_per_host" => cfg.slots_per_host = number(key, v)?,
-                "chunk_bytes" => cfg.chunk_bytes = unit(key, v, parse_bytes)?,
-                "duration" => cfg.duration_s = seconds_of(v)?,
-                "seed" => cfg.seed = number(key, v)?,
-                "rate_interval" => cfg.rate_interval_s = seconds_of(v)?,
-                "tree_share" => {
-                    let share = choice(key, v.trim(), ["split", "each"], "use split or each")?;
-                    cfg.tree_share_each = share == "each";
-                }
-                "long_flows" => cfg.long_flows = number(key, v)?,
-                "engine" => {
-                    cfg.engine = Engine::parse(v.trim())
-                        .map_err(|e| refused(key, ValueProblem::Engine(e)))?
-                }
-                "warmup" => cfg.warmup_s = seconds_of(v)?,
-                "background.trace" => {
-                    cfg.trace = trace::read(std::path::Path::new(v))
-                        .map_err(|e| refused(key, ValueProblem::Trace(e)))?
-                }
-                "background.load" => cfg.background_load = fraction(key, v)?,
-                "background.distribution" => {
-                    cfg.distributions = v
-                        .split(',')
-                        .map(FlowSizeCdf::by_name)
-                        .collect::<Result<_, _>>()
-                        .map_err(|e| refused(key, ValueProblem::Distribution(e)))?
-                }
-                other => {
-                    if let Some(rest) = other.strip_prefix("jobs.") {
-                        let (index, field) = rest
-                            .split_once('.')
-                            .ok_or_else(|| ConfigError::JobKey(other.to_string()))?;
-                        jobs.entry(number(other, index)?)
-                            .or_default()
-                            .insert(field.to_string(), v.to_string());
-                    } else if let Some(field) = other.strip_prefix("random_jobs.") {
-                        random.insert(field.to_string(), v.to_string());
-                    } else if let Some(field) = other.strip_prefix("pfc.") {
-                        pfc.insert(field.to_string(), v.to_string());
-                    } else {
-                        return Err(ConfigError::UnknownKey(other.to_string()));
-                    }
-                }
-            }
-        }
-        for (index, fields) in jobs {
-            cfg.jobs.push(job(index, fields)?);
-        }
-        if !random.is_empty() {
-            cfg.random_jobs = Some(random_jobs(random)?);
-        }
-        cfg.pfc = pfc_config(&pfc, cfg.link.buffer)?;
+        file::parse("", pairs)
+    }
+
+    /// The configuration of a deserialized scenario file: its keys over
+    /// the defaults, the trace read, and the checks that take more than
+    /// one key.
+    pub fn from_file(file: ScenarioFile) -> Result<ScenarioConfig, ConfigError> {
+        let d = ScenarioConfig::default();
+        let link = LinkSpec {
+            rate: file.link.unwrap_or(d.link.rate),
+            latency: file.latency.unwrap_or(d.link.latency),
+            buffer: file.buffer.unwrap_or(d.link.buffer),
+        };
+        let background = file.background;
+        let trace = match background.trace {
+            Some(path) => trace::read(std::path::Path::new(&path)).map_err(ConfigError::Trace)?,
+            None => Vec::new(),
+        };
+        let jobs = file
+            .jobs
+            .into_iter()
+            .enumerate()
+            .map(|(index, job)| job_config(index, job))
+            .collect::<Result<_, _>>()?;
+        let random_jobs = file.random_jobs.map(|r| RandomJobs {
+            load: r.load.unwrap_or(0.0),
+            algorithm: r.algorithm.unwrap_or(Algorithm::Plan("ring".into())),
+            trees: r.trees.unwrap_or(4),
+        });
+        let cfg = ScenarioConfig {
+            topology: file.topology.unwrap_or(d.topology),
+            link,
+            tier_rates: file.tier_rates.unwrap_or(d.tier_rates),
+            ecn_k: file.ecn_k.unwrap_or(d.ecn_k),
+            switch_memory: file.switch_memory.unwrap_or(d.switch_memory),
+            ina_min_bytes: file.ina_min_bytes.unwrap_or(d.ina_min_bytes),
+            fallback: file.fallback.unwrap_or(d.fallback),
+            background_load: background.load.unwrap_or(d.background_load),
+            distributions: background.distribution.unwrap_or(d.distributions),
+            trace,
+            jobs,
+            random_jobs,
+            long_flows: file.long_flows.unwrap_or(d.long_flows),
+            slots_per_host: file.slots_per_host.unwrap_or(d.slots_per_host),
+            chunk_bytes: file.chunk_bytes.unwrap_or(d.chunk_bytes),
+            duration_s: file.duration.unwrap_or(d.duration_s),
+            seed: file.seed.unwrap_or(d.seed),
+            rate_interval_s: file.rate_interval.unwrap_or(d.rate_interval_s),
+            tree_share_each: file.tree_share == Some(TreeShare::Each),
+            engine: file.engine.unwrap_or(d.engine),
+            warmup_s: file.warmup.unwrap_or(d.warmup_s),
+            pfc: pfc_config(&file.pfc, link.buffer)?,
+        };
         if cfg.duration_s.is_nan() || cfg.duration_s <= 0.0 {
             return Err(ConfigError::DurationNotPositive);
         }
@@ -431,89 +375,38 @@ impl ScenarioConfig {
     }
 }
 
-fn algorithm(key: &str, v: &str) -> Result<Algorithm, ConfigError> {
-    Algorithm::parse(v).map_err(|e| refused(key, ValueProblem::Algorithm(e)))
-}
-
-fn job(index: usize, fields: BTreeMap<String, String>) -> Result<JobConfig, ConfigError> {
-    let mut job = JobConfig {
-        workers: 0,
-        model: models::MODELS[0],
-        algorithm: Algorithm::Plan("ring".into()),
-        trees: 4,
-        close: true,
-        only_tree: None,
+/// Job `index` of `[[jobs]]`: a ring allreduce of VGG16 over 4 trees,
+/// placed close, unless it says otherwise.
+fn job_config(index: usize, job: JobTable) -> Result<JobConfig, ConfigError> {
+    let job = JobConfig {
+        workers: job.workers.unwrap_or(0),
+        model: job.model.unwrap_or(models::MODELS[0]),
+        algorithm: job.algorithm.unwrap_or(Algorithm::Plan("ring".into())),
+        trees: job.trees.unwrap_or(4),
+        close: job.placement != Some(Placement::Random),
+        only_tree: job.tree,
     };
-    for (field, v) in fields {
-        let key = format!("jobs.{index}.{field}");
-        match field.as_str() {
-            "workers" => job.workers = number(&key, &v)?,
-            "model" => {
-                job.model =
-                    models::by_name(&v).map_err(|e| refused(&key, ValueProblem::Model(e)))?
-            }
-            "algorithm" => job.algorithm = algorithm(&key, &v)?,
-            "trees" => job.trees = number(&key, &v)?,
-            "tree" => job.only_tree = Some(number(&key, &v)?),
-            "placement" => {
-                let choices = "use \"close\" or \"random\"";
-                job.close = choice(&key, &v, ["close", "random"], choices)? == "close";
-            }
-            _ => return Err(ConfigError::UnknownKey(key)),
-        }
-    }
     if job.workers < 2 || job.trees == 0 {
         return Err(ConfigError::JobTooSmall(index));
     }
     Ok(job)
 }
 
-fn random_jobs(fields: BTreeMap<String, String>) -> Result<RandomJobs, ConfigError> {
-    let mut r = RandomJobs {
-        load: 0.0,
-        algorithm: Algorithm::Plan("ring".into()),
-        trees: 4,
-    };
-    for (field, v) in fields {
-        let key = format!("random_jobs.{field}");
-        match field.as_str() {
-            "load" => r.load = fraction(&key, &v)?,
-            "algorithm" => r.algorithm = algorithm(&key, &v)?,
-            "trees" => r.trees = number(&key, &v)?,
-            _ => return Err(ConfigError::UnknownKey(key)),
-        }
-    }
-    Ok(r)
-}
-
-/// The keys `pfc.enabled` (true/false), `pfc.xoff`, `pfc.xon` (bytes);
-/// `None` unless enabled. Unless given, the thresholds are
+/// `[pfc]`: `None` unless enabled. Unless given, the thresholds are
 /// [`PfcConfig::for_buffer`]'s for the links' `buffer`, and `xon` keeps
-/// its distance below a given `xoff`.
-fn pfc_config(
-    fields: &BTreeMap<String, String>,
-    buffer: u64,
-) -> Result<Option<PfcConfig>, ConfigError> {
-    let mut enabled = false;
+/// its distance below a given `xoff`. They are checked even when PFC is
+/// off, as a typo in them should not wait for the day it is turned on.
+fn pfc_config(table: &PfcTable, buffer: u64) -> Result<Option<PfcConfig>, ConfigError> {
     let mut cfg = PfcConfig::for_buffer(buffer);
-    let mut xon = None;
-    for (field, v) in fields {
-        let key = format!("pfc.{field}");
-        match field.as_str() {
-            "enabled" => {
-                enabled = choice(&key, v.trim(), ["true", "false"], "true or false")? == "true"
-            }
-            "xoff" => cfg.xoff = unit(&key, v, parse_bytes)?,
-            "xon" => xon = Some(unit(&key, v, parse_bytes)?),
-            _ => return Err(ConfigError::UnknownKey(key)),
-        }
+    if let Some(xoff) = table.xoff {
+        cfg.xoff = xoff;
     }
-    cfg.xon = xon.unwrap_or(cfg.xoff.saturating_sub(3000));
+    cfg.xon = table.xon.unwrap_or(cfg.xoff.saturating_sub(3000));
     if cfg.xon >= cfg.xoff || cfg.xoff == 0 {
         return Err(ConfigError::PfcThresholds {
             xon: cfg.xon,
             xoff: cfg.xoff,
         });
     }
-    Ok(enabled.then_some(cfg))
+    Ok(table.enabled.then_some(cfg))
 }

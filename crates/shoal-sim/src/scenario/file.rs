@@ -1,40 +1,115 @@
-//! A scenario file (TOML), read in Rust for `shoal-sim run`: the same file
-//! `shoal sim run` reads, flattened into the same dotted pairs Python's
-//! `shoal.sim.run.flatten` makes (tables as `a.b`, arrays of tables
-//! numbered `jobs.0.model`, arrays of values comma-joined), so both front
-//! ends parse it with [`ScenarioConfig::from_pairs`].
+//! A scenario's TOML made into its configuration: text (with overrides)
+//! or a file, the one parser both `shoal-sim run` and Python's `shoal sim
+//! run` use. The text is deserialized into [`ScenarioFile`] with serde;
+//! an error names the key's dotted path (`jobs.0.model`) and, for a key
+//! of the text, its line.
 
 use std::fmt;
 use std::io;
 use std::path::Path;
 
+use serde::Deserializer;
+use serde_path_to_error::Segment;
 use shoal_bootstrap::small_file::read_text;
 
 use super::config::{ConfigError, ScenarioConfig};
+use super::overrides;
+use super::schema::ScenarioFile;
 
 /// The largest scenario file read (a scenario is a page of settings).
 pub const MAX_SCENARIO_BYTES: u64 = 16 << 20;
 
-/// Reads and parses the scenario in `path`; a `background.trace` is named
+/// Reads and parses the scenario in `path`, with `overrides` over it
+/// ([`overrides::apply`]); a `background.trace` the file names is
 /// relative to the file's folder.
-pub fn read(path: &Path) -> Result<ScenarioConfig, ScenarioFileError> {
+pub fn read_with(
+    path: &Path,
+    overrides: &[(impl AsRef<str>, impl AsRef<str>)],
+) -> Result<ScenarioConfig, ScenarioFileError> {
     let in_file = |problem| ScenarioFileError {
         file: path.display().to_string(),
         problem,
     };
     let text = read_text(path, MAX_SCENARIO_BYTES).map_err(|e| in_file(FileProblem::Read(e)))?;
-    let mut pairs = pairs(&text).map_err(|e| in_file(FileProblem::Toml(Box::new(e))))?;
     let folder = path.parent().unwrap_or(Path::new(""));
-    for (key, value) in &mut pairs {
-        if key == "background.trace" {
-            *value = folder.join(&*value).display().to_string();
-        }
-    }
-    ScenarioConfig::from_pairs(&pairs).map_err(|e| in_file(FileProblem::Config(e)))
+    parse_in(&text, overrides, folder).map_err(|e| in_file(FileProblem::Config(e)))
 }
 
-/// A scenario file that does not make a scenario, naming the file (and,
-/// for TOML that does not parse, the line: toml's message has it).
+/// Reads and parses the scenario in `path` as it is.
+pub fn read(path: &Path) -> Result<ScenarioConfig, ScenarioFileError> {
+    read_with(path, &[] as &[(&str, &str)])
+}
+
+/// Parses the scenario in TOML `text`, with `overrides` over it; a
+/// `background.trace` is relative to the working directory.
+pub fn parse(
+    text: &str,
+    overrides: &[(impl AsRef<str>, impl AsRef<str>)],
+) -> Result<ScenarioConfig, ConfigError> {
+    parse_in(text, overrides, Path::new(""))
+}
+
+fn parse_in(
+    text: &str,
+    overrides: &[(impl AsRef<str>, impl AsRef<str>)],
+    folder: &Path,
+) -> Result<ScenarioConfig, ConfigError> {
+    let mut table: toml::Table = text.parse().map_err(|e| ConfigError::Toml(Box::new(e)))?;
+    // The text alone first, from its characters: toml's error then has the
+    // span of the key at fault, so the error can name its line.
+    shape(toml::Deserializer::new(text), text)?;
+    if let Some(trace) = table.get_mut("background").and_then(|b| b.get_mut("trace")) {
+        if let Some(name) = trace.as_str() {
+            *trace = folder.join(name).display().to_string().into();
+        }
+    }
+    overrides::apply(&mut table, overrides)?;
+    let file = shape(toml::Value::Table(table), text)?;
+    ScenarioConfig::from_file(file)
+}
+
+/// `de` deserialized as a [`ScenarioFile`]; an error names the key's path
+/// and, where toml gives a span into `text`, its line.
+fn shape<'de, D>(de: D, text: &str) -> Result<ScenarioFile, ConfigError>
+where
+    D: Deserializer<'de, Error = toml::de::Error>,
+{
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let key = dotted(e.path());
+        let line = e.inner().span().map(|span| line_of(text, span.start));
+        let message = e.inner().message().to_string();
+        // serde's words for a key a struct does not have
+        // (`deny_unknown_fields`); the path already ends with the key.
+        if message.starts_with("unknown field `") {
+            ConfigError::UnknownKey { key, line }
+        } else {
+            ConfigError::Value { key, line, message }
+        }
+    })
+}
+
+/// A key's path as the scenario's keys are written: `jobs.0.model`.
+fn dotted(path: &serde_path_to_error::Path) -> String {
+    let parts: Vec<String> = path
+        .iter()
+        .map(|segment| match segment {
+            Segment::Seq { index } => index.to_string(),
+            Segment::Map { key } => key.clone(),
+            Segment::Enum { variant } => variant.clone(),
+            Segment::Unknown => "?".to_string(),
+        })
+        .collect();
+    parts.join(".")
+}
+
+/// The line (from 1) of byte `offset` of `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    let before = &text.as_bytes()[..offset.min(text.len())];
+    before.iter().filter(|&&b| b == b'\n').count() + 1
+}
+
+/// A scenario file that does not make a scenario, naming the file (and
+/// the line: [`ConfigError`]'s).
 #[derive(Debug)]
 pub struct ScenarioFileError {
     pub file: String,
@@ -46,9 +121,7 @@ pub struct ScenarioFileError {
 pub enum FileProblem {
     /// Missing, not a regular file, or too large.
     Read(io::Error),
-    /// Not TOML.
-    Toml(Box<toml::de::Error>),
-    /// TOML whose keys are not a scenario.
+    /// Not TOML, or TOML whose keys are not a scenario.
     Config(ConfigError),
 }
 
@@ -57,7 +130,6 @@ impl fmt::Display for ScenarioFileError {
         write!(f, "{}: ", self.file)?;
         match &self.problem {
             FileProblem::Read(e) => write!(f, "{e}"),
-            FileProblem::Toml(e) => write!(f, "{e}"),
             FileProblem::Config(e) => write!(f, "{e}"),
         }
     }
@@ -67,82 +139,7 @@ impl std::error::Error for ScenarioFileError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.problem {
             FileProblem::Read(e) => Some(e),
-            FileProblem::Toml(e) => Some(e),
             FileProblem::Config(e) => Some(e),
         }
-    }
-}
-
-/// The dotted pairs of a scenario's TOML text.
-pub fn pairs(text: &str) -> Result<Vec<(String, String)>, toml::de::Error> {
-    let table: toml::Table = text.parse()?;
-    let mut out = Vec::new();
-    flatten(&table, "", &mut out);
-    Ok(out)
-}
-
-fn flatten(table: &toml::Table, prefix: &str, out: &mut Vec<(String, String)>) {
-    for (key, value) in table {
-        let name = format!("{prefix}{key}");
-        match value {
-            toml::Value::Table(t) => flatten(t, &format!("{name}."), out),
-            toml::Value::Array(items)
-                if !items.is_empty() && items.iter().all(toml::Value::is_table) =>
-            {
-                for (i, item) in items.iter().enumerate() {
-                    if let toml::Value::Table(t) = item {
-                        flatten(t, &format!("{name}.{i}."), out);
-                    }
-                }
-            }
-            toml::Value::Array(items) => {
-                let joined: Vec<String> = items.iter().map(scalar).collect();
-                out.push((name, joined.join(",")));
-            }
-            other => out.push((name, scalar(other))),
-        }
-    }
-}
-
-/// A value as Python's `str` writes it (strings bare).
-fn scalar(v: &toml::Value) -> String {
-    match v {
-        toml::Value::String(s) => s.clone(),
-        toml::Value::Boolean(b) => b.to_string(),
-        toml::Value::Integer(i) => i.to_string(),
-        toml::Value::Float(f) => format!("{f:?}"),
-        other => other.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_scenario_flattens_as_python_flattens_it() {
-        let text = "topology = \"fattree:k=4\"\nseed = 3\n[background]\nload = 0.2\n\
-                    distribution = [\"websearch\", \"datamining\"]\n\
-                    [[jobs]]\nworkers = 4\nmodel = \"vgg16\"\n[[jobs]]\nworkers = 8\nalgorithm = \"panama\"\n";
-        let want = [
-            ("topology", "fattree:k=4"),
-            ("seed", "3"),
-            ("background.load", "0.2"),
-            ("background.distribution", "websearch,datamining"),
-            ("jobs.0.workers", "4"),
-            ("jobs.0.model", "vgg16"),
-            ("jobs.1.workers", "8"),
-            ("jobs.1.algorithm", "panama"),
-        ];
-        let mut got = pairs(text).unwrap();
-        let mut want: Vec<_> = want
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        got.sort();
-        want.sort();
-        assert_eq!(got, want);
-        let err = pairs("topology = \n").unwrap_err().to_string();
-        assert!(err.contains("line 1"), "{err}");
     }
 }
