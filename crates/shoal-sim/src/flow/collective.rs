@@ -27,14 +27,14 @@ pub struct CollectiveRun {
 }
 
 /// A DAG's messages in a compact, cache-friendly form for running it:
-/// renumbered by *turn* (the k-th message each rank sends, all ranks'
-/// k-th messages together, in the DAG's order within a turn), so that
-/// messages that become ready together mostly sit together in memory — at
-/// 1024 ranks there are millions of messages, and walking them in the
-/// generator's per-rank order missed the cache on every delivery (the
-/// engine took three times as long). The numbering changes nothing the
-/// engine decides: roots start, and a delivery's dependents become ready,
-/// in the DAG's own order.
+/// renumbered by *blocks of turns* (every rank's first [`TURN_BLOCK`]
+/// messages, rank after rank, then every rank's next [`TURN_BLOCK`], ...),
+/// so that messages that become ready together mostly sit together in
+/// memory — at 1024 ranks there are millions of messages, and walking them
+/// in the generator's per-rank order missed the cache on every delivery
+/// (the engine took three times as long). The numbering changes nothing
+/// the engine decides: roots start, and a delivery's dependents become
+/// ready, in the DAG's own order.
 pub struct DagProgress {
     /// `original[i]`: the [`CollectiveDag`] message id of message `i`.
     original: Vec<u32>,
@@ -52,38 +52,57 @@ pub struct DagProgress {
     delivered: usize,
 }
 
+/// Consecutive messages of one rank that keep consecutive numbers in
+/// [`DagProgress`]. With one (a pure turn order: every rank's first
+/// message, then every rank's second, ...) the renumbering, which reads
+/// the DAG rank by rank, wrote a different page for every message: at 1024
+/// ranks it took 0.35 s, most of the engine's 0.45 s. Blocks of 8 write a
+/// page per 8 messages, and the engine's working set (a block of every
+/// rank) still fits in the cache. Measured at 1024 ranks (renumbering +
+/// engine CPU s): 1: 0.92, 4: 0.67, 8: 0.63-0.64, 16: 0.66-0.69, 64: 0.72.
+pub const TURN_BLOCK: usize = 8;
+
 impl DagProgress {
     /// Errors when the DAG has a dependency cycle.
+    ///
+    /// Every pass reads the DAG in its own order (sequentially) and writes
+    /// the new numbering a block of a rank at a time (see [`TURN_BLOCK`]).
     pub fn new(dag: &CollectiveDag) -> Result<Self, DagError> {
         let n = dag.messages.len();
-        let original = turn_order(dag);
-        let mut renumber = vec![0u32; n];
-        for (new, &old) in original.iter().enumerate() {
-            renumber[old as usize] = new as u32;
+        let (original, renumber) = turn_blocks(dag);
+        let mut src_rank = vec![0u32; n];
+        let mut dst_rank = vec![0u32; n];
+        let mut bytes = vec![0u64; n];
+        let mut waiting = vec![0u32; n];
+        let mut offsets = vec![0u32; n + 1];
+        let mut roots = Vec::new();
+        for (old, m) in dag.messages.iter().enumerate() {
+            let new = renumber[old] as usize;
+            src_rank[new] = m.src_rank as u32;
+            dst_rank[new] = m.dst_rank as u32;
+            bytes[new] = wire_bytes(m.bytes);
+            let deps = dag.deps(old);
+            waiting[new] = deps.len() as u32;
+            if deps.is_empty() {
+                roots.push(new as u32);
+            }
+            for &d in deps {
+                offsets[renumber[d as usize] as usize + 1] += 1;
+            }
         }
-        let (rev_offsets, reverse) = reverse_edges(dag);
-        let mut offsets = Vec::with_capacity(n + 1);
-        let mut dependents = Vec::with_capacity(reverse.len());
-        let mut src_rank = Vec::with_capacity(n);
-        let mut dst_rank = Vec::with_capacity(n);
-        let mut bytes = Vec::with_capacity(n);
-        let mut waiting = Vec::with_capacity(n);
-        offsets.push(0);
-        for &old in &original {
-            let old = old as usize;
-            let of = &reverse[rev_offsets[old] as usize..rev_offsets[old + 1] as usize];
-            dependents.extend(of.iter().map(|&d| renumber[d as usize]));
-            offsets.push(dependents.len() as u32);
-            let m = &dag.messages[old];
-            src_rank.push(m.src_rank as u32);
-            dst_rank.push(m.dst_rank as u32);
-            bytes.push(wire_bytes(m.bytes));
-            waiting.push(dag.deps(old).len() as u32);
+        for i in 0..n {
+            offsets[i + 1] += offsets[i];
         }
-        let roots = (0..n)
-            .filter(|&m| dag.deps(m).is_empty())
-            .map(|m| renumber[m])
-            .collect();
+        // Dependents are appended in the DAG's order of the dependent.
+        let mut fill = offsets.clone();
+        let mut dependents = vec![0u32; offsets[n] as usize];
+        for old in 0..n {
+            for &d in dag.deps(old) {
+                let slot = &mut fill[renumber[d as usize] as usize];
+                dependents[*slot as usize] = renumber[old];
+                *slot += 1;
+            }
+        }
         let progress = DagProgress {
             original,
             src_rank,
@@ -162,55 +181,50 @@ impl DagProgress {
     }
 }
 
-/// The message ids ordered by turn: every rank's first message (in id
-/// order), then every rank's second, and so on (a counting sort).
-fn turn_order(dag: &CollectiveDag) -> Vec<u32> {
-    let mut sent = vec![0u32; dag.world];
-    let turn: Vec<u32> = dag
-        .messages
-        .iter()
-        .map(|m| {
-            let k = sent[m.src_rank];
-            sent[m.src_rank] += 1;
-            k
-        })
-        .collect();
-    let turns = sent.iter().max().map_or(0, |&k| k as usize);
-    let mut start = vec![0u32; turns + 1];
-    for &k in &turn {
-        start[k as usize + 1] += 1;
-    }
-    for k in 0..turns {
-        start[k + 1] += start[k];
-    }
-    let mut order = vec![0u32; turn.len()];
-    for (m, &k) in turn.iter().enumerate() {
-        order[start[k as usize] as usize] = m as u32;
-        start[k as usize] += 1;
-    }
-    order
-}
-
-/// The DAG's reverse edges in CSR form: the dependents of message `m` are
-/// `reverse[offsets[m]..offsets[m + 1]]`.
-fn reverse_edges(dag: &CollectiveDag) -> (Vec<u32>, Vec<u32>) {
+/// The numbering of [`DagProgress`]: `(original, renumber)`, the DAG id
+/// of every new number and the new number of every DAG id. Block `b` of a
+/// rank is its messages `b * TURN_BLOCK ..` in id order; blocks are
+/// numbered `b` by `b`, and within one, rank by rank.
+fn turn_blocks(dag: &CollectiveDag) -> (Vec<u32>, Vec<u32>) {
     let n = dag.messages.len();
-    let mut offsets = vec![0u32; n + 1];
-    for &d in &dag.dep_ids {
-        offsets[d as usize + 1] += 1;
+    // Each rank's messages in id order (CSR by sender: a counting sort).
+    let mut first = vec![0u32; dag.world + 1];
+    for m in &dag.messages {
+        first[m.src_rank + 1] += 1;
     }
-    for i in 0..n {
-        offsets[i + 1] += offsets[i];
+    for r in 0..dag.world {
+        first[r + 1] += first[r];
     }
-    let mut fill = offsets.clone();
-    let mut reverse = vec![0u32; offsets[n] as usize];
-    for m in 0..n {
-        for &d in dag.deps(m) {
-            reverse[fill[d as usize] as usize] = m as u32;
-            fill[d as usize] += 1;
+    let mut fill = first.clone();
+    let mut by_rank = vec![0u32; n];
+    for (id, m) in dag.messages.iter().enumerate() {
+        by_rank[fill[m.src_rank] as usize] = id as u32;
+        fill[m.src_rank] += 1;
+    }
+    let sent = |r: usize| &by_rank[first[r] as usize..first[r + 1] as usize];
+    // Where each block begins: the sizes of all ranks' blocks before it.
+    let most = (0..dag.world).map(|r| sent(r).len()).max().unwrap_or(0);
+    let mut next = vec![0u32; most.div_ceil(TURN_BLOCK) + 1];
+    for r in 0..dag.world {
+        for (b, block) in sent(r).chunks(TURN_BLOCK).enumerate() {
+            next[b + 1] += block.len() as u32;
         }
     }
-    (offsets, reverse)
+    for b in 1..next.len() {
+        next[b] += next[b - 1];
+    }
+    let mut original = vec![0u32; n];
+    let mut renumber = vec![0u32; n];
+    for r in 0..dag.world {
+        for (b, block) in sent(r).chunks(TURN_BLOCK).enumerate() {
+            for &old in block {
+                original[next[b] as usize] = old;
+                renumber[old as usize] = next[b];
+                next[b] += 1;
+            }
+        }
+    }
+    (original, renumber)
 }
 
 /// A hasher for small integer keys: one SplitMix64 round.
@@ -481,17 +495,39 @@ mod tests {
     }
 
     #[test]
-    fn messages_are_numbered_by_turn_and_roots_keep_the_dag_order() {
-        // Rank 0 sends 0, 1; rank 1 sends 2, 3 (2 waits for 0, 3 for 1).
-        let d = dag(&[(0, 1, &[]), (0, 1, &[]), (1, 0, &[0]), (1, 0, &[1])]);
-        let p = DagProgress::new(&d).unwrap();
-        let order: Vec<usize> = (0..4).map(|i| p.original_id(i)).collect();
+    fn messages_are_numbered_by_blocks_of_turns_and_roots_keep_the_dag_order() {
+        // Rank 0 sends 10 messages, rank 1 three, their ids interleaved;
+        // message 3 waits for 0, message 12 for 5.
+        let src = [0, 1, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0];
+        let messages: Vec<(usize, usize, &[u32])> = src
+            .iter()
+            .enumerate()
+            .map(|(id, &s)| {
+                let deps: &[u32] = match id {
+                    3 => &[0],
+                    12 => &[5],
+                    _ => &[],
+                };
+                (s, 1 - s, deps)
+            })
+            .collect();
+        let d = dag(&messages);
+        let mut p = DagProgress::new(&d).unwrap();
+        let order: Vec<usize> = (0..src.len()).map(|i| p.original_id(i)).collect();
+        assert_eq!(TURN_BLOCK, 8);
         assert_eq!(
             order,
-            [0, 2, 1, 3],
-            "every rank's first message, then its second"
+            [0, 2, 4, 6, 7, 8, 9, 10, 1, 3, 5, 11, 12],
+            "every rank's first 8 messages, rank after rank, then the next 8"
         );
         let roots: Vec<usize> = p.roots().into_iter().map(|i| p.original_id(i)).collect();
-        assert_eq!(roots, [0, 1]);
+        let expected: Vec<usize> = (0..src.len()).filter(|&m| m != 3 && m != 12).collect();
+        assert_eq!(roots, expected);
+        let new_id = |old| order.iter().position(|&m| m == old).unwrap();
+        let mut ready = Vec::new();
+        p.deliver(new_id(0), &mut ready);
+        p.deliver(new_id(5), &mut ready);
+        let ready: Vec<usize> = ready.into_iter().map(|i| p.original_id(i)).collect();
+        assert_eq!(ready, [3, 12]);
     }
 }
