@@ -38,10 +38,12 @@ pub struct CollectiveRun {
 pub struct DagProgress {
     /// `original[i]`: the [`CollectiveDag`] message id of message `i`.
     original: Vec<u32>,
-    src_rank: Vec<u32>,
-    dst_rank: Vec<u32>,
     /// Bytes on the wire, headers included.
     bytes: Vec<u64>,
+    /// `pair[i]`: the rank pair (connection) message `i` travels on, an
+    /// index into `pair_ranks`, the (sender, receiver) of every pair.
+    pair: Vec<u32>,
+    pair_ranks: Vec<(u32, u32)>,
     waiting: Vec<u32>,
     /// Dependents of `i` are `dependents[offsets[i]..offsets[i + 1]]`, in
     /// the DAG's order.
@@ -70,17 +72,16 @@ impl DagProgress {
     pub fn new(dag: &CollectiveDag) -> Result<Self, DagError> {
         let n = dag.messages.len();
         let (original, renumber) = turn_blocks(dag);
-        let mut src_rank = vec![0u32; n];
-        let mut dst_rank = vec![0u32; n];
         let mut bytes = vec![0u64; n];
+        let mut pair = vec![0u32; n];
+        let mut pairs = RankPairs::default();
         let mut waiting = vec![0u32; n];
         let mut offsets = vec![0u32; n + 1];
         let mut roots = Vec::new();
         for (old, m) in dag.messages.iter().enumerate() {
             let new = renumber[old] as usize;
-            src_rank[new] = m.src_rank as u32;
-            dst_rank[new] = m.dst_rank as u32;
             bytes[new] = wire_bytes(m.bytes);
+            pair[new] = pairs.id(m.src_rank as u32, m.dst_rank as u32);
             let deps = dag.deps(old);
             waiting[new] = deps.len() as u32;
             if deps.is_empty() {
@@ -105,9 +106,9 @@ impl DagProgress {
         }
         let progress = DagProgress {
             original,
-            src_rank,
-            dst_rank,
             bytes,
+            pair,
+            pair_ranks: pairs.ranks,
             waiting,
             offsets,
             dependents,
@@ -181,6 +182,35 @@ impl DagProgress {
     }
 }
 
+/// Numbers the rank pairs of a DAG's messages as they come. A rank's
+/// messages mostly go to the peer of its previous one, so the last pair is
+/// tried before the map: numbering the pairs once here saves the engine a
+/// hash look-up at every start and end of a message.
+#[derive(Default)]
+struct RankPairs {
+    ids: HashMap<(u32, u32), u32, BuildHasherDefault<MixHasher>>,
+    /// (sender, receiver) of each pair id.
+    ranks: Vec<(u32, u32)>,
+    last: Option<((u32, u32), u32)>,
+}
+
+impl RankPairs {
+    fn id(&mut self, src: u32, dst: u32) -> u32 {
+        match self.last {
+            Some((ranks, id)) if ranks == (src, dst) => id,
+            _ => {
+                let next = self.ranks.len() as u32;
+                let id = *self.ids.entry((src, dst)).or_insert(next);
+                if id == next {
+                    self.ranks.push((src, dst));
+                }
+                self.last = Some(((src, dst), id));
+                id
+            }
+        }
+    }
+}
+
 /// The numbering of [`DagProgress`]: `(original, renumber)`, the DAG id
 /// of every new number and the new number of every DAG id. Block `b` of a
 /// rank is its messages `b * TURN_BLOCK ..` in id order; blocks are
@@ -248,12 +278,8 @@ impl Hasher for MixHasher {
 /// One collective in flight on an engine: its messages' progress and
 /// routes, its flows tagged `tag_base + message` so that several
 /// collectives (and other traffic) can share one engine.
-pub struct RunningDag<'a> {
-    topo: &'a Topology,
-    placement: &'a [usize],
+pub struct RunningDag {
     pub progress: DagProgress,
-    /// Varies the ECMP paths between collectives.
-    salt: u64,
     tag_base: u64,
     ready: Vec<usize>,
     /// Messages of a rank pair go one after another, as on shoal's one
@@ -262,25 +288,25 @@ pub struct RunningDag<'a> {
     /// the chunks of a pipelined plan all started at once, shared the link
     /// and arrived together, and nothing pipelined; and a collective took
     /// one max-min share per message in flight instead of one per peer.
-    pairs: HashMap<(u32, u32), Pair, BuildHasherDefault<MixHasher>>,
+    /// Indexed by [`DagProgress`]'s pair ids.
+    pairs: Vec<Pair>,
 }
 
 /// One rank pair's connection: its route, whether a message is on the
 /// wire, and the ready ones waiting behind it. Like shoal's transport,
 /// which keeps one connection per peer, every message between two ranks
-/// takes the same ECMP path (one 5-tuple), computed once per pair. One
-/// look-up per message start and end finds both the queue and the route.
+/// takes the same ECMP path (one 5-tuple), computed once per pair.
 struct Pair {
     route: Route,
     busy: bool,
     waiting: VecDeque<usize>,
 }
 
-impl<'a> RunningDag<'a> {
+impl RunningDag {
     /// `salt` varies the ECMP paths between collectives.
     pub fn new(
-        topo: &'a Topology,
-        dag: &'a CollectiveDag,
+        topo: &Topology,
+        dag: &CollectiveDag,
         tag_base: u64,
         salt: u64,
     ) -> Result<Self, SimError> {
@@ -291,14 +317,25 @@ impl<'a> RunningDag<'a> {
                 hosts: topo.hosts(),
             });
         }
+        let progress = DagProgress::new(dag)?;
+        let pairs = progress
+            .pair_ranks
+            .iter()
+            .map(|&(src, dst)| {
+                let key = mix(salt ^ mix(((src as u64) << 32) | dst as u64));
+                let (from, to) = (dag.placement[src as usize], dag.placement[dst as usize]);
+                Pair {
+                    route: route(topo, from, to, key),
+                    busy: false,
+                    waiting: VecDeque::new(),
+                }
+            })
+            .collect();
         Ok(RunningDag {
-            topo,
-            placement: &dag.placement,
-            progress: DagProgress::new(dag)?,
-            salt,
+            progress,
             tag_base,
             ready: Vec::new(),
-            pairs: HashMap::default(),
+            pairs,
         })
     }
 
@@ -338,10 +375,7 @@ impl<'a> RunningDag<'a> {
     pub fn sent(&mut self, engine: &mut FlowEngine, tag: u64, now: f64) -> Result<(), SimError> {
         let i = (tag - self.tag_base) as usize;
         let p = &self.progress;
-        let pair = self
-            .pairs
-            .get_mut(&(p.src_rank[i], p.dst_rank[i]))
-            .expect("a sent message's pair");
+        let pair = &mut self.pairs[p.pair[i] as usize];
         match pair.waiting.pop_front() {
             Some(next) => send(engine, &pair.route, p, next, self.tag_base, now),
             None => {
@@ -360,16 +394,7 @@ impl<'a> RunningDag<'a> {
         now: f64,
     ) -> Result<(), SimError> {
         let p = &self.progress;
-        let (src, dst) = (p.src_rank[i], p.dst_rank[i]);
-        let (topo, placement, salt) = (self.topo, self.placement, self.salt);
-        let pair = self.pairs.entry((src, dst)).or_insert_with(|| {
-            let key = mix(salt ^ mix(((src as u64) << 32) | dst as u64));
-            Pair {
-                route: route(topo, placement[src as usize], placement[dst as usize], key),
-                busy: false,
-                waiting: VecDeque::new(),
-            }
-        });
+        let pair = &mut self.pairs[p.pair[i] as usize];
         if pair.busy {
             pair.waiting.push_back(i);
             return Ok(());
