@@ -112,8 +112,8 @@ impl PlanBuilder {
         deps.retain(|&d| d != index);
         deps.sort_unstable();
         deps.dedup();
-        // An exact-size copy: the step keeps it, the builder its scratch.
-        let index = self.plan.push(op, deps.to_vec());
+        // A copy (inline for up to two): the builder keeps its scratch.
+        let index = self.plan.push(op, deps.as_slice());
         self.deps = deps;
         index
     }
