@@ -109,9 +109,13 @@ impl PlanBuilder {
                 self.hazards[slot].access(region.offset, region.end(), index, write, &mut deps);
             }
         }
-        deps.retain(|&d| d != index);
         deps.sort_unstable();
         deps.dedup();
+        // A step that reads and writes one segment met itself: every other
+        // dependency is an earlier step, so it can only be the last.
+        if deps.last() == Some(&index) {
+            deps.pop();
+        }
         // A copy (inline for up to two): the builder keeps its scratch.
         let index = self.plan.push(op, deps.as_slice());
         self.deps = deps;
