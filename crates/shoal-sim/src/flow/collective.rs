@@ -69,50 +69,32 @@ impl DagProgress {
     ///
     /// Every pass reads the DAG in its own order (sequentially) and writes
     /// the new numbering a block of a rank at a time (see [`TURN_BLOCK`]).
+    /// The messages and their dependents are two independent passes: on a
+    /// large DAG they run on two threads (the other core is idle while
+    /// the DAG is prepared and run).
     pub fn new(dag: &CollectiveDag) -> Result<Self, DagError> {
-        let n = dag.messages.len();
         let (original, renumber) = turn_blocks(dag);
-        let mut bytes = vec![0u64; n];
-        let mut pair = vec![0u32; n];
-        let mut pairs = RankPairs::default();
-        let mut waiting = vec![0u32; n];
-        let mut offsets = vec![0u32; n + 1];
-        let mut roots = Vec::new();
-        for (old, m) in dag.messages.iter().enumerate() {
-            let new = renumber[old] as usize;
-            bytes[new] = wire_bytes(m.bytes);
-            pair[new] = pairs.id(m.src_rank as u32, m.dst_rank as u32);
-            let deps = dag.deps(old);
-            waiting[new] = deps.len() as u32;
-            if deps.is_empty() {
-                roots.push(new as u32);
-            }
-            for &d in deps {
-                offsets[renumber[d as usize] as usize + 1] += 1;
-            }
-        }
-        for i in 0..n {
-            offsets[i + 1] += offsets[i];
-        }
-        // Dependents are appended in the DAG's order of the dependent.
-        let mut fill = offsets.clone();
-        let mut dependents = vec![0u32; offsets[n] as usize];
-        for old in 0..n {
-            for &d in dag.deps(old) {
-                let slot = &mut fill[renumber[d as usize] as usize];
-                dependents[*slot as usize] = renumber[old];
-                *slot += 1;
-            }
-        }
+        let (messages, (offsets, dependents)) = if dag.messages.len() >= PARALLEL_MESSAGES {
+            std::thread::scope(|scope| {
+                let messages = scope.spawn(|| NewMessages::of(dag, &renumber));
+                let dependents = dependents_of(dag, &renumber);
+                (messages.join().expect("no panic"), dependents)
+            })
+        } else {
+            (
+                NewMessages::of(dag, &renumber),
+                dependents_of(dag, &renumber),
+            )
+        };
         let progress = DagProgress {
             original,
-            bytes,
-            pair,
-            pair_ranks: pairs.ranks,
-            waiting,
+            bytes: messages.bytes,
+            pair: messages.pair,
+            pair_ranks: messages.pairs.ranks,
+            waiting: messages.waiting,
             offsets,
             dependents,
-            roots,
+            roots: messages.roots,
             delivered: 0,
         };
         progress.check_acyclic()?;
@@ -180,6 +162,67 @@ impl DagProgress {
     pub fn is_empty(&self) -> bool {
         self.waiting.is_empty()
     }
+}
+
+/// Messages from which [`DagProgress::new`] builds on two threads (a
+/// thread costs tens of microseconds; a scenario builds a DAG's progress
+/// at every iteration of every job).
+const PARALLEL_MESSAGES: usize = 1 << 16;
+
+/// What [`DagProgress`] keeps of each message, in the new numbering.
+struct NewMessages {
+    bytes: Vec<u64>,
+    pair: Vec<u32>,
+    pairs: RankPairs,
+    waiting: Vec<u32>,
+    roots: Vec<u32>,
+}
+
+impl NewMessages {
+    fn of(dag: &CollectiveDag, renumber: &[u32]) -> NewMessages {
+        let n = dag.messages.len();
+        let mut out = NewMessages {
+            bytes: vec![0; n],
+            pair: vec![0; n],
+            pairs: RankPairs::default(),
+            waiting: vec![0; n],
+            roots: Vec::new(),
+        };
+        for (old, m) in dag.messages.iter().enumerate() {
+            let new = renumber[old] as usize;
+            out.bytes[new] = wire_bytes(m.bytes);
+            out.pair[new] = out.pairs.id(m.src_rank as u32, m.dst_rank as u32);
+            let deps = dag.deps(old).len();
+            out.waiting[new] = deps as u32;
+            if deps == 0 {
+                out.roots.push(new as u32);
+            }
+        }
+        out
+    }
+}
+
+/// The dependents of every message in the new numbering (CSR: offsets
+/// and ids), each message's in the DAG's order.
+fn dependents_of(dag: &CollectiveDag, renumber: &[u32]) -> (Vec<u32>, Vec<u32>) {
+    let n = dag.messages.len();
+    let mut offsets = vec![0u32; n + 1];
+    for &d in &dag.dep_ids {
+        offsets[renumber[d as usize] as usize + 1] += 1;
+    }
+    for i in 0..n {
+        offsets[i + 1] += offsets[i];
+    }
+    let mut fill = offsets.clone();
+    let mut dependents = vec![0u32; offsets[n] as usize];
+    for old in 0..n {
+        for &d in dag.deps(old) {
+            let slot = &mut fill[renumber[d as usize] as usize];
+            dependents[*slot as usize] = renumber[old];
+            *slot += 1;
+        }
+    }
+    (offsets, dependents)
 }
 
 /// Numbers the rank pairs of a DAG's messages as they come. A rank's
