@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -61,14 +62,25 @@ def test_sim_usage_lists_plan(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_sim_plan_starts_without_numpy_or_the_other_subcommands() -> None:
-    # numpy was 60% of `import shoal`, and the scenario runner and testbed comparison a third of
-    # `shoal sim`'s start-up: `shoal sim plan` at 1024 ranks aims at one second in all.
+    # numpy was 60% of `import shoal`, the scenario runner and testbed comparison a third of
+    # `shoal sim`'s start-up, and shoal.algo (when SHOAL_ALGORITHMS names nothing) half of what was
+    # left: `shoal sim plan` at 1024 ranks aims at one second in all.
     code = (
         "import sys\n"
         "from shoal.cli import main\n"
         "assert main('sim plan allreduce --algo ring --ranks 4 --size 1MiB --topology star:hosts=4'.split()) == 0\n"
         "print(sorted(m for m in ('numpy', 'shoal.group', 'shoal.sim.run', 'shoal.sim.panama',"
-        " 'shoal.sim.validate') if m in sys.modules))\n"
+        " 'shoal.sim.validate', 'shoal.algo') if m in sys.modules))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    env = {k: v for k, v in os.environ.items() if k != "SHOAL_ALGORITHMS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
     assert out.splitlines()[-1] == "[]"
+
+
+def test_shoal_algo_is_reached_as_an_attribute_of_shoal() -> None:
+    # `import shoal` no longer imports shoal.algo; `shoal.algo.register` still works without
+    # importing it by name.
+    code = "import shoal\nprint(shoal.algo.register.__module__)\n"
+    env = {k: v for k, v in os.environ.items() if k != "SHOAL_ALGORITHMS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    assert out.strip() == "shoal.algo._registry"

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, overload
 
 from shoal import _log  # noqa: F401  (starts handing Rust's log records to logging)
@@ -73,11 +74,17 @@ _world: Group | None = None
 
 def __getattr__(name: str) -> Any:
     """``Group``, ``Work`` and ``BufferT``, imported on first use: shoal.group needs numpy, which was
-    most of ``import shoal``, and commands such as ``shoal sim plan`` never call a collective."""
+    most of ``import shoal``, and commands such as ``shoal sim plan`` never call a collective.
+    ``shoal.algo`` too (its registry and hashing are half of what is left), for programs that reach
+    it as an attribute of ``shoal``."""
     if name in ("Group", "Work", "BufferT"):
         from shoal import group
 
         return getattr(group, name)
+    if name == "algo":
+        import importlib
+
+        return importlib.import_module("shoal.algo")
     raise AttributeError(f"module 'shoal' has no attribute {name!r}")
 
 
@@ -348,7 +355,9 @@ def recv(
     return _group(group).recv(x, src, tag, dtype=dtype)
 
 
-# Last, once shoal is complete: the algorithms SHOAL_ALGORITHMS names (they import shoal.algo).
-from shoal.algo._load import load_from_env as _load_algorithms  # noqa: E402
+# Last, once shoal is complete: the algorithms SHOAL_ALGORITHMS names. They import shoal.algo,
+# which is half of ``import shoal`` (40 ms), so only when it names some.
+if os.environ.get("SHOAL_ALGORITHMS"):
+    from shoal.algo._load import load_from_env as _load_algorithms
 
-_load_algorithms()
+    _load_algorithms()

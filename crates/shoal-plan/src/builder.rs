@@ -28,7 +28,8 @@
 //! verify_plans(&shape, &plans).unwrap();
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Range;
 
 use crate::partition::{piece_count, pieces};
@@ -109,11 +110,15 @@ impl PlanBuilder {
                 self.hazards[slot].access(region.offset, region.end(), index, write, &mut deps);
             }
         }
-        deps.retain(|&d| d != index);
         deps.sort_unstable();
         deps.dedup();
-        // An exact-size copy: the step keeps it, the builder its scratch.
-        let index = self.plan.push(op, deps.to_vec());
+        // A step that reads and writes one segment met itself: every other
+        // dependency is an earlier step, so it can only be the last.
+        if deps.last() == Some(&index) {
+            deps.pop();
+        }
+        // A copy (inline for up to two): the builder keeps its scratch.
+        let index = self.plan.push(op, deps.as_slice());
         self.deps = deps;
         index
     }
@@ -286,13 +291,19 @@ impl Segment {
     }
 }
 
-/// Segments covering `[0, usize::MAX)` of one buffer, keyed by their start.
-/// A map, not a sorted `Vec`: a 1024-rank ring cuts each buffer into 1024
-/// blocks, walking them downwards, and inserting each cut near the front
-/// of a `Vec` moved the cuts already made (quadratic: a tenth of
-/// simulating that ring was this memmove).
+/// Segments covering `[0, usize::MAX)` of one buffer. Their starts are
+/// kept in order, to cut and walk ranges: a map, not a sorted `Vec` (a
+/// 1024-rank ring cuts each buffer into 1024 blocks, walking them
+/// downwards, and inserting each cut near the front of a `Vec` moved the
+/// cuts already made: quadratic, a tenth of simulating that ring was this
+/// memmove). The segments sit in a hash table by start, so the common
+/// access, to a range cut before (a block or a piece), is one hash look-up
+/// instead of a walk down the ordered map (a third of pushing a step).
 #[derive(Clone, Debug)]
-struct Hazards(BTreeMap<usize, Segment>);
+struct Hazards {
+    starts: BTreeSet<usize>,
+    segments: HashMap<usize, Segment, BuildHasherDefault<OffsetHasher>>,
+}
 
 impl Default for Hazards {
     fn default() -> Self {
@@ -301,7 +312,12 @@ impl Default for Hazards {
             writer: None,
             readers: Vec::new(),
         };
-        Hazards(BTreeMap::from([(0, whole)]))
+        let mut segments = HashMap::default();
+        segments.insert(0, whole);
+        Hazards {
+            starts: BTreeSet::from([0]),
+            segments,
+        }
     }
 }
 
@@ -315,33 +331,59 @@ impl Hazards {
         write: bool,
         deps: &mut Vec<usize>,
     ) {
-        // Most accesses are to a range cut before (a block or a piece):
-        // one look-up instead of two splits and a range.
-        if let Some(seg) = self.0.get_mut(&start).filter(|seg| seg.end == end) {
+        if let Some(seg) = self.segments.get_mut(&start).filter(|seg| seg.end == end) {
             seg.access(step, write, deps);
             return;
         }
         self.split(start);
         self.split(end);
-        for (_, seg) in self.0.range_mut(start..end) {
+        for s in self.starts.range(start..end) {
+            let seg = self.segments.get_mut(s).expect("a segment at every start");
             seg.access(step, write, deps);
         }
     }
 
     /// Makes a segment start at `pos`.
     fn split(&mut self, pos: usize) {
-        let (&start, seg) = self
-            .0
-            .range_mut(..=pos)
+        if self.segments.contains_key(&pos) {
+            return;
+        }
+        let start = *self
+            .starts
+            .range(..pos)
             .next_back()
             .expect("the first segment starts at 0");
-        if start != pos {
-            let tail = Segment {
-                end: seg.end,
-                ..seg.clone()
-            };
-            seg.end = pos;
-            self.0.insert(pos, tail);
+        let seg = self
+            .segments
+            .get_mut(&start)
+            .expect("a segment at every start");
+        let tail = Segment {
+            end: seg.end,
+            ..seg.clone()
+        };
+        seg.end = pos;
+        self.starts.insert(pos);
+        self.segments.insert(pos, tail);
+    }
+}
+
+/// Hashes a buffer offset: a multiplication, whose high bits are folded
+/// into the low ones (offsets are multiples of large powers of two, which
+/// a multiplication alone leaves in the low bits the table indexes by).
+#[derive(Default)]
+struct OffsetHasher(u64);
+
+impl Hasher for OffsetHasher {
+    fn finish(&self) -> u64 {
+        let h = self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        h ^ (h >> 29)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ b as u64;
         }
+    }
+    fn write_usize(&mut self, x: usize) {
+        self.0 = x as u64;
     }
 }

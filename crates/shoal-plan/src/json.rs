@@ -369,7 +369,7 @@ fn step_from(f: &Field<'_>) -> Result<Step, PlanJsonError> {
         },
         other => return Err(kind.error(FieldProblem::UnknownOp(other.to_string()))),
     };
-    let deps = match f.opt("deps")? {
+    let deps: Vec<usize> = match f.opt("deps")? {
         None => Vec::new(),
         Some(d) => d
             .array()?
@@ -377,7 +377,10 @@ fn step_from(f: &Field<'_>) -> Result<Step, PlanJsonError> {
             .map(|x| x.usize())
             .collect::<Result<_, _>>()?,
     };
-    Ok(Step { op, deps })
+    Ok(Step {
+        op,
+        deps: deps.into(),
+    })
 }
 
 fn region_from(f: &Field<'_>) -> Result<Region, PlanJsonError> {
@@ -610,7 +613,7 @@ impl Serialize for StepDoc<'_> {
                 m.serialize_entry("reads", reads)?;
             }
         }
-        m.serialize_entry("deps", &step.deps)?;
+        m.serialize_entry("deps", &step.deps[..])?;
         m.end()
     }
 }
@@ -717,6 +720,7 @@ impl serde_json::ser::Formatter for Layout {
 mod tests {
     use super::*;
     use crate::algorithms::registry;
+    use crate::Deps;
 
     fn shape(collective: Collective, world: usize, count: usize) -> CallShape {
         CallShape {
@@ -768,11 +772,11 @@ mod tests {
                                 tag: 3,
                                 src: Region::new(Buf::Input, 0, 2),
                             },
-                            deps: vec![],
+                            deps: Deps::new(),
                         },
                         Step {
                             op: Op::Release { flag: 1, reads: 2 },
-                            deps: vec![0],
+                            deps: Deps::from([0]),
                         },
                     ],
                 },

@@ -10,6 +10,7 @@
 
 pub mod algorithms;
 pub mod builder;
+pub mod deps;
 pub mod json;
 pub mod partition;
 pub mod plan;
@@ -17,6 +18,7 @@ pub mod verify;
 
 pub use algorithms::{find, registry, Algorithm, CostParams};
 pub use builder::PlanBuilder;
+pub use deps::Deps;
 pub use json::CallPlans;
 pub use plan::{Buf, CallShape, Collective, Op, Plan, Region, Step};
 pub use verify::{verify_plans, VerifyError};

@@ -8,6 +8,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::deps::Deps;
+
 /// Which collective a plan implements. Determines the buffer contract below.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Collective {
@@ -527,7 +529,7 @@ impl Op {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Step {
     pub op: Op,
-    pub deps: Vec<usize>,
+    pub deps: Deps,
 }
 
 /// The steps of one rank for one call.
@@ -549,7 +551,8 @@ impl Plan {
     }
 
     /// Appends a step and returns its index, for use in later `deps`.
-    pub fn push(&mut self, op: Op, deps: Vec<usize>) -> usize {
+    pub fn push(&mut self, op: Op, deps: impl Into<Deps>) -> usize {
+        let deps = deps.into();
         debug_assert!(deps.iter().all(|&d| d < self.steps.len()));
         self.steps.push(Step { op, deps });
         self.steps.len() - 1

@@ -138,7 +138,7 @@ fn rejects_writing_the_exposed_region_before_the_release() {
     // The final copy to Output (one buffer with Input in place) no longer
     // waits for the Release: the peer may still be reading.
     let mut p = plans();
-    p[0].steps[4].deps = vec![2];
+    p[0].steps[4].deps = vec![2].into();
     let kind = kind_of(&one_host(2, 4), &p);
     assert!(
         matches!(kind, ErrorKind::WritesExposed { expose: 0, .. }),
@@ -214,7 +214,7 @@ fn checks_a_slot_exposure_as_if_in_place() {
     // A region too large for the slot is exposed in place, so writing it
     // before the Release stays an error with `slot` set.
     let mut p = slot_plans();
-    p[0].steps[4].deps = vec![2];
+    p[0].steps[4].deps = vec![2].into();
     let kind = kind_of(&one_host(2, 4), &p);
     assert!(
         matches!(kind, ErrorKind::WritesExposed { expose: 0, .. }),

@@ -126,7 +126,7 @@ fn catches_a_deadlock_when_both_receive_first() {
 fn catches_a_race() {
     let mut plans = exchange_plans();
     // The reduce no longer waits for the send that reads the same output.
-    plans[0].steps[3].deps = vec![2];
+    plans[0].steps[3].deps = vec![2].into();
     let err = fails(allreduce(2, 1), &plans);
     // Step 3 races with the send (step 1) and, as Output may be Input, with
     // the copy (step 0) too; the first one found is reported.

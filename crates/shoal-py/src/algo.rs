@@ -130,7 +130,7 @@ impl PyCallPlans {
             .iter()
             .map(|s| {
                 let text = shoal_plan::verify::OpText(&s.op).to_string();
-                (text, s.deps.clone())
+                (text, s.deps.to_vec())
             })
             .collect())
     }
