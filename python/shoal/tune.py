@@ -191,14 +191,26 @@ def spread(samples: list[float]) -> float:
     return (max(samples) - min(samples)) / statistics.median(samples) if samples else math.inf
 
 
+def reach_up(samples: list[float]) -> float:
+    """How far above its median a measurement's slowest repeat lies, as a fraction of the median."""
+    return max(samples) / statistics.median(samples) - 1 if samples else math.inf
+
+
+def reach_down(samples: list[float]) -> float:
+    """How far below its median a measurement's fastest repeat lies, as a fraction of the median."""
+    return 1 - min(samples) / statistics.median(samples) if samples else math.inf
+
+
 def winners(points: list[Measurement], tolerance: float) -> list[Win]:
     """The winning correct algorithm per measured size, by selector bytes,
     with its margin over the runner-up and the noise it must exceed.
 
-    The noise is the larger spread of the winner's and the runner-up's
-    repeats (either median may be off by that much), and at least
+    The noise is how far the two's repeats reach towards each other: the
+    winner's slowest above its median plus the runner-up's fastest below
+    its own (the two medians may be that much closer), and at least
     `tolerance` (a fraction): a win smaller than that is not one the
-    selector follows."""
+    selector follows. The winner's fast repeats and the runner-up's slow
+    ones (a preempted repeat) only widen the gap, so they do not count."""
     by_size: dict[int, dict[str, Measurement]] = {}
     for m in points:
         if m.errors == 0:
@@ -208,11 +220,11 @@ def winners(points: list[Measurement], tolerance: float) -> list[Win]:
         ranked = sorted(ms.values(), key=lambda m: (m.time_us, m.algo))
         best = ranked[0]
         if len(ranked) == 1:
-            out.append(Win(size, best.algo, 0.0, max(spread(best.samples_us), tolerance)))
+            out.append(Win(size, best.algo, 0.0, max(reach_up(best.samples_us), tolerance)))
             continue
         second = ranked[1]
         margin = second.time_us / best.time_us - 1
-        noise = max(spread(best.samples_us), spread(second.samples_us), tolerance)
+        noise = max(reach_up(best.samples_us) + reach_down(second.samples_us), tolerance)
         out.append(Win(size, best.algo, margin, noise))
     return out
 
@@ -429,7 +441,8 @@ def write(doc: dict[str, Any], ns: argparse.Namespace, json_path: Path | None, r
         f"load average {info['load_average']} at the start, {info['load_average_end']} at the end",
         f"sizes {', '.join(human(s) for s in sizes)} (whole buffer); ranges are the selector's per-rank bytes; "
         f"median of {settings['repeats']} repeats; margin: the runner-up's time over the winner's; "
-        f"noise: the larger spread (max-min)/median of the two's repeats, at least {ns.tolerance:g}%",
+        f"noise: how far the two's repeats reach towards each other, (winner's slowest - its median) / its median "
+        f"+ (runner-up's median - its fastest) / its median, at least {ns.tolerance:g}%",
         "the selector follows a range only where its margin exceeds its noise (docs/tuning.md)",
     ]
     if rebuilt_by:
