@@ -376,6 +376,8 @@ impl RunningDag {
         Ok(RunningDag::of(topo, dag, progress, tag_base, salt))
     }
 
+    /// The run of `dag` over `progress`, its numbering: one route per
+    /// rank pair.
     fn of(
         topo: &Topology,
         dag: &CollectiveDag,
@@ -469,6 +471,7 @@ impl RunningDag {
     }
 }
 
+/// Every rank on a host of `topo`.
 fn check_placement(topo: &Topology, dag: &CollectiveDag) -> Result<(), SimError> {
     match dag.placement.iter().find(|&&h| h >= topo.hosts()) {
         Some(&host) => Err(SimError::RankOutside {
