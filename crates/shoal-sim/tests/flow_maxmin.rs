@@ -153,3 +153,18 @@ fn long_link_sets_are_supported() {
     assert_eq!(deliveries(&mut e).len(), 2);
     assert_eq!(e.link_bytes()[0], 1_000_000.0);
 }
+
+#[test]
+fn an_end_that_leaves_its_links_idle_recomputes_nothing() {
+    // Two flows one after the other on one link: each start needs its
+    // rate; the first end frees the link for the second, which waits.
+    // The second end leaves the link idle: nothing is recomputed for it.
+    let mut e = FlowEngine::new(&[8e6]).unwrap();
+    e.start_flow(0.0, &[0], 1_000_000, 0.0, INF, 1).unwrap();
+    e.start_flow(0.5, &[0], 1_000_000, 0.0, INF, 2).unwrap();
+    let got = deliveries(&mut e);
+    assert!(close(got[0].1, 1.5) && close(got[1].1, 2.0), "{got:?}");
+    // At 0: flow 1 alone; at 0.5: flow 2 joins; at 1.5: flow 1 ends and
+    // flow 2 speeds up. Flow 2's end at 2 would have been a fourth.
+    assert_eq!(e.recomputes(), 3);
+}

@@ -475,8 +475,9 @@ impl FlowEngine {
     /// nothing is left to happen.
     pub fn next_event(&mut self) -> Option<Event> {
         loop {
-            let next_time = self.queue.peek_time().map(f64::from_bits);
-            if !self.dirty.is_empty() && next_time.is_none_or(|t| t > self.now) {
+            // The queue's present is `now`: when nothing more happens at
+            // this instant, its starts and ends are batched into one recompute.
+            if !self.dirty.is_empty() && !self.queue.has_present() {
                 let due = self.last_recompute_s + self.rate_interval_s;
                 if self.now >= due {
                     self.last_recompute_s = self.now;
@@ -582,6 +583,7 @@ impl FlowEngine {
         f.remaining_bits = 0.0;
         f.rate_bps = 0.0;
         let (bytes, latency, weight) = (f.bytes as f64, f.latency_s, f.weight);
+        let interval = self.rate_interval_s > 0.0;
         for i in 0..f.hops as usize {
             let l = self.flows[id as usize].link(i);
             let link = &mut self.links[l as usize];
@@ -593,7 +595,13 @@ impl FlowEngine {
             link.active.swap_remove(pos);
             link.greedy -= (weight > 1.0) as u32;
             link.bytes_done += bytes;
-            self.dirty.push(l);
+            // A link left idle changes no other flow's rate: no recompute
+            // for it (half of a collective's were these, and found nothing
+            // to do). With an interval a recompute, even an empty one,
+            // restarts the interval, so there it stays.
+            if !link.active.is_empty() || interval {
+                self.dirty.push(l);
+            }
         }
         self.push(self.now + latency, Kind::Deliver(id));
         true
