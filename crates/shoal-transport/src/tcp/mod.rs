@@ -472,6 +472,11 @@ impl TcpTransport {
     }
 
     fn stop(&self, bye: bool) {
+        // Once is enough: a second close (the drop after `close`) would wait
+        // again for a peer that stopped acknowledging.
+        if self.shared.closing.load(Ordering::Acquire) {
+            return;
+        }
         for c in &self.conns {
             let tx = c.queue.lock().unwrap_or_else(|e| e.into_inner()).take();
             if let (Some(tx), true) = (tx, bye) {
