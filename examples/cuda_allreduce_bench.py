@@ -3,6 +3,11 @@
     python examples/cuda_allreduce_bench.py                  # 2 and 4 ranks, 25 and 100 MB, shoal and gloo
     python examples/cuda_allreduce_bench.py --ranks 2 --sizes-mb 25 --iters 50
     python examples/cuda_allreduce_bench.py --device cpu     # the same on CPU tensors
+    python examples/cuda_allreduce_bench.py --backends shoal,shoal:shm_sharded,gloo   # a host algorithm forced
+
+A backend ``shoal:ALGO`` is shoal with ``SHOAL_ALGO=allreduce:ALGO``: the
+host algorithm that reduces each chunk, forced, timed in the same rounds as
+the others.
 
 Without ``RANK`` in the environment it is the driver: for each rank count it
 starts the job once per backend with ``shoal run`` (ranks share the GPUs
@@ -29,7 +34,7 @@ def arguments() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--ranks", default="2,4", help="comma-separated rank counts (default 2,4)")
     p.add_argument("--sizes-mb", default="25,100", help="comma-separated tensor sizes in MB (float32; default 25,100)")
-    p.add_argument("--backends", default="shoal,gloo", help="comma-separated backends (default shoal,gloo)")
+    p.add_argument("--backends", default="shoal,gloo", help="comma-separated backends: shoal, shoal:ALGO, gloo (default shoal,gloo)")
     p.add_argument("--iters", type=int, default=20, help="timed calls per size (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls per size first (default 3)")
     p.add_argument("--rounds", type=int, default=1, help="times each job runs, backends alternating (default 1)")
@@ -92,7 +97,10 @@ def run_job(args: argparse.Namespace, ranks: int, backend: str) -> dict[float, f
     cmd = [sys.executable, "-m", "shoal.cli", "run", "-n", str(ranks), "--", sys.executable, __file__]
     cmd += [f"--sizes-mb={args.sizes_mb}", f"--iters={args.iters}", f"--warmup={args.warmup}"]
     cmd += [f"--device={args.device}"]
-    env = {**os.environ, "BENCH_BACKEND": backend}
+    library, _, algorithm = backend.partition(":")
+    env = {**os.environ, "BENCH_BACKEND": library}
+    if algorithm:
+        env["SHOAL_ALGO"] = f"allreduce:{algorithm}"
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{backend} on {ranks} ranks failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
@@ -102,9 +110,11 @@ def run_job(args: argparse.Namespace, ranks: int, backend: str) -> dict[float, f
 def driver(args: argparse.Namespace) -> None:
     backends = args.backends.split(",")
     print(f"all_reduce of float32 {args.device} tensors, median ms per call (lower is better)")
-    header = f"{'ranks':>5} {'MB':>6} " + " ".join(f"{b:>9}" for b in backends)
-    if {"shoal", "gloo"} <= set(backends):
-        header += "  shoal speedup over gloo"
+    shoals = [b for b in backends if b.partition(":")[0] == "shoal"]
+    compared = shoals if "gloo" in backends else []
+    width = max(9, *(len(b) for b in backends))
+    header = f"{'ranks':>5} {'MB':>6} " + " ".join(f"{b:>{width}}" for b in backends)
+    header += "".join(f"  {b + '/gloo speed':>{width + 12}}" for b in compared)
     print(header, flush=True)
     for ranks in numbers(args.ranks):
         runs: dict[str, list[dict[float, float]]] = {b: [] for b in backends}
@@ -113,9 +123,8 @@ def driver(args: argparse.Namespace) -> None:
                 runs[b].append(run_job(args, ranks, b))
         for mb in numbers(args.sizes_mb, float):
             ms = {b: statistics.median(run[mb] for run in runs[b]) for b in backends}
-            line = f"{ranks:>5} {mb:>6g} " + " ".join(f"{ms[b]:>9.2f}" for b in backends)
-            if "shoal" in ms and "gloo" in ms:
-                line += f"  {ms['gloo'] / ms['shoal']:.2f}x"
+            line = f"{ranks:>5} {mb:>6g} " + " ".join(f"{ms[b]:>{width}.2f}" for b in backends)
+            line += "".join(f"  {ms['gloo'] / ms[b]:>{width + 11}.2f}x" for b in compared)
             print(line, flush=True)
 
 

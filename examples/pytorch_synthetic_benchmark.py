@@ -5,6 +5,10 @@ img/sec per rank and in total.
 
     shoal run -n 4 python examples/pytorch_synthetic_benchmark.py --backend shoal
     shoal run -n 4 python examples/pytorch_synthetic_benchmark.py --backend gloo
+    shoal run -n 4 python examples/pytorch_synthetic_benchmark.py --backend none   # compute only
+
+``--backend none`` trains each rank's replica alone, without DDP: the same
+steps with no gradient exchange, the ceiling a backend's img/s is read against.
 
 On a small CPU machine use a small batch and image size, e.g.
 ``--batch-size 4 --image-size 64 --num-iters 5``.
@@ -13,6 +17,7 @@ On a small CPU machine use a small batch and image size, e.g.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import timeit
@@ -25,7 +30,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", choices=["shoal", "gloo"], default="shoal")
+    p.add_argument("--backend", choices=["shoal", "gloo", "none"], default="shoal")
     p.add_argument("--model", default="resnet18", help="a torchvision.models name")
     p.add_argument("--batch-size", type=int, default=32, help="images per rank per step")
     p.add_argument("--image-size", type=int, default=224)
@@ -54,8 +59,12 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     if args.backend == "shoal":
         import shoal.torch  # noqa: F401  (registers the "shoal" backend)
-    dist.init_process_group(args.backend)
-    rank, world = dist.get_rank(), dist.get_world_size()
+    distributed = args.backend != "none"
+    if distributed:
+        dist.init_process_group(args.backend)
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:  # ranks started by a launcher, each training alone
+        rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     cuda = torch.cuda.is_available() and not args.no_cuda
     device = torch.device("cuda", rank % torch.cuda.device_count()) if cuda else torch.device("cpu")
     if cuda:
@@ -63,7 +72,8 @@ def main() -> None:
 
     torch.manual_seed(0)
     model = build_model(args.model).to(device)
-    model = DDP(model, device_ids=[device.index] if cuda else None)
+    if distributed:
+        model = DDP(model, device_ids=[device.index] if cuda else None)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     data = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device)
     target = torch.randint(0, 1000, (args.batch_size,), device=device)
@@ -101,8 +111,10 @@ def main() -> None:
     log(f"Total img/sec on {world} rank(s): {world * mean:.1f} +-{world * spread:.1f} (median {world * median:.1f})")
     if args.save_params and rank == 0:
         # to compare the models that two backends trained from the same start on the same data
-        torch.save({k: v.detach().cpu() for k, v in model.module.state_dict().items()}, args.save_params)
-    dist.destroy_process_group()
+        trained = model.module if distributed else model
+        torch.save({k: v.detach().cpu() for k, v in trained.state_dict().items()}, args.save_params)
+    if distributed:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -8,15 +8,19 @@
 #   bash scripts/gpu-bench.sh                                # on the GPU machine, shoal installed
 #   bash .device-carry/remote.sh bash scripts/gpu-bench.sh   # there, from the wheel prepare.sh built
 #
-# STEPS picks steps by name (default: all): info tests allreduce chunks host ddp18 ddp50; TEST_K
-# narrows the tests (pytest -k);
+# STEPS picks steps by name (default: all): info tests allreduce chunks host hostbench algos
+# variants ceiling ddp18 ddp50; TEST_K narrows the tests (pytest -k);
+# BACKENDS (default shoal,gloo) are the backends the all_reduce and DDP steps compare, where
+# shoal:ALGO is shoal with its host algorithm forced (SHOAL_ALGO=allreduce:ALGO); ROUNDS (default 2)
+# are the all_reduce step's rounds;
 # DDP_ARGS adds arguments to the DDP runs (e.g. a small --batch-size --image-size --no-cuda to try it on a CPU)
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/gpu}
 mkdir -p "$OUT"
 BUDGET_S=${BUDGET_S:-420}
-STEPS=${STEPS:-info tests allreduce chunks host ddp18 ddp50}
+BACKENDS=${BACKENDS:-shoal,gloo}
+STEPS=${STEPS:-info tests allreduce chunks host hostbench algos variants ceiling ddp18 ddp50}
 start=$(date +%s)
 py=${PYTHON:-python3}
 
@@ -45,34 +49,86 @@ info() {
     "$py" -c 'import torch, shoal; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0)); print("shoal", shoal.__file__)'
 }
 
-# DDP on MODEL at 2 and 4 ranks, shoal then gloo, then the final parameters compared
+# DDP on MODEL at 2 and 4 ranks, each of $BACKENDS (shoal:ALGO forces shoal's host algorithm),
+# then the final parameters of each against gloo's
 ddp() {
-    local model=$1 ranks
+    local model=$1 ranks backend algo
     for ranks in 2 4; do
-        for backend in shoal gloo; do
+        for backend in ${BACKENDS//,/ }; do
             echo "--- $model $ranks ranks $backend"
-            "$py" -m shoal.cli run -n "$ranks" -- "$py" examples/pytorch_synthetic_benchmark.py --backend "$backend" \
-                --model "$model" --num-warmup-batches 5 --num-iters 5 ${DDP_ARGS:-} --save-params "/tmp/params-$model-$ranks-$backend.pt"
+            algo=
+            case $backend in shoal:*) algo=allreduce:${backend#shoal:} ;; esac
+            SHOAL_ALGO=$algo "$py" -m shoal.cli run -n "$ranks" -- "$py" examples/pytorch_synthetic_benchmark.py \
+                --backend "${backend%%:*}" --model "$model" --num-warmup-batches 5 --num-iters 5 ${DDP_ARGS:-} \
+                --save-params "/tmp/params-$model-$ranks-$backend.pt"
         done
-        "$py" - "/tmp/params-$model-$ranks-shoal.pt" "/tmp/params-$model-$ranks-gloo.pt" <<'EOF'
+        for backend in ${BACKENDS//,/ }; do
+            [ "$backend" = gloo ] || "$py" - "$backend" "/tmp/params-$model-$ranks-$backend.pt" "/tmp/params-$model-$ranks-gloo.pt" <<'EOF'
 import sys, torch
-a, b = (torch.load(f) for f in sys.argv[1:3])
+a, b = (torch.load(f) for f in sys.argv[2:4])
 worst = max(((a[k].double() - b[k].double()).abs().max() / b[k].double().abs().max().clamp_min(1e-12)).item()
             for k in b if b[k].is_floating_point())
-print(f"final parameters: largest difference relative to the tensor's largest value, shoal vs gloo: {worst:.3g}")
+print(f"{sys.argv[1]} vs gloo, final parameters: largest difference relative to the tensor's largest value: {worst:.3g}")
 EOF
+        done
     done
 }
 
-export -f info ddp
-export py
+# the compute-only ceiling of DDP on MODEL: each rank trains its replica alone, on the shared GPU
+ceiling() {
+    local model=$1 ranks
+    for ranks in 2 4; do
+        echo "--- $model $ranks ranks, no gradient exchange"
+        "$py" -m shoal.cli run -n "$ranks" -- "$py" examples/pytorch_synthetic_benchmark.py --backend none \
+            --model "$model" --num-warmup-batches 5 --num-iters 5 ${DDP_ARGS:-}
+    done
+}
+
+# the host collectives behind a 4-rank CUDA all_reduce: every allreduce algorithm at the
+# pipeline's chunk size and at whole-tensor sizes against Gloo and OpenMPI, and the allgather a
+# GPU-side reduction would use instead (its roofline line is the host's memcpy bandwidth)
+hostbench() {
+    local common=(-n 4 --repeats 3 --no-plot --no-progress --timeout 90)
+    "$py" -m shoal.cli bench allreduce "${common[@]}" --sizes 1M,4M,16M,64M --algo all --against gloo,mpi --out /tmp/hb-allreduce
+    "$py" -m shoal.cli bench allgather "${common[@]}" --sizes 4M,16M,64M --against gloo,mpi --out /tmp/hb-allgather
+}
+
+# the CUDA all_reduce at 4 ranks with each host algorithm forced, then spinning waits
+algos() {
+    local a
+    for a in ring rabenseifner shm_sharded shm_flat; do
+        echo "algorithm $a"
+        SHOAL_ALGO=allreduce:$a "$py" examples/cuda_allreduce_bench.py --ranks 4 --sizes-mb 25,100 --backends shoal --iters 10
+    done
+    echo "SHOAL_WAIT=spin"
+    SHOAL_WAIT=spin "$py" examples/cuda_allreduce_bench.py --ranks 4 --sizes-mb 25,100 --backends shoal --iters 10
+}
+
+# at 4 ranks: the shared-memory transport without single-copy reads (the selector's algorithm),
+# and shm_sharded at other chunk sizes
+variants() {
+    echo "SHOAL_SHM_CMA_BYTES=0"
+    SHOAL_SHM_CMA_BYTES=0 "$py" examples/cuda_allreduce_bench.py --ranks 4 --sizes-mb 25,100 --backends shoal --iters 10
+    local c
+    for c in 1048576 16777216; do
+        echo "shm_sharded, chunk $c"
+        SHOAL_TORCH_CUDA_CHUNK_BYTES=$c "$py" examples/cuda_allreduce_bench.py --ranks 4 --sizes-mb 25,100 --backends shoal:shm_sharded --iters 10
+    done
+}
+
+export -f info ddp ceiling hostbench algos variants
+export py BACKENDS
 step info 30 bash -c info
 workers=()
 "$py" -c "import xdist" 2>/dev/null && workers=(-n 4) # pytest-xdist, where installed
 step tests 200 "$py" -m pytest -q -p no:cacheprovider "${workers[@]}" tests/test_torch_cuda.py tests/test_torch_backend.py ${TEST_K:+-k "$TEST_K"}
-step allreduce 200 "$py" examples/cuda_allreduce_bench.py --ranks 2,4 --sizes-mb 25,100 --rounds 2 --iters 10
+step allreduce 200 "$py" examples/cuda_allreduce_bench.py --ranks 2,4 --sizes-mb 25,100 --rounds "${ROUNDS:-2}" --iters 10 --backends "$BACKENDS"
 step chunks 150 bash -c "for c in 1048576 16777216; do echo chunk \$c; SHOAL_TORCH_CUDA_CHUNK_BYTES=\$c $py examples/cuda_allreduce_bench.py --ranks 2,4 --sizes-mb 25,100 --backends shoal --iters 10; done"
 step host 60 "$py" examples/cuda_allreduce_bench.py --device cpu --ranks 2 --sizes-mb 25,100 --iters 10
+step hostbench 120 bash -c hostbench
+step algos 90 bash -c algos
+step variants 60 bash -c variants
+step ceiling 60 bash -c "ceiling resnet18"
 step ddp18 200 bash -c "ddp resnet18"
 step ddp50 150 bash -c "ddp resnet50"
 echo "== done after $(($(date +%s) - start))s" | tee -a "$OUT/summary.log"

@@ -200,11 +200,14 @@ def test_digits_example_same_loss_curve_as_gloo() -> None:
     assert shoal_run[-1][0] < shoal_run[0][0], "the loss did not go down"
 
 
-def test_synthetic_benchmark_runs() -> None:
+@pytest.mark.parametrize("backend", ["shoal", "none"])
+def test_synthetic_benchmark_runs(backend: str) -> None:
+    """``none`` is the compute-only ceiling: the same steps with no process group."""
     pytest.importorskip("torchvision")
     proc = run_example(
         2,
         "pytorch_synthetic_benchmark.py",
+        f"--backend={backend}",
         "--batch-size=2",
         "--image-size=32",
         "--num-warmup-batches=1",

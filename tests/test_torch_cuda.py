@@ -228,6 +228,8 @@ def test_the_benchmark_script_runs_and_prints_its_table() -> None:
 
     script = Path(__file__).parent.parent / "examples" / "cuda_allreduce_bench.py"
     args = ["--device", "cpu", "--ranks", "2", "--sizes-mb", "0.1", "--iters", "2", "--warmup", "1"]
+    args += ["--backends", "shoal,shoal:ring,gloo"]  # shoal:ALGO forces the host algorithm
     proc = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert re.search(r"\n\s+2\s+0.1\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+x\n", proc.stdout), proc.stdout
+    assert "shoal:ring/gloo speed" in proc.stdout, proc.stdout
+    assert re.search(r"\n\s+2\s+0.1(\s+[0-9.]+){3}\s+[0-9.]+x\s+[0-9.]+x\n", proc.stdout), proc.stdout
