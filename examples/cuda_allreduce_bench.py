@@ -34,7 +34,11 @@ def arguments() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--ranks", default="2,4", help="comma-separated rank counts (default 2,4)")
     p.add_argument("--sizes-mb", default="25,100", help="comma-separated tensor sizes in MB (float32; default 25,100)")
-    p.add_argument("--backends", default="shoal,gloo", help="comma-separated backends: shoal, shoal:ALGO, gloo (default shoal,gloo)")
+    p.add_argument(
+        "--backends",
+        default="shoal,gloo",
+        help="comma-separated backends: shoal, shoal:ALGO, gloo (default shoal,gloo)",
+    )
     p.add_argument("--iters", type=int, default=20, help="timed calls per size (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls per size first (default 3)")
     p.add_argument("--rounds", type=int, default=1, help="times each job runs, backends alternating (default 1)")

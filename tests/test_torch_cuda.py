@@ -4,9 +4,11 @@ collectives), and on a GPU when there is one. Skipped without torch."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -162,6 +164,44 @@ def test_process_group_calls_through_the_pipeline(world: int) -> None:
     assert proc.stdout.count("OK torch pipeline group") == world, proc.stdout[-2000:]
 
 
+def chunk_algorithms(trace_dir: Path) -> dict[int, set[str]]:
+    """Bytes of each all_reduce chunk rank 0 ran (float32, bfloat16, int8, float64 calls) -> its algorithms."""
+    events = json.loads((trace_dir / "rank-0.json").read_text())  # a rank's trace: a list of events
+    sizes = {"float32": 4, "bfloat16": 2, "int8": 1, "float64": 8}
+    found: dict[int, set[str]] = {}
+    for e in events:
+        args = e.get("args", {})
+        if e.get("cat") == "call" and args["collective"] == "allreduce" and args["algorithm"] != "(agreement)":
+            found.setdefault(args["count"] * sizes[args["dtype"]], set()).add(args["algorithm"])
+    return found
+
+
+@pytest.mark.parametrize(
+    "world,env,large",
+    [
+        (2, {}, "shm_sharded"),  # the default: shm_sharded from 1 MiB where it can run
+        (3, {}, "shm_sharded"),
+        (2, {"SHOAL_TRANSPORT": "tcp"}, None),  # it cannot run: the selector's choice
+        (2, {"SHOAL_TORCH_CUDA_ALGO": "direct"}, "direct"),
+        (2, {"SHOAL_ALGO": "allreduce:ring"}, "ring"),  # the user's SHOAL_ALGO wins over the default
+        (2, {"SHOAL_TORCH_CUDA_ALGO": "auto", "SHOAL_ALGO": "allreduce:recursive_doubling"}, "recursive_doubling"),
+    ],
+)
+def test_the_host_algorithm_of_all_reduce_chunks(
+    world: int, env: dict[str, str], large: str | None, tmp_path: Path
+) -> None:
+    full_env = {"SHOAL_TIMEOUT": "60", "SHOAL_TRACE": str(tmp_path), **env}
+    proc = launch(world, "torch_pipeline.py", "chunks", env=full_env)
+    assert proc.stdout.count("OK torch pipeline chunks") == world, proc.stdout[-2000:]
+    found = chunk_algorithms(tmp_path)
+    assert 1 << 20 in found and any(size < 1 << 20 for size in found), found  # whole and ragged chunks ran
+    for size, algorithms in found.items():
+        if large is None:
+            assert "shm_sharded" not in algorithms, (size, found)
+        elif size >= 1 << 20:
+            assert algorithms == {large}, (size, found)
+
+
 def test_pipeline_failures_fail_the_work_and_give_staging_back() -> None:
     results = spawn_ranks(2, "torch_pipeline.py", "failures", env={"SHOAL_TIMEOUT": "20"})
     for r, p in enumerate(results):
@@ -178,6 +218,7 @@ def test_wrong_settings_are_errors_naming_the_variable(monkeypatch: pytest.Monke
         ("SHOAL_TORCH_CUDA_CHUNK_BYTES", "4MiB"),
         ("SHOAL_TORCH_CUDA_CHUNK_BYTES", "100"),
         ("SHOAL_TORCH_CUDA_PIPELINE", "maybe"),
+        ("SHOAL_TORCH_CUDA_ALGO", "fastest"),
     ]:
         with monkeypatch.context() as m:
             m.setenv(name, value)
@@ -187,7 +228,8 @@ def test_wrong_settings_are_errors_naming_the_variable(monkeypatch: pytest.Monke
     _cuda.settings.cache_clear()
     monkeypatch.setenv("SHOAL_TORCH_CUDA_PIPELINE", "off")
     monkeypatch.setenv("SHOAL_TORCH_CUDA_CHUNK_BYTES", "65536")
-    assert _cuda.settings() == _cuda.Settings(enabled=False, chunk_bytes=65536)
+    monkeypatch.setenv("SHOAL_TORCH_CUDA_ALGO", " ring ")
+    assert _cuda.settings() == _cuda.Settings(enabled=False, chunk_bytes=65536, algorithm="ring")
     _cuda.settings.cache_clear()
     monkeypatch.setenv("SHOAL_TORCH_STAGING_BYTES", "lots")
     with pytest.raises(ValueError, match='SHOAL_TORCH_STAGING_BYTES="lots"'):

@@ -82,6 +82,9 @@ class Communicator:
     def local_ranks(self) -> list[int]:
         """Global ranks that share this process's host (shared memory peers)."""
     @property
+    def shared_memory_algorithms(self) -> bool:
+        """Whether the ``shm_*`` algorithms (they read peers' memory) can run."""
+    @property
     def timeout(self) -> float:
         """Seconds a call may wait without progress (``SHOAL_TIMEOUT`` unless set)."""
     @timeout.setter

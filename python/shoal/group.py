@@ -132,8 +132,15 @@ class Group:
 
     @property
     def local_ranks(self) -> list[int]:
-        """World ranks on this host (reached through shared memory)."""
+        """World ranks on this host."""
         return self._live().local_ranks
+
+    @property
+    def shared_memory_algorithms(self) -> bool:
+        """Whether the ``shm_*`` algorithms can run: they read peers' memory,
+        which needs every rank on this host over shared memory, with
+        ``process_vm_readv`` permitted."""
+        return self._live().shared_memory_algorithms
 
     @property
     def timeout(self) -> float:

@@ -9,6 +9,9 @@ real shoal ranks, real collectives, results against a torch reference.
                                  DDP) on CPU tensors routed through the pipeline
                                  (_cuda.use_host_engine), as CUDA tensors are;
                                  prints "OK torch pipeline group"
+    torch_pipeline.py chunks     all_reduces in chunks of 1 MiB with ragged ends
+                                 (whose host algorithm the test reads from the
+                                 trace); prints "OK torch pipeline chunks"
     torch_pipeline.py failures   a failing copy fails its job (the next job
                                  still works); ranks chunking differently get
                                  a mismatch error; staging is given back each time;
@@ -116,6 +119,21 @@ def all_reduces(group: shoal.Group, copies: HostCopies) -> None:
     done(_cuda.all_reduce(group, ts, ["sum"] * 3, copies, chunk_bytes=CHUNK), copies)
     for t, salt in zip(ts, (1, 2, 3)):
         check(t, reference(n, t.numel(), t.dtype, ReduceOp.SUM, salt), f"coalesced {t.dtype}")
+
+
+def large_chunks(group: shoal.Group, copies: HostCopies) -> None:
+    """All_reduces in chunks of 1 MiB, the last ragged: their host algorithm is
+    chunk_algorithm's (shm_sharded by default on one host)."""
+    r, n = group.rank, group.size
+    for dtype, numel, op in [
+        (torch.float32, 600_001, ReduceOp.SUM),
+        (torch.bfloat16, 700_001, ReduceOp.SUM),
+        (torch.int8, 2_500_001, ReduceOp.MAX),
+        (torch.float64, 131_072, ReduceOp.SUM),  # exactly one chunk
+    ]:
+        t = values(r, numel, dtype)
+        done(_cuda.all_reduce(group, [t], [_reduction_for(dtype, _op_name(op))], copies, chunk_bytes=1 << 20), copies)
+        check(t, reference(n, numel, dtype, op), f"all_reduce {dtype} x{numel} {op} in chunks of 1 MiB")
 
 
 def broadcast_and_reduce(group: shoal.Group, copies: HostCopies) -> None:
@@ -319,6 +337,9 @@ def main() -> None:
         many_in_flight(group, copies)
         small_pool(group)
         print("OK torch pipeline", flush=True)
+    elif mode == "chunks":
+        large_chunks(group, copies)
+        print("OK torch pipeline chunks", flush=True)
     else:
         failures(group, copies)
         print("OK torch pipeline failures", flush=True)

@@ -262,6 +262,13 @@ impl Selector {
         Ok(self.cheapest(shape, elem_size, source)?.1)
     }
 
+    /// Whether the shared-memory (`shm_`) algorithms, which read peers'
+    /// memory, can run: every rank on one host over shm, with
+    /// `process_vm_readv` permitted (set at init).
+    pub fn shared_memory_allowed(&self) -> bool {
+        self.shared_memory.load(Ordering::Relaxed)
+    }
+
     /// Lets the cost model pick the shared-memory (`shm_`) algorithms.
     pub fn allow_shared_memory(&self, on: bool) {
         self.shared_memory.store(on, Ordering::Relaxed);

@@ -187,6 +187,13 @@ impl PyCommunicator {
         Ok(self.comm()?.engine().local_ranks.clone())
     }
 
+    /// Whether the shared-memory algorithms (`shm_*`, which read peers'
+    /// memory) can run: every rank on one host over shm, reads permitted.
+    #[getter]
+    fn shared_memory_algorithms(&self) -> PyResult<bool> {
+        Ok(self.comm()?.engine().selector.shared_memory_allowed())
+    }
+
     /// The cost model in use: {"alpha": s, "beta": s/byte, "gamma": s/byte}.
     #[getter]
     fn cost_model(&self) -> PyResult<std::collections::HashMap<&'static str, f64>> {

@@ -3,7 +3,8 @@ tensors take this path, and the steps of each call.
 
 Element-wise calls are chunked (``SHOAL_TORCH_CUDA_CHUNK_BYTES``), so that
 copies of one chunk overlap the shoal call of another: ``all_reduce`` (DDP's
-buckets), ``broadcast`` and ``reduce``. ``all_gather_into_tensor``,
+buckets), ``broadcast`` and ``reduce``. An all_reduce chunk's host algorithm
+is ``chunk_algorithm``'s. ``all_gather_into_tensor``,
 ``reduce_scatter_tensor`` (FSDP) and the even ``all_to_all_single`` move
 whole: the blocks of one rank are not contiguous in the others' buffers, so
 a chunk of them is not one shoal call; they still use pinned staging and
@@ -34,12 +35,14 @@ from ._pipeline import Job, Step, chunk_bounds, submit
 from ._work import ShoalWork
 
 DEFAULT_CHUNK_BYTES = 4 << 20
+SHARDED_FROM_BYTES = 1 << 20  # the smallest chunk at which shm_sharded was measured ahead
 
 
 @dataclass(frozen=True)
 class Settings:
     enabled: bool
     chunk_bytes: int
+    algorithm: str = ""  # SHOAL_TORCH_CUDA_ALGO: "" chunk_algorithm's rule, "auto" the selector, else a name
 
 
 @functools.cache
@@ -57,7 +60,35 @@ def settings() -> Settings:
         raise ValueError(
             f'SHOAL_TORCH_CUDA_CHUNK_BYTES="{text}" must be a whole number of bytes from 4096 to {1 << 40}'
         )
-    return Settings(enabled=flag not in ("0", "false", "no", "off"), chunk_bytes=chunk)
+    algorithm = os.environ.get("SHOAL_TORCH_CUDA_ALGO", "").strip()
+    if algorithm not in ("", "auto", *shoal.algorithms("allreduce")):
+        known = ", ".join(shoal.algorithms("allreduce"))
+        raise ValueError(f'SHOAL_TORCH_CUDA_ALGO="{algorithm}" must be auto or an allreduce algorithm: {known}')
+    return Settings(enabled=flag not in ("0", "false", "no", "off"), chunk_bytes=chunk, algorithm=algorithm)
+
+
+def _algo_names_allreduce() -> bool:
+    """Whether SHOAL_ALGO (``collective:name,...``) forces an allreduce algorithm."""
+    entries = os.environ.get("SHOAL_ALGO", "").split(",")
+    return any(entry.split(":")[0].strip() == "allreduce" for entry in entries)
+
+
+def chunk_algorithm(group: shoal.Group, nbytes: int) -> str | None:
+    """The host algorithm of an all_reduce chunk of ``nbytes`` (None: the selector's).
+
+    SHOAL_TORCH_CUDA_ALGO names it (``auto``: the selector). By default it is
+    ``shm_sharded`` for chunks from 1 MiB where that can run, unless SHOAL_ALGO
+    forces an allreduce algorithm. Alone, shm_sharded only ties the selector's
+    choice at these sizes; in the pipeline, where the staging copies share the
+    host's memory bandwidth with the reduction, it measured 1.15-1.37x faster
+    (on the H200 machine: docs/benchmarks.md), as each byte crosses memory once
+    per phase with no intermediate buffer."""
+    name = settings().algorithm
+    if name:
+        return None if name == "auto" else name
+    if nbytes >= SHARDED_FROM_BYTES and group.shared_memory_algorithms and not _algo_names_allreduce():
+        return "shm_sharded"
+    return None
 
 
 _host_engine: Copies | None = None
@@ -118,18 +149,18 @@ def all_reduce(
 ) -> ShoalWork:
     """Reduces every tensor in place, chunk by chunk (``ops``: the shoal op of each)."""
 
-    def reduce_with(op: ReduceOpName) -> Callable[[list[Tensor]], Any]:
+    def reduce_with(op: ReduceOpName, algorithm: str | None) -> Callable[[list[Tensor]], Any]:
         def issue(staged: list[Tensor]) -> Any:
             array, dtype = _numpy_view(staged[0])
-            return group.allreduce(array, op, dtype=dtype, async_op=True)
+            return group.allreduce(array, op, dtype=dtype, algorithm=algorithm, async_op=True)
 
         return issue
 
-    steps = (
-        Step([(part.dtype, part.numel())], [(part, 0)], reduce_with(op), [(0, part)])
-        for t, op in zip(tensors, ops)
-        for part in _chunks(t, chunk_bytes)
-    )
+    def step(part: Tensor, op: ReduceOpName) -> Step:
+        algorithm = chunk_algorithm(group, part.numel() * part.element_size())
+        return Step([(part.dtype, part.numel())], [(part, 0)], reduce_with(op, algorithm), [(0, part)])
+
+    steps = (step(part, op) for t, op in zip(tensors, ops) for part in _chunks(t, chunk_bytes))
     return _run(tensors, steps, tensors, copies)
 
 
