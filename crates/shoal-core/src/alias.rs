@@ -296,13 +296,7 @@ mod tests {
         let staging = Staging::default();
         // alltoall in place on one rank of 2: the call must read x as it was
         let mut mem: Vec<u8> = (0..8).collect();
-        let p = mem.as_mut_ptr();
-        let b = CallBuffers {
-            input: p,
-            input_bytes: 8,
-            output: p,
-            output_bytes: 8,
-        };
+        let b = CallBuffers::in_place(&mut mem);
         let staged = staging.stage(InPlace::StageInput, b);
         let b = staged.bufs;
         assert_ne!(b.input, b.output as *const u8);

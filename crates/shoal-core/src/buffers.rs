@@ -9,3 +9,17 @@ pub struct CallBuffers {
     pub output: *mut u8,
     pub output_bytes: usize,
 }
+
+impl CallBuffers {
+    /// An in-place call on `data`: Input and Output are the same memory.
+    pub fn in_place<T>(data: &mut [T]) -> CallBuffers {
+        let bytes = std::mem::size_of_val(data);
+        let ptr = data.as_mut_ptr() as *mut u8;
+        CallBuffers {
+            input: ptr,
+            input_bytes: bytes,
+            output: ptr,
+            output_bytes: bytes,
+        }
+    }
+}

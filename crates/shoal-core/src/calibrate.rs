@@ -170,13 +170,8 @@ fn fastest(samples: &[f64]) -> f64 {
 
 fn broadcast_f64(world: &Communicator, values: &mut [f64]) -> Result<()> {
     let args = CollArgs {
-        collective: Collective::Broadcast,
-        count: values.len(),
-        counts: None,
-        dtype: DType::F64,
-        op: ReduceOp::Sum,
-        root: 0,
         algorithm: Some(Named::Plan(Choice::Builtin(&BINOMIAL))),
+        ..CollArgs::new(Collective::Broadcast, values.len(), DType::F64)
     };
     let bytes = std::mem::size_of_val(values);
     let ptr = values.as_mut_ptr() as *mut u8;

@@ -158,6 +158,12 @@ impl Ina {
         self.state.lock().unwrap().disabled.clone()
     }
 
+    /// Whether the switch is in use: [`Ina::unusable`] without copying the
+    /// reason, for the offer each eligible call asks for.
+    pub fn usable(&self) -> bool {
+        self.state.lock().unwrap().disabled.is_none()
+    }
+
     /// A switch call failed on some rank: host algorithms until the next
     /// retry, which waits twice as long as the last.
     pub fn disable(&self, reason: &str) {

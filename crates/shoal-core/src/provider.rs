@@ -132,7 +132,7 @@ pub fn cheapest(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::select::tests::shape;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -166,12 +166,13 @@ mod tests {
         }
     }
 
-    fn market(selector: &Selector) -> Market<'_> {
+    /// A market of built-in plans only: no registered algorithms.
+    pub(crate) fn market(selector: &Selector, switch: SwitchState, per_link: usize) -> Market<'_> {
         Market {
             selector,
             source: None,
-            switch: SwitchState::Away,
-            per_link: 1,
+            switch,
+            per_link,
         }
     }
 
@@ -183,7 +184,7 @@ mod tests {
         // The first: cheap to start, dear per byte; the second the other
         // way round. They cost the same (2100) at 1000 bytes.
         let selector = Selector::new("", crate::select::TCP_COST).unwrap();
-        let market = market(&selector);
+        let market = market(&selector, SwitchState::Away, 1);
         let plans = Linear::new(100.0, 2.0);
         let switch = Linear::new(1100.0, 1.0);
         let both: [(ProviderId, &dyn Provider); 2] = [(FIRST, &plans), (SECOND, &switch)];
@@ -198,7 +199,7 @@ mod tests {
     #[test]
     fn a_provider_that_cannot_run_the_call_is_neither_chosen_nor_priced() {
         let selector = Selector::new("", crate::select::TCP_COST).unwrap();
-        let market = market(&selector);
+        let market = market(&selector, SwitchState::Away, 1);
         let plans = Linear::new(1.0, 1.0);
         let mut switch = Linear::new(0.0, 0.0);
         switch.able = false;

@@ -6,28 +6,17 @@ use shoal_core::comm::{CollArgs, Communicator};
 use shoal_core::exec::CallBuffers;
 use shoal_core::init::{init_world, InitArgs};
 use shoal_core::provider::Named;
-use shoal_core::{DType, ReduceOp};
+use shoal_core::DType;
 use shoal_plan::Collective;
 
 fn allreduce(world: &Communicator, data: &mut [f32], algorithm: Option<Named>) {
     let args = CollArgs {
-        collective: Collective::Allreduce,
-        count: data.len(),
-        counts: None,
-        dtype: DType::F32,
-        op: ReduceOp::Sum,
-        root: 0,
         algorithm,
+        ..CollArgs::new(Collective::Allreduce, data.len(), DType::F32)
     };
-    let bytes = std::mem::size_of_val(data);
-    let ptr = data.as_mut_ptr() as *mut u8;
-    let bufs = CallBuffers {
-        input: ptr,
-        input_bytes: bytes,
-        output: ptr,
-        output_bytes: bytes,
-    };
-    world.collective(&args, bufs).unwrap();
+    world
+        .collective(&args, CallBuffers::in_place(data))
+        .unwrap();
 }
 
 #[test]

@@ -235,6 +235,7 @@ impl Communicator {
 mod tests {
     use super::super::switch::SWITCH;
     use super::*;
+    use crate::provider::tests::market;
     use crate::provider::{cheapest, ProviderId};
     use crate::select::tests::shape;
     use crate::select::Selector;
@@ -242,12 +243,7 @@ mod tests {
     #[test]
     fn hierarchical_switch_runs_with_several_ranks_per_host_and_wins_large_calls() {
         let selector = Selector::new("", crate::select::TCP_COST).unwrap();
-        let market = Market {
-            selector: &selector,
-            source: None,
-            switch: SwitchState::Usable,
-            per_link: 2,
-        };
+        let market = market(&selector, SwitchState::Usable, 2);
         let plans = &super::super::plans::PLANS;
         let (switch, hierarchical) = (&SWITCH, &HIERARCHICAL_SWITCH);
         let [p, s, h] = [0, 1, 2].map(ProviderId::at);

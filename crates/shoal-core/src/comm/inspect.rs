@@ -61,13 +61,9 @@ impl Communicator {
             .map(|name| Named::resolve(collective, name))
             .transpose()?;
         let args = CollArgs {
-            collective,
-            count,
-            counts: None,
-            dtype,
-            op: ReduceOp::Sum,
             root,
             algorithm: named,
+            ..CollArgs::new(collective, count, dtype)
         };
         let shape = self.shape(&args)?;
         let key = self.decision_key(&args, shape, ReduceOp::Sum, false);

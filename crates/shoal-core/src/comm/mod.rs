@@ -74,6 +74,22 @@ pub struct CollArgs {
     pub algorithm: Option<Named>,
 }
 
+impl CollArgs {
+    /// A call of `count` elements of `dtype`, with the defaults the
+    /// collectives without them ignore: sum, root 0, the selector's choice.
+    pub fn new(collective: Collective, count: usize, dtype: DType) -> CollArgs {
+        CollArgs {
+            collective,
+            count,
+            counts: None,
+            dtype,
+            op: ReduceOp::Sum,
+            root: 0,
+            algorithm: None,
+        }
+    }
+}
+
 /// Per-communicator mutable state.
 #[derive(Default)]
 struct CommState {

@@ -81,10 +81,10 @@ impl Named {
 mod tests {
     use super::super::gather_reduce::{self, GATHER_REDUCE};
     use super::*;
-    use crate::dtype::{DType, ReduceOp};
+    use crate::dtype::DType;
     use crate::exec::CallBuffers;
     use crate::init::{init_world, InitArgs};
-    use crate::provider::Market;
+    use crate::provider::tests::market;
     use crate::select::tests::shape;
     use crate::select::Selector;
 
@@ -115,12 +115,7 @@ mod tests {
         let plans = provider(ProviderId::PLANS);
         assert_eq!(plans.algorithm(), None);
         let selector = Selector::new("", crate::select::TCP_COST).unwrap();
-        let market = Market {
-            selector: &selector,
-            source: None,
-            switch: SwitchState::Usable,
-            per_link: 1,
-        };
+        let market = market(&selector, SwitchState::Usable, 1);
         assert!(plans.can_run(&market, &shape(8), 4));
         assert!(!plans.insists(SwitchState::Retry));
     }
@@ -128,23 +123,10 @@ mod tests {
     /// `data` allreduced (sum) on `world` with `algorithm=`, if named.
     fn allreduce(world: &Communicator, data: &mut [f32], algorithm: Option<Named>) -> Result<()> {
         let args = super::super::CollArgs {
-            collective: Collective::Allreduce,
-            count: data.len(),
-            counts: None,
-            dtype: DType::F32,
-            op: ReduceOp::Sum,
-            root: 0,
             algorithm,
+            ..super::super::CollArgs::new(Collective::Allreduce, data.len(), DType::F32)
         };
-        let bytes = std::mem::size_of_val(data);
-        let ptr = data.as_mut_ptr() as *mut u8;
-        let bufs = CallBuffers {
-            input: ptr,
-            input_bytes: bytes,
-            output: ptr,
-            output_bytes: bytes,
-        };
-        world.collective(&args, bufs)
+        world.collective(&args, CallBuffers::in_place(data))
     }
 
     #[test]

@@ -102,7 +102,7 @@ impl Communicator {
         }
         match self.ina() {
             Ok(ina) if made && ina.retry_due() => SwitchState::Retry,
-            Ok(ina) if ina.unusable().is_none() => SwitchState::Usable,
+            Ok(ina) if ina.usable() => SwitchState::Usable,
             _ => SwitchState::Away,
         }
     }
@@ -193,13 +193,9 @@ impl Communicator {
         let mut flag = [ok as u8];
         let choice = Choice::Builtin(&BY);
         let args = CollArgs {
-            collective: Collective::Allreduce,
-            count: 1,
-            counts: None,
-            dtype: DType::U8,
             op: ReduceOp::Min,
-            root: 0,
             algorithm: Some(Named::Plan(choice)),
+            ..CollArgs::new(Collective::Allreduce, 1, DType::U8)
         };
         let shape = self.shape(&args)?;
         let choice = self.engine.selector.choose(&shape, 1, Some(choice), None)?;
@@ -220,14 +216,7 @@ impl Communicator {
             )
         };
         let ctx = self.call_context(seq, sig, DType::U8, ReduceOp::Min, &describe);
-        let ptr = flag.as_mut_ptr();
-        let bufs = CallBuffers {
-            input: ptr,
-            input_bytes: 1,
-            output: ptr,
-            output_bytes: 1,
-        };
-        self.engine.run(&cp, &ctx, bufs)?;
+        self.engine.run(&cp, &ctx, CallBuffers::in_place(&mut flag))?;
         Ok(flag[0] == 1)
     }
 }
