@@ -66,6 +66,12 @@ impl BufferPool {
         }
     }
 
+    /// The most bytes of idle buffers kept.
+    #[cfg(test)]
+    pub fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
+
     fn kept_bytes(&self) -> usize {
         self.kept.iter().map(Vec::capacity).sum()
     }

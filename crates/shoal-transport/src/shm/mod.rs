@@ -218,8 +218,13 @@ impl ShmTransport {
         }
         drop(name);
 
-        let mut inner = Inner::new(cfg.rank, cfg.world, &locals, cfg.cma_threshold);
-        inner.matcher.limit_unexpected(cfg.unexpected_bytes);
+        let mut inner = Inner::new(
+            cfg.rank,
+            cfg.world,
+            &locals,
+            cfg.cma_threshold,
+            cfg.unexpected_bytes,
+        );
         for (r, map, peer_pid) in maps.into_iter().filter(|(r, ..)| *r != cfg.rank) {
             let theirs = slot_of(r).unwrap();
             // The peer published (before the barrier) whether it reads us.
