@@ -21,26 +21,9 @@ mkdir -p "$OUT"
 BUDGET_S=${BUDGET_S:-420}
 BACKENDS=${BACKENDS:-shoal,gloo}
 STEPS=${STEPS:-info tests allreduce chunks host hostbench algos variants ceiling ddp18 ddp50}
-start=$(date +%s)
 py=${PYTHON:-python3}
 
-# step NAME SECONDS CMD...: runs CMD (at most SECONDS) into $OUT/NAME.log if NAME is
-# asked for and the budget has room for it
-step() {
-    local name=$1 limit=$2
-    shift 2
-    case " $STEPS " in *" $name "*) ;; *) return 0 ;; esac
-    local used=$(($(date +%s) - start))
-    if [ $((used + 20)) -gt "$BUDGET_S" ]; then
-        echo "== $name: skipped (used ${used}s of ${BUDGET_S}s)" | tee -a "$OUT/summary.log"
-        return 0
-    fi
-    [ "$limit" -gt $((BUDGET_S - used)) ] && limit=$((BUDGET_S - used))
-    echo "== $name (at ${used}s, limit ${limit}s): $*" | tee -a "$OUT/summary.log"
-    timeout -k 5 "$limit" "$@" >"$OUT/$name.log" 2>&1
-    echo "== $name: exit $? after $(($(date +%s) - start - used))s" | tee -a "$OUT/summary.log"
-    tail -n 25 "$OUT/$name.log" >>"$OUT/summary.log"
-}
+. scripts/lib/budget.sh
 
 info() {
     nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.max,pcie.link.width.max --format=csv
@@ -131,4 +114,4 @@ step variants 60 bash -c variants
 step ceiling 60 bash -c "ceiling resnet18"
 step ddp18 200 bash -c "ddp resnet18"
 step ddp50 150 bash -c "ddp resnet50"
-echo "== done after $(($(date +%s) - start))s" | tee -a "$OUT/summary.log"
+budget_done
