@@ -45,9 +45,10 @@ bench() {
 # the tables that shoal tune measures at each rank count, then whether the tables in force lose
 tune() {
     local ranks=${RANKS// /,}
+    cd "$RESULTS" || return 1 # --check leaves its jobs' logs in the working directory
     "$py" -m shoal.cli tune -n "$ranks" --collectives allreduce,broadcast --sizes "$TUNE_SIZES" \
-        --repeats "$TUNE_REPEATS" --out "$RESULTS/tune.txt" --no-progress
-    cat "$RESULTS/tune.txt"
+        --repeats "$TUNE_REPEATS" --out tune.txt --no-progress
+    cat tune.txt
     "$py" -m shoal.cli tune -n "$ranks" --collectives allreduce,broadcast --sizes "$TUNE_SIZES" \
         --repeats 3 --check --no-progress
 }
