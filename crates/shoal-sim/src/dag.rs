@@ -622,6 +622,7 @@ impl Builder {
         self.dep_offsets.reserve(first.sends.len() * world);
         self.dep_handles.reserve(first.dep_receives.len() * world);
         self.receives.reserve(first.receives.len() * world);
+        self.message_of.reserve(first.receives.len() * world);
     }
 
     /// Matches the receives left and rewrites dependencies as message ids.
