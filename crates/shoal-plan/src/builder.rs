@@ -32,6 +32,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::Range;
 
+use crate::deps::Deps;
 use crate::partition::{piece_count, pieces};
 use crate::plan::{Buf, CallShape, Collective, Op, Plan, Region};
 
@@ -265,12 +266,16 @@ fn region_accesses(op: &Op) -> (Option<Region>, Option<Region>) {
 }
 
 /// Per element range `[start, end)` (`start` is its key in [`Hazards`]):
-/// the last step that wrote it and the steps that read it since.
+/// the last step that wrote it and the steps that read it since. Most
+/// segments are read once or twice between writes (a piece sent, a block
+/// sent), so the readers are a [`Deps`], inline up to two: a heap `Vec`
+/// per segment read, and another per segment split after a read, were
+/// most of the allocations of generating a plan.
 #[derive(Clone, Debug)]
 struct Segment {
     end: usize,
     writer: Option<usize>,
-    readers: Vec<usize>,
+    readers: Deps,
 }
 
 impl Segment {
@@ -281,7 +286,8 @@ impl Segment {
                 deps.extend(self.writer);
             } else {
                 // Every reader already waits for the writer.
-                deps.append(&mut self.readers);
+                deps.extend_from_slice(&self.readers);
+                self.readers.clear();
             }
             self.writer = Some(step);
         } else {
@@ -310,7 +316,7 @@ impl Default for Hazards {
         let whole = Segment {
             end: usize::MAX,
             writer: None,
-            readers: Vec::new(),
+            readers: Deps::new(),
         };
         let mut segments = HashMap::default();
         segments.insert(0, whole);

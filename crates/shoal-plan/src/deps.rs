@@ -33,6 +33,22 @@ impl Deps {
     pub fn clear(&mut self) {
         *self = Deps::new();
     }
+
+    /// Appends `id`; past two the list moves to the heap.
+    pub fn push(&mut self, id: usize) {
+        match &mut self.0 {
+            Repr::Inline { len, ids } if (*len as usize) < ids.len() => {
+                ids[*len as usize] = id;
+                *len += 1;
+            }
+            Repr::Inline { ids, .. } => {
+                let mut heap = ids.to_vec();
+                heap.push(id);
+                self.0 = Repr::Heap(heap);
+            }
+            Repr::Heap(ids) => ids.push(id),
+        }
+    }
 }
 
 impl Default for Deps {
@@ -126,5 +142,16 @@ mod tests {
         let mut d = Deps::from([3, 5, 8]);
         d.clear();
         assert!(d.is_empty());
+    }
+
+    #[test]
+    fn pushed_lists_read_as_built_from_a_vec() {
+        let mut d = Deps::new();
+        for n in 1..=4 {
+            d.push(n * 10);
+            let ids: Vec<usize> = (1..=n).map(|i| i * 10).collect();
+            assert_eq!(d, Deps::from(ids.clone()));
+            assert_eq!(&*d, ids.as_slice());
+        }
     }
 }

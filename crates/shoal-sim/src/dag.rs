@@ -319,10 +319,7 @@ fn messages_of(
     for_each_rank(
         spec.world,
         |rank| RankMessages::of(&generate(shape, rank), elem),
-        |rank| {
-            builder.add(rank?);
-            Ok(())
-        },
+        |rank| builder.add(rank?),
     )?;
     builder.finish()
 }
@@ -345,9 +342,9 @@ fn messages_from(
         return shared::build(&plans, elem);
     }
     let mut builder = Builder::new(spec.world);
-    builder.add(RankMessages::of(&first, elem)?);
+    builder.add(RankMessages::of(&first, elem)?)?;
     for rank in 1..spec.world {
-        builder.add(RankMessages::of(&plan(rank)?, elem)?);
+        builder.add(RankMessages::of(&plan(rank)?, elem)?)?;
     }
     builder.finish()
 }
@@ -408,7 +405,11 @@ where
     })
 }
 
+/// [`Builder::message_of`] of a receive whose sender is still to come.
+const UNMATCHED: u32 = u32::MAX;
+
 /// A receive step, before it is matched to its send.
+#[derive(Clone, Copy)]
 struct Receive {
     peer: u32,
     rank: u32,
@@ -499,11 +500,14 @@ impl RankMessages {
 
 /// Turns ranks' messages, fed in rank order, into the DAG. Receives are
 /// numbered as they come (a *receive handle*) and dependencies are
-/// collected as handles; [`Builder::finish`] matches every receive to its
-/// send by (sender, receiver, tag) and rewrites the handles as message
+/// collected as handles; every receive is matched to its send by (sender,
+/// receiver, tag), and [`Builder::finish`] rewrites the handles as message
 /// ids. No hashing: each sender's messages are sorted by (receiver, tag)
 /// once and found by binary search, and a receiver mostly asks the same
-/// few senders.
+/// few senders. A receive from a rank already added is matched as it
+/// comes, while the workers make the next plans (most of a collective's:
+/// a ring's come from the rank before); the rest, in `finish`, after the
+/// last plan, when nothing else runs beside it.
 struct Builder {
     world: usize,
     messages: Vec<Message>,
@@ -512,6 +516,11 @@ struct Builder {
     send_keys: Vec<(u32, u32, u32)>,
     first_send: Vec<u32>,
     receives: Vec<Receive>,
+    /// `message_of[handle]`: the message receive `handle` takes, or
+    /// [`UNMATCHED`] while its sender is still to come.
+    message_of: Vec<u32>,
+    /// Where each sender's previous match left off ([`Builder::find_send`]).
+    next_key: Vec<u32>,
     /// Dependencies of each message as receive handles (CSR).
     dep_offsets: Vec<u32>,
     dep_handles: Vec<u32>,
@@ -526,16 +535,23 @@ impl Builder {
             send_keys: Vec::new(),
             first_send: vec![0],
             receives: Vec::new(),
+            message_of: Vec::new(),
+            next_key: vec![0; world],
             dep_offsets: vec![0],
             dep_handles: Vec::new(),
             reduce_bytes: vec![0; world],
         }
     }
 
-    /// Appends the next rank's messages (ranks come in order).
-    fn add(&mut self, rank: RankMessages) {
+    /// Appends the next rank's messages (ranks come in order) and matches
+    /// the receives whose senders have come.
+    fn add(&mut self, rank: RankMessages) -> Result<(), DagError> {
         let r = rank.rank;
+        if r == 0 {
+            self.reserve_like(&rank);
+        }
         let first_receive = self.receives.len() as u32;
+        let first_send = self.messages.len();
         for (i, &(peer, tag, bytes)) in rank.sends.iter().enumerate() {
             let id = self.messages.len();
             self.messages.push(Message {
@@ -551,44 +567,72 @@ impl Builder {
                 .extend(deps.iter().map(|&d| first_receive + d));
             self.dep_offsets.push(self.dep_handles.len() as u32);
         }
-        self.receives.extend(rank.receives);
         self.reduce_bytes[r] += rank.reduce_bytes;
         self.first_send.push(self.messages.len() as u32);
+        self.next_key[r] = first_send as u32;
+        let keys = &mut self.send_keys[first_send..];
+        keys.sort_unstable();
+        if let Some(w) = keys
+            .windows(2)
+            .find(|w| w[0].0 == w[1].0 && w[0].1 == w[1].1)
+        {
+            return Err(DagError::SentTwice {
+                rank: r,
+                peer: w[0].0 as usize,
+                tag: w[0].1,
+            });
+        }
+        for rcv in &rank.receives {
+            let id = if (rcv.peer as usize) <= r {
+                self.match_receive(rcv)?
+            } else {
+                UNMATCHED
+            };
+            self.message_of.push(id);
+        }
+        self.receives.extend(rank.receives);
+        Ok(())
     }
 
-    /// Matches receives to sends and rewrites dependencies as message ids.
-    fn finish(mut self) -> Result<Parts, DagError> {
-        for r in 0..self.world {
-            let (from, to) = (self.first_send[r] as usize, self.first_send[r + 1] as usize);
-            let keys = &mut self.send_keys[from..to];
-            keys.sort_unstable();
-            if let Some(w) = keys
-                .windows(2)
-                .find(|w| w[0].0 == w[1].0 && w[0].1 == w[1].1)
-            {
-                return Err(DagError::SentTwice {
-                    rank: r,
-                    peer: w[0].0 as usize,
-                    tag: w[0].1,
-                });
-            }
+    /// The message `rcv` takes, its sender added.
+    fn match_receive(&mut self, rcv: &Receive) -> Result<u32, DagError> {
+        let id = self.find_send(rcv).ok_or(DagError::NeverSent {
+            rank: rcv.rank as usize,
+            peer: rcv.peer as usize,
+            tag: rcv.tag,
+        })?;
+        if self.messages[id as usize].bytes != rcv.bytes {
+            return Err(DagError::LengthsDiffer {
+                message: id as usize,
+            });
         }
-        let mut message_of = Vec::with_capacity(self.receives.len());
-        let mut next_key = self.first_send[..self.world].to_vec();
-        for rcv in &self.receives {
-            let id = self
-                .find_send(rcv, &mut next_key)
-                .ok_or(DagError::NeverSent {
-                    rank: rcv.rank as usize,
-                    peer: rcv.peer as usize,
-                    tag: rcv.tag,
-                })?;
-            if self.messages[id as usize].bytes != rcv.bytes {
-                return Err(DagError::LengthsDiffer {
-                    message: id as usize,
-                });
+        Ok(id)
+    }
+
+    /// Reserves room for `world` ranks like `first`. Most algorithms give
+    /// every rank about as many messages; growing the arrays by doubling
+    /// instead copied them and touched twice their final memory in fresh
+    /// pages (at 1024 ranks of a ring, ~150 MB on the thread that the plan
+    /// workers wait for). An estimate too small still grows; one too large
+    /// leaves untouched pages, which cost nothing.
+    fn reserve_like(&mut self, first: &RankMessages) {
+        let world = self.world;
+        self.messages.reserve(first.sends.len() * world);
+        self.send_keys.reserve(first.sends.len() * world);
+        self.dep_offsets.reserve(first.sends.len() * world);
+        self.dep_handles.reserve(first.dep_receives.len() * world);
+        self.receives.reserve(first.receives.len() * world);
+        self.message_of.reserve(first.receives.len() * world);
+    }
+
+    /// Matches the receives left and rewrites dependencies as message ids.
+    fn finish(mut self) -> Result<Parts, DagError> {
+        let mut message_of = std::mem::take(&mut self.message_of);
+        for (handle, id) in message_of.iter_mut().enumerate() {
+            if *id == UNMATCHED {
+                let rcv = self.receives[handle];
+                *id = self.match_receive(&rcv)?;
             }
-            message_of.push(id);
         }
         if message_of.len() != self.messages.len() {
             return Err(DagError::NeverReceived {
@@ -630,12 +674,12 @@ impl Builder {
     }
 
     /// The message a receive takes: sent by its peer to its rank with its tag.
-    /// `next_key[peer]` is where the peer's previous match left off: a
+    /// `self.next_key[peer]` is where the peer's previous match left off: a
     /// rank's receives from a peer mostly come in the order of the peer's
     /// sorted sends, so the key there is tried before a binary search (the
     /// search's mispredicted comparisons were half of matching 2 M
     /// receives).
-    fn find_send(&self, rcv: &Receive, next_key: &mut [u32]) -> Option<u32> {
+    fn find_send(&mut self, rcv: &Receive) -> Option<u32> {
         let peer = rcv.peer as usize;
         if peer >= self.world {
             return None;
@@ -645,7 +689,7 @@ impl Builder {
             self.first_send[peer + 1] as usize,
         );
         let wanted = (rcv.rank, rcv.tag);
-        let guess = next_key[peer] as usize;
+        let guess = self.next_key[peer] as usize;
         let at = match self.send_keys.get(guess) {
             Some(&(dst, tag, _)) if guess < to && (dst, tag) == wanted => guess,
             _ => {
@@ -655,7 +699,7 @@ impl Builder {
                     .ok()?
             }
         };
-        next_key[peer] = at as u32 + 1;
+        self.next_key[peer] = at as u32 + 1;
         Some(self.send_keys[at].2)
     }
 }
