@@ -294,6 +294,12 @@ pub const VARIABLES: &[Variable] = &[
         "python torch/_cuda.py",
     ),
     var(
+        "SHOAL_TORCH_CUDA_ALGO",
+        "",
+        "host algorithm of the CUDA pipeline's all_reduce chunks (empty: shm_sharded from 1 MiB on one host; auto: the selector)",
+        "python torch/_cuda.py",
+    ),
+    var(
         "SHOAL_TORCH_STAGING_BYTES",
         "268435456",
         "pinned host staging the torch backend keeps per CUDA device",
