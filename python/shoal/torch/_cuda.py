@@ -64,6 +64,8 @@ def settings() -> Settings:
     if algorithm not in ("", "auto", *shoal.algorithms("allreduce")):
         known = ", ".join(shoal.algorithms("allreduce"))
         raise ValueError(f'SHOAL_TORCH_CUDA_ALGO="{algorithm}" must be auto or an allreduce algorithm: {known}')
+    if not algorithm and _algo_names_allreduce():
+        algorithm = "auto"  # the user's SHOAL_ALGO decides, through the selector
     return Settings(enabled=flag not in ("0", "false", "no", "off"), chunk_bytes=chunk, algorithm=algorithm)
 
 
@@ -86,7 +88,7 @@ def chunk_algorithm(group: shoal.Group, nbytes: int) -> str | None:
     name = settings().algorithm
     if name:
         return None if name == "auto" else name
-    if nbytes >= SHARDED_FROM_BYTES and group.shared_memory_algorithms and not _algo_names_allreduce():
+    if nbytes >= SHARDED_FROM_BYTES and group.shared_memory_algorithms:
         return "shm_sharded"
     return None
 
