@@ -103,6 +103,10 @@ class Communicator:
     ) -> Work | None:
         """Runs the collective ``call`` describes over C-contiguous buffers (the output
         writable); returns a Work if ``async_op``, else None once it is done."""
+    def run_in_place(self, collective: str, x: Buffer, op: str, root: object, algorithm: str | None) -> bool:
+        """Runs allreduce, broadcast or reduce in place on one buffer whose format names
+        its element type; False, having run nothing, where the buffer or an argument
+        is not of that plain kind (the full path names the problem)."""
     def send(self, peer: int, tag: int, dtype: DTypeName, data: Buffer) -> None:
         """Sends the buffer (of ``dtype`` elements) to group rank ``peer``."""
     def recv(self, peer: int, tag: int, dtype: DTypeName, data: Buffer) -> None:

@@ -239,6 +239,14 @@ class Group:
 
         ``algorithm`` forces one of ``shoal.algorithms("allreduce")``;
         ``dtype`` names the element type where the buffer's own cannot (bfloat16)."""
+        # The common call (blocking, on a buffer whose format names its type)
+        # goes straight to the core, which types and counts the buffer itself:
+        # a microsecond less than the path below. Where it declines (returns
+        # False, having run nothing), the path below checks the arguments and
+        # names what is wrong. Inline, not a helper: a Python call costs 0.1 us.
+        comm = self._comm
+        if not async_op and dtype is None and comm is not None and comm.run_in_place("allreduce", x, op, 0, algorithm):
+            return x
         a, dt, n = typed_view(x, "x", True, dtype)
         call = call_of("allreduce", count=n, dtype=dt, op=op, algorithm=algorithm)
         return self._run(call, a, a, async_op, x)
@@ -253,6 +261,14 @@ class Group:
         dtype: DTypeName | DTypeAlias | None = None,
     ) -> BufferT | Work[BufferT]:
         """Copies the root's ``x`` into ``x`` on every rank, in place; returns ``x`` (or a ``Work``)."""
+        comm = self._comm  # straight to the core, as allreduce
+        if (
+            not async_op
+            and dtype is None
+            and comm is not None
+            and comm.run_in_place("broadcast", x, "sum", root, algorithm)
+        ):
+            return x
         root = self._root_check(root, "broadcast")
         a, dt, n = typed_view(x, "x", True, dtype)
         inp = a if self.rank == root else None
@@ -271,6 +287,9 @@ class Group:
     ) -> BufferT | Work[BufferT]:
         """Reduces ``x`` with ``op`` into the root's ``x``, in place; other ranks' ``x`` is unchanged.
         Returns ``x`` (or a ``Work``)."""
+        comm = self._comm  # straight to the core, as allreduce
+        if not async_op and dtype is None and comm is not None and comm.run_in_place("reduce", x, op, root, algorithm):
+            return x
         root = self._root_check(root, "reduce")
         a, dt, n = typed_view(x, "x", self.rank == root, dtype)
         out = a if self.rank == root else None

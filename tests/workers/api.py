@@ -10,13 +10,19 @@ import numpy as np
 import shoal
 
 
-def expect_error(exc: type[BaseException], fragment: str, fn, *args, **kwargs) -> None:  # noqa: ANN001
+def expect_error(
+    exc: type[BaseException] | tuple[type[BaseException], ...],
+    fragment: str,
+    fn,  # noqa: ANN001
+    *args,  # noqa: ANN002
+    **kwargs,  # noqa: ANN003
+) -> None:
     try:
         fn(*args, **kwargs)
     except exc as e:
         assert fragment in str(e), f"error {e!r} does not mention {fragment!r}"
         return
-    raise AssertionError(f"{fn.__name__} did not raise {exc.__name__} ({fragment})")
+    raise AssertionError(f"{fn.__name__} did not raise {exc} ({fragment})")
 
 
 def check_async(r: int, p: int) -> None:
@@ -156,6 +162,77 @@ def check_arguments(r: int, p: int) -> None:
     assert np.all(y == p)
 
 
+def rank_data(r: int, n: int, dtype: np.dtype) -> np.ndarray:
+    """Small values every dtype holds, different on every rank (for sums of
+    up to 4 ranks, products of 2 and 3: no overflow of int8)."""
+    return ((np.arange(n) + r) % 3 + 1).astype(dtype)
+
+
+def check_in_place_on_plain_buffers(r: int, p: int) -> None:
+    """The core's direct path (`run_in_place`): it takes plain buffers of
+    every type shoal has, types and counts them itself (checked against
+    numpy), and declines everything else, which then fails as it always did."""
+    import array
+
+    comm = shoal.world()._comm
+    kinds = [np.float32, np.float64, np.float16, np.int8, np.uint8, np.int32, np.int64, np.longlong, np.intc]
+    for dtype in kinds:
+        for n in (0, 1, 7, 1000):
+            for op, fold in (("sum", np.add), ("max", np.maximum), ("prod", np.multiply)):
+                if op == "prod" and p > 3:
+                    continue
+                x = rank_data(r, n, np.dtype(dtype))
+                assert comm.run_in_place("allreduce", x, op, 0, None), (dtype, n, op)
+                want = rank_data(0, n, np.dtype(dtype))
+                for q in range(1, p):
+                    want = fold(want, rank_data(q, n, np.dtype(dtype)))
+                assert np.array_equal(x, want), (dtype, n, op, x, want)
+        # a broadcast from the last rank, a 2-D array, through the Group
+        b = np.full((3, 5), r, dtype=dtype)
+        shoal.broadcast(b, root=p - 1)
+        assert np.all(b == p - 1), (dtype, b)
+        # a reduce to rank 0: the others' buffers may be read-only
+        y = rank_data(r, 6, np.dtype(dtype))
+        y.flags.writeable = r == 0
+        assert comm.run_in_place("reduce", y, "min", 0, None)
+        if r == 0:
+            assert np.array_equal(y, np.minimum.reduce([rank_data(q, 6, np.dtype(dtype)) for q in range(p)]))
+    # other buffer-protocol objects: their formats name their types
+    d = array.array("d", [r + 0.5] * 3)
+    assert comm.run_in_place("allreduce", d, "sum", 0, None)
+    assert list(d) == [sum(q + 0.5 for q in range(p))] * 3
+    m = memoryview(bytearray([r] * 4))
+    assert comm.run_in_place("allreduce", m, "max", 0, None)
+    assert bytes(m) == bytes([p - 1] * 4)
+    # a name Python did not intern is matched by its value
+    op = "".join(["s", "um"])
+    z = np.ones(2, np.float32)
+    assert comm.run_in_place("allreduce", z, op, 0, None) and np.all(z == p)
+    # declined, having run nothing; the Group then names the problem
+    x = np.zeros(4, np.float32)
+    ro = np.zeros(4, np.float32)
+    ro.flags.writeable = False
+    declined = [
+        ((np.zeros((4, 4), np.float32)[:, 1], "sum", 0, None), "C-contiguous"),
+        ((ro, "sum", 0, None), "read-only"),
+        ((np.zeros(4, ">f4"), "sum", 0, None), "unsupported dtype"),
+        ((np.zeros(4, np.bool_), "sum", 0, None), "unsupported dtype"),
+        ((np.zeros(4, np.int16), "sum", 0, None), "unsupported dtype"),
+        ((x, "mean", 0, None), "unknown reduction op"),
+        ((x, 3, 0, None), "op"),
+        ((np.zeros(3, np.int32), "avg", 0, None), "needs a floating-point"),
+        ((x, "sum", 0, "nope"), "valid: "),
+        (("not a buffer", "sum", 0, None), "buffer protocol"),
+    ]
+    for (buf, op_, root, alg), fragment in declined:
+        assert not comm.run_in_place("allreduce", buf, op_, root, alg), (buf, op_, alg)
+        expect_error((ValueError, TypeError), fragment, shoal.allreduce, buf, op_, algorithm=alg)
+    for root in (p, -1, 1.0, "0", None):
+        assert not comm.run_in_place("broadcast", x, "sum", root, None), root
+        expect_error((ValueError, TypeError), "root", shoal.broadcast, x, root=root)
+    expect_error(ValueError, "not a collective that runs in place", comm.run_in_place, "allgather", x, "sum", 0, None)
+
+
 def main() -> None:
     shoal.init()
     r, p = shoal.rank(), shoal.size()
@@ -164,6 +241,7 @@ def main() -> None:
     check_keyed_groups(r, p)
     check_send_recv(r, p)
     check_arguments(r, p)
+    check_in_place_on_plain_buffers(r, p)
     shoal.finalize()
     print("OK api")
 

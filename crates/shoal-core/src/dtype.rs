@@ -67,6 +67,32 @@ impl DType {
             .ok_or_else(|| DTypeError::UnknownDType(name.to_string()))
     }
 
+    /// The element type a PEP 3118 format of one native-order scalar names
+    /// (`f`, `<f`, `=f`, `@f`...), as Python's `shoal._buffers.dtype_name` names the numpy
+    /// dtype of such a buffer: integers by their size (`l` and `q` are int64 on
+    /// LP64 platforms, int32 where they are 4 bytes). None for every other
+    /// format, and where the item size is not the type's.
+    pub fn of_buffer_format(format: &[u8], itemsize: usize) -> Option<DType> {
+        let little_endian = cfg!(target_endian = "little");
+        let code = match format {
+            [c] | [b'@' | b'=', c] => *c,
+            [b'<', c] if little_endian => *c,
+            [b'>' | b'!', c] if !little_endian => *c,
+            _ => return None,
+        };
+        let dtype = match (code, itemsize) {
+            (b'f', _) => DType::F32,
+            (b'd', _) => DType::F64,
+            (b'e', _) => DType::F16,
+            (b'b', _) => DType::I8,
+            (b'B', _) => DType::U8,
+            (b'i' | b'l' | b'q', 4) => DType::I32,
+            (b'i' | b'l' | b'q', 8) => DType::I64,
+            _ => return None,
+        };
+        (dtype.size() == itemsize).then_some(dtype)
+    }
+
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
     }
@@ -201,3 +227,37 @@ impl fmt::Display for DTypeError {
 }
 
 impl std::error::Error for DTypeError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_name_the_types_numpy_names() {
+        let cases: [(&[u8], usize, Option<DType>); 14] = [
+            (b"f", 4, Some(DType::F32)),
+            (b"<f", 4, Some(DType::F32)),
+            (b"=d", 8, Some(DType::F64)),
+            (b"@e", 2, Some(DType::F16)),
+            (b"b", 1, Some(DType::I8)),
+            (b"B", 1, Some(DType::U8)),
+            (b"i", 4, Some(DType::I32)),
+            (b"l", 8, Some(DType::I64)),
+            (b"q", 8, Some(DType::I64)),
+            (b"l", 4, Some(DType::I32)),
+            (b">f", 4, None), // not this machine's byte order
+            (b"h", 2, None),  // int16: no such type in shoal
+            (b"?", 1, None),  // bool
+            (b"Zf", 8, None), // complex64
+        ];
+        for (format, itemsize, want) in cases {
+            let text = String::from_utf8_lossy(format);
+            assert_eq!(DType::of_buffer_format(format, itemsize), want, "{text}");
+        }
+        assert_eq!(
+            DType::of_buffer_format(b"f", 8),
+            None,
+            "a size that is not the type's"
+        );
+    }
+}

@@ -219,7 +219,9 @@ fn grow_scratch(scratch: &mut Vec<u64>, elements: usize, ctx: &CallContext) -> R
 impl Run<'_> {
     fn drive(&mut self) -> Result<()> {
         let total = self.cp.plan.steps.len();
-        let mut last_progress = Instant::now();
+        // Since when nothing has moved; the clock is read only while waiting
+        // (a small call that never waits reads it not at all).
+        let mut idle_since: Option<Instant> = None;
         let blocked_after = BLOCKED_AFTER.min(self.ctx.timeout / 4);
         let mut told_blocked = false;
         loop {
@@ -235,11 +237,17 @@ impl Run<'_> {
                 .progress()
                 .map_err(|e| self.transport_error(&e))?;
             if self.reap()? || self.run_shared()? || moved {
-                last_progress = Instant::now();
+                idle_since = None;
                 told_blocked = false;
                 continue;
             }
-            let idle = last_progress.elapsed();
+            let idle = match idle_since {
+                Some(since) => since.elapsed(),
+                None => {
+                    idle_since = Some(Instant::now());
+                    Duration::ZERO
+                }
+            };
             if idle > self.ctx.timeout {
                 return Err(self.timeout_error());
             }

@@ -19,7 +19,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+use std::os::raw::c_int;
+
 use pyo3::prelude::*;
+use shoal_core::DType;
 
 // The buffer protocol as the 3.9 stable ABI lacks it (see `ffi`).
 mod ffi;
@@ -64,7 +67,32 @@ pub struct Held(Option<Export>);
 impl Held {
     /// Exports `obj` (C-contiguous, and writable if asked).
     pub fn export(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Held> {
-        let flags = ffi::PyBUF_C_CONTIGUOUS | if writable { ffi::PyBUF_WRITABLE } else { 0 };
+        Held::export_with(obj, writable, 0)
+    }
+
+    /// Exports `obj` (C-contiguous, and writable if asked) with the element
+    /// type its format names, for a buffer that describes itself (a numpy
+    /// array, a bytearray). None, with no Python error pending, where it
+    /// cannot be exported so or its elements are of no type shoal has: the
+    /// caller then takes the path that names the problem.
+    pub fn export_typed(obj: &Bound<'_, PyAny>, writable: bool) -> Option<(Held, DType)> {
+        let Ok(held) = Held::export_with(obj, writable, ffi::PyBUF_FORMAT) else {
+            return None; // the error is dropped here: the full path raises its own
+        };
+        let view = &held.0.as_ref().expect("just exported").0;
+        let format = if view.format.is_null() {
+            b"B".as_slice() // the protocol's default: unsigned bytes
+        } else {
+            // SAFETY: a non-null format is a NUL-terminated string the export owns.
+            unsafe { std::ffi::CStr::from_ptr(view.format) }.to_bytes()
+        };
+        let dtype = DType::of_buffer_format(format, view.itemsize as usize)?;
+        Some((held, dtype))
+    }
+
+    fn export_with(obj: &Bound<'_, PyAny>, writable: bool, extra: c_int) -> PyResult<Held> {
+        let writable = if writable { ffi::PyBUF_WRITABLE } else { 0 };
+        let flags = ffi::PyBUF_C_CONTIGUOUS | writable | extra;
         // SAFETY: a zeroed Py_buffer is a valid target for PyObject_GetBuffer,
         // which fills it on success (and leaves nothing to release on failure).
         let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });

@@ -7,6 +7,7 @@ mod buffers;
 mod call;
 mod config;
 mod log;
+mod names;
 mod sim;
 mod sim_run;
 mod switch;
@@ -20,12 +21,13 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 
-use shoal_core::comm::Communicator;
+use shoal_core::comm::{CollArgs, Communicator};
 use shoal_core::exec::CallBuffers;
 use shoal_core::init::{init_world, InitArgs};
+use shoal_core::provider::Named;
 use shoal_core::registry::parse_collective;
 use shoal_core::work::Work;
-use shoal_core::{DType, Error, ErrorKind};
+use shoal_core::{DType, Error, ErrorKind, ReduceOp};
 use shoal_plan::Collective;
 
 use buffers::{release_deferred, Held};
@@ -278,19 +280,77 @@ impl PyCommunicator {
                 .map_err(|e| source.to_py(e))?;
             return Ok(Some(PyWork { inner: work }));
         }
-        let call = comm
-            .prepare_collective(args, &bufs, Some(&source))
-            .map_err(|e| {
-                release_deferred(py); // as `blocking` does after a failed call
-                source.to_py(e)
-            })?;
-        let bufs = SendableBuffers(bufs);
-        blocking(py, move || {
-            let bufs = bufs;
-            comm.run_collective(call, bufs.0)
-        })?;
+        run_collective(py, &comm, args, bufs, &source)?;
         // `input` and `output` are released here, after the call.
         Ok(None)
+    }
+
+    /// Runs `collective` (allreduce, broadcast or reduce) in place on one
+    /// buffer that describes itself, the call `Group` makes most: the element
+    /// type and count come from the buffer's own format and length, so
+    /// nothing is looked up in Python. Returns False, having run nothing,
+    /// where the buffer or an argument is not of that plain kind (no buffer,
+    /// not C-contiguous or writable, a type shoal lacks, an unknown op or
+    /// algorithm, a root that is not an int of the group): `Group` then takes
+    /// the full path, whose checks name the problem.
+    #[pyo3(signature = (collective, x, op, root, algorithm))]
+    fn run_in_place(
+        &self,
+        py: Python<'_>,
+        collective: &Bound<'_, PyAny>,
+        x: &Bound<'_, PyAny>,
+        op: &Bound<'_, PyAny>,
+        root: &Bound<'_, PyAny>,
+        algorithm: Option<&str>,
+    ) -> PyResult<bool> {
+        let comm = self.comm()?;
+        release_deferred(py);
+        let Some(kind) = names::IN_PLACE.find(collective) else {
+            return Err(invalid(format!(
+                "run_in_place: not a collective that runs in place: {collective}"
+            )));
+        };
+        let rank = comm.rank();
+        let Some(root) = root_of(root, comm.size()) else {
+            return Ok(false);
+        };
+        // The same rules as `Group`: a reduce writes only the root's buffer.
+        let writable = kind != Collective::Reduce || rank == root;
+        let Some((held, dtype)) = Held::export_typed(x, writable) else {
+            return Ok(false);
+        };
+        let Some(op) = names::REDUCE_OPS.find(op) else {
+            return Ok(false);
+        };
+        if kind.reduces() && op.check(dtype).is_err() {
+            return Ok(false);
+        }
+        let algorithm = match algorithm.map(|name| Named::resolve(kind, name)).transpose() {
+            Ok(named) => named,
+            Err(_) => return Ok(false),
+        };
+        let (address, bytes) = held.span();
+        let args = CollArgs {
+            algorithm,
+            op: if kind.reduces() { op } else { ReduceOp::Sum },
+            root,
+            ..CollArgs::new(kind, bytes / dtype.size(), dtype)
+        };
+        let reads = kind != Collective::Broadcast || rank == root;
+        let writes = kind != Collective::Reduce || rank == root;
+        let bufs = CallBuffers {
+            input: if reads { address } else { std::ptr::null_mut() },
+            input_bytes: if reads { bytes } else { 0 },
+            output: if writes {
+                address
+            } else {
+                std::ptr::null_mut()
+            },
+            output_bytes: if writes { bytes } else { 0 },
+        };
+        run_collective(py, &comm, &args, bufs, &algo::PySource::new(py))?;
+        drop(held); // after the call
+        Ok(true)
     }
 
     /// Sends the buffer (of `dtype` elements) to group rank `peer`.
@@ -423,6 +483,39 @@ fn blocking<T: Send>(
     let r = py.allow_threads(call);
     release_deferred(py);
     r.map_err(to_py)
+}
+
+/// Prepares `args` (holding the GIL: a registered algorithm's plan is built
+/// in Python on a cache miss) and runs it to its end with the GIL released.
+fn run_collective(
+    py: Python<'_>,
+    comm: &Arc<Communicator>,
+    args: &CollArgs,
+    bufs: CallBuffers,
+    source: &algo::PySource<'_>,
+) -> PyResult<()> {
+    let call = comm
+        .prepare_collective(args, &bufs, Some(source))
+        .map_err(|e| {
+            release_deferred(py); // as `blocking` does after a failed call
+            source.to_py(e)
+        })?;
+    let bufs = SendableBuffers(bufs);
+    blocking(py, move || {
+        let bufs = bufs;
+        comm.run_collective(call, bufs.0)
+    })
+}
+
+/// `root` as a rank of a group of `size`, if it is exactly an int in range
+/// (`Group` names what is wrong with any other).
+fn root_of(root: &Bound<'_, PyAny>, size: usize) -> Option<usize> {
+    let root: usize = root
+        .downcast_exact::<pyo3::types::PyInt>()
+        .ok()?
+        .extract()
+        .ok()?;
+    (root < size).then_some(root)
 }
 
 struct SendableBuffers(CallBuffers);

@@ -36,6 +36,7 @@ pub struct Py_buffer {
 }
 
 pub const PyBUF_WRITABLE: c_int = 0x0001;
+pub const PyBUF_FORMAT: c_int = 0x0004;
 pub const PyBUF_ND: c_int = 0x0008;
 pub const PyBUF_STRIDES: c_int = 0x0010 | PyBUF_ND;
 pub const PyBUF_C_CONTIGUOUS: c_int = 0x0020 | PyBUF_STRIDES;
