@@ -198,7 +198,9 @@ impl Inner {
         }
         changed |= self.run_pulls();
         self.check_flags();
-        if self.last_liveness.elapsed() >= LIVENESS_EVERY {
+        // A dead peer shows as silence, so liveness is checked only while
+        // nothing moves: a busy poll does not read the clock.
+        if !changed && self.last_liveness.elapsed() >= LIVENESS_EVERY {
             self.last_liveness = Instant::now();
             self.check_liveness();
         }
