@@ -103,7 +103,7 @@ class Communicator:
     ) -> Work | None:
         """Runs the collective ``call`` describes over C-contiguous buffers (the output
         writable); returns a Work if ``async_op``, else None once it is done."""
-    def run_in_place(self, collective: str, x: Buffer, op: str, root: object, algorithm: str | None) -> bool:
+    def run_in_place(self, collective: str, x: object, op: object, root: object, algorithm: object) -> bool:
         """Runs allreduce, broadcast or reduce in place on one buffer whose format names
         its element type; False, having run nothing, where the buffer or an argument
         is not of that plain kind (the full path names the problem)."""

@@ -222,6 +222,7 @@ def check_in_place_on_plain_buffers(r: int, p: int) -> None:
         ((x, 3, 0, None), "op"),
         ((np.zeros(3, np.int32), "avg", 0, None), "needs a floating-point"),
         ((x, "sum", 0, "nope"), "valid: "),
+        ((x, "sum", 0, 5), "algorithm"),
         (("not a buffer", "sum", 0, None), "buffer protocol"),
     ]
     for (buf, op_, root, alg), fragment in declined:

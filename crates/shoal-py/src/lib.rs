@@ -301,7 +301,7 @@ impl PyCommunicator {
         x: &Bound<'_, PyAny>,
         op: &Bound<'_, PyAny>,
         root: &Bound<'_, PyAny>,
-        algorithm: Option<&str>,
+        algorithm: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
         let comm = self.comm()?;
         release_deferred(py);
@@ -325,9 +325,8 @@ impl PyCommunicator {
         if kind.reduces() && op.check(dtype).is_err() {
             return Ok(false);
         }
-        let algorithm = match algorithm.map(|name| Named::resolve(kind, name)).transpose() {
-            Ok(named) => named,
-            Err(_) => return Ok(false),
+        let Some(algorithm) = algorithm_of(kind, algorithm) else {
+            return Ok(false);
         };
         let (address, bytes) = held.span();
         let args = CollArgs {
@@ -516,6 +515,17 @@ fn root_of(root: &Bound<'_, PyAny>, size: usize) -> Option<usize> {
         .extract()
         .ok()?;
     (root < size).then_some(root)
+}
+
+/// The algorithm `name` asks for, if it is None (Some(None): the selector
+/// chooses) or the name of one of `kind`'s (`Group` names what is wrong with
+/// anything else).
+fn algorithm_of(kind: Collective, name: &Bound<'_, PyAny>) -> Option<Option<Named>> {
+    if name.is_none() {
+        return Some(None);
+    }
+    let name = name.downcast::<pyo3::types::PyString>().ok()?.to_cow().ok()?;
+    Named::resolve(kind, &name).ok().map(Some)
 }
 
 struct SendableBuffers(CallBuffers);
