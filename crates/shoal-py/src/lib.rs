@@ -524,7 +524,11 @@ fn algorithm_of(kind: Collective, name: &Bound<'_, PyAny>) -> Option<Option<Name
     if name.is_none() {
         return Some(None);
     }
-    let name = name.downcast::<pyo3::types::PyString>().ok()?.to_cow().ok()?;
+    let name = name
+        .downcast::<pyo3::types::PyString>()
+        .ok()?
+        .to_cow()
+        .ok()?;
     Named::resolve(kind, &name).ok().map(Some)
 }
 
