@@ -108,8 +108,6 @@ pub enum SimError {
 
     /// PFC asked of the flow engine.
     PfcNeedsPacketEngine,
-    /// `jobs.N.tree` asked of the packet engine.
-    OneTreeNeedsFlowEngine,
     /// `--host-overhead` asked of the flow engine.
     HostOverheadNeedsPacketEngine,
 
@@ -214,10 +212,6 @@ impl fmt::Display for SimError {
             SimError::PfcNeedsPacketEngine => write!(
                 f,
                 "pfc needs engine = \"packet\" (the flow engine has no queues to pause)"
-            ),
-            SimError::OneTreeNeedsFlowEngine => write!(
-                f,
-                "jobs.N.tree (one tree of several) is not modelled by the packet engine"
             ),
             SimError::HostOverheadNeedsPacketEngine => {
                 write!(f, "--host-overhead is modelled by the packet engine only")

@@ -4,6 +4,7 @@
 use shoal_sim::packet::{PacketConfig, PacketSim, PfcConfig};
 use shoal_sim::scenario::packet_run::run_inspected;
 use shoal_sim::scenario::report::{is_short, LONG_MIN_BYTES};
+use shoal_sim::scenario::run::Comm;
 use shoal_sim::scenario::{run, ConfigError, ScenarioConfig};
 use shoal_sim::topology::{LinkSpec, Node, Topology};
 use shoal_sim::units::{Rate, PS_PER_MS, PS_PER_US};
@@ -222,4 +223,62 @@ fn pfc_keys_parse_and_default() {
         .err()
         .unwrap();
     assert!(matches!(err, SimError::PfcNeedsPacketEngine), "{err}");
+}
+
+#[test]
+fn one_tree_is_the_flow_engines_tree_on_the_packet_engine() {
+    // Fig. 9's Agg1..Agg4 (`jobs.0.tree`): the packet engine sends the
+    // job's data through exactly the switches of the tree the flow
+    // engine's runner built (nothing else runs, so every switch that
+    // forwards a byte is the job's).
+    let switches_used = |tree: &str| {
+        let cfg = config(&[
+            ("topology", "fattree:k=4"),
+            ("duration", "1s"),
+            ("seed", "1"),
+            ("engine", "packet"),
+            ("jobs.0.workers", "8"),
+            ("jobs.0.model", "alexnet"),
+            ("jobs.0.algorithm", "panama"),
+            ("jobs.0.placement", "random"),
+            ("jobs.0.tree", tree),
+        ]);
+        let mut used = Vec::new();
+        let r = run_inspected(&cfg, &mut |_| {}, &mut |sim, topo| {
+            let sent = sim.link_bytes();
+            used = (topo.hosts()..topo.nodes.len())
+                .filter(|&s| topo.out_links(s).iter().any(|&l| sent[l] > 0))
+                .collect::<Vec<_>>();
+        })
+        .unwrap();
+        assert!(!r.iterations[0].is_empty(), "tree {tree}: the job iterates");
+        let Comm::Ina { trees, .. } = &r.jobs[0].comm else {
+            panic!("an aggregated job")
+        };
+        let mut want = trees[0].switches.clone();
+        want.sort_unstable();
+        (used, want)
+    };
+    let mut roots_used = Vec::new();
+    for tree in ["0", "1", "2", "3"] {
+        let (used, want) = switches_used(tree);
+        assert_eq!(used, want, "tree {tree}");
+        roots_used.push(want);
+    }
+    roots_used.dedup();
+    assert_eq!(roots_used.len(), 4, "four different trees");
+    let too_far = config(&[
+        ("engine", "packet"),
+        ("jobs.0.workers", "8"),
+        ("jobs.0.model", "vgg16"),
+        ("jobs.0.algorithm", "panama"),
+        ("jobs.0.tree", "4"),
+    ]);
+    let Err(err) = run(&too_far, &mut |_| {}) else {
+        panic!("a fifth tree of four")
+    };
+    assert!(
+        matches!(err, SimError::TreeOutside { tree: 4, trees: 4 }),
+        "{err}"
+    );
 }

@@ -34,6 +34,32 @@ fn panama_trains_faster_than_ring_at_high_load() {
 }
 
 #[test]
+fn random_jobs_draw_from_the_model_weights() {
+    // PANAMA aggregates every model's gradient but GoogLeNet's (27 MB <
+    // 40 MB): a mix of GoogLeNet alone draws no aggregated job, VGG16 alone
+    // only aggregated ones (the base's mix reaches Fig. 8's jobs).
+    let aggregated = |weights: &[(&str, &str)]| {
+        let mut pairs = vec![
+            ("topology", "fattree:k=4"),
+            ("duration", "50ms"),
+            ("slots_per_host", "2"),
+            ("chunk_bytes", "64MiB"),
+            ("seed", "3"),
+        ];
+        pairs.extend_from_slice(weights);
+        let base = ScenarioConfig::from_pairs(&pairs).unwrap();
+        fig8_point(&base, Variant::Panama, 1.0)
+            .unwrap()
+            .job_aggregated
+    };
+    let only_googlenet = aggregated(&[("random_jobs.model_weights.googlenet", "1")]);
+    let only_vgg16 = aggregated(&[("random_jobs.model_weights.vgg16", "1")]);
+    eprintln!("googlenet {only_googlenet:?}, vgg16 {only_vgg16:?}");
+    assert!(!only_googlenet.is_empty() && only_googlenet.iter().all(|&a| !a));
+    assert!(!only_vgg16.is_empty() && only_vgg16.iter().all(|&a| a));
+}
+
+#[test]
 fn aggregation_shares_fairly_only_with_congestion_control() {
     let fair = fig10(true).unwrap();
     let unfair = fig10(false).unwrap();

@@ -10,7 +10,7 @@ use shoal_sim::scenario::ina::InaMode;
 use shoal_sim::scenario::{file, ConfigError, ScenarioConfig};
 use shoal_sim::topology::LinkSpec;
 use shoal_sim::units::{Rate, PS_PER_US};
-use shoal_sim::workload::models;
+use shoal_sim::workload::models::{self, ModelMix};
 use shoal_sim::workload::{BackgroundFlow, FlowSizeCdf};
 
 /// Every key a scenario takes, written as a user would.
@@ -55,6 +55,7 @@ algorithm = "ring"
 load = 0.5
 algorithm = "switchml"
 trees = 3
+model_weights = { vgg16 = 3, alexnet = 1.5 }
 
 [pfc]
 enabled = true
@@ -102,6 +103,7 @@ fn expected(trace: BackgroundFlow) -> ScenarioConfig {
             load: 0.5,
             algorithm: Algorithm::Ina(InaMode::SWITCHML),
             trees: 3,
+            models: ModelMix::Weighted([3.0, 1.5, 0.0, 0.0, 0.0, 0.0]),
         }),
         long_flows: 3,
         slots_per_host: 2,
@@ -193,6 +195,14 @@ fn a_bad_unit_names_its_key_and_its_line() {
         err.to_string(),
         "line 1: tier_rates: 'fast' does not start with a number"
     );
+    // A model weight names its key; serde_path_to_error stops at the table.
+    let err = file::parse(
+        "[random_jobs]\nmodel_weights = { gpt = 1 }\n",
+        &[] as &[(&str, &str)],
+    )
+    .unwrap_err();
+    assert_eq!(err.key(), Some("random_jobs.model_weights"));
+    assert!(err.to_string().contains("unknown model \"gpt\""), "{err}");
     // A value of the wrong type is named too.
     let err = file::parse("[[jobs]]\nworkers = \"eight\"\n", &[] as &[(&str, &str)]).unwrap_err();
     assert_eq!(err.key(), Some("jobs.0.workers"));

@@ -2,6 +2,7 @@
 
 use shoal_sim::workload::background::TrafficError;
 use shoal_sim::workload::cdf::{CdfError, TableProblem};
+use shoal_sim::workload::models::{MixError, ModelMix};
 use shoal_sim::workload::{models, place_close, FlowSizeCdf, PoissonTraffic, Rng};
 use shoal_sim::SimError;
 
@@ -136,6 +137,45 @@ fn models_have_fp32_gradients_and_paper_range_ratios() {
     assert!((0..1000)
         .map(|_| models::draw_workers(&mut rng))
         .all(|w| (16..=96).contains(&w)));
+}
+
+/// The share of each of `models::MODELS` in `n` draws from `mix`.
+fn drawn_shares(mix: &ModelMix, n: usize) -> Vec<f64> {
+    let mut rng = Rng::new(11);
+    let mut counts = [0usize; models::MODELS.len()];
+    for _ in 0..n {
+        let model = mix.draw(&mut rng);
+        counts[models::MODELS.iter().position(|m| *m == model).unwrap()] += 1;
+    }
+    counts.iter().map(|&c| c as f64 / n as f64).collect()
+}
+
+#[test]
+fn model_weights_set_the_draw() {
+    // vgg16 : alexnet : resnet152 = 3 : 1 : 0.5, the others not named (0).
+    let mix = ModelMix::weighted([("vgg16", 3.0), ("AlexNet", 1.0), ("resnet152", 0.5)]).unwrap();
+    let want = [3.0 / 4.5, 1.0 / 4.5, 0.5 / 4.5, 0.0, 0.0, 0.0];
+    // 200 000 draws: a share's standard error is under 0.0011.
+    for (got, want) in drawn_shares(&mix, 200_000).iter().zip(want) {
+        assert!((got - want).abs() < 0.005, "{got} vs {want}");
+    }
+    // The default draws each model alike, and naming equal weights is the default.
+    for got in drawn_shares(&ModelMix::Equal, 200_000) {
+        assert!((got - 1.0 / 6.0).abs() < 0.005, "{got}");
+    }
+    let equal = models::MODELS.map(|m| (m.name, 2.0));
+    assert_eq!(ModelMix::weighted(equal).unwrap(), ModelMix::Equal);
+    // Refused: an unknown model, a negative weight, a model twice, nothing to draw.
+    let err = ModelMix::weighted([("gpt", 1.0)]).unwrap_err();
+    assert_eq!(err, MixError::Unknown(models::UnknownModel("gpt".into())));
+    let err = ModelMix::weighted([("vgg16", -1.0)]).unwrap_err();
+    assert_eq!(err.to_string(), "vgg16: weight -1 must be a number >= 0");
+    let err = ModelMix::weighted([("vgg16", 1.0), ("VGG16", 1.0)]).unwrap_err();
+    assert_eq!(err, MixError::Twice("vgg16"));
+    assert_eq!(
+        ModelMix::weighted([("alexnet", 0.0)]).unwrap_err(),
+        MixError::AllZero
+    );
 }
 
 #[test]

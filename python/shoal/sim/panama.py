@@ -2,7 +2,7 @@
 
 Fig. 8 runs on either engine (``--engine packet|flow``), over several seeds, every point a
 separate process; the variants are compared as the paper does (python/shoal/sim/paper_metrics.py).
-Figs. 9 and 10 run on the flow engine.
+Fig. 9 runs on either engine too (``--fig9-engine``, default flow), Fig. 10 on the flow engine.
 
 Fig. 8: p99 short-flow FCT, long-flow throughput and training (iteration) time against total
 load, for Ideal, Ring-AllReduce, SwitchML*-like, PANAMA, PANAMA-0.88/0.94 (one random set of
@@ -152,34 +152,53 @@ def point_dir(records: Path, variant: str, load: float, seed: int) -> Path:
     return records / f"fig8-{variant}-{load:g}" / f"seed-{seed}"
 
 
-def fig9(seed: int, long_flows: tuple[int, ...] = (0, 2, 4, 8, 12)) -> dict[str, Any]:
-    """Aggregation time of one 8-worker job on a k=4 fat-tree (Fig. 3's topology) as long flows grow."""
-    cases: dict[str, list[tuple[str, str]]] = {"panama": [], "ring": []}
-    cases |= {f"panama-agg{t + 1}": [("jobs.0.tree", str(t))] for t in range(4)}
-    result: dict[str, Any] = {"long_flows": list(long_flows), "mean_comm_s": {}}
+#: Fig. 9's cases: PANAMA over its 4 trees, over each single tree (Agg1..Agg4), and ring.
+FIG9_CASES = ("panama", "panama-agg1", "panama-agg2", "panama-agg3", "panama-agg4", "ring")
+
+
+def fig9_pairs(
+    seed: int, case: str, long_flows: int, engine: str = "flow", duration: str = "8s"
+) -> list[tuple[str, str]]:
+    """One case of Fig. 9: one 8-worker VGG16 job on a k=4 fat-tree (Fig. 3's topology) beside `long_flows`
+    long flows between the other hosts."""
+    if case not in FIG9_CASES:
+        raise ValueError(f"unknown Fig. 9 case {case!r} (known: {', '.join(FIG9_CASES)})")
+    one_tree = [("jobs.0.tree", str(int(case[-1]) - 1))] if case.startswith("panama-agg") else []
+    return [
+        ("engine", engine),
+        ("topology", "fattree:k=4"),
+        ("duration", duration),  # flow engine: a single tree under 12 long flows needs ~2.3 s per round
+        ("seed", str(seed)),
+        ("long_flows", str(long_flows)),
+        ("jobs.0.workers", "8"),
+        ("jobs.0.model", "vgg16"),
+        ("jobs.0.algorithm", "ring" if case == "ring" else "panama"),
+        ("jobs.0.trees", "4"),
+        ("jobs.0.placement", "random"),
+        ("chunk_bytes", "64MiB"),
+        # Every tree its own window (PANAMA's): trees on disjoint core links each get a share.
+        ("tree_share", "each"),
+        *one_tree,
+    ]
+
+
+def fig9_time(report: dict[str, Any]) -> float | None:
+    """The job's mean aggregation (communication) time per iteration; None if no iteration finished."""
+    job = report["jobs"][0]
+    return float(job["mean_comm_s"]) if job["iterations_s"] else None
+
+
+def fig9(
+    seed: int, long_flows: tuple[int, ...] = (0, 2, 4, 8, 12), engine: str = "flow", duration: str = "8s"
+) -> dict[str, Any]:
+    """Aggregation time of Fig. 9's job for each case as long flows grow (None: no iteration finished)."""
+    result: dict[str, Any] = {"engine": engine, "duration": duration, "long_flows": list(long_flows)}
+    result["mean_comm_s"] = {}
     bar = ProgressBar("fig. 9")
-    for i, (name, extra) in enumerate(cases.items()):
-        bar(i / len(cases))
-        algorithm = "ring" if name == "ring" else "panama"
-        times: list[float] = []
-        for n in long_flows:
-            pairs = [
-                ("topology", "fattree:k=4"),
-                ("duration", "8s"),  # a single tree under 12 long flows needs ~2.3 s per round
-                ("seed", str(seed)),
-                ("long_flows", str(n)),
-                ("jobs.0.workers", "8"),
-                ("jobs.0.model", "vgg16"),
-                ("jobs.0.algorithm", algorithm),
-                ("jobs.0.trees", "4"),
-                ("jobs.0.placement", "random"),
-                ("chunk_bytes", "64MiB"),
-                # Every tree its own window (PANAMA's): trees on disjoint core links each get a share.
-                ("tree_share", "each"),
-                *extra,
-            ]
-            times.append(run_pairs(pairs)["jobs"][0]["mean_comm_s"])
-        result["mean_comm_s"][name] = times
+    for i, case in enumerate(FIG9_CASES):
+        bar(i / len(FIG9_CASES))
+        reports = [run_pairs(fig9_pairs(seed, case, n, engine, duration)) for n in long_flows]
+        result["mean_comm_s"][case] = [fig9_time(r) for r in reports]
     bar(1.0)
     return result
 
@@ -215,7 +234,7 @@ def plot(out: Path, f8: dict[str, Any], f9: dict[str, Any], f10: dict[str, Any])
     fig.savefig(out / "fig8.png")
     fig, ax = plt.subplots()
     for name, times in f9["mean_comm_s"].items():
-        ax.plot(f9["long_flows"], times, marker="o", label=name)
+        ax.plot(f9["long_flows"], [float("nan") if t is None else t for t in times], marker="o", label=name)
     ax.set_xlabel("long flows")
     ax.set_ylabel("aggregation time per iteration (s)")
     ax.legend(fontsize="small")
@@ -244,6 +263,8 @@ def main(args: list[str]) -> int:
     p.add_argument("--warmup", default="0s", help="left out of every metric at the start (default 0s)")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="job and traffic draws (default 1 2 3)")
     p.add_argument("--no-pfc", action="store_true", help="packet engine: drop-tail instead of a lossless fabric")
+    p.add_argument("--fig9-engine", choices=("flow", "packet"), default="flow", help="Fig. 9's engine (default flow)")
+    p.add_argument("--fig9-duration", default="8s", help="simulated time per Fig. 9 case (default 8s)")
     p.add_argument("--figs", nargs="+", default=["8", "9", "10"], help="which figures (default 8 9 10)")
     p.add_argument("--jobs", type=int, default=None, help="Fig. 8 points at once, in processes (default: cores)")
     p.add_argument("--loads", type=float, nargs="+", default=list(LOADS), help="total loads (default 0.2 .. 0.8)")
@@ -263,7 +284,7 @@ def main(args: list[str]) -> int:
                 ns.k, ns.duration, seeds, loads, variants, ns.jobs, ns.engine, ns.warmup, pfc, records=ns.out
             )
         if "9" in ns.figs:
-            figures["fig9"] = fig9(seeds[0])
+            figures["fig9"] = fig9(seeds[0], engine=ns.fig9_engine, duration=ns.fig9_duration)
         if "10" in ns.figs:
             figures["fig10"] = fig10()
     except ValueError as e:

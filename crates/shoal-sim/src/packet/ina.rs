@@ -46,6 +46,9 @@ pub struct InaJob {
     pub bytes: u64,
     /// Trees to spread packets over (fewer if the topology has fewer).
     pub trees: usize,
+    /// Send everything over this one of the `trees` instead (PANAMA Fig.
+    /// 9's Agg1..Agg4); `None`: over all of them.
+    pub only_tree: Option<usize>,
     /// Fraction of a switch's children to wait for (1.0: all; PANAMA-0.88).
     pub quorum: f64,
     /// PANAMA's congestion control; off: a fixed window of `cwnd_cap`
@@ -59,6 +62,7 @@ impl InaJob {
             workers,
             bytes,
             trees: 4,
+            only_tree: None,
             quorum: 1.0,
             congestion_control: true,
         }
@@ -240,12 +244,22 @@ impl PacketSim {
             return Err(SimError::InaQuorum(job.quorum));
         }
         let id = self.ina_jobs.len() as u32;
-        let candidates = roots(self, &job.workers);
-        let t = job.trees.max(1).min(candidates.len());
+        let mut candidates = roots(self, &job.workers);
+        candidates.truncate(job.trees.max(1));
+        if let Some(only) = job.only_tree {
+            if only >= candidates.len() {
+                return Err(SimError::TreeOutside {
+                    tree: only,
+                    trees: candidates.len(),
+                });
+            }
+            candidates = vec![candidates[only]];
+        }
+        let t = candidates.len();
         let payload = self.cfg.mss() as u64;
         let packets = job.bytes.div_ceil(payload).max(1) as u32;
         let mut tree_ids = Vec::new();
-        for (index, &root) in candidates.iter().take(t).enumerate() {
+        for (index, &root) in candidates.iter().enumerate() {
             tree_ids.push(self.build_tree(id, index as u32, root, &job)?);
         }
         self.share_memory(&tree_ids);

@@ -14,6 +14,7 @@ use crate::flow::{Event, FlowEngine};
 use crate::scenario::config::{Algorithm, RandomJobs};
 use crate::scenario::ina::NO_CC_WEIGHT;
 use crate::scenario::{records, run, ScenarioConfig, ScenarioResult};
+use crate::workload::models::ModelMix;
 use std::path::Path;
 
 /// The configurations of Fig. 8.
@@ -141,11 +142,16 @@ pub fn fig8_point_recorded(
     };
     let mut cfg = base.clone();
     let job_load = (load - base.background_load).max(0.0);
-    let trees = base.random_jobs.as_ref().map_or(4, |r| r.trees);
+    // The base's trees and model mix; the variant's algorithm, up to the load.
+    let (trees, models) = base
+        .random_jobs
+        .as_ref()
+        .map_or((4, ModelMix::Equal), |r| (r.trees, r.models.clone()));
     cfg.random_jobs = (job_load > 0.0).then(|| RandomJobs {
         load: job_load,
         algorithm: variant.algorithm(),
         trees,
+        models,
     });
     let mut quiet = |_| {};
     if variant != Variant::Ideal {

@@ -13,7 +13,7 @@ use crate::engine::Engine;
 use crate::packet::PfcConfig;
 use crate::topology::LinkSpec;
 use crate::units::Rate;
-use crate::workload::models::{self, Model};
+use crate::workload::models::{self, Model, ModelMix};
 use crate::workload::trace::{self, TraceError};
 use crate::workload::{BackgroundFlow, FlowSizeCdf};
 
@@ -100,6 +100,8 @@ pub struct RandomJobs {
     pub load: f64,
     pub algorithm: Algorithm,
     pub trees: usize,
+    /// How each job's model is drawn (`model_weights`; default equal).
+    pub models: ModelMix,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -337,6 +339,7 @@ impl ScenarioConfig {
             load: r.load.unwrap_or(0.0),
             algorithm: r.algorithm.unwrap_or(Algorithm::Plan("ring".into())),
             trees: r.trees.unwrap_or(4),
+            models: r.model_weights.unwrap_or_default(),
         });
         let cfg = ScenarioConfig {
             topology: file.topology.unwrap_or(d.topology),

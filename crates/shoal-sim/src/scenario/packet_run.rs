@@ -43,12 +43,12 @@ fn start_allreduce(
 ) -> Result<Completion, SimError> {
     Ok(match &job.comm {
         Comm::Dag(dag) => Completion::Collective(sim.add_collective((**dag).clone(), start)?),
-        Comm::Ina { trees, mode } => {
-            if job.config.only_tree.is_some() {
-                return Err(SimError::OneTreeNeedsFlowEngine);
-            }
+        Comm::Ina { mode, .. } => {
             let mut ina = InaJob::new(job.hosts.clone(), job.config.model.gradient_bytes());
-            ina.trees = trees.len();
+            // The trees the flow engine's runner built (`Comm::Ina`), by
+            // the same rule: the first `trees` roots, or one of them.
+            ina.trees = job.config.trees;
+            ina.only_tree = job.config.only_tree;
             ina.quorum = mode.quorum;
             ina.congestion_control = mode.congestion_control;
             Completion::Ina(sim.add_ina_job(ina, start)?)

@@ -335,7 +335,7 @@ pub fn place_jobs_with(
         let mut misses = 0;
         while load < r.load && misses < 100 {
             let workers = models::draw_workers(&mut rng) as usize;
-            let model = models::draw(&mut rng);
+            let model = r.models.draw(&mut rng);
             // A job that would overshoot the target by more than half its
             // own load is skipped (small clusters: one job is a lot).
             let extra =

@@ -13,7 +13,7 @@ use super::config::Algorithm;
 use super::values;
 use crate::engine::Engine;
 use crate::units::{Rate, Time};
-use crate::workload::models::Model;
+use crate::workload::models::{Model, ModelMix};
 use crate::workload::FlowSizeCdf;
 
 /// The top-level table.
@@ -120,6 +120,9 @@ pub struct RandomJobsTable {
     #[serde(default, deserialize_with = "values::algorithm")]
     pub algorithm: Option<Algorithm>,
     pub trees: Option<usize>,
+    /// `{ vgg16 = 2, alexnet = 1 }`: a model not named weighs 0.
+    #[serde(default, deserialize_with = "values::model_weights")]
+    pub model_weights: Option<ModelMix>,
 }
 
 /// `[pfc]`.

@@ -7,15 +7,17 @@
 //! Each is used as `#[serde(default, deserialize_with = "...")]` on an
 //! `Option` field (absent: the scenario's default).
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::Deserialize;
 
 use super::config::Algorithm;
 use crate::engine::Engine;
 use crate::units::{parse_bytes, parse_rate, parse_time, seconds, Rate, Time};
-use crate::workload::models::{self, Model};
+use crate::workload::models::{self, Model, ModelMix};
 use crate::workload::FlowSizeCdf;
 
 /// A value as text: a string, or a number as written (a size may be a
@@ -183,6 +185,14 @@ pub fn distributions<'de, D: Deserializer<'de>>(
 /// A training model by name ("vgg16").
 pub fn model<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Model>, D::Error> {
     parsed(d, models::by_name)
+}
+
+/// Random jobs' model weights by name: `{ vgg16 = 2, alexnet = 1 }`.
+pub fn model_weights<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ModelMix>, D::Error> {
+    let weights = BTreeMap::<String, f64>::deserialize(d)?;
+    ModelMix::weighted(weights.iter().map(|(name, &w)| (name.as_str(), w)))
+        .map(Some)
+        .map_err(de::Error::custom)
 }
 
 /// How a job reduces: "ring", "panama", "panama-0.88", "switchml", ...

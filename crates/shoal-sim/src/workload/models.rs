@@ -95,11 +95,90 @@ impl fmt::Display for UnknownModel {
 
 impl std::error::Error for UnknownModel {}
 
-/// A model drawn at random. The paper uses "a weighted random
-/// distribution" without giving the weights; we CHOSE equal weights.
-pub fn draw(rng: &mut Rng) -> Model {
-    MODELS[rng.below(MODELS.len() as u64) as usize]
+/// How random jobs draw their model (`[random_jobs] model_weights`). The
+/// paper uses "a weighted random distribution" without giving the
+/// weights; by default we CHOSE equal ones.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum ModelMix {
+    #[default]
+    Equal,
+    /// The weight of each of [`MODELS`], in its order (some positive).
+    Weighted([f64; MODELS.len()]),
 }
+
+impl ModelMix {
+    /// The mix of these `(model name, weight)` pairs; a model not named
+    /// weighs 0. Equal weights over every model are [`ModelMix::Equal`],
+    /// so that naming them draws the same jobs as the default.
+    pub fn weighted<'a>(
+        pairs: impl IntoIterator<Item = (&'a str, f64)>,
+    ) -> Result<ModelMix, MixError> {
+        let mut weights = [None; MODELS.len()];
+        for (name, weight) in pairs {
+            let model = by_name(name).map_err(MixError::Unknown)?;
+            let index = MODELS.iter().position(|m| *m == model).expect("a model");
+            if !(weight.is_finite() && weight >= 0.0) {
+                return Err(MixError::Weight(model.name, weight));
+            }
+            if weights[index].replace(weight).is_some() {
+                return Err(MixError::Twice(model.name));
+            }
+        }
+        let weights = weights.map(|w| w.unwrap_or(0.0));
+        if weights.iter().all(|&w| w == 0.0) {
+            return Err(MixError::AllZero);
+        }
+        if weights.iter().all(|&w| w == weights[0]) {
+            return Ok(ModelMix::Equal);
+        }
+        Ok(ModelMix::Weighted(weights))
+    }
+
+    /// A model drawn from the mix: one draw of `rng`.
+    pub fn draw(&self, rng: &mut Rng) -> Model {
+        let weights = match self {
+            ModelMix::Equal => return MODELS[rng.below(MODELS.len() as u64) as usize],
+            ModelMix::Weighted(weights) => weights,
+        };
+        let mut left = rng.next_f64() * weights.iter().sum::<f64>();
+        for (model, &weight) in MODELS.iter().zip(weights) {
+            if left < weight {
+                return *model;
+            }
+            left -= weight;
+        }
+        // Rounding left a sliver past the last weight: its model.
+        let last = weights
+            .iter()
+            .rposition(|&w| w > 0.0)
+            .expect("a positive weight");
+        MODELS[last]
+    }
+}
+
+/// Why model weights were refused.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MixError {
+    Unknown(UnknownModel),
+    /// A weight that is not a finite number >= 0.
+    Weight(&'static str, f64),
+    /// A model named twice (names are case-insensitive).
+    Twice(&'static str),
+    AllZero,
+}
+
+impl fmt::Display for MixError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MixError::Unknown(e) => e.fmt(f),
+            MixError::Weight(name, w) => write!(f, "{name}: weight {w} must be a number >= 0"),
+            MixError::Twice(name) => write!(f, "{name} is named twice"),
+            MixError::AllZero => write!(f, "every weight is 0: no model could be drawn"),
+        }
+    }
+}
+
+impl std::error::Error for MixError {}
 
 /// A job size drawn uniformly from the paper's 16..=96 workers.
 pub fn draw_workers(rng: &mut Rng) -> u32 {
