@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import WORKERS, free_port, launch, spawn_ranks
+from conftest import WORKERS, free_port, free_ports, launch, spawn_ranks
 
 
 def start_switch(port: int, metrics: int, *args: str) -> subprocess.Popen[str]:
@@ -61,7 +61,7 @@ def stop_switch(proc: subprocess.Popen[str]) -> None:
 def switch(*args: str) -> Iterator[tuple[str, str]]:
     """Runs `shoal switch` on loopback; yields (its address, its metrics URL).
     The daemon's process is kept in `switch.last` for tests that kill it."""
-    port, metrics = free_port(), free_port()
+    port, metrics = free_ports(2)
     proc = start_switch(port, metrics, *args)
     try:
         switch.last = proc  # type: ignore[attr-defined]
@@ -192,7 +192,7 @@ def test_switch_killed_mid_allreduce_falls_back_and_stays_correct() -> None:
 def test_a_restarted_switch_is_readmitted_and_the_job_continues_exactly() -> None:
     """The switch dies mid-job: allreduce goes on over host algorithms (exact), and after the back-off
     (SHOAL_INA_RETRY_CALLS calls) every rank re-admits the job to the restarted switch, which then sums."""
-    port, metrics = free_port(), free_port()
+    port, metrics = free_ports(2)
     url = f"http://127.0.0.1:{metrics}/metrics"
     env = {
         "INA_DTYPES": "float32",
@@ -459,3 +459,16 @@ def test_bad_switch_arguments_are_rejected(args: list[str]) -> None:
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert args[0] in proc.stderr and "panick" not in proc.stderr, proc.stderr
+
+
+def test_a_switch_port_taken_is_named_in_the_error() -> None:
+    """`--metrics` on the switch's own port (its control listener's): the
+    error says which address of the switch could not be bound, not only
+    'Address already in use'."""
+    port = free_port()
+    addr = f"127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "shoal.cli", "switch", "--listen", addr, "--metrics", addr]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert f"the metrics (TCP) address {addr}: Address already in use" in out, out

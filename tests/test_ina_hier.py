@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import WORKERS, free_port, spawn_ranks
+from conftest import WORKERS, free_port, free_ports, spawn_ranks
 from test_ina import metric, start_switch, stop_switch, switch
 
 
@@ -118,7 +118,7 @@ CALLS = {"INA_DTYPES": "float32", "INA_OPS": "sum", "INA_COUNTS": "100003", "SHO
 def test_switch_killed_mid_hierarchical_allreduce_falls_back_and_stays_correct() -> None:
     """SIGKILL the switch while shards are in flight: every rank agrees to redo the call on host
     algorithms, says so, and every result stays exact."""
-    port, metrics = free_port(), free_port()
+    port, metrics = free_ports(2)
     url = f"http://127.0.0.1:{metrics}/metrics"
     sw = start_switch(port, metrics)
     # No re-admission: the rest runs on host algorithms.
@@ -139,7 +139,7 @@ def test_after_a_switch_restart_the_shard_jobs_are_joined_again(tmp_path: Path) 
     """The switch dies and comes back: after the back-off the job is re-admitted (its retry call goes
     through flat ina) and the next hierarchical calls join fresh shard jobs on the new switch, which
     then sums the shards (the traces' last switch call of every rank is a shard's, and worked)."""
-    port, metrics = free_port(), free_port()
+    port, metrics = free_ports(2)
     url = f"http://127.0.0.1:{metrics}/metrics"
     first = start_switch(port, metrics)
     env = {

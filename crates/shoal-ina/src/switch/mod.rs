@@ -146,15 +146,26 @@ impl Drop for SwitchHandle {
     }
 }
 
+/// `bind(addr)`, its error naming what was bound where: "cannot start:
+/// Address already in use" alone does not say which of the switch's ports
+/// (data, control, metrics) is taken.
+fn bound<T>(what: &str, addr: SocketAddr, bind: fn(SocketAddr) -> io::Result<T>) -> io::Result<T> {
+    bind(addr).map_err(|e| io::Error::new(e.kind(), format!("the {what} address {addr}: {e}")))
+}
+
 /// Binds the sockets and starts the switch's threads.
 pub fn spawn(cfg: SwitchConfig) -> io::Result<SwitchHandle> {
     let threads = cfg.threads.max(1);
-    let mut socks = vec![UdpSocket::bind(cfg.listen)?];
+    let mut socks = vec![bound("data (UDP)", cfg.listen, UdpSocket::bind)?];
     for _ in 1..threads {
-        socks.push(UdpSocket::bind(SocketAddr::new(cfg.listen.ip(), 0))?);
+        let any_port = SocketAddr::new(cfg.listen.ip(), 0);
+        socks.push(bound("data (UDP)", any_port, UdpSocket::bind)?);
     }
-    let control = TcpListener::bind(cfg.control)?;
-    let metrics_listener = cfg.metrics.map(TcpListener::bind).transpose()?;
+    let control = bound("control (TCP)", cfg.control, TcpListener::bind)?;
+    let metrics_listener = cfg
+        .metrics
+        .map(|addr| bound("metrics (TCP)", addr, TcpListener::bind))
+        .transpose()?;
     let metrics = Arc::new(Metrics::new(threads));
     let stop = Arc::new(AtomicBool::new(false));
     let data_addrs = socks
