@@ -310,13 +310,15 @@ impl PyCommunicator {
                 "run_in_place: not a collective that runs in place: {collective}"
             )));
         };
-        let rank = comm.rank();
         let Some(root) = root_of(root, comm.size()) else {
             return Ok(false);
         };
-        // The same rules as `Group`: a reduce writes only the root's buffer.
-        let writable = kind != Collective::Reduce || rank == root;
-        let Some((held, dtype)) = Held::export_typed(x, writable) else {
+        // As `Group`: a broadcast reads only the root's buffer, a reduce
+        // writes only the root's (the others' may be read-only).
+        let at_root = comm.rank() == root;
+        let reads = kind != Collective::Broadcast || at_root;
+        let writes = kind != Collective::Reduce || at_root;
+        let Some((held, dtype)) = Held::export_typed(x, writes) else {
             return Ok(false);
         };
         let Some(op) = names::REDUCE_OPS.find(op) else {
@@ -335,8 +337,6 @@ impl PyCommunicator {
             root,
             ..CollArgs::new(kind, bytes / dtype.size(), dtype)
         };
-        let reads = kind != Collective::Broadcast || rank == root;
-        let writes = kind != Collective::Reduce || rank == root;
         let bufs = CallBuffers {
             input: if reads { address } else { std::ptr::null_mut() },
             input_bytes: if reads { bytes } else { 0 },
