@@ -197,6 +197,32 @@ def check_in_place_on_plain_buffers(r: int, p: int) -> None:
         assert comm.run_in_place("reduce", y, "min", 0, None)
         if r == 0:
             assert np.array_equal(y, np.minimum.reduce([rank_data(q, 6, np.dtype(dtype)) for q in range(p)]))
+    # numpy arrays the core reads off their struct: a view's own part only,
+    # any number of dimensions; and those it leaves to the buffer protocol
+    # (unaligned, a subclass) run all the same
+    base = np.arange(10, dtype=np.float64) + r
+    assert comm.run_in_place("allreduce", base[3:7], "sum", 0, None)
+    want = np.arange(10, dtype=np.float64) * p + sum(range(p))
+    assert np.array_equal(base[3:7], want[3:7]) and np.array_equal(base[:3], np.arange(3.0) + r), base
+    assert np.array_equal(base[7:], np.arange(7.0, 10.0) + r), base
+    cube = np.full((2, 3, 4), r + 1, np.int32)
+    assert comm.run_in_place("allreduce", cube, "sum", 0, None) and np.all(cube == p * (p + 1) // 2)
+    scalar = np.array(r + 1.0, np.float32)  # 0-d: one element
+    assert comm.run_in_place("allreduce", scalar, "max", 0, None) and scalar == p
+    empty = np.zeros((0, 5), np.float32)
+    assert comm.run_in_place("allreduce", empty, "sum", 0, None)
+    unaligned = np.frombuffer(bytearray(4 * 3 + 1), np.float32, count=3, offset=1)
+    assert not unaligned.flags.aligned
+    unaligned[:] = r
+    assert comm.run_in_place("allreduce", unaligned, "sum", 0, None) and np.all(unaligned == sum(range(p)))
+
+    class Tagged(np.ndarray):
+        pass
+
+    sub = np.full(5, r, np.int64).view(Tagged)
+    assert comm.run_in_place("allreduce", sub, "sum", 0, None) and np.all(sub == sum(range(p)))
+    bcast = np.full((4, 3), r, np.float32).T  # Fortran order: declined
+    assert not comm.run_in_place("broadcast", bcast, "sum", 0, None)
     # other buffer-protocol objects: their formats name their types
     d = array.array("d", [r + 0.5] * 3)
     assert comm.run_in_place("allreduce", d, "sum", 0, None)
@@ -234,6 +260,45 @@ def check_in_place_on_plain_buffers(r: int, p: int) -> None:
     expect_error(ValueError, "not a collective that runs in place", comm.run_in_place, "allgather", x, "sum", 0, None)
 
 
+def check_gil_let_go_while_waiting(r: int, p: int) -> None:
+    """A small call keeps the GIL only while its wait is short: while rank 0
+    waits for a late peer, its other Python threads run."""
+    import threading
+    import time
+
+    if p < 2:
+        return
+    ticks = 0
+    stop = threading.Event()
+
+    def tick() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+
+    shoal.barrier()
+    x = np.ones(3, np.float32)
+    if r == 0:
+        ticker = threading.Thread(target=tick)
+        ticker.start()
+        start = ticks
+        time.sleep(0.05)  # the GIL let go: the ticker's pace
+        before = ticks
+        shoal.allreduce(x)
+        during = ticks - before
+        stop.set()
+        ticker.join()
+        # The call waits about 0.35 s. Holding the GIL, it would let the
+        # ticker run only the 5 ms switch interval before it (0.1x).
+        paced = before - start
+        assert during > 2 * paced, f"other threads did not run while the call waited: {during} ticks, {paced} in 50 ms"
+    else:
+        if r == p - 1:
+            time.sleep(0.4)
+        shoal.allreduce(x)
+    assert np.all(x == p), x
+
+
 def main() -> None:
     shoal.init()
     r, p = shoal.rank(), shoal.size()
@@ -243,6 +308,7 @@ def main() -> None:
     check_send_recv(r, p)
     check_arguments(r, p)
     check_in_place_on_plain_buffers(r, p)
+    check_gil_let_go_while_waiting(r, p)
     shoal.finalize()
     print("OK api")
 

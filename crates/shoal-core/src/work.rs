@@ -84,6 +84,11 @@ impl AsyncQueue {
         work
     }
 
+    /// Whether every submitted job has finished.
+    pub fn is_idle(&self) -> bool {
+        *self.outstanding.0.lock().unwrap() == 0
+    }
+
     /// Waits until every submitted job has finished.
     pub fn flush(&self) {
         let (count, cv) = &*self.outstanding;

@@ -6,8 +6,10 @@ mod algo;
 mod buffers;
 mod call;
 mod config;
+mod gil;
 mod log;
 mod names;
+mod ndarray;
 mod sim;
 mod sim_run;
 mod switch;
@@ -318,8 +320,15 @@ impl PyCommunicator {
         let at_root = comm.rank() == root;
         let reads = kind != Collective::Broadcast || at_root;
         let writes = kind != Collective::Reduce || at_root;
-        let Some((held, dtype)) = Held::export_typed(x, writes) else {
-            return Ok(false);
+        // A plain numpy array is read off its struct; other buffers export.
+        let (span, dtype, held) = match ndarray::plain_span(x, writes) {
+            Some((address, bytes, dtype)) => ((address, bytes), dtype, None),
+            None => {
+                let Some((held, dtype)) = Held::export_typed(x, writes) else {
+                    return Ok(false);
+                };
+                (held.span(), dtype, Some(held))
+            }
         };
         let Some(op) = names::REDUCE_OPS.find(op) else {
             return Ok(false);
@@ -330,7 +339,7 @@ impl PyCommunicator {
         let Some(algorithm) = algorithm_of(kind, algorithm) else {
             return Ok(false);
         };
-        let (address, bytes) = held.span();
+        let (address, bytes) = span;
         let args = CollArgs {
             algorithm,
             op: if kind.reduces() { op } else { ReduceOp::Sum },
@@ -347,7 +356,12 @@ impl PyCommunicator {
             },
             output_bytes: if writes { bytes } else { 0 },
         };
-        run_collective(py, &comm, &args, bufs, &algo::PySource::new(py))?;
+        let source = algo::PySource::new(py);
+        if bytes <= HOLD_GIL_BYTES {
+            run_collective_holding_gil(py, &comm, &args, bufs, &source)?;
+        } else {
+            run_collective(py, &comm, &args, bufs, &source)?;
+        }
         drop(held); // after the call
         Ok(true)
     }
@@ -504,6 +518,31 @@ fn run_collective(
         let bufs = bufs;
         comm.run_collective(call, bufs.0)
     })
+}
+
+/// Calls of at most this many bytes run holding the GIL until they wait
+/// long (`gil`): beyond it, the GIL's 150 ns are no call's concern.
+const HOLD_GIL_BYTES: usize = 64 << 10;
+
+/// [`run_collective`] holding the GIL until the call waits long (`gil`).
+fn run_collective_holding_gil(
+    py: Python<'_>,
+    comm: &Arc<Communicator>,
+    args: &CollArgs,
+    bufs: CallBuffers,
+    source: &algo::PySource<'_>,
+) -> PyResult<()> {
+    let call = comm
+        .prepare_collective(args, &bufs, Some(source))
+        .map_err(|e| {
+            release_deferred(py);
+            source.to_py(e)
+        })?;
+    let retake = gil::Retake::new(py);
+    let r = comm.run_collective_holding(call, bufs, gil::release);
+    drop(retake);
+    release_deferred(py);
+    r.map_err(to_py)
 }
 
 /// `root` as a rank of a group of `size`, if it is exactly an int in range

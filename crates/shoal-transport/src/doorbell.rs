@@ -4,6 +4,7 @@
 //! it), so one `wait` can sleep on activity of both transports at once.
 
 use std::any::Any;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -126,6 +127,40 @@ impl Doorbell {
 const SPIN: Duration = Duration::from_micros(500);
 /// Longest single futex sleep, so liveness checks still run while idle.
 const NAP: Duration = Duration::from_millis(20);
+/// How long a wait spins before it calls this thread's long-wait hook.
+const LONG_WAIT: Duration = Duration::from_micros(20);
+
+thread_local! {
+    /// Called once, then cleared, where a wait of this thread has spun for
+    /// [`LONG_WAIT`] or is about to sleep (see [`with_long_wait_hook`]).
+    static ON_LONG_WAIT: Cell<Option<fn()>> = const { Cell::new(None) };
+}
+
+/// Runs `f` on this thread with `on_long_wait` called, once, where one of
+/// its waits has spun for [`LONG_WAIT`] without an answer or is about to
+/// sleep. The Python binding runs small calls holding the GIL and releases
+/// it there: releasing and retaking it costs more than such a call's usual
+/// wait, yet a long wait must not keep other Python threads out.
+pub fn with_long_wait_hook<T>(on_long_wait: fn(), f: impl FnOnce() -> T) -> T {
+    /// Clears the hook however `f` ends.
+    struct Clear;
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            ON_LONG_WAIT.set(None);
+        }
+    }
+    ON_LONG_WAIT.set(Some(on_long_wait));
+    let _clear = Clear;
+    f()
+}
+
+/// Calls (and clears) this thread's long-wait hook, if it has one: for a
+/// wait elsewhere (a lock another thread holds) that may be long.
+pub fn long_wait_begins() {
+    if let Some(hook) = ON_LONG_WAIT.take() {
+        hook();
+    }
+}
 
 /// How a waiting rank spends its spin budget before it sleeps on its bell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,6 +241,8 @@ pub(crate) fn wait_on_spinning(
 
 /// [`wait_on`] with sleeps of at most `nap`: short for a side nobody rings
 /// (UCX progresses only when polled), so its messages are seen promptly.
+/// Calls this thread's long-wait hook once it has spun for [`LONG_WAIT`],
+/// or before it sleeps.
 pub(crate) fn wait_on_napping(
     bell: &Doorbell,
     timeout: Duration,
@@ -215,7 +252,14 @@ pub(crate) fn wait_on_napping(
 ) -> Result<()> {
     let start = Instant::now();
     let deadline = start + timeout;
-    while start.elapsed() < SPIN.min(timeout) {
+    loop {
+        let spun = start.elapsed();
+        if spun >= SPIN.min(timeout) {
+            break;
+        }
+        if spun >= LONG_WAIT {
+            long_wait_begins();
+        }
         if poll()? {
             return Ok(());
         }
@@ -224,6 +268,7 @@ pub(crate) fn wait_on_napping(
             std::thread::yield_now();
         }
     }
+    long_wait_begins();
     loop {
         let seen = bell.seq();
         if poll()? {
@@ -279,6 +324,33 @@ fn futex_wake(word: &AtomicU32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wait_calls_the_long_wait_hook_once_and_only_when_long() {
+        use std::sync::atomic::AtomicUsize;
+        static CALLED: AtomicUsize = AtomicUsize::new(0);
+        fn hook() {
+            CALLED.fetch_add(1, Ordering::SeqCst);
+        }
+        let bell = Doorbell::new();
+        let answered = |spins: u32| {
+            let mut polls = 0;
+            move || {
+                polls += 1;
+                Ok(polls > spins)
+            }
+        };
+        // Answered at once: the hook is not called, and is gone afterwards.
+        with_long_wait_hook(hook, || wait_on(&bell, Duration::from_secs(1), answered(0))).unwrap();
+        assert_eq!(CALLED.load(Ordering::SeqCst), 0);
+        // Never answered: the hook runs once, though the wait spins and sleeps.
+        let never = || Ok(false);
+        with_long_wait_hook(hook, || wait_on(&bell, Duration::from_millis(30), never)).unwrap();
+        with_long_wait_hook(hook, || wait_on(&bell, Duration::from_micros(5), never)).unwrap();
+        assert_eq!(CALLED.load(Ordering::SeqCst), 2);
+        wait_on(&bell, Duration::from_millis(1), never).unwrap();
+        assert_eq!(CALLED.load(Ordering::SeqCst), 2);
+    }
 
     #[test]
     fn the_wait_spins_busily_only_while_the_ranks_fit_the_cores() {

@@ -113,7 +113,14 @@ impl Engine {
         bufs: CallBuffers,
     ) -> Result<()> {
         self.check_healthy()?;
-        let mut scratch = self.scratch.lock().unwrap();
+        let mut scratch = match self.scratch.try_lock() {
+            Ok(scratch) => scratch,
+            Err(_) => {
+                // Another thread runs a plan, for as long as it takes.
+                shoal_transport::doorbell::long_wait_begins();
+                self.scratch.lock().unwrap()
+            }
+        };
         let mut r = execute(cp, ctx, bufs, &mut scratch, &self.tracing);
         if let Err(e) = &mut r {
             if e.kind != ErrorKind::InvalidArgument {

@@ -157,6 +157,11 @@ trait RunCall: Send {
     fn reserve(&mut self, st: &mut CommState);
     /// Runs the prepared call `p` (its first-use agreement already made).
     fn run(&self, comm: &Communicator, p: &Prepared, bufs: CallBuffers) -> Result<()>;
+    /// Whether `run` waits only in the transport's wait loop (which calls
+    /// the long-wait hook: [`Communicator::run_collective_holding`]).
+    fn waits_only_in_transport(&self) -> bool {
+        false
+    }
 }
 
 /// A blocking collective prepared on the calling thread, to be run by
@@ -346,6 +351,38 @@ impl Communicator {
     pub fn run_collective(&self, call: PreparedCall, bufs: CallBuffers) -> Result<()> {
         self.engine.queue.flush();
         self.run_prepared(&call.0, bufs)
+    }
+
+    /// [`Communicator::run_collective`] for a caller holding a lock it would
+    /// rather keep through a short call (the Python binding's GIL), which
+    /// `release` lets go: called once, before anything that may block for
+    /// long. Where every wait of the call is the shared-memory transport's,
+    /// that is where one of them has spun for a while (see
+    /// `shoal_transport::doorbell::with_long_wait_hook`); else at once (an
+    /// asynchronous call still running, a first-use agreement, a provider's
+    /// own steps, another transport).
+    pub fn run_collective_holding(
+        &self,
+        call: PreparedCall,
+        bufs: CallBuffers,
+        release: fn(),
+    ) -> Result<()> {
+        let p = &call.0;
+        let shared_only = self.size() == 1
+            || self
+                .engine
+                .transport
+                .shared()
+                .is_some_and(|w| w.can_read_all());
+        if !(shared_only
+            && p.first_use.is_none()
+            && p.runs.waits_only_in_transport()
+            && self.engine.queue.is_idle())
+        {
+            release();
+            return self.run_collective(call, bufs);
+        }
+        shoal_transport::doorbell::with_long_wait_hook(release, || self.run_prepared(p, bufs))
     }
 
     /// Starts a collective on the async worker and returns its work handle.

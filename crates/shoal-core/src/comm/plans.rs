@@ -45,6 +45,9 @@ impl RunCall for RunPlan {
     fn run(&self, comm: &Communicator, p: &Prepared, bufs: CallBuffers) -> Result<()> {
         comm.run_plan(p, bufs)
     }
+    fn waits_only_in_transport(&self) -> bool {
+        true // the executor's waits
+    }
 }
 
 impl Communicator {
