@@ -137,6 +137,27 @@ def test_no_prefix_passes_output_through():
     assert proc.stdout.splitlines() == ["hello", "hello"]
 
 
+def test_a_reader_that_leaves_early_stops_only_the_console_output(tmp_path: Path):
+    # `shoal run ... | head -1`: the ranks run to their end, their output
+    # still reaches their logs, and the launcher prints no traceback.
+    code = """
+        for i in range(20000):
+            print(i)
+        print("last")
+    """
+    proc = subprocess.Popen(
+        launcher_cmd("-n", "2", "--log-dir", str(tmp_path), *py(code)), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b"[")
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    for log in sorted(tmp_path.iterdir()):
+        assert log.read_text().splitlines()[-1] == "last", log
+
+
 def test_command_without_separator_keeps_its_own_options():
     proc = run("-n", "1", sys.executable, "-c", "import sys; print(sys.argv[1:])", "--timeout", "-n")
     assert proc.returncode == 0, proc.stderr

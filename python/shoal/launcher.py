@@ -265,12 +265,20 @@ class RankLog:
 def _pump(src: IO[bytes], dst: TextIO, prefix: bytes, lock: threading.Lock, log: RankLog | None = None) -> None:
     """Copies `src` to `dst` line by line, each line prefixed, whole lines at a
     time; and to `log`, unprefixed, when given."""
+    console = True
     with src:
         for line in iter(src.readline, b""):
             if not line.endswith(b"\n"):
                 line += b"\n"
-            with lock:
-                _write(dst, prefix + line)
+            if console:
+                with lock:
+                    try:
+                        _write(dst, prefix + line)
+                    except BrokenPipeError:
+                        # The reader left (`shoal run ... | head`): the rank's
+                        # output still drains (it must not block on a full
+                        # pipe) and goes to its log, not to the console.
+                        console = False
             if log is not None:
                 log.write(line)
 

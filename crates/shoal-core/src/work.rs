@@ -3,6 +3,7 @@
 //! Synchronous calls first wait for earlier asynchronous ones, so every rank
 //! executes its collectives in the order it issued them.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
@@ -56,7 +57,30 @@ type Queued = (Job, Arc<Work>);
 /// One worker thread and the count of jobs it has not finished.
 pub struct AsyncQueue {
     sender: Mutex<Option<mpsc::Sender<Queued>>>,
-    outstanding: Arc<(Mutex<usize>, Condvar)>,
+    outstanding: Arc<Outstanding>,
+}
+
+/// The jobs not finished: counted under the lock the worker notifies
+/// through, and mirrored in an atomic, so that a caller with no asynchronous
+/// work (most blocking calls) checks it without the lock.
+#[derive(Default)]
+struct Outstanding {
+    count: Mutex<usize>,
+    finished: Condvar,
+    any: AtomicUsize,
+}
+
+impl Outstanding {
+    fn add(&self, n: isize) {
+        let mut count = self.count.lock().unwrap();
+        *count = count
+            .checked_add_signed(n)
+            .expect("more jobs finished than submitted");
+        self.any.store(*count, Ordering::Release);
+        if *count == 0 {
+            self.finished.notify_all();
+        }
+    }
 }
 
 impl Default for AsyncQueue {
@@ -69,14 +93,14 @@ impl AsyncQueue {
     pub fn new() -> AsyncQueue {
         AsyncQueue {
             sender: Mutex::new(None),
-            outstanding: Arc::new((Mutex::new(0), Condvar::new())),
+            outstanding: Arc::default(),
         }
     }
 
     /// Queues `job`; the returned work completes when it has run.
     pub fn submit(&self, job: Job) -> Arc<Work> {
         let work = Arc::new(Work::default());
-        *self.outstanding.0.lock().unwrap() += 1;
+        self.outstanding.add(1);
         let mut sender = self.sender.lock().unwrap();
         let tx = sender.get_or_insert_with(|| self.spawn_worker());
         tx.send((job, work.clone()))
@@ -86,15 +110,18 @@ impl AsyncQueue {
 
     /// Whether every submitted job has finished.
     pub fn is_idle(&self) -> bool {
-        *self.outstanding.0.lock().unwrap() == 0
+        self.outstanding.any.load(Ordering::Acquire) == 0
     }
 
     /// Waits until every submitted job has finished.
     pub fn flush(&self) {
-        let (count, cv) = &*self.outstanding;
-        let mut n = count.lock().unwrap();
+        if self.is_idle() {
+            return;
+        }
+        let o = &*self.outstanding;
+        let mut n = o.count.lock().unwrap();
         while *n > 0 {
-            n = cv.wait(n).unwrap();
+            n = o.finished.wait(n).unwrap();
         }
     }
 
@@ -106,9 +133,7 @@ impl AsyncQueue {
             .spawn(move || {
                 for (job, work) in rx {
                     work.finish(job());
-                    let (count, cv) = &*outstanding;
-                    *count.lock().unwrap() -= 1;
-                    cv.notify_all();
+                    outstanding.add(-1);
                 }
             })
             .expect("cannot start the async worker thread");
