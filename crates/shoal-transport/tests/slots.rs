@@ -1,5 +1,5 @@
 //! The shm slot buffers behind `Expose { slot: true }`: an owner copies a
-//! small region into one of its two slots, peers find and read it with
+//! small region into the next of its slots, peers find and read it with
 //! plain loads, and a slot is refilled only after its reads are counted.
 
 mod common;
@@ -7,7 +7,7 @@ mod common;
 use std::sync::{Arc, Barrier};
 
 use common::{run, sig, Kind};
-use shoal_transport::shm::DEFAULT_SLOT_SIZE;
+use shoal_transport::shm::{DEFAULT_SLOT_SIZE, SLOT_BUFFERS};
 use shoal_transport::{Exposed, SlotExpose, TransportError};
 
 /// The `len` bytes a peer's slot exposure holds.
@@ -23,41 +23,39 @@ fn slot_bytes(e: Exposed) -> (Vec<u8>, usize) {
 }
 
 #[test]
-fn slots_alternate_and_wait_for_their_readers() {
+fn slots_are_taken_in_turn_and_wait_for_their_readers() {
     let barrier = Arc::new(Barrier::new(2));
+    let last = SLOT_BUFFERS as u64; // the call that fills the last slot
     run(Kind::Shm, 2, 1 << 16, move |rank, t| {
         let w = t.shared().expect("shm has a shared window");
         let s = sig();
         if rank == 0 {
-            assert_eq!(
-                w.expose_slot(0, 1, &s, b"first").unwrap(),
-                SlotExpose::Placed(0)
-            );
-            w.slot_release(0, 1).unwrap();
-            assert_eq!(
-                w.expose_slot(0, 2, &s, b"second").unwrap(),
-                SlotExpose::Placed(1)
-            );
-            w.slot_release(1, 1).unwrap();
+            for call in 1..=last {
+                let data = format!("call {call}");
+                let placed = w.expose_slot(0, call, &s, data.as_bytes()).unwrap();
+                assert_eq!(placed, SlotExpose::Placed(call as usize - 1));
+                w.slot_release(call as usize - 1, 1).unwrap();
+            }
             // Slot 0 still holds call 1, which rank 1 has not read yet.
             assert!(w.slot_busy());
-            assert_eq!(w.expose_slot(0, 3, &s, b"third").unwrap(), SlotExpose::Busy);
+            let next = w.expose_slot(0, last + 1, &s, b"next").unwrap();
+            assert_eq!(next, SlotExpose::Busy);
             barrier.wait();
             barrier.wait();
             assert!(!w.slot_busy());
-            assert_eq!(
-                w.expose_slot(0, 3, &s, b"third").unwrap(),
-                SlotExpose::Placed(0)
-            );
+            let next = w.expose_slot(0, last + 1, &s, b"next").unwrap();
+            assert_eq!(next, SlotExpose::Placed(0));
             let big = vec![0u8; DEFAULT_SLOT_SIZE + 1];
-            assert_eq!(w.expose_slot(1, 4, &s, &big).unwrap(), SlotExpose::TooBig);
+            let too_big = w.expose_slot(1, last + 2, &s, &big).unwrap();
+            assert_eq!(too_big, SlotExpose::TooBig);
         } else {
             barrier.wait();
-            let first = w.exposed(0, 0, 1, &s).unwrap().expect("call 1 exposed");
-            assert_eq!(slot_bytes(first), (b"first".to_vec(), 0));
-            let second = w.exposed(0, 0, 2, &s).unwrap().expect("call 2 exposed");
-            assert_eq!(slot_bytes(second), (b"second".to_vec(), 1));
-            assert_eq!(w.exposed(0, 0, 3, &s).unwrap(), None);
+            for call in 1..=last {
+                let found = w.exposed(0, 0, call, &s).unwrap().expect("exposed");
+                let want = format!("call {call}").into_bytes();
+                assert_eq!(slot_bytes(found), (want, call as usize - 1));
+            }
+            assert_eq!(w.exposed(0, 0, last + 1, &s).unwrap(), None);
             assert_eq!(w.exposed(0, 1, 1, &s).unwrap(), None, "another flag");
             let mut other = s;
             other.count += 1;

@@ -54,9 +54,10 @@ use crate::{
 };
 pub(crate) use engine::pid_dead;
 use engine::{Inner, SendOp};
+pub use segment::SLOT_BUFFERS;
 use segment::{
     create_segment, may_read, open_segment, seg_path, Mapping, Unlink, CMA_SLOTS, CONTROL_SIZE,
-    REASON_MAX, RING_HDR_SIZE, SLOT_BUFFERS,
+    REASON_MAX, RING_HDR_SIZE,
 };
 
 /// Default ring size per directed pair of local ranks.
@@ -68,7 +69,7 @@ pub const DEFAULT_RING_SIZE: usize = 4 << 20;
 /// what the copy it saves does. Plans split transfers into pieces of
 /// `SHOAL_CHUNK_BYTES`, so this only takes effect with pieces this large.
 pub const DEFAULT_CMA_THRESHOLD: usize = 1 << 20;
-/// Default bytes of each of a rank's two slot buffers (`ShmConfig::slot_size`).
+/// Default bytes of each of a rank's slot buffers (`ShmConfig::slot_size`).
 pub const DEFAULT_SLOT_SIZE: usize = 16 << 10;
 
 /// Settings of a [`ShmTransport`].
@@ -89,7 +90,7 @@ pub struct ShmConfig {
     /// streamed through the ring; 0 turns that off (for this rank's sends
     /// and receives).
     pub cma_threshold: usize,
-    /// Bytes of each of this rank's two slot buffers (rounded up to a cache
+    /// Bytes of each of this rank's slot buffers (rounded up to a cache
     /// line): exposures this small are copied there and read by peers with
     /// plain loads; 0 turns slots off. Equal on all local ranks.
     pub slot_size: usize,

@@ -48,9 +48,14 @@ pub(super) struct Control {
     pub(super) slots: [SlotHdr; SLOT_BUFFERS],
 }
 
-/// Slot buffers per rank: a call fills one while peers may still read the
-/// other from the call before, so no call waits for the last one's readers.
-pub(super) const SLOT_BUFFERS: usize = 2;
+/// Slot buffers per rank, used in turn: a call fills one while peers may
+/// still read those of the calls before, so a rank that exposes (a
+/// broadcast's root) runs up to this many calls ahead of its slowest reader
+/// before it waits. Two made the root wait for readers that had not been
+/// scheduled yet: 8-byte `shm_read` broadcasts at 4 ranks on 2 vCPUs took
+/// 22.7 us with two, 14.0 us with eight (docs/benchmarks.md). Eight headers
+/// are what fits the control block.
+pub const SLOT_BUFFERS: usize = 8;
 
 /// One slot buffer's header: written by its owner, `reads` bumped by readers.
 /// Free for reuse once `reads` reaches `expected`.

@@ -6,9 +6,9 @@
 //! waits for that count before it writes the region again.
 //!
 //! Small regions go through slots instead (`expose_slot`): the owner copies
-//! them into one of its two slot buffers at the end of its segment, which
+//! them into the next of its slot buffers at the end of its segment, which
 //! every local peer has mapped, and peers read them with plain loads. The
-//! owner does not wait for those reads: it alternates buffers, and before
+//! owner does not wait for those reads: it takes the buffers in turn, and before
 //! filling one again waits until the reads its last plan declared
 //! (`slot_release`) are counted, which by then is almost always so.
 //!
