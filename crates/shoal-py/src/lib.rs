@@ -23,7 +23,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 
-use shoal_core::comm::{CollArgs, Communicator};
+use shoal_core::comm::{CollArgs, Communicator, PreparedCall};
 use shoal_core::exec::CallBuffers;
 use shoal_core::init::{init_world, InitArgs};
 use shoal_core::provider::Named;
@@ -498,8 +498,23 @@ fn blocking<T: Send>(
     r.map_err(to_py)
 }
 
-/// Prepares `args` (holding the GIL: a registered algorithm's plan is built
-/// in Python on a cache miss) and runs it to its end with the GIL released.
+/// Prepares `args` holding the GIL (a registered algorithm's plan is built
+/// in Python on a cache miss).
+fn prepare(
+    py: Python<'_>,
+    comm: &Communicator,
+    args: &CollArgs,
+    bufs: &CallBuffers,
+    source: &algo::PySource<'_>,
+) -> PyResult<PreparedCall> {
+    comm.prepare_collective(args, bufs, Some(source))
+        .map_err(|e| {
+            release_deferred(py); // as `blocking` does after a failed call
+            source.to_py(e)
+        })
+}
+
+/// Prepares `args` and runs it to its end with the GIL released.
 fn run_collective(
     py: Python<'_>,
     comm: &Arc<Communicator>,
@@ -507,12 +522,7 @@ fn run_collective(
     bufs: CallBuffers,
     source: &algo::PySource<'_>,
 ) -> PyResult<()> {
-    let call = comm
-        .prepare_collective(args, &bufs, Some(source))
-        .map_err(|e| {
-            release_deferred(py); // as `blocking` does after a failed call
-            source.to_py(e)
-        })?;
+    let call = prepare(py, comm, args, &bufs, source)?;
     let bufs = SendableBuffers(bufs);
     blocking(py, move || {
         let bufs = bufs;
@@ -532,12 +542,7 @@ fn run_collective_holding_gil(
     bufs: CallBuffers,
     source: &algo::PySource<'_>,
 ) -> PyResult<()> {
-    let call = comm
-        .prepare_collective(args, &bufs, Some(source))
-        .map_err(|e| {
-            release_deferred(py);
-            source.to_py(e)
-        })?;
+    let call = prepare(py, comm, args, &bufs, source)?;
     let retake = gil::Retake::new(py);
     let r = comm.run_collective_holding(call, bufs, gil::release);
     drop(retake);
