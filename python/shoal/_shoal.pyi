@@ -6,6 +6,8 @@ it with argument checks; use those. Buffers are buffer-protocol objects, held
 from collections.abc import Callable
 from typing import Any, final
 
+from typing_extensions import Self
+
 from shoal._types import Buffer, CollectiveName, DTypeName, ReduceOpName
 
 class ShoalError(RuntimeError):
@@ -138,6 +140,13 @@ class Communicator:
         algorithm: str | None = None,
     ) -> int:
         """How many steps this rank's plan of a call has (a trace has one event per executed step)."""
+
+class GroupCalls:
+    """The native base of ``shoal.Group``: its communicator and in-place
+    collectives (declared on ``Group``, see there)."""
+
+    _comm: Communicator | None
+    def __new__(cls, comm: Communicator | None = None) -> Self: ...
 
 _ShapeTuple = tuple[str, int, int, int, int, int, list[int] | None]
 _RegionTuple = tuple[str, int, int]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 import numpy as np
 
 from shoal._buffers import as_array, dtype_name, itemsize, typed_view
-from shoal._shoal import Call
+from shoal._shoal import Call, GroupCalls
 from shoal._types import Buffer, CollectiveName, DTypeAlias, DTypeName, ReduceOpName
 
 if TYPE_CHECKING:
@@ -106,11 +106,17 @@ class Work(Generic[R]):
         return self._inner.is_completed()
 
 
-class Group:
-    """A communicator: the world (from ``shoal.init``) or a ``new_group``."""
+class Group(GroupCalls):
+    """A communicator: the world (from ``shoal.init``) or a ``new_group``.
 
-    def __init__(self, comm: Communicator) -> None:
-        self._comm: Communicator | None = comm
+    ``Group(comm)`` keeps ``comm`` as ``_comm`` (None once closed), in its
+    native base ``GroupCalls``. The in-place collectives (``allreduce``,
+    ``broadcast``, ``reduce``) are that base's methods
+    (crates/shoal-py/src/in_place.rs): a blocking call on a plain buffer
+    runs without a Python frame, a fifth of an 8-byte call; any other goes,
+    its arguments unchanged, to ``_allreduce_checked``, ``_broadcast_checked``
+    or ``_reduce_checked`` here, which run it or name what is wrong. Their
+    signatures, for readers and type checkers, are at the end of the class."""
 
     def __repr__(self) -> str:
         return f"Group(rank={self.rank}, size={self.size}, members={self.members})"
@@ -225,7 +231,7 @@ class Group:
     def _root_check(self, root: int, what: str) -> int:
         return rank_argument(what, "root", root, self.size)
 
-    def allreduce(
+    def _allreduce_checked(
         self,
         x: BufferT,
         op: ReduceOpName = "sum",
@@ -234,24 +240,12 @@ class Group:
         async_op: bool = False,
         dtype: DTypeName | DTypeAlias | None = None,
     ) -> BufferT | Work[BufferT]:
-        """Reduces ``x`` across the group with ``op``, in place; returns ``x``
-        (or a ``Work`` whose ``wait()`` returns it, if ``async_op``).
-
-        ``algorithm`` forces one of ``shoal.algorithms("allreduce")``;
-        ``dtype`` names the element type where the buffer's own cannot (bfloat16)."""
-        # The common call (blocking, on a buffer whose format names its type)
-        # goes straight to the core, which types and counts the buffer itself:
-        # a microsecond less than the path below. Where it declines (returns
-        # False, having run nothing), the path below checks the arguments and
-        # names what is wrong. Inline, not a helper: a Python call costs 0.1 us.
-        comm = self._comm
-        if not async_op and dtype is None and comm is not None and comm.run_in_place("allreduce", x, op, 0, algorithm):
-            return x
+        """``allreduce`` where the native method's short route declined."""
         a, dt, n = typed_view(x, "x", True, dtype)
         call = call_of("allreduce", count=n, dtype=dt, op=op, algorithm=algorithm)
         return self._run(call, a, a, async_op, x)
 
-    def broadcast(
+    def _broadcast_checked(
         self,
         x: BufferT,
         root: int = 0,
@@ -260,22 +254,14 @@ class Group:
         async_op: bool = False,
         dtype: DTypeName | DTypeAlias | None = None,
     ) -> BufferT | Work[BufferT]:
-        """Copies the root's ``x`` into ``x`` on every rank, in place; returns ``x`` (or a ``Work``)."""
-        comm = self._comm  # straight to the core, as allreduce
-        if (
-            not async_op
-            and dtype is None
-            and comm is not None
-            and comm.run_in_place("broadcast", x, "sum", root, algorithm)
-        ):
-            return x
+        """``broadcast`` where the native method's short route declined."""
         root = self._root_check(root, "broadcast")
         a, dt, n = typed_view(x, "x", True, dtype)
         inp = a if self.rank == root else None
         call = call_of("broadcast", count=n, dtype=dt, root=root, algorithm=algorithm)
         return self._run(call, inp, a, async_op, x)
 
-    def reduce(
+    def _reduce_checked(
         self,
         x: BufferT,
         root: int = 0,
@@ -285,11 +271,7 @@ class Group:
         async_op: bool = False,
         dtype: DTypeName | DTypeAlias | None = None,
     ) -> BufferT | Work[BufferT]:
-        """Reduces ``x`` with ``op`` into the root's ``x``, in place; other ranks' ``x`` is unchanged.
-        Returns ``x`` (or a ``Work``)."""
-        comm = self._comm  # straight to the core, as allreduce
-        if not async_op and dtype is None and comm is not None and comm.run_in_place("reduce", x, op, root, algorithm):
-            return x
+        """``reduce`` where the native method's short route declined."""
         root = self._root_check(root, "reduce")
         a, dt, n = typed_view(x, "x", self.rank == root, dtype)
         out = a if self.rank == root else None
@@ -545,3 +527,47 @@ class Group:
         if not same_type or o.nbytes != count * itemsize(dt):
             raise ValueError(f"out must hold {count} elements of {dt}, got {o.size} of {o.dtype}")
         return o
+
+    if TYPE_CHECKING:
+        # The native methods of GroupCalls, as readers and type checkers see them.
+        def allreduce(
+            self,
+            x: BufferT,
+            op: ReduceOpName = "sum",
+            *,
+            algorithm: str | None = None,
+            async_op: bool = False,
+            dtype: DTypeName | DTypeAlias | None = None,
+        ) -> BufferT | Work[BufferT]:
+            """Reduces ``x`` across the group with ``op``, in place; returns ``x``
+            (or a ``Work`` whose ``wait()`` returns it, if ``async_op``).
+
+            ``algorithm`` forces one of ``shoal.algorithms("allreduce")``;
+            ``dtype`` names the element type where the buffer's own cannot (bfloat16)."""
+            ...
+
+        def broadcast(
+            self,
+            x: BufferT,
+            root: int = 0,
+            *,
+            algorithm: str | None = None,
+            async_op: bool = False,
+            dtype: DTypeName | DTypeAlias | None = None,
+        ) -> BufferT | Work[BufferT]:
+            """Copies the root's ``x`` into ``x`` on every rank, in place; returns ``x`` (or a ``Work``)."""
+            ...
+
+        def reduce(
+            self,
+            x: BufferT,
+            root: int = 0,
+            op: ReduceOpName = "sum",
+            *,
+            algorithm: str | None = None,
+            async_op: bool = False,
+            dtype: DTypeName | DTypeAlias | None = None,
+        ) -> BufferT | Work[BufferT]:
+            """Reduces ``x`` with ``op`` into the root's ``x``, in place; other ranks' ``x`` is unchanged.
+            Returns ``x`` (or a ``Work``)."""
+            ...

@@ -260,6 +260,64 @@ def check_in_place_on_plain_buffers(r: int, p: int) -> None:
     expect_error(ValueError, "not a collective that runs in place", comm.run_in_place, "allgather", x, "sum", 0, None)
 
 
+def check_group_calls_bind_arguments_as_signatures_say(r: int, p: int) -> None:
+    """Group's in-place collectives are native methods (GroupCalls): every
+    way Python can pass their arguments binds as their signatures say,
+    whether the short route or the checked method runs the call, and what
+    does not fit raises as a Python method would."""
+    import inspect
+
+    g = shoal.world()
+    total = p * (p + 1) // 2
+
+    def fresh() -> np.ndarray:
+        return np.full(3, r + 1, np.int64)
+
+    sums = [
+        lambda x: g.allreduce(x),
+        lambda x: g.allreduce(x, "sum"),
+        lambda x: g.allreduce(x=x),
+        lambda x: g.allreduce(op="sum", x=x),
+        lambda x: g.allreduce(x, op="sum", algorithm=None, async_op=False, dtype=None),
+        lambda x: g.allreduce(x, dtype="int64"),  # a dtype named: the checked method
+        lambda x: g.allreduce(x, algorithm="ring"),
+        lambda x: g.allreduce(x, async_op=True).wait(),
+    ]
+    for i, call in enumerate(sums):
+        x = fresh()
+        assert call(x) is x and np.all(x == total), (i, x)
+    x = fresh()
+    g.allreduce(x, op="max")
+    assert np.all(x == p), x
+    for root in range(p):
+        for call in (
+            lambda b: g.broadcast(b, root),
+            lambda b: g.broadcast(b, root=root),
+            lambda b: g.broadcast(root=root, x=b, algorithm="binomial"),
+        ):
+            b = np.full(2, r, np.int32)
+            assert call(b) is b and np.all(b == root), (root, b)
+    y = fresh()
+    g.reduce(y, p - 1, "max")
+    assert r != p - 1 or np.all(y == p), y
+    y = fresh()
+    g.reduce(y, op="min", root=0)
+    assert r != 0 or np.all(y == 1), y
+    expect_error(TypeError, "required positional argument: 'x'", g.allreduce)
+    expect_error(TypeError, "unexpected keyword argument 'root'", g.allreduce, fresh(), root=0)
+    expect_error(TypeError, "positional arguments", g.allreduce, fresh(), "sum", "max")
+    expect_error(TypeError, "multiple values for argument 'root'", g.broadcast, fresh(), 0, root=0)
+    expect_error(TypeError, "multiple values for argument 'x'", g.reduce, fresh(), x=fresh())
+    sig = "(x, root=0, op='sum', *, algorithm=None, async_op=False, dtype=None)"
+    assert str(inspect.signature(g.reduce)) == sig, inspect.signature(g.reduce)
+    assert g.allreduce.__doc__ is not None and "Reduces ``x`` across the group" in g.allreduce.__doc__
+    closed = shoal.new_group(list(range(p)))
+    assert closed is not None
+    closed.close()
+    assert closed._comm is None
+    expect_error(RuntimeError, "this group was closed", closed.broadcast, fresh())
+
+
 def check_gil_let_go_while_waiting(r: int, p: int) -> None:
     """A small call keeps the GIL only while its wait is short: while rank 0
     waits for a late peer, its other Python threads run."""
@@ -308,6 +366,7 @@ def main() -> None:
     check_send_recv(r, p)
     check_arguments(r, p)
     check_in_place_on_plain_buffers(r, p)
+    check_group_calls_bind_arguments_as_signatures_say(r, p)
     check_gil_let_go_while_waiting(r, p)
     shoal.finalize()
     print("OK api")

@@ -7,6 +7,7 @@ mod buffers;
 mod call;
 mod config;
 mod gil;
+mod in_place;
 mod log;
 mod names;
 mod ndarray;
@@ -26,10 +27,9 @@ use pyo3::prelude::*;
 use shoal_core::comm::{CollArgs, Communicator, PreparedCall};
 use shoal_core::exec::CallBuffers;
 use shoal_core::init::{init_world, InitArgs};
-use shoal_core::provider::Named;
 use shoal_core::registry::parse_collective;
 use shoal_core::work::Work;
-use shoal_core::{DType, Error, ErrorKind, ReduceOp};
+use shoal_core::{DType, Error, ErrorKind};
 use shoal_plan::Collective;
 
 use buffers::{release_deferred, Held};
@@ -288,13 +288,9 @@ impl PyCommunicator {
     }
 
     /// Runs `collective` (allreduce, broadcast or reduce) in place on one
-    /// buffer that describes itself, the call `Group` makes most: the element
-    /// type and count come from the buffer's own format and length, so
-    /// nothing is looked up in Python. Returns False, having run nothing,
-    /// where the buffer or an argument is not of that plain kind (no buffer,
-    /// not C-contiguous or writable, a type shoal lacks, an unknown op or
-    /// algorithm, a root that is not an int of the group): `Group` then takes
-    /// the full path, whose checks name the problem.
+    /// buffer that describes itself (see `in_place`); returns False, having
+    /// run nothing, where the buffer or an argument is not of that plain
+    /// kind: `Group` then takes the full path, whose checks name the problem.
     #[pyo3(signature = (collective, x, op, root, algorithm))]
     fn run_in_place(
         &self,
@@ -306,64 +302,17 @@ impl PyCommunicator {
         algorithm: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
         let comm = self.comm()?;
-        release_deferred(py);
         let Some(kind) = names::IN_PLACE.find(collective) else {
             return Err(invalid(format!(
                 "run_in_place: not a collective that runs in place: {collective}"
             )));
         };
-        let Some(root) = root_of(root, comm.size()) else {
-            return Ok(false);
+        let given = in_place::InPlaceArgs {
+            op: Some(op),
+            root: Some(root),
+            algorithm: Some(algorithm),
         };
-        // As `Group`: a broadcast reads only the root's buffer, a reduce
-        // writes only the root's (the others' may be read-only).
-        let at_root = comm.rank() == root;
-        let reads = kind != Collective::Broadcast || at_root;
-        let writes = kind != Collective::Reduce || at_root;
-        // A plain numpy array is read off its struct; other buffers export.
-        let (span, dtype, held) = match ndarray::plain_span(x, writes) {
-            Some((address, bytes, dtype)) => ((address, bytes), dtype, None),
-            None => {
-                let Some((held, dtype)) = Held::export_typed(x, writes) else {
-                    return Ok(false);
-                };
-                (held.span(), dtype, Some(held))
-            }
-        };
-        let Some(op) = names::REDUCE_OPS.find(op) else {
-            return Ok(false);
-        };
-        if kind.reduces() && op.check(dtype).is_err() {
-            return Ok(false);
-        }
-        let Some(algorithm) = algorithm_of(kind, algorithm) else {
-            return Ok(false);
-        };
-        let (address, bytes) = span;
-        let args = CollArgs {
-            algorithm,
-            op: if kind.reduces() { op } else { ReduceOp::Sum },
-            root,
-            ..CollArgs::new(kind, bytes / dtype.size(), dtype)
-        };
-        let bufs = CallBuffers {
-            input: if reads { address } else { std::ptr::null_mut() },
-            input_bytes: if reads { bytes } else { 0 },
-            output: if writes {
-                address
-            } else {
-                std::ptr::null_mut()
-            },
-            output_bytes: if writes { bytes } else { 0 },
-        };
-        let source = algo::PySource::new(py);
-        if bytes <= HOLD_GIL_BYTES {
-            run_collective_holding_gil(py, &comm, &args, bufs, &source)?;
-        } else {
-            run_collective(py, &comm, &args, bufs, &source)?;
-        }
-        drop(held); // after the call
-        Ok(true)
+        in_place::run_in_place(py, &comm, kind, x, &given)
     }
 
     /// Sends the buffer (of `dtype` elements) to group rank `peer`.
@@ -530,10 +479,6 @@ fn run_collective(
     })
 }
 
-/// Calls of at most this many bytes run holding the GIL until they wait
-/// long (`gil`): beyond it, the GIL's 150 ns are no call's concern.
-const HOLD_GIL_BYTES: usize = 64 << 10;
-
 /// [`run_collective`] holding the GIL until the call waits long (`gil`).
 fn run_collective_holding_gil(
     py: Python<'_>,
@@ -548,32 +493,6 @@ fn run_collective_holding_gil(
     drop(retake);
     release_deferred(py);
     r.map_err(to_py)
-}
-
-/// `root` as a rank of a group of `size`, if it is exactly an int in range
-/// (`Group` names what is wrong with any other).
-fn root_of(root: &Bound<'_, PyAny>, size: usize) -> Option<usize> {
-    let root: usize = root
-        .downcast_exact::<pyo3::types::PyInt>()
-        .ok()?
-        .extract()
-        .ok()?;
-    (root < size).then_some(root)
-}
-
-/// The algorithm `name` asks for, if it is None (Some(None): the selector
-/// chooses) or the name of one of `kind`'s (`Group` names what is wrong with
-/// anything else).
-fn algorithm_of(kind: Collective, name: &Bound<'_, PyAny>) -> Option<Option<Named>> {
-    if name.is_none() {
-        return Some(None);
-    }
-    let name = name
-        .downcast::<pyo3::types::PyString>()
-        .ok()?
-        .to_cow()
-        .ok()?;
-    Named::resolve(kind, &name).ok().map(Some)
 }
 
 struct SendableBuffers(CallBuffers);
@@ -631,6 +550,7 @@ fn _shoal(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCommunicator>()?;
     m.add_class::<PyWork>()?;
     m.add_class::<PyCall>()?;
+    m.add_class::<in_place::GroupCalls>()?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(algorithms, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
