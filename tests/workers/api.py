@@ -291,9 +291,9 @@ def check_group_calls_bind_arguments_as_signatures_say(r: int, p: int) -> None:
     assert np.all(x == p), x
     for root in range(p):
         for call in (
-            lambda b: g.broadcast(b, root),
-            lambda b: g.broadcast(b, root=root),
-            lambda b: g.broadcast(root=root, x=b, algorithm="binomial"),
+            lambda b, root=root: g.broadcast(b, root),
+            lambda b, root=root: g.broadcast(b, root=root),
+            lambda b, root=root: g.broadcast(root=root, x=b, algorithm="binomial"),
         ):
             b = np.full(2, r, np.int32)
             assert call(b) is b and np.all(b == root), (root, b)

@@ -234,16 +234,15 @@ fn bind<'py>(
         bound[SLOTS.iter().position(|s| s == name)?] = Some(value);
     }
     for (key, value) in kwargs.into_iter().flatten() {
-        let key = key.downcast_into::<PyString>().ok()?;
-        let key = key.to_cow().ok()?;
-        match &*key {
+        let key = names::IN_PLACE_KEYWORDS.find(&key)?;
+        match key {
             "async_op" if value.downcast::<PyBool>().is_ok_and(|b| !b.is_true()) => continue,
             "dtype" if value.is_none() => continue,
             "algorithm" => {}
             name if sig.positional.contains(&name) => {}
             _ => return None,
         }
-        let slot = &mut bound[SLOTS.iter().position(|s| *s == &*key)?];
+        let slot = &mut bound[SLOTS.iter().position(|s| *s == key)?];
         if slot.replace(value).is_some() {
             return None; // given twice
         }

@@ -61,3 +61,14 @@ pub static IN_PLACE: Names<Collective> = Names::new(
     ],
     Collective::name,
 );
+
+/// The keyword arguments of `Group`'s in-place collectives (`in_place`):
+/// a call site's keywords are interned, so they match by address.
+pub static IN_PLACE_KEYWORDS: Names<&'static str> = Names::new(
+    &["x", "op", "root", "algorithm", "async_op", "dtype"],
+    keyword,
+);
+
+fn keyword(name: &'static str) -> &'static str {
+    name
+}

@@ -39,6 +39,14 @@ class ShoalBackend(Backend):
         dt: DTypeName | None = "bfloat16" if lay.dtype == "bfloat16" else None
         op_name = cast(ReduceOpName, op)
         g = self.group
+        # The in-place collectives as a user calls them: keywords only where
+        # given (a native method's keywords cost CPython a dict per call).
+        if coll == "allreduce" and algo is None and dt is None:
+            return lambda: g.allreduce(inp, op_name)
+        if coll == "broadcast" and algo is None and dt is None:
+            return lambda: g.broadcast(inp, root)
+        if coll == "reduce" and algo is None and dt is None:
+            return lambda: g.reduce(inp, root, op_name)
         if coll == "allreduce":
             return lambda: g.allreduce(inp, op_name, algorithm=algo, dtype=dt)
         if coll == "broadcast":
