@@ -182,7 +182,10 @@ def allreduce(
     dtype: DTypeName | DTypeAlias | None = None,
 ) -> BufferT | Work[BufferT]:
     """Reduces ``x`` across ranks in place; returns ``x`` (or a Work if ``async_op``)."""
-    return _group(group).allreduce(x, op, algorithm=algorithm, async_op=async_op, dtype=dtype)
+    g = _group(group)
+    if algorithm is None and async_op is False and dtype is None:
+        return g.allreduce(x, op)  # no keywords: they cost the native method a dict
+    return g.allreduce(x, op, algorithm=algorithm, async_op=async_op, dtype=dtype)
 
 
 def broadcast(
@@ -195,7 +198,10 @@ def broadcast(
     dtype: DTypeName | DTypeAlias | None = None,
 ) -> BufferT | Work[BufferT]:
     """Copies root's ``x`` into ``x`` on every rank, in place."""
-    return _group(group).broadcast(x, root, algorithm=algorithm, async_op=async_op, dtype=dtype)
+    g = _group(group)
+    if algorithm is None and async_op is False and dtype is None:
+        return g.broadcast(x, root)  # as allreduce
+    return g.broadcast(x, root, algorithm=algorithm, async_op=async_op, dtype=dtype)
 
 
 def reduce(
@@ -209,7 +215,10 @@ def reduce(
     dtype: DTypeName | DTypeAlias | None = None,
 ) -> BufferT | Work[BufferT]:
     """Reduces ``x`` into root's ``x`` in place; other ranks' ``x`` is unchanged."""
-    return _group(group).reduce(x, root, op, algorithm=algorithm, async_op=async_op, dtype=dtype)
+    g = _group(group)
+    if algorithm is None and async_op is False and dtype is None:
+        return g.reduce(x, root, op)  # as allreduce
+    return g.reduce(x, root, op, algorithm=algorithm, async_op=async_op, dtype=dtype)
 
 
 def allgather(
