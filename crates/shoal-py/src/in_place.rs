@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyString, PyTuple};
 
@@ -142,29 +143,23 @@ pub(crate) struct GroupCalls {
     comm: Option<Py<PyCommunicator>>,
 }
 
-/// The parameters of an in-place collective, in their Python order, and
-/// the checked method of `Group` that takes any call the short route
-/// declines.
+/// The parameters of an in-place collective, in their Python order.
 struct Signature {
     kind: Collective,
     positional: &'static [&'static str],
-    checked: &'static str,
 }
 
 const ALLREDUCE: Signature = Signature {
     kind: Collective::Allreduce,
     positional: &["x", "op"],
-    checked: "_allreduce_checked",
 };
 const BROADCAST: Signature = Signature {
     kind: Collective::Broadcast,
     positional: &["x", "root"],
-    checked: "_broadcast_checked",
 };
 const REDUCE: Signature = Signature {
     kind: Collective::Reduce,
     positional: &["x", "root", "op"],
-    checked: "_reduce_checked",
 };
 
 impl GroupCalls {
@@ -184,8 +179,13 @@ impl GroupCalls {
                 return Ok(x);
             }
         }
-        let checked = slf.getattr(sig.checked)?;
-        Ok(checked.call(args, kwargs)?.unbind())
+        // The checked method of `Group` takes any call the short route declines.
+        let checked = match sig.kind {
+            Collective::Allreduce => intern!(py, "_allreduce_checked"),
+            Collective::Broadcast => intern!(py, "_broadcast_checked"),
+            _ => intern!(py, "_reduce_checked"),
+        };
+        Ok(slf.getattr(checked)?.call(args, kwargs)?.unbind())
     }
 
     /// The call's buffer once run on the short route; None where the
