@@ -116,7 +116,8 @@ class Group(GroupCalls):
     runs without a Python frame, a fifth of an 8-byte call; any other goes,
     its arguments unchanged, to ``_allreduce_checked``, ``_broadcast_checked``
     or ``_reduce_checked`` here, which run it or name what is wrong. Their
-    signatures, for readers and type checkers, are at the end of the class."""
+    signatures and documentation are the checked methods' (aliased for type
+    checkers at the end of the class)."""
 
     def __repr__(self) -> str:
         return f"Group(rank={self.rank}, size={self.size}, members={self.members})"
@@ -240,7 +241,12 @@ class Group(GroupCalls):
         async_op: bool = False,
         dtype: DTypeName | DTypeAlias | None = None,
     ) -> BufferT | Work[BufferT]:
-        """``allreduce`` where the native method's short route declined."""
+        """Reduces ``x`` across the group with ``op``, in place; returns ``x``
+        (or a ``Work`` whose ``wait()`` returns it, if ``async_op``).
+
+        ``algorithm`` forces one of ``shoal.algorithms("allreduce")``;
+        ``dtype`` names the element type where the buffer's own cannot (bfloat16).
+        (``allreduce`` where the native method's short route declined.)"""
         a, dt, n = typed_view(x, "x", True, dtype)
         call = call_of("allreduce", count=n, dtype=dt, op=op, algorithm=algorithm)
         return self._run(call, a, a, async_op, x)
@@ -254,7 +260,8 @@ class Group(GroupCalls):
         async_op: bool = False,
         dtype: DTypeName | DTypeAlias | None = None,
     ) -> BufferT | Work[BufferT]:
-        """``broadcast`` where the native method's short route declined."""
+        """Copies the root's ``x`` into ``x`` on every rank, in place; returns ``x`` (or a ``Work``).
+        (``broadcast`` where the native method's short route declined.)"""
         root = self._root_check(root, "broadcast")
         a, dt, n = typed_view(x, "x", True, dtype)
         inp = a if self.rank == root else None
@@ -271,7 +278,8 @@ class Group(GroupCalls):
         async_op: bool = False,
         dtype: DTypeName | DTypeAlias | None = None,
     ) -> BufferT | Work[BufferT]:
-        """``reduce`` where the native method's short route declined."""
+        """Reduces ``x`` with ``op`` into the root's ``x``, in place; other ranks' ``x`` is unchanged.
+        Returns ``x`` (or a ``Work``). (``reduce`` where the native method's short route declined.)"""
         root = self._root_check(root, "reduce")
         a, dt, n = typed_view(x, "x", self.rank == root, dtype)
         out = a if self.rank == root else None
@@ -529,45 +537,7 @@ class Group(GroupCalls):
         return o
 
     if TYPE_CHECKING:
-        # The native methods of GroupCalls, as readers and type checkers see them.
-        def allreduce(
-            self,
-            x: BufferT,
-            op: ReduceOpName = "sum",
-            *,
-            algorithm: str | None = None,
-            async_op: bool = False,
-            dtype: DTypeName | DTypeAlias | None = None,
-        ) -> BufferT | Work[BufferT]:
-            """Reduces ``x`` across the group with ``op``, in place; returns ``x``
-            (or a ``Work`` whose ``wait()`` returns it, if ``async_op``).
-
-            ``algorithm`` forces one of ``shoal.algorithms("allreduce")``;
-            ``dtype`` names the element type where the buffer's own cannot (bfloat16)."""
-            ...
-
-        def broadcast(
-            self,
-            x: BufferT,
-            root: int = 0,
-            *,
-            algorithm: str | None = None,
-            async_op: bool = False,
-            dtype: DTypeName | DTypeAlias | None = None,
-        ) -> BufferT | Work[BufferT]:
-            """Copies the root's ``x`` into ``x`` on every rank, in place; returns ``x`` (or a ``Work``)."""
-            ...
-
-        def reduce(
-            self,
-            x: BufferT,
-            root: int = 0,
-            op: ReduceOpName = "sum",
-            *,
-            algorithm: str | None = None,
-            async_op: bool = False,
-            dtype: DTypeName | DTypeAlias | None = None,
-        ) -> BufferT | Work[BufferT]:
-            """Reduces ``x`` with ``op`` into the root's ``x``, in place; other ranks' ``x`` is unchanged.
-            Returns ``x`` (or a ``Work``)."""
-            ...
+        # The native methods of GroupCalls take the checked methods' arguments.
+        allreduce = _allreduce_checked
+        broadcast = _broadcast_checked
+        reduce = _reduce_checked

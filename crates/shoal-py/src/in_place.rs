@@ -34,10 +34,22 @@ const HOLD_GIL_BYTES: usize = 64 << 10;
 /// An in-place call's arguments as Python objects; None: the default
 /// (op "sum", root 0, the selector's algorithm).
 #[derive(Default)]
-pub(crate) struct InPlaceArgs<'a, 'py> {
-    pub op: Option<&'a Bound<'py, PyAny>>,
-    pub root: Option<&'a Bound<'py, PyAny>>,
-    pub algorithm: Option<&'a Bound<'py, PyAny>>,
+pub(crate) struct InPlaceArgs<'py> {
+    pub op: Option<Bound<'py, PyAny>>,
+    pub root: Option<Bound<'py, PyAny>>,
+    pub algorithm: Option<Bound<'py, PyAny>>,
+}
+
+impl<'py> InPlaceArgs<'py> {
+    /// Where the argument of parameter `name` goes (None: not one of these).
+    fn slot(&mut self, name: &str) -> Option<&mut Option<Bound<'py, PyAny>>> {
+        match name {
+            "op" => Some(&mut self.op),
+            "root" => Some(&mut self.root),
+            "algorithm" => Some(&mut self.algorithm),
+            _ => None,
+        }
+    }
 }
 
 /// Runs `kind` in place on `x`, blocking; Ok(false), having run nothing,
@@ -49,10 +61,10 @@ pub(crate) fn run_in_place(
     comm: &Arc<Communicator>,
     kind: Collective,
     x: &Bound<'_, PyAny>,
-    given: &InPlaceArgs<'_, '_>,
+    given: &InPlaceArgs<'_>,
 ) -> PyResult<bool> {
     release_deferred(py);
-    let root = match given.root {
+    let root = match &given.root {
         None => 0,
         Some(root) => match root_of(root, comm.size()) {
             Some(root) => root,
@@ -74,7 +86,7 @@ pub(crate) fn run_in_place(
             (held.span(), dtype, Some(held))
         }
     };
-    let op = match given.op {
+    let op = match &given.op {
         None => ReduceOp::Sum,
         Some(op) => match names::REDUCE_OPS.find(op) {
             Some(op) => op,
@@ -84,7 +96,7 @@ pub(crate) fn run_in_place(
     if kind.reduces() && op.check(dtype).is_err() {
         return Ok(false);
     }
-    let algorithm = match given.algorithm {
+    let algorithm = match &given.algorithm {
         None => None,
         Some(name) => match algorithm_of(kind, name) {
             Some(algorithm) => algorithm,
@@ -197,57 +209,52 @@ impl GroupCalls {
         args: &Bound<'_, PyTuple>,
         kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Option<PyObject>> {
-        let Some(bound) = bind(sig, args, kwargs) else {
+        let Some((x, given)) = bind(sig, args, kwargs) else {
             return Ok(None);
         };
         let comm = comm.bind(py).get().comm()?;
-        let given = InPlaceArgs {
-            op: bound[1].as_ref(),
-            root: bound[2].as_ref(),
-            algorithm: bound[3].as_ref(),
-        };
-        let Some(x) = &bound[0] else {
-            return Ok(None);
-        };
-        if !run_in_place(py, &comm, sig.kind, x, &given)? {
+        if !run_in_place(py, &comm, sig.kind, &x, &given)? {
             return Ok(None);
         }
-        Ok(Some(x.clone().unbind()))
+        Ok(Some(x.unbind()))
     }
 }
 
-/// The arguments of a call of `sig` as [x, op, root, algorithm], each None
-/// where not given; None where any argument is not for the short route:
-/// `async_op` other than False, `dtype` other than None, or anything the
-/// signature does not take (the checked method raises the TypeError).
+/// The arguments of a call of `sig`: its buffer and the others given; None
+/// where any argument is not for the short route: no buffer, `async_op`
+/// other than False, `dtype` other than None, or anything the signature
+/// does not take (the checked method raises the TypeError).
 fn bind<'py>(
     sig: &Signature,
     args: &Bound<'py, PyTuple>,
     kwargs: Option<&Bound<'py, PyDict>>,
-) -> Option<[Option<Bound<'py, PyAny>>; 4]> {
-    const SLOTS: [&str; 4] = ["x", "op", "root", "algorithm"];
-    let mut bound: [Option<Bound<'py, PyAny>>; 4] = Default::default();
+) -> Option<(Bound<'py, PyAny>, InPlaceArgs<'py>)> {
     if args.len() > sig.positional.len() {
         return None;
     }
+    let mut x = None;
+    let mut given = InPlaceArgs::default();
+    let mut put = |name: &str, value: Bound<'py, PyAny>| {
+        let slot = if name == "x" {
+            &mut x
+        } else {
+            given.slot(name)?
+        };
+        // Given twice: for the checked method's TypeError.
+        slot.replace(value).is_none().then_some(())
+    };
     for (value, name) in args.iter().zip(sig.positional) {
-        bound[SLOTS.iter().position(|s| s == name)?] = Some(value);
+        put(name, value)?;
     }
     for (key, value) in kwargs.into_iter().flatten() {
-        let key = names::IN_PLACE_KEYWORDS.find(&key)?;
-        match key {
-            "async_op" if value.downcast::<PyBool>().is_ok_and(|b| !b.is_true()) => continue,
-            "dtype" if value.is_none() => continue,
-            "algorithm" => {}
-            name if sig.positional.contains(&name) => {}
+        match names::IN_PLACE_KEYWORDS.find(&key)? {
+            "async_op" if value.downcast::<PyBool>().is_ok_and(|b| !b.is_true()) => {}
+            "dtype" if value.is_none() => {}
+            name if name == "algorithm" || sig.positional.contains(&name) => put(name, value)?,
             _ => return None,
         }
-        let slot = &mut bound[SLOTS.iter().position(|s| *s == key)?];
-        if slot.replace(value).is_some() {
-            return None; // given twice
-        }
     }
-    Some(bound)
+    Some((x?, given))
 }
 
 #[pymethods]

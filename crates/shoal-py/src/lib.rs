@@ -308,9 +308,9 @@ impl PyCommunicator {
             )));
         };
         let given = in_place::InPlaceArgs {
-            op: Some(op),
-            root: Some(root),
-            algorithm: Some(algorithm),
+            op: Some(op.clone()),
+            root: Some(root.clone()),
+            algorithm: Some(algorithm.clone()),
         };
         in_place::run_in_place(py, &comm, kind, x, &given)
     }

@@ -66,9 +66,5 @@ pub static IN_PLACE: Names<Collective> = Names::new(
 /// a call site's keywords are interned, so they match by address.
 pub static IN_PLACE_KEYWORDS: Names<&'static str> = Names::new(
     &["x", "op", "root", "algorithm", "async_op", "dtype"],
-    keyword,
+    |name| name,
 );
-
-fn keyword(name: &'static str) -> &'static str {
-    name
-}
