@@ -21,6 +21,7 @@ import os
 import statistics
 import sys
 import timeit
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -40,6 +41,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=0, help="torch threads per rank (0: torch's default)")
     p.add_argument("--no-cuda", action="store_true", help="train on the CPU even when CUDA is available")
     p.add_argument("--save-params", metavar="FILE", help="rank 0 saves the trained parameters here (torch.save)")
+    p.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="after timing, profile --profile-steps more steps with torch.profiler: every rank writes its top "
+        "operators to DIR/rank<R>.txt, rank 0 its Chrome trace to DIR/trace-rank0.json",
+    )
+    p.add_argument("--profile-steps", type=int, default=3, help="steps profiled with --profile")
     return p.parse_args()
 
 
@@ -51,6 +59,26 @@ def build_model(name: str) -> torch.nn.Module:
     if not hasattr(torchvision.models, name):
         sys.exit(f"torchvision.models has no model {name!r}")
     return getattr(torchvision.models, name)(num_classes=1000)
+
+
+def profile_steps(step: Callable[[], None], directory: str, steps: int, rank: int, cuda: bool) -> None:
+    """Runs ``steps`` steps under torch.profiler (each a ``train_step`` range) and writes what it saw."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            with record_function("train_step"):
+                step()
+        if cuda:
+            torch.cuda.synchronize()
+    os.makedirs(directory, exist_ok=True)
+    averages = prof.key_averages()
+    with open(os.path.join(directory, f"rank{rank}.txt"), "w") as f:
+        for order in ["self_cpu_time_total", "self_device_time_total" if cuda else "cpu_time_total"]:
+            f.write(f"sorted by {order}\n{averages.table(sort_by=order, row_limit=30)}\n")
+    if rank == 0:
+        prof.export_chrome_trace(os.path.join(directory, "trace-rank0.json"))
 
 
 def main() -> None:
@@ -109,6 +137,8 @@ def main() -> None:
     median = statistics.median(rates)
     log(f"Img/sec per rank: {mean:.1f} +-{spread:.1f} (median {median:.1f})")
     log(f"Total img/sec on {world} rank(s): {world * mean:.1f} +-{world * spread:.1f} (median {world * median:.1f})")
+    if args.profile:
+        profile_steps(step, args.profile, args.profile_steps, rank, cuda)
     if args.save_params and rank == 0:
         # to compare the models that two backends trained from the same start on the same data
         trained = model.module if distributed else model

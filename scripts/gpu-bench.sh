@@ -9,7 +9,7 @@
 #   bash .device-carry/remote.sh bash scripts/gpu-bench.sh   # there, from the wheel prepare.sh built
 #
 # STEPS picks steps by name (default: all): info tests allreduce chunks host hostbench algos
-# variants ceiling ddp18 ddp50; TEST_K narrows the tests (pytest -k);
+# variants roofline profile ceiling ddp18 ddp50; TEST_K narrows the tests (pytest -k);
 # BACKENDS (default shoal,gloo) are the backends the all_reduce and DDP steps compare, where
 # shoal:ALGO is shoal with its host algorithm forced (SHOAL_ALGO=allreduce:ALGO); ROUNDS (default 2)
 # are the all_reduce step's rounds;
@@ -20,7 +20,7 @@ OUT=${OUT:-results/gpu}
 mkdir -p "$OUT"
 BUDGET_S=${BUDGET_S:-420}
 BACKENDS=${BACKENDS:-shoal,gloo}
-STEPS=${STEPS:-info tests allreduce chunks host hostbench algos variants ceiling ddp18 ddp50}
+STEPS=${STEPS:-info tests allreduce chunks host hostbench algos variants roofline profile ceiling ddp18 ddp50}
 py=${PYTHON:-python3}
 
 . scripts/lib/budget.sh
@@ -29,6 +29,7 @@ info() {
     nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.max,pcie.link.width.max --format=csv
     nproc
     uptime
+    command -v nsys nvidia-cuda-mps-control perf || true
     "$py" -c 'import torch, shoal; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0)); print("shoal", shoal.__file__)'
 }
 
@@ -99,8 +100,30 @@ variants() {
     done
 }
 
-export -f info ddp ceiling hostbench algos variants
-export py BACKENDS
+# one 4-rank ResNet-18 DDP run per backend of $BACKENDS with torch.profiler on 3 steps after the
+# timed ones: each rank's top operators and rank 0's Chrome trace (gzipped) under $OUT/profile-BACKEND
+profile() {
+    local backend algo dir
+    for backend in ${BACKENDS//,/ }; do
+        echo "--- resnet18 4 ranks $backend, profiled"
+        algo=
+        case $backend in shoal:*) algo=allreduce:${backend#shoal:} ;; esac
+        dir=$OUT/profile-${backend//:/-}
+        SHOAL_ALGO=$algo "$py" -m shoal.cli run -n 4 -- "$py" examples/pytorch_synthetic_benchmark.py \
+            --backend "${backend%%:*}" --model resnet18 --num-warmup-batches 5 --num-iters 2 ${DDP_ARGS:-} \
+            --profile "$dir"
+        gzip -f "$dir/trace-rank0.json"
+    done
+}
+
+# the host's copy bandwidth with 1, 4 and 8 processes copying at once
+roofline() {
+    local n
+    for n in 1 4 8; do "$py" -m shoal.bench.roofline -n "$n"; done
+}
+
+export -f info ddp ceiling hostbench algos variants profile roofline
+export py BACKENDS OUT
 step info 30 bash -c info
 workers=()
 "$py" -c "import xdist" 2>/dev/null && workers=(-n 4) # pytest-xdist, where installed
@@ -111,6 +134,8 @@ step host 60 "$py" examples/cuda_allreduce_bench.py --device cpu --ranks 2 --siz
 step hostbench 120 bash -c hostbench
 step algos 90 bash -c algos
 step variants 60 bash -c variants
+step roofline 40 bash -c roofline
+step profile 100 bash -c profile
 step ceiling 60 bash -c "ceiling resnet18"
 step ddp18 200 bash -c "ddp resnet18"
 step ddp50 150 bash -c "ddp resnet50"
