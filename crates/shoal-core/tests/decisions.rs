@@ -90,3 +90,41 @@ fn calls_inspection_and_plans_read_one_decision_per_call_shape() {
         "made again in place"
     );
 }
+
+#[test]
+fn a_repeated_call_reads_a_new_decision_once_the_selector_changes() {
+    use shoal_core::tune::{self, Machine, Tables, Transport};
+    let world = init_world(&InitArgs {
+        rank: Some(0),
+        world_size: Some(1),
+        addr: None,
+    })
+    .unwrap();
+    let (f32_, sum) = (DType::F32, Collective::Allreduce);
+    let mut data = [1.0f32; 5];
+    // The same call twice: the second reads the decision the first made.
+    allreduce(&world, &mut data, None);
+    allreduce(&world, &mut data, None);
+    let before = world.choose_algorithm(sum, 5, f32_, 0, None, None).unwrap();
+    let other = if before == "binomial" {
+        "ring"
+    } else {
+        "binomial"
+    };
+    let table = tune::parse(&format!("allreduce world=1 0-inf:{other}"), "test").unwrap();
+    world.engine().selector.set_tables(Tables {
+        tables: vec![table],
+        machine: Machine {
+            transport: Transport::Shm,
+            cpus: 2,
+        },
+    });
+    // The call repeated after the change decides again, under the table.
+    allreduce(&world, &mut data, None);
+    assert_eq!(data, [1.0; 5], "one rank sums itself");
+    assert_eq!(
+        world.choose_algorithm(sum, 5, f32_, 0, None, None).unwrap(),
+        other,
+        "the decision made before the table arrived was read again"
+    );
+}

@@ -49,7 +49,8 @@ pub(super) struct Decision {
     /// The algorithm run, as logs and errors name it.
     pub name: &'static str,
     /// The plan, while the plan cache holds it: a decision does not keep a
-    /// plan alive past the cache's bound.
+    /// plan alive past the cache's bound (but for the last one read, see
+    /// [`Decisions`]).
     plan: Weak<CompiledPlan>,
     /// The selector's generation it was made under: it holds while that is
     /// unchanged (no new cost, tables or registrations).
@@ -66,18 +67,50 @@ pub(super) struct Decided {
     pub shape: CallShape,
 }
 
-/// A communicator's decisions, bounded like the selector's choices.
-pub(super) struct Decisions(Lru<DecisionKey, Decision>);
+/// A communicator's decisions, bounded like the selector's choices, and
+/// the last one read with its plan: a program that repeats one call (a
+/// training loop's) finds it by comparing keys, without hashing one.
+pub(super) struct Decisions {
+    cached: Lru<DecisionKey, Decision>,
+    last: Option<(DecisionKey, Decision, Arc<CompiledPlan>)>,
+}
 
 impl Decisions {
     pub(super) fn len(&self) -> usize {
-        self.0.len()
+        self.cached.len()
+    }
+
+    /// The decision of `key` made under `generation`, and its plan.
+    fn get(
+        &mut self,
+        key: &DecisionKey,
+        generation: (usize, usize),
+    ) -> Option<(Decision, Arc<CompiledPlan>)> {
+        if let Some((k, d, plan)) = &self.last {
+            if k == key && d.made_under == generation {
+                return Some((d.clone(), plan.clone()));
+            }
+        }
+        let decision = self.cached.get(key)?;
+        if decision.made_under != generation {
+            return None;
+        }
+        let plan = decision.plan.upgrade()?;
+        self.last = Some((key.clone(), decision.clone(), plan.clone()));
+        Some((decision, plan))
+    }
+
+    fn insert(&mut self, key: DecisionKey, decision: Decision) {
+        self.cached.insert(key, decision);
     }
 }
 
 impl Default for Decisions {
     fn default() -> Decisions {
-        Decisions(Lru::new(DECISIONS_CACHED))
+        Decisions {
+            cached: Lru::new(DECISIONS_CACHED),
+            last: None,
+        }
     }
 }
 
@@ -142,12 +175,7 @@ impl Communicator {
         st: &mut CommState,
         key: &DecisionKey,
     ) -> Option<(Decision, Arc<CompiledPlan>)> {
-        let decision = st.decisions.0.get(key)?;
-        if decision.made_under != self.engine.selector.generation() {
-            return None;
-        }
-        let plan = decision.plan.upgrade()?;
-        Some((decision, plan))
+        st.decisions.get(key, self.engine.selector.generation())
     }
 
     /// The decision of `key` and its plan: remembered, else made and
@@ -194,7 +222,7 @@ impl Communicator {
         // decision to keep (the selector keeps no such choice either).
         if source.is_some() || made_under.1 == 0 {
             let mut st = self.state.lock().unwrap();
-            st.decisions.0.insert(key.clone(), decision.clone());
+            st.decisions.insert(key.clone(), decision.clone());
         }
         Ok((decision, cp))
     }
