@@ -140,12 +140,16 @@ impl Matcher {
             let u = q.unexpected.iter().find(|u| of_this_call(&u.tag))?;
             Some((p, u.sig))
         });
-        let blocked_elsewhere = self
-            .notes
-            .iter()
-            .find(|(_, b)| of_this_call(&b.tag) && b.sig != sig)
-            .map(|(&p, b)| (p, b.sig));
-        self.notes.retain(|_, b| !of_this_call(&b.tag));
+        // Notes come only from peers that waited long enough to say where.
+        let mut blocked_elsewhere = None;
+        if !self.notes.is_empty() {
+            blocked_elsewhere = self
+                .notes
+                .iter()
+                .find(|(_, b)| of_this_call(&b.tag) && b.sig != sig)
+                .map(|(&p, b)| (p, b.sig));
+            self.notes.retain(|_, b| !of_this_call(&b.tag));
+        }
         match leftover.or(blocked_elsewhere) {
             Some((peer, theirs)) => {
                 let e = self.mismatch(peer, seq, Some(sig), theirs);
