@@ -11,7 +11,8 @@
 #   WORKERS=2 THREADS="1 2" SIZES=4M bash scripts/ina-bench.sh # a small try on 2 cores
 #
 # STEPS picks steps by name (default: info switch); WORKERS (default 8), THREADS (default
-# "1 2 4 8"), SIZES (default 16M,64M), REPEATS (default 3).
+# "1 2 4 8"), SIZES (default 16M,64M), REPEATS (default 3); PORT (default 9870): the first switch
+# listens on PORT, the next ones 10 ports further each (a switch of T threads takes T UDP ports).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/ina}
@@ -19,6 +20,7 @@ mkdir -p "$OUT"
 BUDGET_S=${BUDGET_S:-300}
 STEPS=${STEPS:-info switch}
 export WORKERS=${WORKERS:-8} THREADS=${THREADS:-1 2 4 8} SIZES=${SIZES:-16M,64M} REPEATS=${REPEATS:-3}
+export PORT=${PORT:-9870}
 export py=${PYTHON:-python3} OUT
 
 . scripts/lib/budget.sh
@@ -31,15 +33,17 @@ info() {
 
 # one switch per thread count, WORKERS ranks through it, then GB/s of worker input per size
 through_switch() {
-    local t port=9870 secret trees pid
+    local t port=$PORT secret trees pid
     secret=$(mktemp)
     "$py" -c 'import secrets; print(secrets.token_hex(24))' >"$secret"
     for t in $THREADS; do
-        port=$((port + 10))
         "$py" -m shoal.cli switch --listen "127.0.0.1:$port" --threads "$t" --memory 256MiB \
             --secret-file "$secret" >"$OUT/switch-$t.log" 2>&1 &
         pid=$!
-        sleep 1
+        for _ in $(seq 50); do # until it listens (at most 10 s)
+            (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+            sleep 0.2
+        done
         trees=$(for _ in $(seq "$t"); do printf '127.0.0.1:%s,' "$port"; done)
         echo "--- $WORKERS workers, switch --threads $t, SHOAL_SWITCH=${trees%,}"
         SHOAL_SWITCH=${trees%,} SHOAL_SWITCH_SECRET_FILE=$secret "$py" -m shoal.cli bench allreduce \
@@ -47,6 +51,7 @@ through_switch() {
             --no-progress --timeout 120 --out "$OUT/bench-$t"
         kill "$pid"
         wait "$pid" 2>/dev/null
+        port=$((port + 10))
         "$py" - "$OUT/bench-$t/results.json" "$WORKERS" "$t" <<'EOF'
 import json, sys
 results, workers, threads = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3]

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import WORKERS, free_port, free_ports, launch, spawn_ranks
+from conftest import HERE, WORKERS, free_port, free_ports, launch, spawn_ranks
 
 
 def start_switch(port: int, metrics: int, *args: str) -> subprocess.Popen[str]:
@@ -472,3 +472,27 @@ def test_a_switch_port_taken_is_named_in_the_error() -> None:
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert f"the metrics (TCP) address {addr}: Address already in use" in out, out
+
+
+def test_the_switch_benchmark_script_runs_from_the_wheel(tmp_path: Path) -> None:
+    """scripts/ina-bench.sh (the 16-core machine's switch measurement, which has
+    no cargo there): a real switch per thread count, workers through it, and a
+    throughput line per size with every result correct."""
+    env = {
+        **os.environ,
+        "OUT": str(tmp_path),
+        "WORKERS": "2",
+        "THREADS": "1 2",
+        "SIZES": "64K",
+        "REPEATS": "2",
+        "PORT": str(free_port()),
+        "PYTHON": sys.executable,
+    }
+    proc = subprocess.run(
+        ["bash", str(HERE.parent / "scripts" / "ina-bench.sh")], env=env, capture_output=True, text=True, timeout=300
+    )
+    summary = (tmp_path / "summary.log").read_text()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for threads in (1, 2):
+        line = rf"switch threads {threads}: 0\.0625 MiB per worker, \d+ us, [\d.]+ GB/s of worker input, errors 0"
+        assert re.search(line, summary), summary
