@@ -13,7 +13,9 @@
 # BACKENDS (default shoal,gloo) are the backends the all_reduce and DDP steps compare, where
 # shoal:ALGO is shoal with its host algorithm forced (SHOAL_ALGO=allreduce:ALGO); ROUNDS (default 2)
 # are the all_reduce step's rounds;
-# DDP_ARGS adds arguments to the DDP runs (e.g. a small --batch-size --image-size --no-cuda to try it on a CPU)
+# DDP_ARGS adds arguments to the DDP runs (e.g. a small --batch-size --image-size --no-cuda to try it on a CPU);
+# MPS=1 shares the GPU through CUDA MPS for the whole run (the daemon started first, stopped last;
+# the run stops if CUDA does not work under it)
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/gpu}
@@ -124,6 +126,14 @@ roofline() {
 
 export -f info ddp ceiling hostbench algos variants profile roofline
 export py BACKENDS OUT
+if [ "${MPS:-0}" = 1 ]; then
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/shoal-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/shoal-mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    nvidia-cuda-mps-control -d || exit 1
+    trap 'echo quit | nvidia-cuda-mps-control' EXIT
+    timeout 60 "$py" -c 'import torch; torch.ones(1, device="cuda")' || { echo "CUDA fails under MPS"; exit 1; }
+    echo "== the GPU is shared through MPS" | tee -a "$OUT/summary.log"
+fi
 step info 30 bash -c info
 workers=()
 "$py" -c "import xdist" 2>/dev/null && workers=(-n 4) # pytest-xdist, where installed
