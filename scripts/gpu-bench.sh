@@ -35,16 +35,19 @@ info() {
     "$py" -c 'import torch, shoal; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0)); print("shoal", shoal.__file__)'
 }
 
+# SHOAL_ALGO for a backend of $BACKENDS: allreduce:ALGO for shoal:ALGO, empty otherwise
+forced_algo() {
+    case $1 in shoal:*) echo "allreduce:${1#shoal:}" ;; esac
+}
+
 # DDP on MODEL at 2 and 4 ranks, each of $BACKENDS (shoal:ALGO forces shoal's host algorithm),
 # then the final parameters of each against gloo's
 ddp() {
-    local model=$1 ranks backend algo
+    local model=$1 ranks backend
     for ranks in 2 4; do
         for backend in ${BACKENDS//,/ }; do
             echo "--- $model $ranks ranks $backend"
-            algo=
-            case $backend in shoal:*) algo=allreduce:${backend#shoal:} ;; esac
-            SHOAL_ALGO=$algo "$py" -m shoal.cli run -n "$ranks" -- "$py" examples/pytorch_synthetic_benchmark.py \
+            SHOAL_ALGO=$(forced_algo "$backend") "$py" -m shoal.cli run -n "$ranks" -- "$py" examples/pytorch_synthetic_benchmark.py \
                 --backend "${backend%%:*}" --model "$model" --num-warmup-batches 5 --num-iters 5 ${DDP_ARGS:-} \
                 --save-params "/tmp/params-$model-$ranks-$backend.pt"
         done
@@ -105,13 +108,11 @@ variants() {
 # one 4-rank ResNet-18 DDP run per backend of $BACKENDS with torch.profiler on 3 steps after the
 # timed ones: each rank's top operators and rank 0's Chrome trace (gzipped) under $OUT/profile-BACKEND
 profile() {
-    local backend algo dir
+    local backend dir
     for backend in ${BACKENDS//,/ }; do
         echo "--- resnet18 4 ranks $backend, profiled"
-        algo=
-        case $backend in shoal:*) algo=allreduce:${backend#shoal:} ;; esac
         dir=$OUT/profile-${backend//:/-}
-        SHOAL_ALGO=$algo "$py" -m shoal.cli run -n 4 -- "$py" examples/pytorch_synthetic_benchmark.py \
+        SHOAL_ALGO=$(forced_algo "$backend") "$py" -m shoal.cli run -n 4 -- "$py" examples/pytorch_synthetic_benchmark.py \
             --backend "${backend%%:*}" --model resnet18 --num-warmup-batches 5 --num-iters 2 ${DDP_ARGS:-} \
             --profile "$dir"
         gzip -f "$dir/trace-rank0.json"
@@ -124,7 +125,7 @@ roofline() {
     for n in 1 4 8; do "$py" -m shoal.bench.roofline -n "$n"; done
 }
 
-export -f info ddp ceiling hostbench algos variants profile roofline
+export -f forced_algo info ddp ceiling hostbench algos variants profile roofline
 export py BACKENDS OUT
 if [ "${MPS:-0}" = 1 ]; then
     export CUDA_MPS_PIPE_DIRECTORY=/tmp/shoal-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/shoal-mps-log

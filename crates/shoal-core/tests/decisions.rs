@@ -19,14 +19,19 @@ fn allreduce(world: &Communicator, data: &mut [f32], algorithm: Option<Named>) {
         .unwrap();
 }
 
-#[test]
-fn calls_inspection_and_plans_read_one_decision_per_call_shape() {
-    let world = init_world(&InitArgs {
+/// A world of one rank: the software path alone, nothing to wait for.
+fn one_rank() -> Communicator {
+    init_world(&InitArgs {
         rank: Some(0),
         world_size: Some(1),
         addr: None,
     })
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn calls_inspection_and_plans_read_one_decision_per_call_shape() {
+    let world = one_rank();
     // init's own calls (the agreements, calibration) decided theirs.
     let at_start = world.decisions_cached();
     let mut data = [1.0f32, 2.0];
@@ -94,12 +99,7 @@ fn calls_inspection_and_plans_read_one_decision_per_call_shape() {
 #[test]
 fn a_repeated_call_reads_a_new_decision_once_the_selector_changes() {
     use shoal_core::tune::{self, Machine, Tables, Transport};
-    let world = init_world(&InitArgs {
-        rank: Some(0),
-        world_size: Some(1),
-        addr: None,
-    })
-    .unwrap();
+    let world = one_rank();
     let (f32_, sum) = (DType::F32, Collective::Allreduce);
     let mut data = [1.0f32; 5];
     // The same call twice: the second reads the decision the first made.
