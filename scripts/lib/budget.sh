@@ -17,7 +17,8 @@ step() {
     fi
     [ "$limit" -gt $((BUDGET_S - used)) ] && limit=$((BUDGET_S - used))
     echo "== $name (at ${used}s, limit ${limit}s): $*" | tee -a "$OUT/summary.log"
-    timeout -k 5 "$limit" "$@" >"$OUT/$name.log" 2>&1
+    # SIGINT, not TERM: shoal bench then reports the sizes it finished instead of nothing
+    timeout -s INT -k 10 "$limit" "$@" >"$OUT/$name.log" 2>&1
     echo "== $name: exit $? after $(($(date +%s) - budget_start - used))s" | tee -a "$OUT/summary.log"
     tail -n 25 "$OUT/$name.log" >>"$OUT/summary.log"
 }
