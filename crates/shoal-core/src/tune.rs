@@ -866,6 +866,30 @@ mod tests {
         assert_eq!(on(2), None);
     }
 
+    /// The 16-core rows (issue 31) decide where a win exceeded its noise:
+    /// broadcasts from 4 MiB on 8 ranks read the root's buffer (shm_read,
+    /// 3.2 ms at 16 MiB against binomial's 4.2); the ties at 1 MiB, and
+    /// every large broadcast on 16 ranks, stay with the cost model.
+    #[test]
+    fn the_16_core_rows_decide_only_their_measured_wins() {
+        let sixteen = Tables::builtin(Machine { cpus: 16, ..SHM2 });
+        let pick = |collective, world, bytes: usize| {
+            let call = CallShape {
+                collective,
+                world,
+                ranks_per_host: world,
+                ..shape(bytes / 4)
+            };
+            sixteen.choose(&call, 4, true).map(|c| c.name())
+        };
+        assert_eq!(pick(Collective::Broadcast, 8, 16 << 20), Some("shm_read"));
+        assert_eq!(pick(Collective::Broadcast, 8, 4 << 10), Some("shm_read"));
+        assert_eq!(pick(Collective::Allreduce, 8, 4 << 10), Some("shm_flat"));
+        assert_eq!(pick(Collective::Broadcast, 8, 1 << 20), None);
+        assert_eq!(pick(Collective::Broadcast, 16, 16 << 20), None);
+        assert_eq!(pick(Collective::Allreduce, 16, 4 << 10), None);
+    }
+
     #[test]
     fn the_builtin_table_parses_and_the_digest_sees_every_row() {
         let builtin = Tables::builtin(SHM2);

@@ -198,10 +198,10 @@ mod tests {
         costs.min_by(|a, b| a.1.total_cmp(&b.1)).unwrap().0
     }
 
-    /// Figures as calibration gave them in a quiet window on the 2-vCPU dev
-    /// VM (issue 27, 2026-11-27): alpha 1.3-4.4 us, the 1 MiB single copy at
-    /// 7.1-9.7 GB/s, a float32 sum at 13 GB/s.
-    fn quiet_vm(alpha: f64, single_copy_gbs: f64) -> CostParams {
+    /// Figures as calibration gives them: `alpha` and the 1 MiB single
+    /// copy's speed (in a quiet window on the 2-vCPU dev VM, issue 27,
+    /// 2026-11-27: alpha 1.3-4.4 us at 7.1-9.7 GB/s), a float32 sum at 13 GB/s.
+    fn calibrated(alpha: f64, single_copy_gbs: f64) -> CostParams {
         CostParams {
             alpha,
             beta: 1.0 / (single_copy_gbs * 1e9),
@@ -225,14 +225,38 @@ mod tests {
         // syscall (half an alpha) decides, so with alpha at 4.4 us binomial
         // ties it there.
         for (alpha, gbs) in [(1.3e-6, 9.7), (4.4e-6, 7.1), (2e-6, 1.5)] {
-            let p = quiet_vm(alpha, gbs);
+            let p = calibrated(alpha, gbs);
             for bytes in [64 << 10, 256 << 10, 512 << 10, 1 << 20] {
                 let pick = cheapest(Collective::Broadcast, 2, bytes, &p);
                 assert_eq!(pick, "shm_read", "{bytes} B, alpha {alpha}, {gbs} GB/s");
             }
         }
-        let p = quiet_vm(1.3e-6, 9.7);
+        let p = calibrated(1.3e-6, 9.7);
         assert_eq!(cheapest(Collective::Broadcast, 2, 32 << 10, &p), "shm_read");
+    }
+
+    /// One-host broadcasts of 16 and 64 MiB at 8 and 16 ranks (16-core
+    /// machine, issue 31, 2026-11-28; forced algorithms, ms): binomial 4.2
+    /// against pipelined_chain's 5.5 and scatter_allgather's 6.8 (8 ranks,
+    /// 16 MiB); 7.1 against 9.6 and 14.5 (16 ranks, 16 MiB); 35.2 against
+    /// pipelined_chain's 55.8 (16 ranks, 64 MiB). Calibration there put the
+    /// model at about 2-3 us and 4-5 GB/s. Priced as `log2 p` copies of the
+    /// whole buffer, binomial lost the model to both; its pieces flow down
+    /// the tree, and siblings read their parent's memory at once.
+    #[test]
+    fn large_one_host_broadcasts_go_down_the_pipelined_binomial_tree() {
+        for (alpha, gbs) in [(2e-6, 4.0), (3e-6, 5.0), (1e-6, 8.0)] {
+            let p = calibrated(alpha, gbs);
+            for world in [8, 16] {
+                for bytes in [16 << 20, 64 << 20] {
+                    let pick = cheapest(Collective::Broadcast, world, bytes, &p);
+                    assert_eq!(
+                        pick, "binomial",
+                        "{world} ranks, {bytes} B, {alpha} s, {gbs} GB/s"
+                    );
+                }
+            }
+        }
     }
 
     /// The model alone, at 2 and 4 ranks and every size: the slots (a copy

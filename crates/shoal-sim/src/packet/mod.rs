@@ -896,6 +896,11 @@ impl PacketSim {
             flow.win.on_rtt(now - ack.sent);
             flow.acked = ack.seq;
             flow.rto_deadline = now + flow.win.rto(&cfg);
+            if flow.next_seq < flow.acked {
+                // Packets sent before a go-back were acknowledged after it:
+                // go on from the first unacknowledged one, not resend them.
+                go_back(flow);
+            }
         }
         if flow
             .win

@@ -28,6 +28,19 @@ fn generate(shape: &CallShape, rank: usize) -> Plan {
 }
 
 fn cost(shape: &CallShape, elem_size: usize, params: &CostParams) -> f64 {
-    let m = Model::new(shape, elem_size, params);
-    log2_ceil(shape.world) as f64 * m.msg(shape.count)
+    let depth = log2_ceil(shape.world);
+    let (hosts, _) = shape.layout();
+    if hosts > 1 {
+        // A parent's link carries every child's copy of every piece.
+        Model::new(shape, elem_size, params).msg(shape.count) * depth as f64
+    } else {
+        // On one host each child reads its pieces from its parent's memory
+        // (a chunk is at least SHOAL_SHM_CMA_BYTES by default), so siblings
+        // copy at once and the pieces flow down the tree one hop apart.
+        // Priced as `depth` copies of the whole buffer, the model passed
+        // binomial over for scatter_allgather and pipelined_chain, which
+        // measured 1.3-2x slower than it at 16 and 64 MiB on 8 and 16
+        // ranks (16-core machine, issue 31; see the test in cost.rs).
+        Model::local(shape, elem_size, params).pipeline(depth as usize, shape.count)
+    }
 }
