@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # One node at 8 and 16 ranks (issue 31), in one go on the 16-core machine: shoal against
-# OpenMPI and Gloo for each collective (`shoal bench`, roofline line included), then
-# `shoal tune` at each rank count (its JSON names the selector's own pick beside each measured
-# algorithm), and the wait policy's share: allreduce and broadcast at the largest rank count with
-# SHOAL_WAIT=spin. Logs go under $OUT (default results/node), plus
-# bench.tgz with every results folder; steps run in order under a time budget
-# (scripts/lib/budget.sh, BUDGET_S default 540), so a short lease still returns what it measured.
+# OpenMPI and Gloo for each collective (`shoal bench`, roofline line included); at the largest
+# rank count, automatic selection beside forced algorithms against OpenMPI; `shoal tune --check`
+# (does the selector lose to shoal's best?); then `shoal tune` at each rank count. Logs go under
+# $OUT (default results/node), plus bench.tgz with every results folder; steps run in order under
+# a time budget (scripts/lib/budget.sh, BUDGET_S default 540), so a short lease still returns what
+# it measured. Run N1 (docs/benchmarks.md, "One node, 8 and 16 ranks") needed about 200 s for
+# allreduce at 8 and 16 ranks against both, 105 s for broadcast.
 #
 #   bash .device-carry/remote.sh bash scripts/node-bench.sh    # there, from the wheel prepare.sh built
 #
-# STEPS picks steps by name (default: all, in this order): info allreduce broadcast tune wait
-# allgather reduce_scatter
+# STEPS picks steps by name (default: all, in this order): info broadcast allreduce algos check
+# allgather reduce_scatter tune
 # RANKS (default "8 16"), SIZES (default 8,4K,64K,1M,16M,64M), ROUNDS (default 2), AGAINST
 # (default gloo,mpi), TUNE_SIZES (default 8,4K,64K,1M,16M), TUNE_REPEATS (default 5).
 set -u
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-results/node}
 mkdir -p "$OUT"
 BUDGET_S=${BUDGET_S:-540}
-STEPS=${STEPS:-info allreduce broadcast tune wait allgather reduce_scatter}
+STEPS=${STEPS:-info broadcast allreduce algos check allgather reduce_scatter tune}
 RANKS=${RANKS:-8 16}
 SIZES=${SIZES:-8,4K,64K,1M,16M,64M}
 export RANKS SIZES ROUNDS=${ROUNDS:-2} AGAINST=${AGAINST:-gloo,mpi} RESULTS=/tmp/node-bench
@@ -56,22 +57,34 @@ tune() {
     done
 }
 
-# the wait policy with as many ranks as cores: spinning instead of the default yield
-wait_policy() {
-    local collective n=${RANKS##* }
-    for collective in allreduce broadcast; do
-        SHOAL_WAIT=spin "$py" -m shoal.cli bench "$collective" -n "$n" --sizes 8,4K,64K,1M --against mpi \
-            --rounds 1 --no-plot --no-progress --out "$RESULTS/$collective-$n-spin"
-    done
+# at the largest rank count, automatic selection beside the algorithms that measured best (or
+# that the model picked) on this machine, against OpenMPI
+algos() {
+    local n=${RANKS##* }
+    "$py" -m shoal.cli bench broadcast -n "$n" --sizes "$SIZES" --against mpi --rounds 1 --no-roofline \
+        --algo auto,binomial,shm_read,topology_aware_pipelined_chain,scatter_allgather \
+        --no-plot --no-progress --out "$RESULTS/broadcast-$n-algos"
+    "$py" -m shoal.cli bench allreduce -n "$n" --sizes "$SIZES" --against mpi --rounds 1 --no-roofline \
+        --algo auto,shm_flat,recursive_doubling,rabenseifner,shm_sharded \
+        --no-plot --no-progress --out "$RESULTS/allreduce-$n-algos"
 }
 
-export -f info bench tune wait_policy
+# where the tables in force (the built-in cpus=16 rows) and the cost model lose to shoal's best
+check() {
+    local ranks=${RANKS// /,}
+    cd "$RESULTS" || return 1 # it leaves its jobs' logs in the working directory
+    "$py" -m shoal.cli tune -n "$ranks" --collectives allreduce,broadcast --sizes "$TUNE_SIZES" \
+        --repeats 3 --check --no-progress
+}
+
+export -f info bench tune algos check
 step info 20 bash -c info
-step allreduce 130 bash -c "bench allreduce"
-step broadcast 130 bash -c "bench broadcast"
+step broadcast 110 bash -c "bench broadcast"
+step allreduce 200 bash -c "bench allreduce"
+step algos 90 bash -c algos
+step check 100 bash -c check
+step allgather 60 bash -c "bench allgather"
+step reduce_scatter 60 bash -c "bench reduce_scatter"
 step tune 140 bash -c tune
-step wait 60 bash -c wait_policy
-step allgather 50 bash -c "bench allgather"
-step reduce_scatter 50 bash -c "bench reduce_scatter"
 tar czf "$OUT/bench.tgz" -C "$RESULTS" .
 budget_done
