@@ -36,6 +36,14 @@ info() {
     lscpu | grep -E "Model name|^CPU\(s\)|Thread|NUMA node\(s\)"
     "$py" -m shoal.cli info | head -n 12
     mpirun --version | head -n 1
+    # what calibration prices the model at, three jobs per rank count: the automatic choices follow it
+    local n i
+    for n in $RANKS; do
+        for i in 1 2 3; do
+            SHOAL_LOG=info "$py" -m shoal.cli run -n "$n" -- "$py" -c "import shoal; shoal.init()" 2>&1 |
+                grep -o "calibrated.*" | sed "s/^/$n ranks: /"
+        done
+    done
 }
 
 # COLLECTIVE at each rank count against the competitors
@@ -78,7 +86,7 @@ check() {
 }
 
 export -f info bench tune algos check
-step info 20 bash -c info
+step info 40 bash -c info
 step broadcast 110 bash -c "bench broadcast"
 step allreduce 200 bash -c "bench allreduce"
 step algos 90 bash -c algos
