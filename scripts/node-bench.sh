@@ -13,7 +13,8 @@
 # STEPS picks steps by name (default: all, in this order): info broadcast allreduce algos check
 # allgather reduce_scatter tune
 # RANKS (default "8 16"), SIZES (default 8,4K,64K,1M,16M,64M), ROUNDS (default 2), AGAINST
-# (default gloo,mpi), TUNE_SIZES (default 8,4K,64K,1M,16M), TUNE_REPEATS (default 5).
+# (default gloo,mpi), ALGOS_AGAINST (the algos step's competitors, default mpi), TUNE_SIZES (default
+# 8,4K,64K,1M,16M), TUNE_REPEATS (default 5).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/node}
@@ -22,7 +23,8 @@ BUDGET_S=${BUDGET_S:-540}
 STEPS=${STEPS:-info broadcast allreduce algos check allgather reduce_scatter tune}
 RANKS=${RANKS:-8 16}
 SIZES=${SIZES:-8,4K,64K,1M,16M,64M}
-export RANKS SIZES ROUNDS=${ROUNDS:-2} AGAINST=${AGAINST:-gloo,mpi} RESULTS=/tmp/node-bench
+export RANKS SIZES ROUNDS=${ROUNDS:-2} AGAINST=${AGAINST-gloo,mpi} ALGOS_AGAINST=${ALGOS_AGAINST-mpi}
+export RESULTS=${RESULTS:-/tmp/node-bench}
 export TUNE_SIZES=${TUNE_SIZES:-8,4K,64K,1M,16M} TUNE_REPEATS=${TUNE_REPEATS:-5}
 export py=${PYTHON:-python3}
 mkdir -p "$RESULTS"
@@ -69,10 +71,10 @@ tune() {
 # that the model picked) on this machine, against OpenMPI
 algos() {
     local n=${RANKS##* }
-    "$py" -m shoal.cli bench broadcast -n "$n" --sizes "$SIZES" --against mpi --rounds 1 --no-roofline \
+    "$py" -m shoal.cli bench broadcast -n "$n" --sizes "$SIZES" --against "$ALGOS_AGAINST" --rounds 1 --no-roofline \
         --algo auto,binomial,shm_read,topology_aware_pipelined_chain,scatter_allgather \
         --no-plot --no-progress --out "$RESULTS/broadcast-$n-algos"
-    "$py" -m shoal.cli bench allreduce -n "$n" --sizes "$SIZES" --against mpi --rounds 1 --no-roofline \
+    "$py" -m shoal.cli bench allreduce -n "$n" --sizes "$SIZES" --against "$ALGOS_AGAINST" --rounds 1 --no-roofline \
         --algo auto,shm_flat,recursive_doubling,rabenseifner,shm_sharded \
         --no-plot --no-progress --out "$RESULTS/allreduce-$n-algos"
 }

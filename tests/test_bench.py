@@ -184,3 +184,36 @@ def test_bench_ina_beside_ring_with_a_switch(tmp_path: Path) -> None:
     assert [s["name"] for s in doc["series"]] == ["shoal:ring", "shoal:ina"]
     assert_good(doc, tmp_path / "results", ["shoal", "shoal"], [8, 4096, 65536])
     assert {r["algo"] for r in doc["series"][1]["results"]} == {"ina"}
+
+
+def test_the_node_benchmark_script_runs_every_step(tmp_path: Path) -> None:
+    """scripts/node-bench.sh runs only on the lent 16-core machine, whose minutes
+    are few: here, small, each of its steps must run and leave its results."""
+    out, results = tmp_path / "out", tmp_path / "results"
+    env = {
+        **os.environ,
+        "OUT": str(out),
+        "RESULTS": str(results),
+        "RANKS": "2",
+        "SIZES": "8,64K",
+        "ROUNDS": "1",
+        "AGAINST": "",
+        "ALGOS_AGAINST": "",
+        "TUNE_SIZES": "8,64K",
+        "TUNE_REPEATS": "2",
+        "PYTHON": sys.executable,
+    }
+    script = Path(__file__).parent.parent / "scripts" / "node-bench.sh"
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=600)
+    summary = (out / "summary.log").read_text()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for step in ("info", "broadcast", "allreduce", "algos", "check", "allgather", "reduce_scatter", "tune"):
+        assert f"== {step}: exit 0" in summary, summary
+    assert "2 ranks: calibrated against rank 1" in (out / "info.log").read_text()
+    for folder in ("broadcast-2", "allreduce-2", "broadcast-2-algos", "allreduce-2-algos", "allgather-2"):
+        doc = json.loads((results / folder / "results.json").read_text())
+        assert all(not r["errors"] for s in doc["series"] for r in s["results"]), folder
+    algos = json.loads((results / "allreduce-2-algos" / "results.json").read_text())
+    assert {s["name"] for s in algos["series"]} >= {"shoal", "shoal:shm_flat", "shoal:rabenseifner"}
+    assert (results / "tune-2.txt").read_text().count("world=2") == 2
+    assert (out / "bench.tgz").stat().st_size > 0
