@@ -123,7 +123,7 @@ def test_shoal_tune_quick_writes_a_table_that_loads(tmp_path: Path) -> None:
     assert tuning["error"] is None
     rows = tuning["tables"][0]["rows"]
     assert len(rows) == 1 and rows[0].startswith("allreduce world=2 transport=shm cpus=")
-    last = re.fullmatch(r"\d+[KMG]?-inf:(\w+),margin=[\d.]+%,noise=[\d.]+%", rows[0].split()[-1])
+    last = re.fullmatch(r"\d+[KMG]?-inf:(\w+),margin=[\d.]+%,noise=[\d.]+%(,beats=[\w+]+)?", rows[0].split()[-1])
     assert rows[0].split()[4].startswith("0-") and last and last[1] in [*ALLREDUCE, "py_ring"], rows[0]
     raw = json.loads(out.with_suffix(".json").read_text())
     measured = {m["algo"] for m in raw["measurements"]}
@@ -148,7 +148,7 @@ def algorithm_for(row: str, nbytes: int) -> tuple[str, bool]:
 
     for word in row.split()[4:]:
         span, measured = word.split(":")
-        algo, margin, noise = measured.split(",")
+        algo, margin, noise = measured.split(",")[:3]  # then maybe beats=...
         lo, hi = span.split("-")
         if size(lo) <= nbytes < size(hi):
             return algo, float(margin[len("margin=") : -1]) > float(noise[len("noise=") : -1])
@@ -224,6 +224,36 @@ def test_winners_record_margin_and_noise_and_ignore_wrong_results() -> None:
         "allreduce world=2 transport=shm cpus=2 0-16:a,margin=20%,noise=25% 16-256:a,margin=30%,noise=5% "
         "256-2K:b,margin=100%,noise=5% 2K-16K:b,margin=0%,noise=5% 16K-inf:a,margin=80%,noise=5%"
     )
+
+
+def test_a_tie_lists_the_algorithms_its_winner_beat_beyond_the_noise() -> None:
+    # 16 ranks, 1 MiB broadcast on the 16-core machine (docs/benchmarks.md, issue 31): the
+    # chains and binomial tied; scatter_allgather, the cost model's pick, lost to all by far.
+    points = [
+        point(1 << 20, "pipelined_chain", 443.7, samples=[425.2, 443.7, 484.4]),
+        point(1 << 20, "topology_aware_pipelined_chain", 456.0, samples=[426.9, 456.0, 486.2]),
+        point(1 << 20, "binomial", 498.4, samples=[473.2, 498.4, 517.4]),
+        point(1 << 20, "scatter_allgather", 1278.8, samples=[1128.5, 1278.8, 1403.3]),
+        point(1 << 24, "binomial", 7068.2, samples=[6872.1, 7068.2, 7744.2]),
+        point(1 << 24, "shm_read", 7176.9, samples=[6647.5, 7176.9, 7405.9]),
+        point(1 << 24, "pipelined_chain", 9629.5, samples=[8809.7, 9629.5, 9928.4]),
+        point(1 << 24, "scatter_allgather", 14450.3, samples=[13648.6, 14450.3, 16897.9]),
+    ]
+    tie, bigger = winners(points, 0.05)
+    assert tie.algo == "pipelined_chain" and not tie.established
+    # binomial's 12% is within the 14% the two reach towards each other: not beaten
+    assert tie.beats == {"scatter_allgather"}
+    assert bigger.algo == "binomial" and bigger.beats == {"pipelined_chain", "scatter_allgather"}
+    # an established win needs no list; a range keeps what every one of its sizes beat
+    established = winners([point(8, "a", 10.0), point(8, "b", 20.0), point(8, "c", 30.0)], 0.05)
+    assert established[0].established and established[0].beats == frozenset()
+    assert table_row("broadcast", 16, "shm", 16, [tie, bigger]) == (
+        "broadcast world=16 transport=shm cpus=16 0-4M:pipelined_chain,margin=2.8%,noise=15.6%,"
+        "beats=scatter_allgather 4M-inf:binomial,margin=1.5%,noise=16.9%,beats=pipelined_chain+scatter_allgather"
+    )
+    same = [tie, Win(1 << 22, "pipelined_chain", 0.01, 0.2, frozenset({"scatter_allgather", "binomial"}))]
+    [(_, _, merged)] = ranges(same)
+    assert merged.beats == {"scatter_allgather"}
 
 
 def test_a_win_is_judged_by_how_far_the_two_reach_towards_each_other() -> None:

@@ -19,8 +19,11 @@ machine class (``cpus=``), adjacent sizes with the same winner merged and a
 boundary halfway (geometrically) between measured sizes with different
 winners. Each range records its evidence, the winner's margin over the
 runner-up and the spread of their repeats (``0-4K:shm_flat,margin=40%,noise=6%``);
-the selector follows a range only where the margin exceeds the noise. The raw
-measurements go to a JSON file beside it.
+the selector follows a range where the margin exceeds the noise. Where it
+does not (the winner tied with the runner-up), the range lists the algorithms
+the winner beat beyond the noise at every size (``,beats=scatter_allgather+shm_read``),
+and the selector follows it when its cost model would pick one of them. The
+raw measurements go to a JSON file beside it.
 
 ``shoal tune --check`` measures the same grid and reports every size where
 the tables in force (``SHOAL_TUNE_FILE``'s and the built-in one) make the
@@ -37,7 +40,7 @@ import os
 import shlex
 import statistics
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +182,8 @@ class Win:
     algo: str
     margin: float  # the runner-up's time over the winner's, minus 1 (0 without a runner-up)
     noise: float  # the larger spread of the two's repeats, at least the tolerance
+    # where the win is not established: the algorithms it beat beyond their own noise
+    beats: frozenset[str] = frozenset()
 
     @property
     def established(self) -> bool:
@@ -222,11 +227,29 @@ def winners(points: list[Measurement], tolerance: float) -> list[Win]:
         if len(ranked) == 1:
             out.append(Win(size, best.algo, 0.0, max(reach_up(best.samples_us), tolerance)))
             continue
-        second = ranked[1]
-        margin = second.time_us / best.time_us - 1
-        noise = max(reach_up(best.samples_us) + reach_down(second.samples_us), tolerance)
-        out.append(Win(size, best.algo, margin, noise))
+        margin, noise = gap(best, ranked[1], tolerance)
+        beats = frozenset() if margin > noise else beaten(best, ranked[1:], tolerance)
+        out.append(Win(size, best.algo, margin, noise, beats))
     return out
+
+
+def gap(best: Measurement, other: Measurement, tolerance: float) -> tuple[float, float]:
+    """How much slower `other` was than `best`, and the noise that must be exceeded: how far
+    the two's repeats reach towards each other, at least `tolerance`."""
+    margin = other.time_us / best.time_us - 1
+    return margin, max(reach_up(best.samples_us) + reach_down(other.samples_us), tolerance)
+
+
+def beaten(best: Measurement, others: list[Measurement], tolerance: float) -> frozenset[str]:
+    """The algorithms `best` beat beyond the noise between the two. Where the winner only
+    tied the runner-up, the selector may still leave these for it: following the range
+    then cannot lose to the algorithm it replaces."""
+    out = set()
+    for other in others:
+        margin, noise = gap(best, other, tolerance)
+        if margin > noise:
+            out.add(other.algo)
+    return frozenset(out)
 
 
 def boundary(below: int, above: int) -> int:
@@ -246,7 +269,8 @@ def ranges(wins: list[Win]) -> list[tuple[int, int | None, Win]]:
         if out and out[-1][2].algo == win.algo and out[-1][2].established == win.established:
             lo, hi, held = out[-1]
             weakest = min(held, win, key=lambda w: w.margin - w.noise)
-            out[-1] = (lo, hi, weakest)
+            # beaten in the range: beaten at each of its sizes
+            out[-1] = (lo, hi, replace(weakest, beats=held.beats & win.beats))
             continue
         lo = 0 if not out else boundary(wins[i - 1].size, win.size)
         if out:
@@ -272,10 +296,15 @@ def format_bytes(n: int) -> str:
 def table_row(collective: str, nranks: int, transport: str, cpus: int, wins: list[Win]) -> str:
     spans = " ".join(
         f"{format_bytes(lo)}-{'inf' if hi is None else format_bytes(hi)}:{w.algo},"
-        f"margin={percent(w.margin)},noise={percent(w.noise)}"
+        f"margin={percent(w.margin)},noise={percent(w.noise)}{beats_text(w)}"
         for lo, hi, w in ranges(wins)
     )
     return f"{collective} world={nranks} transport={transport} cpus={cpus} {spans}"
+
+
+def beats_text(w: Win) -> str:
+    """`,beats=a+b` for a range that is not established but beat some algorithms clearly."""
+    return f",beats={'+'.join(sorted(w.beats))}" if w.beats and not w.established else ""
 
 
 def table_text(measurements: list[Measurement], header: list[str], transport: str, cpus: int, tolerance: float) -> str:

@@ -326,10 +326,14 @@ impl Selector {
         // A tuning table's row overrides the model: measured beats estimated.
         // Its cost (what the switch is compared with) is the model's
         // estimate of that algorithm, or the best estimate for an unpriced one.
-        let tabled =
-            self.tables.read().unwrap().as_ref().and_then(|t| {
-                t.choose(shape, elem_size, self.shared_memory.load(Ordering::Relaxed))
-            });
+        let tabled = self.tables.read().unwrap().as_ref().and_then(|t| {
+            t.choose_over(
+                shape,
+                elem_size,
+                self.shared_memory.load(Ordering::Relaxed),
+                Some(best.0.name()),
+            )
+        });
         if let Some(choice) = tabled {
             let estimate = match choice {
                 Choice::Builtin(a) => (a.cost)(shape, elem_size, &cost),

@@ -17,11 +17,15 @@
 //!
 //! A range `shoal tune` measured carries its evidence,
 //! `0-4K:shm_flat,margin=40%,noise=6%`: how much faster the winner was than
-//! the runner-up, and how far its repeats spread. Such a range decides only
-//! where the margin exceeds the noise; elsewhere it is passed over like a
-//! gap, so a winner by less than the measurement's own scatter never
-//! overrides the cost model. A row with measured ranges must name the
-//! machine class it was measured on (`cpus=`).
+//! the runner-up, and how far its repeats spread. Such a range decides
+//! where the margin exceeds the noise. Where it does not (the winner tied
+//! the runner-up), it may list the algorithms the winner did beat beyond
+//! the noise, `,beats=scatter_allgather+shm_read`, and it decides when the
+//! cost model would pick one of those: following it then cannot lose to
+//! what it replaces. Elsewhere it is passed over like a gap, so a winner by
+//! less than the measurement's own scatter never overrides the cost model.
+//! A row with measured ranges must name the machine class it was measured
+//! on (`cpus=`).
 
 use std::fmt;
 use std::path::Path;
@@ -92,19 +96,28 @@ pub struct Range {
 
 /// How clearly a measured range's algorithm won, in tenths of a percent
 /// (integers, so that the canonical text and the ranks' digest are exact).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Evidence {
     /// How much slower the runner-up was than the winner, at the range's
     /// weakest measured size.
     pub margin_permille: u32,
     /// The spread of the repeats there (and `shoal tune --tolerance`'s floor).
     pub noise_permille: u32,
+    /// Canonical names of the algorithms the winner beat beyond the noise
+    /// at every measured size of a range whose win is not established.
+    pub beats: Vec<String>,
 }
 
 impl Evidence {
     /// Whether the win is larger than the scatter of the measurement itself.
     pub fn established(&self) -> bool {
         self.margin_permille > self.noise_permille
+    }
+
+    /// Whether the range decides where the cost model would pick `model`:
+    /// an established win, or a tie whose winner clearly beat `model`.
+    fn decides_over(&self, model: Option<&str>) -> bool {
+        self.established() || model.is_some_and(|m| self.beats.iter().any(|b| b == m))
     }
 }
 
@@ -149,16 +162,28 @@ impl Range {
 }
 
 impl Row {
-    /// The algorithm this row names for a call, if it applies.
-    pub fn algorithm_for(&self, shape: &CallShape, bytes: u64, machine: &Machine) -> Option<&str> {
+    /// The algorithm this row names for a call, if it applies, where the
+    /// cost model would pick `model` (None: not known).
+    pub fn algorithm_for(
+        &self,
+        shape: &CallShape,
+        bytes: u64,
+        machine: &Machine,
+        model: Option<&str>,
+    ) -> Option<&str> {
         if self.collective != shape.collective || !self.when.matches(shape, machine) {
             return None;
         }
         let range = self.ranges.iter().find(|r| r.holds(bytes))?;
         // A win within the noise is no evidence: the next row, or the cost
         // model, decides (the built-in rows once picked binomial at 1 MiB,
-        // 2x slower than ring, from 3 repeats on a loaded machine).
-        if range.evidence.is_some_and(|e| !e.established()) {
+        // 2x slower than ring, from 3 repeats on a loaded machine), unless
+        // the model's own pick is one the winner clearly beat.
+        if range
+            .evidence
+            .as_ref()
+            .is_some_and(|e| !e.decides_over(model))
+        {
             return None;
         }
         Some(&range.algorithm)
@@ -200,11 +225,23 @@ impl Tables {
         elem_size: usize,
         shared_memory: bool,
     ) -> Option<Choice> {
+        self.choose_over(shape, elem_size, shared_memory, None)
+    }
+
+    /// [`Tables::choose`] where the cost model would pick `model`: a range
+    /// whose winner tied its runner-up but clearly beat `model` decides too.
+    pub fn choose_over(
+        &self,
+        shape: &CallShape,
+        elem_size: usize,
+        shared_memory: bool,
+        model: Option<&str>,
+    ) -> Option<Choice> {
         let bytes = (shape.count as u64).saturating_mul(elem_size as u64);
         self.tables
             .iter()
             .flat_map(|t| &t.rows)
-            .filter_map(|row| row.algorithm_for(shape, bytes, &self.machine))
+            .filter_map(|row| row.algorithm_for(shape, bytes, &self.machine, model))
             .filter_map(|name| registry::find(shape.collective, name).ok())
             .filter(|choice| {
                 shared_memory || !matches!(choice, Choice::Builtin(a) if a.reads_peers())
@@ -361,7 +398,9 @@ fn parse_range(collective: Collective, word: &str) -> std::result::Result<Range,
     let bad = || RowError::NotARange { word: word.into() };
     let (span, rest) = word.split_once(':').ok_or_else(bad)?;
     let (algorithm, evidence) = match rest.split_once(',') {
-        Some((algorithm, evidence)) => (algorithm, Some(parse_evidence(word, evidence)?)),
+        Some((algorithm, evidence)) => {
+            (algorithm, Some(parse_evidence(collective, word, evidence)?))
+        }
         None => (rest, None),
     };
     let (lo, hi) = span.split_once('-').ok_or_else(bad)?;
@@ -392,19 +431,38 @@ fn parse_range(collective: Collective, word: &str) -> std::result::Result<Range,
     })
 }
 
-/// `margin=12.5%,noise=3%` (both, in this order) after a range's algorithm.
-fn parse_evidence(word: &str, text: &str) -> std::result::Result<Evidence, RowError> {
+/// `margin=12.5%,noise=3%` (both, in this order) after a range's algorithm,
+/// then optionally `,beats=a+b` (algorithms of `collective`).
+fn parse_evidence(
+    collective: Collective,
+    word: &str,
+    text: &str,
+) -> std::result::Result<Evidence, RowError> {
     let bad = || RowError::BadEvidence { word: word.into() };
-    let (margin, noise) = text.split_once(',').ok_or_else(bad)?;
+    let mut items = text.splitn(3, ',');
+    let (margin, noise) = (items.next().ok_or_else(bad)?, items.next().ok_or_else(bad)?);
     let percent = |item: &str, key: &str| {
         item.strip_prefix(key)
             .and_then(|v| v.strip_suffix('%'))
             .and_then(parse_permille)
             .ok_or_else(bad)
     };
+    let beats = match items.next() {
+        None => Vec::new(),
+        Some(list) => {
+            let names = list.strip_prefix("beats=").ok_or_else(bad)?;
+            let mut beats = Vec::new();
+            for name in names.split('+') {
+                registry::find(collective, name)?;
+                beats.push(algorithms::canonical_name(collective, name).to_string());
+            }
+            beats
+        }
+    };
     Ok(Evidence {
         margin_permille: percent(margin, "margin=")?,
         noise_permille: percent(noise, "noise=")?,
+        beats,
     })
 }
 
@@ -474,7 +532,7 @@ impl fmt::Display for Row {
         for r in &self.ranges {
             let hi = r.hi.map_or("inf".to_string(), format_bytes);
             write!(f, " {}-{hi}:{}", format_bytes(r.lo), r.algorithm)?;
-            if let Some(e) = r.evidence {
+            if let Some(e) = &r.evidence {
                 let (margin, noise) = (e.margin_permille, e.noise_permille);
                 write!(
                     f,
@@ -482,6 +540,9 @@ impl fmt::Display for Row {
                     format_permille(margin),
                     format_permille(noise)
                 )?;
+                if !e.beats.is_empty() {
+                    write!(f, ",beats={}", e.beats.join("+"))?;
+                }
             }
         }
         Ok(())
@@ -820,6 +881,63 @@ mod tests {
         };
         // A margin equal to the noise is not beyond it: the cost model decides.
         assert!(alone.choose(&shape(1 << 20), 4, true).is_none());
+    }
+
+    #[test]
+    fn a_tie_decides_where_the_model_would_pick_an_algorithm_its_winner_beat() {
+        let text =
+            "broadcast cpus=2 0-inf:pc,margin=2.8%,noise=15.6%,beats=scatter_allgather+shm_read";
+        let t = parse(text, "t").unwrap();
+        // Names are canonical in the text, the list included.
+        let canonical = "broadcast cpus=2 0-inf:pipelined_chain,margin=2.8%,noise=15.6%,\
+                         beats=scatter_allgather+shm_read";
+        assert_eq!(t.rows[0].to_string(), canonical);
+        assert_eq!(&parse(canonical, "again").unwrap().rows[0], &t.rows[0]);
+        let tables = Tables {
+            tables: vec![t],
+            machine: SHM2,
+        };
+        let call = CallShape {
+            collective: Collective::Broadcast,
+            ..shape(1 << 18)
+        };
+        let over = |model| tables.choose_over(&call, 4, true, model).map(|c| c.name());
+        assert_eq!(over(Some("scatter_allgather")), Some("pipelined_chain"));
+        // A pick the winner only tied, or an unknown one: the model decides.
+        assert_eq!(over(Some("binomial")), None);
+        assert_eq!(over(None), None);
+        assert!(tables.choose(&call, 4, true).is_none());
+        for (bad, expected) in [
+            ("0-inf:pc,margin=2%,noise=9%,beats=nope", "nope"),
+            (
+                "0-inf:pc,margin=2%,noise=9%,beat=binomial",
+                "',beats=ALGO+ALGO'",
+            ),
+            ("0-inf:pc,margin=2%,noise=9%,beats=", "''"),
+        ] {
+            let err = error_of(&format!("broadcast cpus=2 {bad}"));
+            assert!(err.contains(expected), "{bad}: {err}");
+        }
+    }
+
+    /// The selector itself: at 16 ranks on the 16-core machine its model
+    /// picks scatter_allgather for a 1 MiB broadcast, which measured 2.9x
+    /// slower than pipelined_chain there; the row's tie (pipelined_chain,
+    /// binomial and ta_pc within the noise) beat it clearly, so it decides.
+    #[test]
+    fn the_selector_leaves_a_pick_the_measurement_clearly_beat() {
+        use crate::select::{Selector, SHM_COST};
+        let call = CallShape {
+            collective: Collective::Broadcast,
+            world: 16,
+            ranks_per_host: 16,
+            ..shape((1 << 20) / 4)
+        };
+        let selector = Selector::new("", SHM_COST).unwrap();
+        let pick = |s: &Selector| s.choose(&call, 4, None, None).unwrap().name();
+        assert_eq!(pick(&selector), "scatter_allgather");
+        selector.set_tables(Tables::builtin(Machine { cpus: 16, ..SHM2 }));
+        assert_eq!(pick(&selector), "pipelined_chain");
     }
 
     #[test]

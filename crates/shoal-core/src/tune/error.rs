@@ -106,7 +106,7 @@ impl fmt::Display for RowError {
             }
             RowError::BadEvidence { word } => write!(
                 f,
-                "'{word}': a measured range ends in ',margin=M%,noise=N%' (percent, e.g. 0-4K:shm_flat,margin=40%,noise=6%)"
+                "'{word}': a measured range ends in ',margin=M%,noise=N%', then optionally ',beats=ALGO+ALGO' (percent, e.g. 0-4K:shm_flat,margin=40%,noise=6%)"
             ),
         }
     }
