@@ -251,9 +251,12 @@ def test_a_tie_lists_the_algorithms_its_winner_beat_beyond_the_noise() -> None:
         "broadcast world=16 transport=shm cpus=16 0-4M:pipelined_chain,margin=2.8%,noise=15.6%,"
         "beats=scatter_allgather 4M-inf:binomial,margin=1.5%,noise=16.9%,beats=pipelined_chain+scatter_allgather"
     )
-    same = [tie, Win(1 << 22, "pipelined_chain", 0.01, 0.2, frozenset({"scatter_allgather", "binomial"}))]
-    [(_, _, merged)] = ranges(same)
-    assert merged.beats == {"scatter_allgather"}
+    # ties merge only where they beat the same algorithms: the selector reads the list per range
+    alike = Win(1 << 22, "pipelined_chain", 0.01, 0.2, frozenset({"scatter_allgather"}))
+    [(_, _, merged)] = ranges([tie, alike])
+    assert merged.beats == {"scatter_allgather"} and merged.margin == pytest.approx(0.01)
+    more = Win(1 << 22, "pipelined_chain", 0.01, 0.2, frozenset({"scatter_allgather", "binomial"}))
+    assert [(lo, hi) for lo, hi, _ in ranges([tie, more])] == [(0, 2 << 20), (2 << 20, None)]
 
 
 def test_a_win_is_judged_by_how_far_the_two_reach_towards_each_other() -> None:

@@ -260,17 +260,22 @@ def boundary(below: int, above: int) -> int:
     return power if below < power <= above else middle
 
 
+def same_range(a: Win, b: Win) -> bool:
+    """Whether two adjacent sizes share a range: one winner, established or not alike, and a
+    tie's list of the algorithms it beat alike (the selector reads it per range)."""
+    return a.algo == b.algo and a.established == b.established and (a.established or a.beats == b.beats)
+
+
 def ranges(wins: list[Win]) -> list[tuple[int, int | None, Win]]:
     """Half-open byte ranges covering 0..inf: adjacent sizes with one winner,
     established or not alike, merged, a boundary between two sizes that
     differ. A merged range carries the evidence of its weakest size."""
     out: list[tuple[int, int | None, Win]] = []
     for i, win in enumerate(wins):
-        if out and out[-1][2].algo == win.algo and out[-1][2].established == win.established:
+        if out and same_range(out[-1][2], win):
             lo, hi, held = out[-1]
             weakest = min(held, win, key=lambda w: w.margin - w.noise)
-            # beaten in the range: beaten at each of its sizes
-            out[-1] = (lo, hi, replace(weakest, beats=held.beats & win.beats))
+            out[-1] = (lo, hi, replace(weakest, beats=held.beats))
             continue
         lo = 0 if not out else boundary(wins[i - 1].size, win.size)
         if out:
