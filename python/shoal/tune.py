@@ -40,7 +40,7 @@ import os
 import shlex
 import statistics
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -227,8 +227,11 @@ def winners(points: list[Measurement], tolerance: float) -> list[Win]:
         if len(ranked) == 1:
             out.append(Win(size, best.algo, 0.0, max(reach_up(best.samples_us), tolerance)))
             continue
-        margin, noise = gap(best, ranked[1], tolerance)
-        beats = frozenset() if margin > noise else beaten(best, ranked[1:], tolerance)
+        # each slower one's margin and noise; the runner-up's decide, and where it tied, the
+        # others it beat beyond their noise may still be left for it (the selector's `beats=`)
+        gaps = [(other.algo, *gap(best, other, tolerance)) for other in ranked[1:]]
+        _, margin, noise = gaps[0]
+        beats = frozenset() if margin > noise else frozenset(a for a, m, n in gaps if m > n)
         out.append(Win(size, best.algo, margin, noise, beats))
     return out
 
@@ -238,18 +241,6 @@ def gap(best: Measurement, other: Measurement, tolerance: float) -> tuple[float,
     the two's repeats reach towards each other, at least `tolerance`."""
     margin = other.time_us / best.time_us - 1
     return margin, max(reach_up(best.samples_us) + reach_down(other.samples_us), tolerance)
-
-
-def beaten(best: Measurement, others: list[Measurement], tolerance: float) -> frozenset[str]:
-    """The algorithms `best` beat beyond the noise between the two. Where the winner only
-    tied the runner-up, the selector may still leave these for it: following the range
-    then cannot lose to the algorithm it replaces."""
-    out = set()
-    for other in others:
-        margin, noise = gap(best, other, tolerance)
-        if margin > noise:
-            out.add(other.algo)
-    return frozenset(out)
 
 
 def boundary(below: int, above: int) -> int:
@@ -275,7 +266,7 @@ def ranges(wins: list[Win]) -> list[tuple[int, int | None, Win]]:
         if out and same_range(out[-1][2], win):
             lo, hi, held = out[-1]
             weakest = min(held, win, key=lambda w: w.margin - w.noise)
-            out[-1] = (lo, hi, replace(weakest, beats=held.beats))
+            out[-1] = (lo, hi, weakest)
             continue
         lo = 0 if not out else boundary(wins[i - 1].size, win.size)
         if out:

@@ -327,7 +327,7 @@ impl Selector {
         // Its cost (what the switch is compared with) is the model's
         // estimate of that algorithm, or the best estimate for an unpriced one.
         let tabled = self.tables.read().unwrap().as_ref().and_then(|t| {
-            t.choose_over(
+            t.choose(
                 shape,
                 elem_size,
                 self.shared_memory.load(Ordering::Relaxed),

@@ -219,18 +219,9 @@ impl Tables {
     /// `shared_memory`: whether this job may run the algorithms that read
     /// peers' memory; a row naming one where it may not (another transport,
     /// peers not readable) is passed over like a row that does not match.
+    /// `model`: the cost model's own pick, if known; a range whose winner
+    /// tied its runner-up but clearly beat it decides too.
     pub fn choose(
-        &self,
-        shape: &CallShape,
-        elem_size: usize,
-        shared_memory: bool,
-    ) -> Option<Choice> {
-        self.choose_over(shape, elem_size, shared_memory, None)
-    }
-
-    /// [`Tables::choose`] where the cost model would pick `model`: a range
-    /// whose winner tied its runner-up but clearly beat `model` decides too.
-    pub fn choose_over(
         &self,
         shape: &CallShape,
         elem_size: usize,
@@ -789,7 +780,11 @@ mod tests {
             tables: vec![parse(text, "t").unwrap()],
             machine: SHM2,
         };
-        let name = |count: usize| tables.choose(&shape(count), 4, true).map(|c| c.name());
+        let name = |count: usize| {
+            tables
+                .choose(&shape(count), 4, true, None)
+                .map(|c| c.name())
+        };
         // shape() is an allreduce on 4 ranks; 4-byte elements.
         assert_eq!(name(8), Some("binomial"));
         assert_eq!(name(255), Some("binomial"));
@@ -798,7 +793,7 @@ mod tests {
         assert_eq!(name(1024), Some("rabenseifner"));
         let mut other = shape(8);
         other.collective = Collective::Broadcast;
-        assert!(tables.choose(&other, 4, true).is_none());
+        assert!(tables.choose(&other, 4, true, None).is_none());
     }
 
     #[test]
@@ -816,7 +811,7 @@ mod tests {
             ranks_per_host: 4,
             ..shape(8)
         };
-        let name = |shared| tables.choose(&one_host, 4, shared).map(|c| c.name());
+        let name = |shared| tables.choose(&one_host, 4, shared, None).map(|c| c.name());
         assert_eq!(name(true), Some("shm_flat"));
         assert_eq!(name(false), Some("ring"));
     }
@@ -869,7 +864,11 @@ mod tests {
             tables: vec![t],
             machine: SHM2,
         };
-        let name = |count: usize| tables.choose(&shape(count), 4, true).map(|c| c.name());
+        let name = |count: usize| {
+            tables
+                .choose(&shape(count), 4, true, None)
+                .map(|c| c.name())
+        };
         assert_eq!(name(8), Some("direct"));
         // binomial won by 4.5% with repeats 12% apart: the next row decides.
         assert_eq!(name(1 << 20), Some("ring"));
@@ -880,7 +879,7 @@ mod tests {
             machine: SHM2,
         };
         // A margin equal to the noise is not beyond it: the cost model decides.
-        assert!(alone.choose(&shape(1 << 20), 4, true).is_none());
+        assert!(alone.choose(&shape(1 << 20), 4, true, None).is_none());
     }
 
     #[test]
@@ -901,12 +900,12 @@ mod tests {
             collective: Collective::Broadcast,
             ..shape(1 << 18)
         };
-        let over = |model| tables.choose_over(&call, 4, true, model).map(|c| c.name());
+        let over = |model| tables.choose(&call, 4, true, model).map(|c| c.name());
         assert_eq!(over(Some("scatter_allgather")), Some("pipelined_chain"));
         // A pick the winner only tied, or an unknown one: the model decides.
         assert_eq!(over(Some("binomial")), None);
         assert_eq!(over(None), None);
-        assert!(tables.choose(&call, 4, true).is_none());
+        assert!(tables.choose(&call, 4, true, None).is_none());
         for (bad, expected) in [
             ("0-inf:pc,margin=2%,noise=9%,beats=nope", "nope"),
             (
@@ -977,7 +976,7 @@ mod tests {
                 tables: vec![t.clone()],
                 machine: Machine { cpus, ..SHM2 },
             }
-            .choose(&shape(8), 4, true)
+            .choose(&shape(8), 4, true, None)
             .map(|c| c.name())
         };
         assert_eq!(on(16), Some("direct"));
@@ -998,7 +997,7 @@ mod tests {
                 ranks_per_host: world,
                 ..shape(bytes / 4)
             };
-            sixteen.choose(&call, 4, true).map(|c| c.name())
+            sixteen.choose(&call, 4, true, None).map(|c| c.name())
         };
         assert_eq!(pick(Collective::Broadcast, 8, 16 << 20), Some("shm_read"));
         assert_eq!(pick(Collective::Broadcast, 8, 4 << 10), Some("shm_read"));
@@ -1019,7 +1018,7 @@ mod tests {
                 ranks_per_host: 4,
                 ..shape(bytes / 4)
             };
-            two.choose(&call, 4, true).map(|c| c.name())
+            two.choose(&call, 4, true, None).map(|c| c.name())
         };
         assert_eq!(pick(1 << 20), Some("shm_read"));
         assert_eq!(pick(16 << 20), Some("shm_read"));
@@ -1037,22 +1036,22 @@ mod tests {
             ..shape(count)
         };
         let sixteen = Tables::builtin(Machine { cpus: 16, ..SHM2 });
-        assert!(sixteen.choose(&one_host(4096), 4, true).is_none());
-        assert!(builtin.choose(&one_host(4096), 4, true).is_some());
+        assert!(sixteen.choose(&one_host(4096), 4, true, None).is_none());
+        assert!(builtin.choose(&one_host(4096), 4, true, None).is_some());
         // Every measured row there carries its evidence, and a range whose
         // win was within the noise decides nothing: 4 MiB allreduces on 4
         // ranks (shm_sharded by 1.5% with repeats 72% apart) go to the model.
         for row in &builtin.tables[0].rows {
             assert!(row.ranges.iter().all(|r| r.evidence.is_some()), "{row}");
         }
-        assert!(builtin.choose(&one_host(1 << 20), 4, true).is_none());
+        assert!(builtin.choose(&one_host(1 << 20), 4, true, None).is_none());
         // Nor does binomial at 1 MiB on 2 ranks, 2x slower than ring there.
         let two = CallShape {
             world: 2,
             ranks_per_host: 2,
             ..shape(1 << 18)
         };
-        assert!(builtin.choose(&two, 4, true).is_none());
+        assert!(builtin.choose(&two, 4, true, None).is_none());
         let mut more = builtin.clone();
         more.tables
             .insert(0, parse("allreduce 0-inf:ring", "t").unwrap());
