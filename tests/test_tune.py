@@ -123,8 +123,9 @@ def test_shoal_tune_quick_writes_a_table_that_loads(tmp_path: Path) -> None:
     assert tuning["error"] is None
     rows = tuning["tables"][0]["rows"]
     assert len(rows) == 1 and rows[0].startswith("allreduce world=2 transport=shm cpus=")
+    assert rows[0].split()[4] == f"vendor={_shoal.tune_tables('')['vendor']}", rows[0]
     last = re.fullmatch(r"\d+[KMG]?-inf:(\w+),margin=[\d.]+%,noise=[\d.]+%(,beats=[\w+]+)?", rows[0].split()[-1])
-    assert rows[0].split()[4].startswith("0-") and last and last[1] in [*ALLREDUCE, "py_ring"], rows[0]
+    assert rows[0].split()[5].startswith("0-") and last and last[1] in [*ALLREDUCE, "py_ring"], rows[0]
     raw = json.loads(out.with_suffix(".json").read_text())
     measured = {m["algo"] for m in raw["measurements"]}
     assert measured == {*ALLREDUCE, "py_ring"}
@@ -146,7 +147,7 @@ def algorithm_for(row: str, nbytes: int) -> tuple[str, bool]:
             return float("inf")
         return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
 
-    for word in row.split()[4:]:
+    for word in row.split()[5:]:  # after the conditions (world, transport, cpus, vendor)
         span, measured = word.split(":")
         algo, margin, noise = measured.split(",")[:3]  # then maybe beats=...
         lo, hi = span.split("-")
@@ -162,6 +163,26 @@ def test_shoal_tune_from_refuses_a_fifo(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"shoal tune: cannot read {fifo}: it is a FIFO, not a regular file"
+
+
+def test_shoal_tune_from_names_the_cpu_vendor_of_the_measurements(tmp_path: Path) -> None:
+    # The quiet 4-rank broadcasts (docs/tuning-data) ran on an AMD host, before the runs
+    # recorded a vendor: the rows name the one of the CPU model recorded, not this host's.
+    data = Path(__file__).parent.parent / "docs" / "tuning-data" / "2vcpu-dev-vm-broadcast-n4-quiet.json"
+    out = tmp_path / "t.txt"
+    cmd = [sys.executable, "-m", "shoal.cli", "tune", "--from", str(data), "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line for line in out.read_text().splitlines() if not line.startswith("#")]
+    assert rows and all(" cpus=2 vendor=amd " in row for row in rows), rows
+    # a run that names no vendor and no CPU model is refused, not written for any host
+    doc = json.loads(data.read_text())
+    doc["machine"]["cpu"] = "?"
+    (tmp_path / "anonymous.json").write_text(json.dumps(doc))
+    cmd[5] = str(tmp_path / "anonymous.json")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "do not say which CPU vendor they were taken on" in proc.stderr
 
 
 def test_shoal_tune_refuses_a_bad_grid(tmp_path: Path) -> None:
@@ -220,8 +241,8 @@ def test_winners_record_margin_and_noise_and_ignore_wrong_results() -> None:
     assert [(lo, hi, w.algo) for lo, hi, w in ranges(wins)] == [
         (0, 16, "a"), (16, 256, "a"), (256, 2048, "b"), (2048, 16384, "b"), (16384, None, "a")
     ]  # fmt: skip
-    assert table_row("allreduce", 2, "shm", 2, wins) == (
-        "allreduce world=2 transport=shm cpus=2 0-16:a,margin=20%,noise=25% 16-256:a,margin=30%,noise=5% "
+    assert table_row("allreduce", 2, "shm", "cpus=2 vendor=amd", wins) == (
+        "allreduce world=2 transport=shm cpus=2 vendor=amd 0-16:a,margin=20%,noise=25% 16-256:a,margin=30%,noise=5% "
         "256-2K:b,margin=100%,noise=5% 2K-16K:b,margin=0%,noise=5% 16K-inf:a,margin=80%,noise=5%"
     )
 
@@ -247,8 +268,8 @@ def test_a_tie_lists_the_algorithms_its_winner_beat_beyond_the_noise() -> None:
     # an established win needs no list; a range keeps what every one of its sizes beat
     established = winners([point(8, "a", 10.0), point(8, "b", 20.0), point(8, "c", 30.0)], 0.05)
     assert established[0].established and established[0].beats == frozenset()
-    assert table_row("broadcast", 16, "shm", 16, [tie, bigger]) == (
-        "broadcast world=16 transport=shm cpus=16 0-4M:pipelined_chain,margin=2.8%,noise=15.6%,"
+    assert table_row("broadcast", 16, "shm", "cpus=16 vendor=intel", [tie, bigger]) == (
+        "broadcast world=16 transport=shm cpus=16 vendor=intel 0-4M:pipelined_chain,margin=2.8%,noise=15.6%,"
         "beats=scatter_allgather 4M-inf:binomial,margin=1.5%,noise=16.9%,beats=pipelined_chain+scatter_allgather"
     )
     # ties merge only where they beat the same algorithms: the selector reads the list per range
@@ -275,21 +296,33 @@ def test_a_win_is_judged_by_how_far_the_two_reach_towards_each_other() -> None:
     assert close.margin == pytest.approx(0.2) and close.noise == pytest.approx(0.3) and not close.established
 
 
-def measured_row(cpus: int, margin: str, noise: str) -> str:
+def measured_row(cpus: int, vendor: str, margin: str, noise: str) -> str:
     """A row as `shoal tune` writes it, naming binomial (not the model's pick for tune_job's call)."""
-    return f"allreduce world=2 transport=shm cpus={cpus} 0-inf:binomial,margin={margin},noise={noise}\n"
+    return f"allreduce world=2 transport=shm cpus={cpus} vendor={vendor} 0-inf:binomial,margin={margin},noise={noise}\n"
+
+
+def another_vendor(vendor: str) -> str:
+    return "amd" if vendor == "intel" else "intel"
 
 
 @pytest.mark.parametrize(
-    ("cpus_more", "margin", "noise", "followed"),
-    [(0, "25%", "4%", True), (0, "4%", "25%", False), (0, "10%", "10%", False), (1, "25%", "4%", False)],
-    ids=["clear-win", "within-noise", "margin-equals-noise", "another-machine-class"],
+    ("cpus_more", "same_vendor", "margin", "noise", "followed"),
+    [
+        (0, True, "25%", "4%", True),
+        (0, True, "4%", "25%", False),
+        (0, True, "10%", "10%", False),
+        (1, True, "25%", "4%", False),
+        (0, False, "25%", "4%", False),
+    ],
+    ids=["clear-win", "within-noise", "margin-equals-noise", "another-cpu-count", "another-cpu-vendor"],
 )
 def test_a_measured_row_is_followed_only_beyond_its_noise_on_its_machine_class(
-    tmp_path: Path, cpus_more: int, margin: str, noise: str, followed: bool
+    tmp_path: Path, cpus_more: int, same_vendor: bool, margin: str, noise: str, followed: bool
 ) -> None:
+    here = _shoal.tune_tables("")["vendor"]
+    vendor = here if same_vendor else another_vendor(here)
     table = tmp_path / "t.txt"
-    table.write_text(measured_row(len(os.sched_getaffinity(0)) + cpus_more, margin, noise))
+    table.write_text(measured_row(len(os.sched_getaffinity(0)) + cpus_more, vendor, margin, noise))
     # the model's own choice, without any table
     model = launch(2, "tune_job.py", env={"SHOAL_TUNE_BUILTIN": "0"})
     assert "chosen=binomial" not in model.stdout, "the row must name another algorithm than the model's"
@@ -317,7 +350,7 @@ def test_shoal_tune_check_measures_the_tables_pick_against_the_model(tmp_path: P
     """End to end: the report names, per size, the pick of the table in
     force, the model's and the fastest, and the exit status follows the verdict."""
     table = tmp_path / "t.txt"
-    table.write_text(measured_row(len(os.sched_getaffinity(0)), "90%", "5%"))
+    table.write_text(measured_row(len(os.sched_getaffinity(0)), _shoal.tune_tables("")["vendor"], "90%", "5%"))
     cmd = [sys.executable, "-m", "shoal.cli", "tune", "--check", "-n", "2", "--collectives", "allreduce"]
     cmd += ["--sizes", "256K", "--repeats", "3", "--out", str(tmp_path / "check.txt"), "--no-progress"]
     env = {**os.environ, "SHOAL_TUNE_FILE": str(table)}

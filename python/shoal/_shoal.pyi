@@ -246,7 +246,7 @@ def config_error() -> str | None:
 
 def tune_tables(path: str | None = None) -> dict[str, Any]:
     """The tuning tables the selector consults (path's, default SHOAL_TUNE_FILE's, "" none; then the built-in one):
-    {"tables": [{"source", "rows"}], "cpus", "digest"}; ValueError naming file, line and problem."""
+    {"tables": [{"source", "rows"}], "cpus", "vendor", "digest"}; ValueError naming file, line and problem."""
 
 _LogRecord = tuple[int, str, str, str, float, bool, int | None]
 

@@ -120,9 +120,9 @@ def ina(values: dict[str, str]) -> dict[str, Any]:
 
 def tuning() -> dict[str, Any]:
     """The tuning tables the selector consults before its cost model (docs/tuning.md), in order:
-    SHOAL_TUNE_FILE's, then the built-in one, each with its source and rows; `cpus` is this
-    host's count, which `cpus=` rows are matched against. A table that does not load gives
-    `error` (init would fail with it) and the built-in table alone."""
+    SHOAL_TUNE_FILE's, then the built-in one, each with its source and rows; `cpus` and `vendor` are
+    this host's CPU count and CPU maker, which `cpus=` and `vendor=` rows are matched against. A
+    table that does not load gives `error` (init would fail with it) and the built-in table alone."""
     from shoal import _shoal
 
     try:
@@ -214,7 +214,8 @@ def render(r: dict[str, Any]) -> str:
 
 def render_tuning(t: dict[str, Any]) -> list[str]:
     """The tables section: each table's source and rows, in the order the selector reads them."""
-    out = ["", f"tuning tables (first matching row wins, then the cost model; this host: {t['cpus']} cpus):"]
+    host = f"this host: {t['cpus']} cpus, vendor {t['vendor']}"
+    out = ["", f"tuning tables (first matching row wins, then the cost model; {host}):"]
     if t["error"]:
         out.append(f"  SHOAL_TUNE_FILE does not load, init fails: {t['error']}")
     for table in t["tables"]:

@@ -15,7 +15,7 @@ during the run weighs on all of them alike. Each result is checked once
 against numpy; an algorithm with wrong results never wins.
 
 The table gets one row per collective and rank count, limited to this
-machine class (``cpus=``), adjacent sizes with the same winner merged and a
+machine class (``cpus=``, ``vendor=``), adjacent sizes with the same winner merged and a
 boundary halfway (geometrically) between measured sizes with different
 winners. Each range records its evidence, the winner's margin over the
 runner-up and the spread of their repeats (``0-4K:shm_flat,margin=40%,noise=6%``);
@@ -289,13 +289,14 @@ def format_bytes(n: int) -> str:
     return str(n)
 
 
-def table_row(collective: str, nranks: int, transport: str, cpus: int, wins: list[Win]) -> str:
+def table_row(collective: str, nranks: int, transport: str, machine: str, wins: list[Win]) -> str:
+    """One row; `machine` is its class, `cpus=N vendor=V`."""
     spans = " ".join(
         f"{format_bytes(lo)}-{'inf' if hi is None else format_bytes(hi)}:{w.algo},"
         f"margin={percent(w.margin)},noise={percent(w.noise)}{beats_text(w)}"
         for lo, hi, w in ranges(wins)
     )
-    return f"{collective} world={nranks} transport={transport} cpus={cpus} {spans}"
+    return f"{collective} world={nranks} transport={transport} {machine} {spans}"
 
 
 def beats_text(w: Win) -> str:
@@ -303,14 +304,16 @@ def beats_text(w: Win) -> str:
     return f",beats={'+'.join(sorted(w.beats))}" if w.beats and not w.established else ""
 
 
-def table_text(measurements: list[Measurement], header: list[str], transport: str, cpus: int, tolerance: float) -> str:
+def table_text(
+    measurements: list[Measurement], header: list[str], transport: str, machine: str, tolerance: float
+) -> str:
     lines = [f"# {h}" for h in header]
     keys = sorted({(m.collective, m.nranks) for m in measurements}, key=lambda k: (_order(k[0]), k[1]))
     for collective, nranks in keys:
         points = [m for m in measurements if m.collective == collective and m.nranks == nranks]
         wins = winners(points, tolerance)
         if wins:
-            lines.append(table_row(collective, nranks, transport, cpus, wins))
+            lines.append(table_row(collective, nranks, transport, machine, wins))
     return "\n".join(lines) + "\n"
 
 
@@ -410,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def tune(ns: argparse.Namespace, nprocs: list[int], colls: list[str], sizes: list[int], command: str) -> int:
+    from shoal import _shoal
     from shoal.bench import shoal_algorithms
     from shoal.bench.cli import machine
 
@@ -444,7 +448,8 @@ def tune(ns: argparse.Namespace, nprocs: list[int], colls: list[str], sizes: lis
         "command": command,
         "timestamp": stamp,
         "machine": {**info, "load_average_end": [round(x, 2) for x in os.getloadavg()]},
-        "settings": spec.__dict__ | {"transport": ns.transport or "shm", "cpus": os.cpu_count() or 1},
+        "settings": spec.__dict__
+        | {"transport": ns.transport or "shm", "cpus": os.cpu_count() or 1, "vendor": _shoal.tune_tables("")["vendor"]},
         "measurements": [m.__dict__ for m in measurements],
     }
     code = write(doc, ns, json_path)
@@ -473,7 +478,12 @@ def write(doc: dict[str, Any], ns: argparse.Namespace, json_path: Path | None, r
     if rebuilt_by:
         header.append(f"table rebuilt from those measurements by `{rebuilt_by}`")
     measurements = [Measurement(**m) for m in doc["measurements"]]
-    text = table_text(measurements, header, settings["transport"], settings["cpus"], ns.tolerance / 100)
+    try:
+        machine_class = f"cpus={settings['cpus']} vendor={measured_vendor(doc)}"
+    except ValueError as e:
+        print(f"shoal tune: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    text = table_text(measurements, header, settings["transport"], machine_class, ns.tolerance / 100)
     try:
         ns.out.write_text(text)
         if json_path is not None:
@@ -487,6 +497,18 @@ def write(doc: dict[str, Any], ns: argparse.Namespace, json_path: Path | None, r
     print(f"shoal tune: table in {ns.out}{where}", file=sys.stderr)
     print(f"shoal tune: use it with SHOAL_TUNE_FILE={ns.out}", file=sys.stderr)
     return EXIT_OK
+
+
+def measured_vendor(doc: dict[str, Any]) -> str:
+    """The CPU maker a run measured on (`vendor=`): recorded since the rows name it; for an
+    earlier run's JSON, read off the CPU model it recorded."""
+    if "vendor" in doc["settings"]:
+        return str(doc["settings"]["vendor"])
+    model = str(doc["machine"].get("cpu", ""))
+    for maker, vendor in (("Intel", "intel"), ("AMD", "amd")):
+        if maker in model:
+            return vendor
+    raise ValueError(f"the measurements do not say which CPU vendor they were taken on (cpu: {model!r})")
 
 
 def _json_text(doc: dict[str, Any]) -> str:

@@ -136,6 +136,7 @@ fn agree_on_tables(world: &Communicator, transport: tune::Transport) -> Result<T
     let machine = tune::Machine {
         transport,
         cpus: tune::local_cpus(),
+        vendor: tune::local_vendor(),
     };
     let tables = Tables::load(path, config.tune_builtin, machine)?;
     if world.size() == 1 {

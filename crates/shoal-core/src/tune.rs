@@ -9,7 +9,7 @@
 //! ```
 //!
 //! a collective, conditions (`world=`, `ranks_per_host=`, `transport=`,
-//! `cpus=`; an absent one matches anything), then half-open byte ranges
+//! `cpus=`, `vendor=`; an absent one matches anything), then half-open byte ranges
 //! `LO-HI:algorithm` in increasing order. The size is the call's per-rank
 //! block (`count * element size`, what the plan generators call `count`).
 //! The first row whose conditions match and whose ranges hold the size
@@ -25,7 +25,7 @@
 //! what it replaces. Elsewhere it is passed over like a gap, so a winner by
 //! less than the measurement's own scatter never overrides the cost model.
 //! A row with measured ranges must name the machine class it was measured
-//! on (`cpus=`).
+//! on (`cpus=` and `vendor=`).
 
 use std::fmt;
 use std::path::Path;
@@ -38,7 +38,9 @@ use crate::fnv::Fnv64;
 use crate::registry::{self, Choice};
 
 mod error;
+mod vendor;
 pub use error::RowError;
+pub use vendor::{local_vendor, CpuVendor};
 
 /// The table built into the library: rows measured by `shoal tune` on the
 /// machines named in its comments, each row limited to its machine class.
@@ -72,6 +74,8 @@ pub struct Machine {
     pub transport: Transport,
     /// Logical CPUs of rank 0's host.
     pub cpus: usize,
+    /// Who made rank 0's CPU.
+    pub vendor: CpuVendor,
 }
 
 /// A row's conditions; `None` matches anything.
@@ -81,6 +85,7 @@ pub struct Conditions {
     pub ranks_per_host: Option<usize>,
     pub transport: Option<Transport>,
     pub cpus: Option<usize>,
+    pub vendor: Option<CpuVendor>,
 }
 
 /// `[lo, hi)` bytes (`hi == None`: no upper end) run by `algorithm`.
@@ -152,6 +157,7 @@ impl Conditions {
                 .is_none_or(|r| r == shape.ranks_per_host)
             && self.transport.is_none_or(|t| t == machine.transport)
             && self.cpus.is_none_or(|c| c == machine.cpus)
+            && self.vendor.is_none_or(|v| v == machine.vendor)
     }
 }
 
@@ -324,7 +330,8 @@ fn parse_row(line: &str) -> std::result::Result<Row, RowError> {
         });
     }
     // A measurement holds for the machine it was taken on only.
-    if when.cpus.is_none() && ranges.iter().any(|r| r.evidence.is_some()) {
+    let class_named = when.cpus.is_some() && when.vendor.is_some();
+    if !class_named && ranges.iter().any(|r| r.evidence.is_some()) {
         return Err(RowError::EvidenceWithoutMachine);
     }
     Ok(Row {
@@ -365,6 +372,14 @@ fn parse_condition(
         "cpus" => {
             slot_taken(when.cpus.is_some())?;
             when.cpus = Some(positive()?);
+        }
+        "vendor" => {
+            slot_taken(when.vendor.is_some())?;
+            when.vendor = Some(
+                CpuVendor::parse(value).ok_or_else(|| RowError::UnknownVendor {
+                    value: value.into(),
+                })?,
+            );
         }
         "transport" => {
             slot_taken(when.transport.is_some())?;
@@ -520,6 +535,9 @@ impl fmt::Display for Row {
         if let Some(n) = w.cpus {
             write!(f, " cpus={n}")?;
         }
+        if let Some(v) = w.vendor {
+            write!(f, " vendor={v}")?;
+        }
         for r in &self.ranges {
             let hi = r.hi.map_or("inf".to_string(), format_bytes);
             write!(f, " {}-{hi}:{}", format_bytes(r.lo), r.algorithm)?;
@@ -542,34 +560,41 @@ impl fmt::Display for Row {
 
 impl Tables {
     /// What this rank tells the others of its tables at init: their digest
-    /// and its CPUs (init gathers it from every rank, `agree` checks it).
-    /// Without the check a table on some ranks only would make the ranks
-    /// choose different algorithms for one call, which the message
+    /// and its machine class (init gathers it from every rank, `agree`
+    /// checks it). Without the check a table on some ranks only would make
+    /// the ranks choose different algorithms for one call, which the message
     /// signatures would catch only at that call, without saying why.
-    pub fn agreement_record(&self) -> [u8; 16] {
-        let mut mine = [0u8; 16];
+    pub fn agreement_record(&self) -> [u8; AGREEMENT_BYTES] {
+        let mut mine = [0u8; AGREEMENT_BYTES];
         mine[..8].copy_from_slice(&self.digest().to_le_bytes());
-        mine[8..].copy_from_slice(&(self.machine.cpus as u64).to_le_bytes());
+        mine[8..16].copy_from_slice(&(self.machine.cpus as u64).to_le_bytes());
+        mine[16..].copy_from_slice(&self.machine.vendor.code().to_le_bytes());
         mine
     }
 
     /// Checks every rank's `agreement_record` (`all`, in rank order) against
     /// this one's: the same rows everywhere, or an error naming which ranks
     /// loaded which (`path`: this rank's `SHOAL_TUNE_FILE`). All ranks then
-    /// match `cpus=` rows against rank 0's host.
+    /// match `cpus=` and `vendor=` rows against rank 0's host.
     pub fn agree(mut self, all: &[u8], rank: usize, path: Option<&str>) -> Result<Tables> {
         let word = |r: usize, at: usize| {
-            let start = 16 * r + at;
+            let start = AGREEMENT_BYTES * r + at;
             u64::from_le_bytes(all[start..start + 8].try_into().unwrap())
         };
-        let digests: Vec<u64> = (0..all.len() / 16).map(|r| word(r, 0)).collect();
+        let ranks = all.len() / AGREEMENT_BYTES;
+        let digests: Vec<u64> = (0..ranks).map(|r| word(r, 0)).collect();
         if digests.iter().any(|&d| d != digests[0]) {
             return Err(Error::invalid(differing_tables(&digests, rank, path)));
         }
         self.machine.cpus = word(0, 8) as usize;
+        self.machine.vendor = CpuVendor::from_code(word(0, 16));
         Ok(self)
     }
 }
+
+/// The size of one rank's [`Tables::agreement_record`]: the tables' digest,
+/// then rank 0's machine class (CPUs, vendor), little-endian u64s.
+pub const AGREEMENT_BYTES: usize = 24;
 
 /// The error of ranks whose tables differ: which ranks loaded which.
 fn differing_tables(digests: &[u64], rank: usize, path: Option<&str>) -> String {
@@ -601,9 +626,15 @@ mod tests {
     use super::*;
     use crate::select::tests::shape;
 
+    /// The 2-vCPU dev VM on an Intel host, and on an AMD one.
     const SHM2: Machine = Machine {
         transport: Transport::Shm,
         cpus: 2,
+        vendor: CpuVendor::Intel,
+    };
+    const AMD2: Machine = Machine {
+        vendor: CpuVendor::Amd,
+        ..SHM2
     };
 
     fn error_of(text: &str) -> String {
@@ -759,7 +790,19 @@ mod tests {
                 RowError::EvidenceWithoutMachine,
             ),
             (
-                "allreduce cpus=2 0-4K:ring,margin=40",
+                "allreduce cpus=2 0-4K:ring,margin=40%,noise=6%",
+                RowError::EvidenceWithoutMachine,
+            ),
+            (
+                "allreduce vendor=VIA 0-inf:ring",
+                RowError::UnknownVendor { value: s("VIA") },
+            ),
+            (
+                "allreduce vendor=amd vendor=intel 0-inf:ring",
+                RowError::ConditionTwice { key: s("vendor") },
+            ),
+            (
+                "allreduce cpus=2 vendor=intel 0-4K:ring,margin=40",
                 RowError::BadEvidence {
                     word: s("0-4K:ring,margin=40"),
                 },
@@ -848,13 +891,13 @@ mod tests {
 
     #[test]
     fn a_measured_range_decides_only_where_its_margin_exceeds_the_noise() {
-        let text = "allreduce world=4 cpus=2 0-1K:direct,margin=40%,noise=6% 1K-inf:binomial,margin=4.5%,noise=12%\n\
+        let text = "allreduce world=4 cpus=2 vendor=intel 0-1K:direct,margin=40%,noise=6% 1K-inf:binomial,margin=4.5%,noise=12%\n\
                     allreduce world=4 cpus=2 0-inf:ring\n";
         let t = parse(text, "t").unwrap();
         // The evidence is part of the canonical text, exactly.
         assert_eq!(
             t.rows[0].to_string(),
-            "allreduce world=4 cpus=2 0-1K:direct,margin=40%,noise=6% 1K-inf:binomial,margin=4.5%,noise=12%"
+            "allreduce world=4 cpus=2 vendor=intel 0-1K:direct,margin=40%,noise=6% 1K-inf:binomial,margin=4.5%,noise=12%"
         );
         assert_eq!(
             &parse(&t.rows[0].to_string(), "again").unwrap().rows[0],
@@ -873,9 +916,11 @@ mod tests {
         // binomial won by 4.5% with repeats 12% apart: the next row decides.
         assert_eq!(name(1 << 20), Some("ring"));
         let alone = Tables {
-            tables: vec![
-                parse("allreduce cpus=2 0-inf:binomial,margin=10%,noise=10%", "t").unwrap(),
-            ],
+            tables: vec![parse(
+                "allreduce cpus=2 vendor=intel 0-inf:binomial,margin=10%,noise=10%",
+                "t",
+            )
+            .unwrap()],
             machine: SHM2,
         };
         // A margin equal to the noise is not beyond it: the cost model decides.
@@ -885,10 +930,11 @@ mod tests {
     #[test]
     fn a_tie_decides_where_the_model_would_pick_an_algorithm_its_winner_beat() {
         let text =
-            "broadcast cpus=2 0-inf:pc,margin=2.8%,noise=15.6%,beats=scatter_allgather+shm_read";
+            "broadcast cpus=2 vendor=intel 0-inf:pc,margin=2.8%,noise=15.6%,beats=scatter_allgather+shm_read";
         let t = parse(text, "t").unwrap();
         // Names are canonical in the text, the list included.
-        let canonical = "broadcast cpus=2 0-inf:pipelined_chain,margin=2.8%,noise=15.6%,\
+        let canonical =
+            "broadcast cpus=2 vendor=intel 0-inf:pipelined_chain,margin=2.8%,noise=15.6%,\
                          beats=scatter_allgather+shm_read";
         assert_eq!(t.rows[0].to_string(), canonical);
         assert_eq!(&parse(canonical, "again").unwrap().rows[0], &t.rows[0]);
@@ -914,7 +960,7 @@ mod tests {
             ),
             ("0-inf:pc,margin=2%,noise=9%,beats=", "''"),
         ] {
-            let err = error_of(&format!("broadcast cpus=2 {bad}"));
+            let err = error_of(&format!("broadcast cpus=2 vendor=intel {bad}"));
             assert!(err.contains(expected), "{bad}: {err}");
         }
     }
@@ -947,19 +993,19 @@ mod tests {
                 "need the machine class they were measured on: add cpus=N",
             ),
             (
-                "allreduce cpus=2 0-inf:ring,margin=9%",
+                "allreduce cpus=2 vendor=intel 0-inf:ring,margin=9%",
                 "',margin=M%,noise=N%'",
             ),
             (
-                "allreduce cpus=2 0-inf:ring,noise=2%,margin=9%",
+                "allreduce cpus=2 vendor=intel 0-inf:ring,noise=2%,margin=9%",
                 "',margin=M%,noise=N%'",
             ),
             (
-                "allreduce cpus=2 0-inf:ring,margin=9.25%,noise=2%",
+                "allreduce cpus=2 vendor=intel 0-inf:ring,margin=9.25%,noise=2%",
                 "',margin=M%,noise=N%'",
             ),
             (
-                "allreduce cpus=2 0-inf:ring,margin=-1%,noise=2%",
+                "allreduce cpus=2 vendor=intel 0-inf:ring,margin=-1%,noise=2%",
                 "',margin=M%,noise=N%'",
             ),
         ] {
@@ -981,6 +1027,52 @@ mod tests {
         };
         assert_eq!(on(16), Some("direct"));
         assert_eq!(on(2), None);
+    }
+
+    /// The 2-vCPU dev VM ran on Intel and on AMD hosts: rows measured on
+    /// one (world=2 on Intel) leave the other's calls to the cost model.
+    #[test]
+    fn rows_are_limited_to_the_cpu_vendor_they_were_measured_on() {
+        let t = parse("allreduce cpus=2 vendor=amd 0-inf:direct", "t").unwrap();
+        assert_eq!(
+            t.rows[0].to_string(),
+            "allreduce cpus=2 vendor=amd 0-inf:direct"
+        );
+        let on = |machine| {
+            Tables {
+                tables: vec![t.clone()],
+                machine,
+            }
+            .choose(&shape(8), 4, true, None)
+            .map(|c| c.name())
+        };
+        assert_eq!(on(AMD2), Some("direct"));
+        assert_eq!(on(SHM2), None);
+        // The built-in 2-rank rows, measured on Intel: shm_flat decides an
+        // 8-byte allreduce there, and nothing does on AMD.
+        let two_ranks = CallShape {
+            world: 2,
+            ranks_per_host: 2,
+            ..shape(2)
+        };
+        let pick = |machine| {
+            Tables::builtin(machine)
+                .choose(&two_ranks, 4, true, None)
+                .map(|c| c.name())
+        };
+        assert_eq!(pick(SHM2), Some("shm_flat"));
+        assert_eq!(pick(AMD2), None);
+    }
+
+    /// All ranks match rows against rank 0's machine class, which the
+    /// agreement record carries.
+    #[test]
+    fn the_ranks_agree_on_rank_0_s_machine_class() {
+        let amd = Tables::builtin(Machine { cpus: 4, ..AMD2 });
+        let intel = Tables::builtin(SHM2);
+        let all = [amd.agreement_record(), intel.agreement_record()].concat();
+        let agreed = intel.agree(&all, 1, None).unwrap();
+        assert_eq!(agreed.machine, Machine { cpus: 4, ..AMD2 });
     }
 
     /// The 16-core rows (issue 31) decide where a win exceeded its noise:
@@ -1011,7 +1103,7 @@ mod tests {
     /// its win exceeded the noise (512K-2M, from 8M), the model elsewhere.
     #[test]
     fn quiet_4_rank_broadcasts_read_the_root_where_the_win_was_clear() {
-        let two = Tables::builtin(SHM2);
+        let two = Tables::builtin(AMD2);
         let pick = |bytes: usize| {
             let call = CallShape {
                 collective: Collective::Broadcast,

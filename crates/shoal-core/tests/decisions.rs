@@ -117,6 +117,7 @@ fn a_repeated_call_reads_a_new_decision_once_the_selector_changes() {
         machine: Machine {
             transport: Transport::Shm,
             cpus: 2,
+            vendor: tune::CpuVendor::Intel,
         },
     });
     // The call repeated after the change decides again, under the table.

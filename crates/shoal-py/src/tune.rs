@@ -4,12 +4,12 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use shoal_core::tune::{local_cpus, Machine, Tables, Transport};
+use shoal_core::tune::{local_cpus, local_vendor, Machine, Tables, Transport};
 
 /// The tables the selector consults, in order: `path`'s (default
 /// `SHOAL_TUNE_FILE`'s; empty: none) and the built-in one (unless
 /// `SHOAL_TUNE_BUILTIN` is off), as `{"tables": [{"source",
-/// "rows"}], "cpus": <this host's>}`, rows in their canonical text;
+/// "rows"}], "cpus": <this host's>, "vendor": <its CPU's>}`, rows in their canonical text;
 /// `ValueError` naming the file, line and problem when one does not parse.
 #[pyfunction]
 #[pyo3(signature = (path=None))]
@@ -20,6 +20,7 @@ pub fn tune_tables(py: Python<'_>, path: Option<String>) -> PyResult<Bound<'_, P
     let machine = Machine {
         transport: Transport::Shm,
         cpus: local_cpus(),
+        vendor: local_vendor(),
     };
     // As the core reads the flag (a bad value fails init, reported by `config_error`).
     let builtin = !std::env::var("SHOAL_TUNE_BUILTIN").is_ok_and(|v| {
@@ -46,6 +47,7 @@ pub fn tune_tables(py: Python<'_>, path: Option<String>) -> PyResult<Bound<'_, P
     let d = PyDict::new(py);
     d.set_item("tables", listed)?;
     d.set_item("cpus", machine.cpus)?;
+    d.set_item("vendor", machine.vendor.name())?;
     d.set_item("digest", format!("{:016x}", tables.digest()))?;
     Ok(d)
 }

@@ -21,7 +21,8 @@ pub enum RowError {
     NoRanges {
         collective: String,
     },
-    /// Measured ranges in a row that names no machine class (`cpus=`).
+    /// Measured ranges in a row that names no machine class (`cpus=` and
+    /// `vendor=`).
     EvidenceWithoutMachine,
     /// `world=`, `ranks_per_host=` or `cpus=` not a whole number >= 1.
     NotPositive {
@@ -32,6 +33,9 @@ pub enum RowError {
         key: String,
     },
     UnknownTransport {
+        value: String,
+    },
+    UnknownVendor {
         value: String,
     },
     UnknownCondition {
@@ -78,7 +82,7 @@ impl fmt::Display for RowError {
             ),
             RowError::EvidenceWithoutMachine => write!(
                 f,
-                "measured ranges (margin=, noise=) need the machine class they were measured on: add cpus=N"
+                "measured ranges (margin=, noise=) need the machine class they were measured on: add cpus=N and vendor=intel|amd|arm|other"
             ),
             RowError::NotPositive { key, value } => {
                 write!(f, "{key}={value}: not a whole number >= 1")
@@ -87,9 +91,12 @@ impl fmt::Display for RowError {
             RowError::UnknownTransport { value } => {
                 write!(f, "transport={value}: not shm, tcp or ucx")
             }
+            RowError::UnknownVendor { value } => {
+                write!(f, "vendor={value}: not intel, amd, arm or other")
+            }
             RowError::UnknownCondition { key } => write!(
                 f,
-                "unknown condition '{key}'; valid: world, ranks_per_host, transport, cpus"
+                "unknown condition '{key}'; valid: world, ranks_per_host, transport, cpus, vendor"
             ),
             RowError::NotARange { word } => write!(
                 f,
