@@ -143,6 +143,10 @@ pub struct ShmTransport {
     /// Per global rank, the local peers whose exposed regions this rank may
     /// read ([`window`]).
     window: Vec<Option<window::WindowPeer>>,
+    /// Whether this rank may read every other rank's exposed regions: the
+    /// shared-memory algorithms' precondition, asked at every step of theirs
+    /// (so kept, not recomputed: `window` does not change after connect).
+    reads_all: bool,
     /// Bytes of each slot buffer ([`window`]); 0: no slots.
     slot_size: usize,
     /// The slot buffer this rank fills next.
@@ -236,6 +240,10 @@ impl ShmTransport {
             inner.add_peer(r, peer_pid, map, to_peer, from_peer, cma);
         }
         let bell = own.bell();
+        let reads_all = window
+            .iter()
+            .enumerate()
+            .all(|(r, p)| r == cfg.rank || p.as_ref().is_some_and(|p| p.readable));
         Ok(ShmTransport {
             rank: cfg.rank,
             world: cfg.world,
@@ -244,6 +252,7 @@ impl ShmTransport {
             bell,
             inner: Mutex::new(inner),
             window,
+            reads_all,
             slot_size,
             next_slot: std::sync::atomic::AtomicUsize::new(0),
             spin: cfg.wait.spin(locals.len(), host_cpus()),
