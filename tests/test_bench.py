@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -207,8 +208,13 @@ def test_the_node_benchmark_script_runs_every_step(tmp_path: Path) -> None:
     proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=600)
     summary = (out / "summary.log").read_text()
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for step in ("info", "broadcast", "allreduce", "algos", "check", "allgather", "reduce_scatter", "tune"):
+    for step in ("info", "broadcast", "allreduce", "algos", "allgather", "reduce_scatter", "tune"):
         assert f"== {step}: exit 0" in summary, summary
+    # `tune --check` exits 1 when a table loses to the cost model: a finding of the run (with
+    # two repeats, noise alone can give it where rows for this machine class apply), not a crash
+    assert re.search(r"== check: exit [01] ", summary), summary
+    verdict = r"shoal tune --check: the tables (lose nowhere|lose to the cost model)"
+    assert re.search(verdict, (out / "check.log").read_text())
     assert "2 ranks: calibrated against rank 1" in (out / "info.log").read_text()
     for folder in ("broadcast-2", "allreduce-2", "broadcast-2-algos", "allreduce-2-algos", "allgather-2"):
         doc = json.loads((results / folder / "results.json").read_text())
