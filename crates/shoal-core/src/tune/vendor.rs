@@ -6,17 +6,19 @@
 
 use std::fmt;
 
-/// Who made the CPU this process runs on.
+/// Who made the CPU this process runs on. The discriminant is the vendor's
+/// code in the ranks' agreement record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CpuVendor {
-    Intel,
-    Amd,
-    Arm,
+    Intel = 0,
+    Amd = 1,
+    Arm = 2,
     /// Any other x86 vendor, or a CPU whose vendor cannot be read.
-    Other,
+    Other = 3,
 }
 
 impl CpuVendor {
+    /// Every vendor, in the order of their codes.
     pub const ALL: [CpuVendor; 4] = [
         CpuVendor::Intel,
         CpuVendor::Amd,
@@ -40,7 +42,7 @@ impl CpuVendor {
 
     /// A small number for the ranks' agreement record.
     pub fn code(self) -> u64 {
-        CpuVendor::ALL.iter().position(|&v| v == self).unwrap_or(3) as u64
+        self as u64
     }
 
     /// The vendor of `code`, `Other` for a code this build does not know.
