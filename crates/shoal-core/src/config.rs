@@ -126,6 +126,12 @@ pub const VARIABLES: &[Variable] = &[
         "shoal-core config.rs",
     ),
     var(
+        "SHOAL_SHM_CMA_CALL_BYTES",
+        "8388608",
+        "... in calls this large (smaller ones' data is likely in cache)",
+        "shoal-core config.rs",
+    ),
+    var(
         "SHOAL_SHM_SLOT_BYTES",
         "16384",
         "per-rank shared slot for small shared-memory collectives (0: off)",
@@ -348,6 +354,9 @@ pub struct Config {
     /// `SHOAL_SHM_CMA_BYTES` (default 1048576): shared-memory messages this
     /// large are read once from the sender's memory (0: always through the ring).
     pub shm_cma_bytes: usize,
+    /// `SHOAL_SHM_CMA_CALL_BYTES` (default 8388608): ... in calls whose
+    /// buffers are this large (0: in every call).
+    pub shm_cma_call_bytes: usize,
     /// `SHOAL_SHM_SLOT_BYTES` (default 16384, at most 1 MiB): each of a rank's two
     /// shared slot buffers; shared-memory collective steps exposing this
     /// little are copied there and read with plain loads (0: never).
@@ -474,6 +483,7 @@ impl Config {
             chunk_bytes: whole(env, "SHOAL_CHUNK_BYTES", 1_048_576, 64, MAX_CHUNK_BYTES)?,
             shm_ring_bytes: whole(env, "SHOAL_SHM_RING_BYTES", 4_194_304, 4096, MAX_RING_BYTES)?,
             shm_cma_bytes: whole(env, "SHOAL_SHM_CMA_BYTES", 1_048_576, 0, usize::MAX)?,
+            shm_cma_call_bytes: whole(env, "SHOAL_SHM_CMA_CALL_BYTES", 8_388_608, 0, usize::MAX)?,
             shm_slot_bytes: whole(env, "SHOAL_SHM_SLOT_BYTES", 16_384, 0, 1 << 20)?,
             wait: parse_wait(env)?,
             unexpected_bytes: whole(
@@ -764,6 +774,7 @@ pub(crate) mod tests {
             ("SHOAL_SHM_RING_BYTES", "100", "at least 4096"),
             ("SHOAL_SHM_RING_BYTES", "99999999999", "at most"),
             ("SHOAL_SHM_CMA_BYTES", "-1", "whole number"),
+            ("SHOAL_SHM_CMA_CALL_BYTES", "8M", "whole number"),
             ("SHOAL_SHM_SLOT_BYTES", "2097152", "at most"),
             ("SHOAL_WAIT", "busy", "auto, spin or yield"),
             ("SHOAL_UNEXPECTED_BYTES", "1000", "at least 65536"),
@@ -802,6 +813,7 @@ pub(crate) mod tests {
             ("SHOAL_TIMEOUT", " 0.25 "),
             ("SHOAL_CHUNK_BYTES", "64"),
             ("SHOAL_SHM_CMA_BYTES", "0"),
+            ("SHOAL_SHM_CMA_CALL_BYTES", "0"),
             ("SHOAL_CALIBRATE", "0"),
             ("SHOAL_TCP_ADDR", "::1"),
             ("SHOAL_PLAN_CACHE", "1"),
@@ -809,6 +821,7 @@ pub(crate) mod tests {
         .unwrap();
         assert_eq!(c.timeout, Duration::from_millis(250));
         assert_eq!((c.chunk_bytes, c.shm_cma_bytes, c.plan_cache), (64, 0, 1));
+        assert_eq!(c.shm_cma_call_bytes, 0);
         assert!(!c.calibrate);
         assert_eq!(c.tcp_addr.as_deref(), Some("::1"));
     }

@@ -548,11 +548,12 @@ impl Run<'_> {
             }
             Op::Send { peer, tag, src } => {
                 let (s, len) = self.resolve(src);
+                let (peer, tag) = (self.global(peer), self.tag(tag));
+                let call_bytes = self.bufs.input_bytes.max(self.bufs.output_bytes);
                 // SAFETY: the region stays untouched until the request completes
                 // (steps that write it depend on this one).
-                let req =
-                    unsafe { t.isend(self.global(peer), self.tag(tag), self.ctx.sig, s, len) }
-                        .map_err(|e| self.step_error(step, &e))?;
+                let req = unsafe { t.isend(peer, tag, self.ctx.sig, s, len, call_bytes) }
+                    .map_err(|e| self.step_error(step, &e))?;
                 self.pending.push((req, step));
             }
             Op::Recv { peer, tag, dst } => {

@@ -232,6 +232,7 @@ fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Routed> {
     cfg.ucx_lib = config.ucx_lib.clone();
     cfg.ring_size = config.shm_ring_bytes;
     cfg.cma_threshold = config.shm_cma_bytes;
+    cfg.cma_min_call = config.shm_cma_call_bytes;
     cfg.slot_size = config.shm_slot_bytes;
     cfg.wait = config.wait;
     cfg.unexpected_bytes = config.unexpected_bytes;
@@ -324,8 +325,9 @@ fn cma_summary(config: &Config, transport: &Routed, local_peers: &[usize]) -> St
         .filter(|&&p| transport.uses_cma(p))
         .count();
     format!(
-        "messages from {} KiB read once by cross-memory attach (allowed with {allowed} of {} peers{})",
+        "messages from {} KiB of calls from {} KiB read once by cross-memory attach (allowed with {allowed} of {} peers{})",
         config.shm_cma_bytes >> 10,
+        config.shm_cma_call_bytes >> 10,
         local_peers.len(),
         if allowed < local_peers.len() {
             "; the others go through the rings: see /proc/sys/kernel/yama/ptrace_scope"

@@ -212,7 +212,11 @@ pub trait Transport: Send + Sync {
     fn rank(&self) -> usize;
     fn world(&self) -> usize;
 
-    /// Starts sending `len` bytes at `data` to `peer`.
+    /// Starts sending `len` bytes at `data` to `peer`. `call_bytes` is the
+    /// size of the call the message belongs to on this rank (the larger of
+    /// its input and output; 0 outside a collective): whether the data is
+    /// likely still in cache, which decides how shared memory moves it
+    /// (`ShmConfig::cma_min_call`).
     ///
     /// # Safety
     /// The memory must stay valid and unmodified until the request completes.
@@ -223,6 +227,7 @@ pub trait Transport: Send + Sync {
         sig: CallSig,
         data: *const u8,
         len: usize,
+        call_bytes: usize,
     ) -> Result<ReqId>;
 
     /// Posts a receive of the message from `peer` with `tag`.

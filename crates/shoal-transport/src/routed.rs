@@ -17,7 +17,8 @@ use crate::auth::Key;
 use crate::doorbell::{wait_on, Doorbell, WaitPolicy};
 use crate::setup::{agree, SetupRecord};
 use crate::shm::{
-    ShmConfig, ShmTransport, DEFAULT_CMA_THRESHOLD, DEFAULT_RING_SIZE, DEFAULT_SLOT_SIZE,
+    ShmConfig, ShmTransport, DEFAULT_CMA_MIN_CALL, DEFAULT_CMA_THRESHOLD, DEFAULT_RING_SIZE,
+    DEFAULT_SLOT_SIZE,
 };
 use crate::tcp::{Congestion, TcpConfig, TcpTransport};
 use crate::ucx::{wait_busy, UcxConfig, UcxTransport};
@@ -43,6 +44,8 @@ pub struct RoutedConfig {
     /// Shm messages of at least this many bytes are read straight from the
     /// sender's memory (single copy); 0 streams everything through the rings.
     pub cma_threshold: usize,
+    /// ... in calls of at least this many bytes (`ShmConfig::cma_min_call`).
+    pub cma_min_call: usize,
     /// Bytes of each shm slot buffer (`ShmConfig::slot_size`).
     pub slot_size: usize,
     /// How shm waits spin (`ShmConfig::wait`).
@@ -85,6 +88,7 @@ impl RoutedConfig {
             use_shm: true,
             ring_size: DEFAULT_RING_SIZE,
             cma_threshold: DEFAULT_CMA_THRESHOLD,
+            cma_min_call: DEFAULT_CMA_MIN_CALL,
             slot_size: DEFAULT_SLOT_SIZE,
             wait: WaitPolicy::default(),
             unexpected_bytes: crate::flow::DEFAULT_WINDOW,
@@ -155,6 +159,7 @@ impl Routed {
                 ring_size: cfg.ring_size,
                 timeout: cfg.timeout,
                 cma_threshold: cfg.cma_threshold,
+                cma_min_call: cfg.cma_min_call,
                 slot_size: cfg.slot_size,
                 unexpected_bytes: cfg.unexpected_bytes,
                 wait: cfg.wait,
@@ -327,9 +332,10 @@ impl Transport for Routed {
         sig: CallSig,
         data: *const u8,
         len: usize,
+        call_bytes: usize,
     ) -> Result<ReqId> {
         let (via, t) = self.via(peer)?;
-        Ok(wrap(via, t.isend(peer, tag, sig, data, len)?))
+        Ok(wrap(via, t.isend(peer, tag, sig, data, len, call_bytes)?))
     }
 
     unsafe fn irecv(&self, peer: usize, tag: Tag, sig: CallSig, into: RecvInto) -> Result<ReqId> {

@@ -14,8 +14,23 @@ const MIB: usize = 1 << 20;
 const THRESHOLD: usize = 256 << 10;
 
 /// Runs `body(rank, transport)` on `world` threads over shm transports with
-/// the given ring size and rendezvous threshold (per rank).
+/// the given ring size and rendezvous threshold (per rank), in calls of any
+/// size.
 fn run_shm<F>(world: usize, ring: usize, threshold: impl Fn(usize) -> usize, body: F)
+where
+    F: Fn(usize, &ShmTransport) + Send + Sync + 'static,
+{
+    let configure = |r: usize, c: &mut ShmConfig| {
+        c.ring_size = ring;
+        c.cma_threshold = threshold(r);
+        c.cma_min_call = 0;
+    };
+    run_configured(world, configure, body)
+}
+
+/// Runs `body(rank, transport)` on `world` threads over shm transports,
+/// each configured by `configure`.
+fn run_configured<F>(world: usize, configure: impl Fn(usize, &mut ShmConfig), body: F)
 where
     F: Fn(usize, &ShmTransport) + Send + Sync + 'static,
 {
@@ -26,8 +41,7 @@ where
         .map(|r| {
             let (store, job, body) = (store.clone(), job.clone(), body.clone());
             let mut c = ShmConfig::new(r, world, (0..world).collect(), &job);
-            c.ring_size = ring;
-            c.cma_threshold = threshold(r);
+            configure(r, &mut c);
             std::thread::spawn(move || {
                 let t = ShmTransport::connect(&c, &*store).unwrap();
                 body(r, &t);
@@ -156,6 +170,48 @@ fn receive_posted_after_arrival() {
     );
 }
 
+/// A large message of a call small enough to be in cache goes through the
+/// ring (its send completes before any receive is posted), one of a larger
+/// call is read in place (its send waits for the receiver's read). Where
+/// the two ranks outnumber the CPUs, every large message is read in place.
+#[test]
+fn only_large_calls_read_large_messages_in_place() {
+    let fits = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+    for (call_bytes, through_ring) in [(4 * MIB, fits), (8 * MIB, false)] {
+        let barrier = Arc::new(Barrier::new(2));
+        let configure = |_: usize, c: &mut ShmConfig| {
+            c.ring_size = 4 * MIB;
+            c.cma_threshold = MIB;
+            c.cma_min_call = 8 * MIB;
+        };
+        run_configured(2, configure, move |r, t| {
+            assert!(t.uses_cma(1 - r));
+            let sent = pattern(MIB, 3);
+            if r == 0 {
+                // SAFETY: `sent` outlives the request (waited for below).
+                let s = unsafe { t.isend(1, tag(0), sig(), sent.as_ptr(), MIB, call_bytes) };
+                let s = s.unwrap();
+                let until = Instant::now() + Duration::from_secs(2);
+                let mut done = false;
+                while !done && Instant::now() < until {
+                    done = t.test(s).unwrap();
+                }
+                assert_eq!(done, through_ring, "a call of {call_bytes} bytes");
+                barrier.wait();
+                if !done {
+                    wait_all(t, &[s]).unwrap();
+                }
+            } else {
+                barrier.wait();
+                let mut got = vec![0u8; MIB];
+                let q = irecv(t, 0, 0, &mut got);
+                wait_all(t, &[q]).unwrap();
+                assert_eq!(got, sent);
+            }
+        });
+    }
+}
+
 /// The sender's buffer is unmapped while its message waits to be read (what
 /// freeing a buffer in flight does): the receive fails naming a bad address,
 /// not a dead rank, and the sender learns its message was not read.
@@ -182,7 +238,7 @@ fn unmapped_sender_buffer_is_a_bad_address() {
                 };
                 assert_ne!(mem, libc::MAP_FAILED);
                 // SAFETY: the request is failed by the receiver, never read by us.
-                let s = unsafe { t.isend(1, tag(0), sig(), mem.cast(), len) }.unwrap();
+                let s = unsafe { t.isend(1, tag(0), sig(), mem.cast(), len, len) }.unwrap();
                 t.progress().unwrap();
                 // SAFETY: our mapping; breaking isend's contract is the point.
                 unsafe { libc::munmap(mem, len) };

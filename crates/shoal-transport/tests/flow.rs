@@ -95,7 +95,17 @@ fn p2p_sig() -> CallSig {
 }
 
 fn isend(t: &dyn Transport, step: u32, data: &[u8]) -> ReqId {
-    unsafe { t.isend(1, tag(step), p2p_sig(), data.as_ptr(), data.len()) }.unwrap()
+    unsafe {
+        t.isend(
+            1,
+            tag(step),
+            p2p_sig(),
+            data.as_ptr(),
+            data.len(),
+            data.len(),
+        )
+    }
+    .unwrap()
 }
 
 /// Twenty messages of a quarter window each: the sender is done with the

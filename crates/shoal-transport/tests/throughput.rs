@@ -125,6 +125,7 @@ fn exchange_reduce_wall(len: usize, cma_threshold: usize, iters: usize) -> f64 {
             std::thread::spawn(move || {
                 let mut c = ShmConfig::new(r, 2, vec![0, 1], &job);
                 c.cma_threshold = cma_threshold;
+                c.cma_min_call = 0;
                 let t = ShmTransport::connect(&c, &*store).unwrap();
                 let src = vec![1.0f32; len / 4];
                 let dst = Arc::new(std::sync::Mutex::new(vec![0.0f32; len / 4]));
@@ -143,7 +144,7 @@ fn exchange_reduce_wall(len: usize, cma_threshold: usize, iters: usize) -> f64 {
                     });
                     let step = b as u32;
                     let s = unsafe {
-                        t.isend(1 - r, tag(step), sig(), src.as_ptr().cast(), len)
+                        t.isend(1 - r, tag(step), sig(), src.as_ptr().cast(), len, len)
                             .unwrap()
                     };
                     let q = unsafe {

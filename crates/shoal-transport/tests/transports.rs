@@ -248,7 +248,7 @@ fn mismatch_recv_first(kind: Kind) {
         if r == 0 {
             std::thread::sleep(Duration::from_millis(50));
             let d = [1u8; 8];
-            let s = unsafe { t.isend(1, tag(0), other_sig(), d.as_ptr(), 8).unwrap() };
+            let s = unsafe { t.isend(1, tag(0), other_sig(), d.as_ptr(), 8, 8).unwrap() };
             wait_all(t, &[s]).unwrap();
         } else {
             let mut buf = [0u8; 8];
@@ -274,7 +274,7 @@ fn mismatch_message_first(kind: Kind) {
         if r == 0 {
             let d = [1u8; 8];
             // Different step too: the signature check covers the whole call.
-            let s = unsafe { t.isend(1, tag(3), other_sig(), d.as_ptr(), 8).unwrap() };
+            let s = unsafe { t.isend(1, tag(3), other_sig(), d.as_ptr(), 8, 8).unwrap() };
             wait_all(t, &[s]).unwrap();
         } else {
             std::thread::sleep(Duration::from_millis(50));
@@ -372,7 +372,7 @@ both!(all_to_all);
 fn send_to_self_is_rejected() {
     run(Kind::Shm, 2, RING, |r, t| {
         let d = [0u8; 4];
-        assert!(unsafe { t.isend(r, tag(0), sig(), d.as_ptr(), 4) }.is_err());
+        assert!(unsafe { t.isend(r, tag(0), sig(), d.as_ptr(), 4, 4) }.is_err());
     });
 }
 
@@ -465,7 +465,16 @@ fn tcp_close_delivers_everything_to_a_peer_still_talking() {
                 let hello = [1u8; 64];
                 for step in 1000.. {
                     // SAFETY: `hello` outlives the send, which is waited for.
-                    let sent = unsafe { t.isend(0, tag(step), sig(), hello.as_ptr(), hello.len()) };
+                    let sent = unsafe {
+                        t.isend(
+                            0,
+                            tag(step),
+                            sig(),
+                            hello.as_ptr(),
+                            hello.len(),
+                            hello.len(),
+                        )
+                    };
                     let gone = sent.and_then(|req| wait_all(t, &[req])).is_err();
                     if gone || done.load(std::sync::atomic::Ordering::Relaxed) {
                         return;
@@ -613,7 +622,7 @@ fn routed_tcp_only_on_one_host() {
                 wait_all(&t, &[q, s]).unwrap();
                 assert_eq!(buf, pattern(5000, prev));
                 let d = [0u8; 1];
-                assert!(unsafe { t.isend(r, tag(1), sig(), d.as_ptr(), 1) }.is_err());
+                assert!(unsafe { t.isend(r, tag(1), sig(), d.as_ptr(), 1, 1) }.is_err());
             })
         })
         .collect();
@@ -698,7 +707,7 @@ both!(message_left_over_when_the_call_finishes);
 
 fn send_with(t: &dyn Transport, peer: usize, step: u32, s: CallSig) {
     let d = [1u8; 8];
-    let req = unsafe { t.isend(peer, tag(step), s, d.as_ptr(), 8).unwrap() };
+    let req = unsafe { t.isend(peer, tag(step), s, d.as_ptr(), 8, 8).unwrap() };
     wait_all(t, &[req]).unwrap();
 }
 

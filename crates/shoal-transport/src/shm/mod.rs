@@ -8,8 +8,8 @@
 //! each header and copies the payload straight from the ring into the posted
 //! buffer or sink, or to the heap when no receive matches yet.
 //!
-//! Messages of at least `cma_threshold` bytes take a single-copy rendezvous
-//! path instead: the sender writes only a descriptor frame (tag, signature,
+//! Messages of at least `cma_threshold` bytes, in calls of at least
+//! `cma_min_call` bytes, take a single-copy rendezvous path instead: the sender writes only a descriptor frame (tag, signature,
 //! length, its pid and the message's address) and its request stays pending;
 //! once the descriptor meets a receive (when it arrives, or later, when a
 //! receive is posted for the queued descriptor), the receiver reads the
@@ -69,6 +69,13 @@ pub const DEFAULT_RING_SIZE: usize = 4 << 20;
 /// what the copy it saves does. Plans split transfers into pieces of
 /// `SHOAL_CHUNK_BYTES`, so this only takes effect with pieces this large.
 pub const DEFAULT_CMA_THRESHOLD: usize = 1 << 20;
+/// Default size of the smallest call whose large messages are read in
+/// place. A smaller call's data is likely in cache, where the ring's two
+/// copies cost less than pinning the sender's pages: 2-rank ring allreduces
+/// of 2 MiB took 105-111 us through the rings against 227-243 us read in
+/// place, while from 8 MiB reading in place won (2-vCPU AMD EPYC,
+/// docs/benchmarks.md).
+pub const DEFAULT_CMA_MIN_CALL: usize = 8 << 20;
 /// Default bytes of each of a rank's slot buffers (`ShmConfig::slot_size`).
 pub const DEFAULT_SLOT_SIZE: usize = 16 << 10;
 
@@ -90,6 +97,12 @@ pub struct ShmConfig {
     /// streamed through the ring; 0 turns that off (for this rank's sends
     /// and receives).
     pub cma_threshold: usize,
+    /// ... and, while the host's ranks fit its logical CPUs, only in calls
+    /// of at least this many bytes (`call_bytes` of [`Transport::isend`]);
+    /// 0: in every call. Oversubscribed, CPU time is what runs out, and a
+    /// single copy takes half the CPU time of the ring's two: 4 ranks on 2
+    /// vCPUs ran 4 MiB allreduces and broadcasts faster reading in place.
+    pub cma_min_call: usize,
     /// Bytes of each of this rank's slot buffers (rounded up to a cache
     /// line): exposures this small are copied there and read by peers with
     /// plain loads; 0 turns slots off. Equal on all local ranks.
@@ -111,6 +124,7 @@ impl ShmConfig {
             ring_size: DEFAULT_RING_SIZE,
             timeout: Duration::from_secs(60),
             cma_threshold: DEFAULT_CMA_THRESHOLD,
+            cma_min_call: DEFAULT_CMA_MIN_CALL,
             slot_size: DEFAULT_SLOT_SIZE,
             unexpected_bytes: crate::flow::DEFAULT_WINDOW,
             wait: WaitPolicy::default(),
@@ -149,6 +163,9 @@ pub struct ShmTransport {
     reads_all: bool,
     /// Bytes of each slot buffer ([`window`]); 0: no slots.
     slot_size: usize,
+    /// Large messages are read in place only in calls this large
+    /// (`ShmConfig::cma_min_call`, 0 when oversubscribed).
+    cma_min_call: usize,
     /// The slot buffer this rank fills next.
     next_slot: std::sync::atomic::AtomicUsize,
     /// How this rank's waits spin (`SHOAL_WAIT`).
@@ -254,6 +271,11 @@ impl ShmTransport {
             window,
             reads_all,
             slot_size,
+            cma_min_call: if locals.len() <= host_cpus() {
+                cfg.cma_min_call
+            } else {
+                0
+            },
             next_slot: std::sync::atomic::AtomicUsize::new(0),
             spin: cfg.wait.spin(locals.len(), host_cpus()),
         })
@@ -342,6 +364,7 @@ impl Transport for ShmTransport {
         sig: CallSig,
         data: *const u8,
         len: usize,
+        call_bytes: usize,
     ) -> Result<ReqId> {
         let mut g = self.lock();
         if g.closed {
@@ -354,9 +377,13 @@ impl Transport for ShmTransport {
         // before it receives, so two ranks that send to each other first
         // work up to the flow-control window. Collective plans post
         // receives beside sends (verified deadlock-free under rendezvous
-        // semantics), so their large messages take the single-copy path.
+        // semantics), so their large messages take the single-copy path,
+        // where their call is too large to be in cache.
         let cma = g.outs[i].cma;
-        let single_copy = cma && len >= g.cma_threshold && sig.kind != CallSig::P2P_KIND;
+        let single_copy = cma
+            && len >= g.cma_threshold
+            && call_bytes >= self.cma_min_call
+            && sig.kind != CallSig::P2P_KIND;
         let how = if single_copy {
             How::Read
         } else if g.matcher.may_send_eagerly(peer, len) {

@@ -737,6 +737,7 @@ impl Transport for TcpTransport {
         sig: CallSig,
         data: *const u8,
         len: usize,
+        _call_bytes: usize,
     ) -> Result<ReqId> {
         let (id, eager) = {
             let mut m = self.shared.lock();

@@ -393,6 +393,7 @@ impl Transport for UcxTransport {
         sig: CallSig,
         data: *const u8,
         len: usize,
+        _call_bytes: usize,
     ) -> Result<ReqId> {
         let mut g = self.lock();
         if g.closed {

@@ -183,8 +183,15 @@ pub fn wait_all(t: &dyn Transport, reqs: &[ReqId]) -> Result<()> {
 
 pub fn isend(t: &dyn Transport, peer: usize, step: u32, data: &[u8]) -> ReqId {
     unsafe {
-        t.isend(peer, tag(step), sig(), data.as_ptr(), data.len())
-            .unwrap()
+        t.isend(
+            peer,
+            tag(step),
+            sig(),
+            data.as_ptr(),
+            data.len(),
+            data.len(),
+        )
+        .unwrap()
     }
 }
 
