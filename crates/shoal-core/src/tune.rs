@@ -165,6 +165,15 @@ impl Range {
     fn holds(&self, bytes: u64) -> bool {
         bytes >= self.lo && self.hi.is_none_or(|hi| bytes < hi)
     }
+
+    /// Whether this range's measurement saw `algorithm` lose beyond the
+    /// noise: to an established winner, or as one its tie's winner beat.
+    fn saw_lose(&self, algorithm: &str) -> bool {
+        self.evidence.as_ref().is_some_and(|e| {
+            (e.established() && self.algorithm != algorithm)
+                || e.beats.iter().any(|b| b == algorithm)
+        })
+    }
 }
 
 impl Row {
@@ -177,10 +186,26 @@ impl Row {
         machine: &Machine,
         model: Option<&str>,
     ) -> Option<&str> {
+        Some(&self.deciding_range(shape, bytes, machine, model)?.algorithm)
+    }
+
+    /// The range that holds a call's size, if the row applies to the call.
+    fn range_for(&self, shape: &CallShape, bytes: u64, machine: &Machine) -> Option<&Range> {
         if self.collective != shape.collective || !self.when.matches(shape, machine) {
             return None;
         }
-        let range = self.ranges.iter().find(|r| r.holds(bytes))?;
+        self.ranges.iter().find(|r| r.holds(bytes))
+    }
+
+    /// [`Row::range_for`], where it decides over the cost model's `model`.
+    fn deciding_range(
+        &self,
+        shape: &CallShape,
+        bytes: u64,
+        machine: &Machine,
+        model: Option<&str>,
+    ) -> Option<&Range> {
+        let range = self.range_for(shape, bytes, machine)?;
         // A win within the noise is no evidence: the next row, or the cost
         // model, decides (the built-in rows once picked binomial at 1 MiB,
         // 2x slower than ring, from 3 repeats on a loaded machine), unless
@@ -192,7 +217,7 @@ impl Row {
         {
             return None;
         }
-        Some(&range.algorithm)
+        Some(range)
     }
 }
 
@@ -235,11 +260,28 @@ impl Tables {
         model: Option<&str>,
     ) -> Option<Choice> {
         let bytes = (shape.count as u64).saturating_mul(elem_size as u64);
-        self.tables
-            .iter()
-            .flat_map(|t| &t.rows)
-            .filter_map(|row| row.algorithm_for(shape, bytes, &self.machine, model))
-            .filter_map(|name| registry::find(shape.collective, name).ok())
+        let rows = || self.tables.iter().flat_map(|t| &t.rows);
+        let measured: Vec<&Range> = rows()
+            .filter_map(|row| row.range_for(shape, bytes, &self.machine))
+            .collect();
+        // A row replaces the model's pick with its own; where another
+        // matching row (another run) saw the model's pick beat that one
+        // beyond the noise, the runs disagree about the very choice, which
+        // shows a spread between jobs no one run measures (the AMD host's
+        // jobs run in states up to 5x apart): the model's pick stands.
+        // Rows written by hand stand as written.
+        let disputed = |r: &Range| {
+            r.evidence.is_some()
+                && model.is_some_and(|m| {
+                    measured
+                        .iter()
+                        .any(|w| w.algorithm == m && w.saw_lose(&r.algorithm))
+                })
+        };
+        rows()
+            .filter_map(|row| row.deciding_range(shape, bytes, &self.machine, model))
+            .filter(|r| !disputed(r))
+            .filter_map(|r| registry::find(shape.collective, &r.algorithm).ok())
             .filter(|choice| {
                 shared_memory || !matches!(choice, Choice::Builtin(a) if a.reads_peers())
             })
@@ -1099,6 +1141,55 @@ mod tests {
         assert_eq!(pick(Collective::Broadcast, 8, 1 << 20), None);
         assert_eq!(pick(Collective::Broadcast, 16, 16 << 20), None);
         assert_eq!(pick(Collective::Allreduce, 16, 4 << 10), None);
+    }
+
+    /// A row's pick does not replace the model's where another run saw the
+    /// model's pick beat it beyond the noise: the runs disagree about that
+    /// very choice.
+    #[test]
+    fn a_row_does_not_replace_a_pick_another_run_saw_win() {
+        let chain = "broadcast cpus=2 vendor=amd 0-inf:pipelined_chain,margin=3.9%,noise=36.3%,beats=shm_read";
+        let read = "broadcast cpus=2 vendor=amd 0-inf:shm_read,margin=364.2%,noise=92.7%";
+        let tie =
+            "broadcast cpus=2 vendor=amd 0-inf:binomial,margin=1%,noise=9%,beats=scatter_allgather";
+        let by_hand = "broadcast cpus=2 vendor=amd 0-inf:pipelined_chain";
+        let pick = |rows: &[&str]| {
+            let call = CallShape {
+                collective: Collective::Broadcast,
+                world: 2,
+                ranks_per_host: 2,
+                ..shape((1 << 20) / 4)
+            };
+            Tables {
+                tables: vec![parse(&rows.join("\n"), "t").unwrap()],
+                machine: AMD2,
+            }
+            .choose(&call, 4, true, Some("shm_read"))
+            .map(|c| c.name())
+        };
+        assert_eq!(pick(&[chain]), Some("pipelined_chain"));
+        assert_eq!(pick(&[read]), Some("shm_read"));
+        assert_eq!(pick(&[chain, read]), Some("shm_read"));
+        assert_eq!(pick(&[read, chain]), Some("shm_read"));
+        // Runs that disagree about other algorithms dispute nothing: a tie
+        // that beat scatter_allgather, a winner other than the model's pick.
+        assert_eq!(pick(&[chain, tie]), Some("pipelined_chain"));
+        let other = "broadcast cpus=2 vendor=amd 0-inf:binomial,margin=50%,noise=9%";
+        assert_eq!(pick(&[chain, other]), Some("pipelined_chain"));
+        // A row written by hand stands as written.
+        assert_eq!(pick(&[by_hand, read]), Some("pipelined_chain"));
+        // The built-in AMD rows of 1 MiB 2-rank broadcasts: two runs' chain
+        // and scatter_allgather beat shm_read, the model's pick, where
+        // another's shm_read won by 364%, so shm_read stays.
+        let builtin = Tables::builtin(AMD2);
+        let call = CallShape {
+            collective: Collective::Broadcast,
+            world: 2,
+            ranks_per_host: 2,
+            ..shape((1 << 20) / 4)
+        };
+        let pick = builtin.choose(&call, 4, true, Some("shm_read"));
+        assert!(matches!(pick.map(|c| c.name()), None | Some("shm_read")));
     }
 
     /// The quiet 4-rank broadcast rows (issue 27): shm_read decides where
