@@ -31,7 +31,8 @@ def test_info_shows_the_setup_on_rank_0_and_debug_the_algorithm(transport: str) 
     zero, one = "\n".join(rank_lines(proc.stderr, 0)), "\n".join(rank_lines(proc.stderr, 1))
     assert f"INFO shoal[rank 0] shoal_core::init: shoal {shoal.__version__}: 2 ranks on 1 host(s)" in zero, zero
     if transport == "shm":
-        assert re.search(r"on this host: shm, \d+ KiB rings, messages from \d+ KiB of calls from \d+ KiB read once by cross-memory", zero)
+        shm = r"on this host: shm, \d+ KiB rings, messages from \d+ KiB of calls from \d+ KiB read once by cross-memory"
+        assert re.search(shm, zero)
     else:
         assert re.search(r"on this host: tcp, congestion control \w+ \(SHOAL_TRANSPORT=tcp\)", zero), zero
     assert "transport to the 0 rank(s) on other hosts: none" in zero
