@@ -166,6 +166,16 @@ impl Range {
         bytes >= self.lo && self.hi.is_none_or(|hi| bytes < hi)
     }
 
+    /// Whether this range decides where the cost model would pick `model`
+    /// (None: not known). A win within the noise is no evidence: the next
+    /// row, or the cost model, decides (the built-in rows once picked
+    /// binomial at 1 MiB, 2x slower than ring, from 3 repeats on a loaded
+    /// machine), unless the model's own pick is one the winner clearly beat.
+    /// A range written by hand decides as it stands.
+    fn decides_over(&self, model: Option<&str>) -> bool {
+        self.evidence.as_ref().is_none_or(|e| e.decides_over(model))
+    }
+
     /// Whether this range's measurement saw `algorithm` lose beyond the
     /// noise: to an established winner, or as one its tie's winner beat.
     fn saw_lose(&self, algorithm: &str) -> bool {
@@ -177,47 +187,12 @@ impl Range {
 }
 
 impl Row {
-    /// The algorithm this row names for a call, if it applies, where the
-    /// cost model would pick `model` (None: not known).
-    pub fn algorithm_for(
-        &self,
-        shape: &CallShape,
-        bytes: u64,
-        machine: &Machine,
-        model: Option<&str>,
-    ) -> Option<&str> {
-        Some(&self.deciding_range(shape, bytes, machine, model)?.algorithm)
-    }
-
     /// The range that holds a call's size, if the row applies to the call.
     fn range_for(&self, shape: &CallShape, bytes: u64, machine: &Machine) -> Option<&Range> {
         if self.collective != shape.collective || !self.when.matches(shape, machine) {
             return None;
         }
         self.ranges.iter().find(|r| r.holds(bytes))
-    }
-
-    /// [`Row::range_for`], where it decides over the cost model's `model`.
-    fn deciding_range(
-        &self,
-        shape: &CallShape,
-        bytes: u64,
-        machine: &Machine,
-        model: Option<&str>,
-    ) -> Option<&Range> {
-        let range = self.range_for(shape, bytes, machine)?;
-        // A win within the noise is no evidence: the next row, or the cost
-        // model, decides (the built-in rows once picked binomial at 1 MiB,
-        // 2x slower than ring, from 3 repeats on a loaded machine), unless
-        // the model's own pick is one the winner clearly beat.
-        if range
-            .evidence
-            .as_ref()
-            .is_some_and(|e| !e.decides_over(model))
-        {
-            return None;
-        }
-        Some(range)
     }
 }
 
@@ -260,8 +235,11 @@ impl Tables {
         model: Option<&str>,
     ) -> Option<Choice> {
         let bytes = (shape.count as u64).saturating_mul(elem_size as u64);
-        let rows = || self.tables.iter().flat_map(|t| &t.rows);
-        let measured: Vec<&Range> = rows()
+        // The ranges of every row that applies, in the rows' order.
+        let applicable: Vec<&Range> = self
+            .tables
+            .iter()
+            .flat_map(|t| &t.rows)
             .filter_map(|row| row.range_for(shape, bytes, &self.machine))
             .collect();
         // A row replaces the model's pick with its own; where another
@@ -273,14 +251,14 @@ impl Tables {
         let disputed = |r: &Range| {
             r.evidence.is_some()
                 && model.is_some_and(|m| {
-                    measured
+                    applicable
                         .iter()
                         .any(|w| w.algorithm == m && w.saw_lose(&r.algorithm))
                 })
         };
-        rows()
-            .filter_map(|row| row.deciding_range(shape, bytes, &self.machine, model))
-            .filter(|r| !disputed(r))
+        applicable
+            .iter()
+            .filter(|r| r.decides_over(model) && !disputed(r))
             .filter_map(|r| registry::find(shape.collective, &r.algorithm).ok())
             .filter(|choice| {
                 shared_memory || !matches!(choice, Choice::Builtin(a) if a.reads_peers())

@@ -9,8 +9,9 @@
 //! buffer or sink, or to the heap when no receive matches yet.
 //!
 //! Messages of at least `cma_threshold` bytes, in calls of at least
-//! `cma_min_call` bytes, take a single-copy rendezvous path instead: the sender writes only a descriptor frame (tag, signature,
-//! length, its pid and the message's address) and its request stays pending;
+//! `cma_min_call` bytes, take a single-copy rendezvous path instead: the
+//! sender writes only a descriptor frame (tag, signature, length, its pid
+//! and the message's address) and its request stays pending;
 //! once the descriptor meets a receive (when it arrives, or later, when a
 //! receive is posted for the queued descriptor), the receiver reads the
 //! bytes straight from the sender's memory with `process_vm_readv` (see
@@ -257,6 +258,7 @@ impl ShmTransport {
             inner.add_peer(r, peer_pid, map, to_peer, from_peer, cma);
         }
         let bell = own.bell();
+        let cpus = host_cpus();
         let reads_all = window
             .iter()
             .enumerate()
@@ -271,13 +273,13 @@ impl ShmTransport {
             window,
             reads_all,
             slot_size,
-            cma_min_call: if locals.len() <= host_cpus() {
+            cma_min_call: if locals.len() <= cpus {
                 cfg.cma_min_call
             } else {
                 0
             },
             next_slot: std::sync::atomic::AtomicUsize::new(0),
-            spin: cfg.wait.spin(locals.len(), host_cpus()),
+            spin: cfg.wait.spin(locals.len(), cpus),
         })
     }
 
