@@ -150,6 +150,12 @@ pub const VARIABLES: &[Variable] = &[
         "shoal-core config.rs",
     ),
     var(
+        "SHOAL_SHM_AHEAD_BYTES",
+        "2097152",
+        "... of which collective messages to a peer on the host may take (run-ahead)",
+        "shoal-core config.rs",
+    ),
+    var(
         "SHOAL_HOST_ID",
         "",
         "ranks with equal ids share memory (default: the hostname)",
@@ -369,6 +375,11 @@ pub struct Config {
     /// before their receives are posted; beyond it the sender's messages
     /// wait for their receives (rendezvous).
     pub unexpected_bytes: usize,
+    /// `SHOAL_SHM_AHEAD_BYTES` (default 2097152, 65536 to 1 TiB): of that
+    /// window, how much collective messages to a peer on the same host may
+    /// take; later ones wait for their receives, so a broadcast's root
+    /// runs no further ahead of its receivers than this.
+    pub shm_ahead_bytes: usize,
     /// `SHOAL_HOST_ID` (default: the hostname): ranks with equal ids share memory.
     pub host_id: Option<String>,
     /// `SHOAL_TCP_ADDR` (default: the address that reaches the store, else 127.0.0.1):
@@ -490,6 +501,13 @@ impl Config {
                 env,
                 "SHOAL_UNEXPECTED_BYTES",
                 shoal_transport::flow::DEFAULT_WINDOW,
+                MIN_UNEXPECTED_BYTES,
+                1 << 40,
+            )?,
+            shm_ahead_bytes: whole(
+                env,
+                "SHOAL_SHM_AHEAD_BYTES",
+                shoal_transport::shm::DEFAULT_RUN_AHEAD,
                 MIN_UNEXPECTED_BYTES,
                 1 << 40,
             )?,
@@ -778,6 +796,7 @@ pub(crate) mod tests {
             ("SHOAL_SHM_SLOT_BYTES", "2097152", "at most"),
             ("SHOAL_WAIT", "busy", "auto, spin or yield"),
             ("SHOAL_UNEXPECTED_BYTES", "1000", "at least 65536"),
+            ("SHOAL_SHM_AHEAD_BYTES", "2M", "whole number"),
             ("SHOAL_CALIBRATE", "2", "0 or 1"),
             ("SHOAL_CALIBRATE", "maybe", "0 or 1"),
             ("SHOAL_INA_TIMEOUT", "soon", "seconds"),

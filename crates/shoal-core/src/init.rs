@@ -236,6 +236,7 @@ fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Routed> {
     cfg.slot_size = config.shm_slot_bytes;
     cfg.wait = config.wait;
     cfg.unexpected_bytes = config.unexpected_bytes;
+    cfg.shm_run_ahead = config.shm_ahead_bytes;
     cfg.timeout = config.timeout;
     cfg.tcp_congestion = config.tcp_congestion.clone();
     if rdzv.hosts.num_hosts() > 1 || config.transport == TransportChoice::Tcp {

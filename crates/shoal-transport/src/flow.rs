@@ -17,6 +17,14 @@
 //! runs ahead therefore waits for its receiver as it would under MPI's
 //! rendezvous protocol, and a rank's unexpected payloads from one peer stay
 //! below the window (`SHOAL_UNEXPECTED_BYTES`) whatever the peer does.
+//!
+//! Collective messages may also be held to a smaller run-ahead budget
+//! ([`Flow::limit_run_ahead`]): one goes eagerly only while less than the
+//! budget of the peer's credit is out. A collective's root waits for nobody,
+//! so back to back it would otherwise run a window ahead of its receiver,
+//! whose early payloads then miss its caches and take a copy more
+//! (`SHOAL_SHM_AHEAD_BYTES`, docs/benchmarks.md). Point-to-point messages
+//! keep the whole window: a program may send them before it receives.
 
 use std::collections::HashMap;
 
@@ -33,6 +41,9 @@ pub const DEFAULT_WINDOW: usize = 16 << 20;
 /// Both sides of the credit of one transport, per peer.
 pub(crate) struct Flow {
     window: usize,
+    /// The most credit out to a peer under which a collective message
+    /// still goes eagerly (`window`: no budget of its own).
+    ahead: usize,
     /// Sender side: credit left per peer (absent: a full window).
     left: HashMap<usize, usize>,
     /// Receiver side: credit freed per peer and not given back yet.
@@ -47,6 +58,7 @@ impl Flow {
     pub fn new(window: usize) -> Flow {
         Flow {
             window,
+            ahead: window,
             left: HashMap::new(),
             owed: HashMap::new(),
             due: Vec::new(),
@@ -55,6 +67,14 @@ impl Flow {
 
     pub fn unlimited() -> Flow {
         Flow::new(usize::MAX)
+    }
+
+    /// Holds collective messages to `ahead` bytes of credit out per peer
+    /// (at most the window). Both sides must agree: the receiver gives
+    /// credit back in batches of at most half of it, so a sender held back
+    /// always gets credit again once its receiver has taken what came.
+    pub fn limit_run_ahead(&mut self, ahead: usize) {
+        self.ahead = ahead.min(self.window);
     }
 
     fn limited(&self) -> bool {
@@ -67,14 +87,16 @@ impl Flow {
     }
 
     /// Sender: spends the credit of a `len`-byte message to `peer` if there
-    /// is enough (the message may go eagerly), else spends nothing.
-    pub fn spend(&mut self, peer: usize, len: usize) -> bool {
+    /// is enough (the message may go eagerly), else spends nothing. A
+    /// `collective` message also needs less than the run-ahead budget out,
+    /// so a call's first message goes eagerly whatever its size.
+    pub fn spend(&mut self, peer: usize, len: usize, collective: bool) -> bool {
         if !self.limited() {
             return true;
         }
         let left = self.left.entry(peer).or_insert(self.window);
         let cost = Flow::cost(len);
-        if cost > *left {
+        if cost > *left || (collective && self.window - *left >= self.ahead) {
             return false;
         }
         *left -= cost;
@@ -101,7 +123,7 @@ impl Flow {
         }
         let owed = self.owed.entry(peer).or_insert(0);
         *owed = owed.saturating_add(Flow::cost(len));
-        if *owed >= self.window / 4 {
+        if *owed >= (self.window / 4).min(self.ahead / 2) {
             self.due.push((peer, *owed as u64));
             *owed = 0;
         }
@@ -120,22 +142,25 @@ mod tests {
     #[test]
     fn a_sender_spends_at_most_the_window_until_credit_comes_back() {
         let mut f = Flow::new(1000);
-        assert!(f.spend(1, 400 - OVERHEAD));
-        assert!(f.spend(1, 400 - OVERHEAD));
-        assert!(!f.spend(1, 400 - OVERHEAD), "only 200 left");
-        assert!(f.spend(2, 900), "each peer has its own window");
+        assert!(f.spend(1, 400 - OVERHEAD, false));
+        assert!(f.spend(1, 400 - OVERHEAD, false));
+        assert!(!f.spend(1, 400 - OVERHEAD, false), "only 200 left");
+        assert!(f.spend(2, 900, false), "each peer has its own window");
         f.refund(1, 400);
-        assert!(f.spend(1, 400 - OVERHEAD));
+        assert!(f.spend(1, 400 - OVERHEAD, false));
         f.refund(1, u64::MAX);
-        assert!(f.spend(1, 1000 - OVERHEAD), "refunds stop at the window");
-        assert!(!f.spend(1, 0));
+        assert!(
+            f.spend(1, 1000 - OVERHEAD, false),
+            "refunds stop at the window"
+        );
+        assert!(!f.spend(1, 0, false));
     }
 
     #[test]
     fn a_message_larger_than_the_window_never_goes_eagerly() {
         let mut f = Flow::new(1000);
-        assert!(!f.spend(1, 1000));
-        assert!(f.spend(1, 1000 - OVERHEAD));
+        assert!(!f.spend(1, 1000, false));
+        assert!(f.spend(1, 1000 - OVERHEAD, false));
     }
 
     #[test]
@@ -149,9 +174,37 @@ mod tests {
     }
 
     #[test]
+    fn collective_messages_run_ahead_only_within_their_budget() {
+        let mut f = Flow::new(1000);
+        f.limit_run_ahead(300);
+        assert!(
+            f.spend(1, 500, true),
+            "a first message goes whatever its size"
+        );
+        assert!(!f.spend(1, 10, true), "564 out of a budget of 300");
+        assert!(f.spend(1, 100, false), "point-to-point keeps the window");
+        assert!(f.spend(2, 10, true), "each peer has its own budget");
+        f.refund(1, 564);
+        assert!(f.spend(1, 10, true), "164 out");
+    }
+
+    #[test]
+    fn credit_comes_back_in_batches_of_half_the_run_ahead_budget() {
+        let mut f = Flow::new(1000);
+        f.limit_run_ahead(300);
+        f.free(3, 50);
+        assert!(f.take_due().is_empty(), "114 < 150");
+        f.free(3, 50);
+        assert_eq!(f.take_due(), vec![(3, 228)]);
+        f.limit_run_ahead(5000);
+        f.free(3, 200);
+        assert_eq!(f.take_due(), vec![(3, 264)], "a quarter window at most");
+    }
+
+    #[test]
     fn unlimited_flow_always_sends_eagerly_and_owes_nothing() {
         let mut f = Flow::unlimited();
-        assert!(f.spend(1, usize::MAX));
+        assert!(f.spend(1, usize::MAX, true));
         f.free(1, 1 << 40);
         assert!(f.take_due().is_empty());
     }

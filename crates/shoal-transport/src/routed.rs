@@ -18,7 +18,7 @@ use crate::doorbell::{wait_on, Doorbell, WaitPolicy};
 use crate::setup::{agree, SetupRecord};
 use crate::shm::{
     ShmConfig, ShmTransport, DEFAULT_CMA_MIN_CALL, DEFAULT_CMA_THRESHOLD, DEFAULT_RING_SIZE,
-    DEFAULT_SLOT_SIZE,
+    DEFAULT_RUN_AHEAD, DEFAULT_SLOT_SIZE,
 };
 use crate::tcp::{Congestion, TcpConfig, TcpTransport};
 use crate::ucx::{wait_busy, UcxConfig, UcxTransport};
@@ -52,6 +52,9 @@ pub struct RoutedConfig {
     pub wait: WaitPolicy,
     /// The flow-control window per peer, on every transport ([`crate::flow`]).
     pub unexpected_bytes: usize,
+    /// Of it, how far collective messages to shm peers may run ahead
+    /// (`ShmConfig::run_ahead`).
+    pub shm_run_ahead: usize,
     /// Address tcp listens on and publishes.
     pub bind_ip: IpAddr,
     /// Limit for setup and for flushing on close.
@@ -92,6 +95,7 @@ impl RoutedConfig {
             slot_size: DEFAULT_SLOT_SIZE,
             wait: WaitPolicy::default(),
             unexpected_bytes: crate::flow::DEFAULT_WINDOW,
+            shm_run_ahead: DEFAULT_RUN_AHEAD,
             bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             timeout: Duration::from_secs(60),
             tcp_congestion: None,
@@ -162,6 +166,7 @@ impl Routed {
                 cma_min_call: cfg.cma_min_call,
                 slot_size: cfg.slot_size,
                 unexpected_bytes: cfg.unexpected_bytes,
+                run_ahead: cfg.shm_run_ahead,
                 wait: cfg.wait,
             };
             Some(ShmTransport::connect(&c, store)?)

@@ -39,8 +39,10 @@ impl Via {
         match config {
             Config::Shm(c) => {
                 c.unexpected_bytes = WINDOW;
-                if matches!(self, Via::ShmAsk) {
-                    c.cma_threshold = 0;
+                match self {
+                    Via::ShmAsk => c.cma_threshold = 0,
+                    // (read in place in calls of any size)
+                    _ => c.cma_min_call = 0,
                 }
             }
             Config::Tcp(c) => c.unexpected_bytes = WINDOW,
@@ -202,6 +204,69 @@ fn a_long_stream_keeps_flowing(via: Via) {
     });
 }
 every_transport!(a_long_stream_keeps_flowing);
+
+/// Collective messages to a peer on the host take at most the run-ahead
+/// budget of its credit: the sender is done with the first few, the rest
+/// wait for their receives, and a point-to-point message still goes
+/// eagerly beside them. Every message arrives, in any receive order.
+fn collective_messages_run_ahead_by_at_most_the_budget(via: Via) {
+    const AHEAD: usize = 2 * (MSG + 64);
+    let configure = move |c: &mut Config| {
+        via.configure(c);
+        if let Config::Shm(c) = c {
+            c.run_ahead = AHEAD;
+        }
+    };
+    run_with(via.kind(), 2, configure, |r, t| {
+        let n = 10;
+        let p2p_step = 100;
+        if r == 0 {
+            let msgs: Vec<Vec<u8>> = (0..n).map(|i| pattern(MSG, i)).collect();
+            let mut reqs: Vec<ReqId> = msgs
+                .iter()
+                .enumerate()
+                .map(|(i, m)| unsafe {
+                    t.isend(1, tag(i as u32), sig(), m.as_ptr(), m.len(), m.len())
+                })
+                .collect::<Result<_>>()
+                .unwrap();
+            let p2p = pattern(MSG, p2p_step as usize);
+            let p2p_req = isend(t, p2p_step, &p2p);
+            let until = Instant::now() + Duration::from_millis(300);
+            while Instant::now() < until {
+                t.wait(Duration::from_millis(10)).unwrap();
+            }
+            assert!(t.test(p2p_req).unwrap(), "the point-to-point send waited");
+            reqs.retain(|&q| !t.test(q).unwrap());
+            let done = n - reqs.len();
+            assert_eq!(done, 2, "{done} of {n} sends finished before any receive");
+            wait_all(t, &reqs).unwrap();
+        } else {
+            std::thread::sleep(Duration::from_millis(400));
+            assert!(recv_p2p(t, p2p_step, MSG) == pattern(MSG, p2p_step as usize));
+            for i in (0..n).rev() {
+                let mut got = vec![0u8; MSG];
+                let into = RecvInto::Buffer {
+                    dst: got.as_mut_ptr(),
+                    len: MSG,
+                };
+                let q = unsafe { t.irecv(0, tag(i as u32), sig(), into) }.unwrap();
+                wait_all(t, &[q]).unwrap();
+                assert!(got == pattern(MSG, i), "message {i} differs");
+            }
+        }
+    });
+}
+
+#[test]
+fn collective_messages_run_ahead_by_at_most_the_budget_shm_read() {
+    collective_messages_run_ahead_by_at_most_the_budget(Via::ShmRead);
+}
+
+#[test]
+fn collective_messages_run_ahead_by_at_most_the_budget_shm_ask() {
+    collective_messages_run_ahead_by_at_most_the_budget(Via::ShmAsk);
+}
 
 /// Receives point-to-point message `step` of `len` bytes from rank 0.
 fn recv_p2p(t: &dyn Transport, step: u32, len: usize) -> Vec<u8> {

@@ -148,10 +148,16 @@ impl Matcher {
         self.flow = Flow::new(window);
     }
 
+    /// Holds collective messages to `ahead` bytes of each peer's credit
+    /// ([`Flow::limit_run_ahead`]); the peers must hold theirs alike.
+    pub fn limit_run_ahead(&mut self, ahead: usize) {
+        self.flow.limit_run_ahead(ahead);
+    }
+
     /// Whether a `len`-byte message to `peer` may go eagerly (its credit is
     /// then spent); otherwise it must go by rendezvous.
-    pub fn may_send_eagerly(&mut self, peer: usize, len: usize) -> bool {
-        self.flow.spend(peer, len)
+    pub fn may_send_eagerly(&mut self, peer: usize, len: usize, collective: bool) -> bool {
+        self.flow.spend(peer, len, collective)
     }
 
     /// `peer` gave `bytes` of credit back.

@@ -77,6 +77,13 @@ pub const DEFAULT_CMA_THRESHOLD: usize = 1 << 20;
 /// place, while from 8 MiB reading in place won (2-vCPU AMD EPYC,
 /// docs/benchmarks.md).
 pub const DEFAULT_CMA_MIN_CALL: usize = 8 << 20;
+/// Default run-ahead budget of collective messages per peer
+/// (`ShmConfig::run_ahead`): back to back, a broadcast's root otherwise ran
+/// up to the 16 MiB window ahead of its receiver, whose early payloads then
+/// missed its caches. 2-rank pipelined_chain broadcasts of 1 MiB on the
+/// 2-vCPU AMD EPYC VM took 32-95 us with the window, 31-58 us held to 2 MiB
+/// (docs/benchmarks.md).
+pub const DEFAULT_RUN_AHEAD: usize = 2 << 20;
 /// Default bytes of each of a rank's slot buffers (`ShmConfig::slot_size`).
 pub const DEFAULT_SLOT_SIZE: usize = 16 << 10;
 
@@ -111,6 +118,10 @@ pub struct ShmConfig {
     /// Bytes of one peer's messages this rank holds before their receives
     /// are posted (the flow-control window, [`crate::flow`]).
     pub unexpected_bytes: usize,
+    /// Of that window, the most credit out to a peer under which a
+    /// collective message still goes eagerly ([`crate::flow`]); later ones
+    /// wait for their receives. Equal on all local ranks.
+    pub run_ahead: usize,
     /// How waits spin before sleeping (`SHOAL_WAIT`).
     pub wait: WaitPolicy,
 }
@@ -128,6 +139,7 @@ impl ShmConfig {
             cma_min_call: DEFAULT_CMA_MIN_CALL,
             slot_size: DEFAULT_SLOT_SIZE,
             unexpected_bytes: crate::flow::DEFAULT_WINDOW,
+            run_ahead: DEFAULT_RUN_AHEAD,
             wait: WaitPolicy::default(),
         }
     }
@@ -248,6 +260,7 @@ impl ShmTransport {
             cfg.cma_threshold,
             cfg.unexpected_bytes,
         );
+        inner.matcher.limit_run_ahead(cfg.run_ahead);
         for (r, map, peer_pid) in maps.into_iter().filter(|(r, ..)| *r != cfg.rank) {
             let theirs = slot_of(r).unwrap();
             // The peer published (before the barrier) whether it reads us.
@@ -381,16 +394,17 @@ impl Transport for ShmTransport {
         // receives beside sends (verified deadlock-free under rendezvous
         // semantics), so their large messages take the single-copy path,
         // where their call is too large to be in cache.
-        let cma = g.outs[i].cma;
-        let single_copy = cma
-            && len >= g.cma_threshold
-            && call_bytes >= self.cma_min_call
-            && sig.kind != CallSig::P2P_KIND;
-        let how = if single_copy {
+        // A message held back (out of credit, or a collective's beyond its
+        // run-ahead budget) waits for its receive; it is then read in place
+        // only where a large call's would be, else it follows through the
+        // ring on request (cached data copies twice for less).
+        let collective = sig.kind != CallSig::P2P_KIND;
+        let may_read = g.outs[i].cma && call_bytes >= self.cma_min_call;
+        let how = if may_read && collective && len >= g.cma_threshold {
             How::Read
-        } else if g.matcher.may_send_eagerly(peer, len) {
+        } else if g.matcher.may_send_eagerly(peer, len, collective) {
             How::Eager
-        } else if cma {
+        } else if may_read {
             How::Read
         } else {
             How::OnRequest

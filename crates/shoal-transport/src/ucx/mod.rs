@@ -401,7 +401,10 @@ impl Transport for UcxTransport {
         }
         let id = g.matcher.add_send(peer)?;
         let large = len >= self.rndv_bytes && sig.kind != CallSig::P2P_KIND;
-        let out_of_credit = !large && !g.matcher.may_send_eagerly(peer, len);
+        let out_of_credit = !large
+            && !g
+                .matcher
+                .may_send_eagerly(peer, len, sig.kind != CallSig::P2P_KIND);
         if large || out_of_credit {
             // The payload goes first, so its id is known for the header;
             // UCX keeps it (or, for rendezvous, its descriptor) until the
