@@ -1156,18 +1156,24 @@ mod tests {
         assert_eq!(pick(&[chain, other]), Some("pipelined_chain"));
         // A row written by hand stands as written.
         assert_eq!(pick(&[by_hand, read]), Some("pipelined_chain"));
-        // The built-in AMD rows of 1 MiB 2-rank broadcasts: two runs' chain
-        // and scatter_allgather beat shm_read, the model's pick, where
-        // another's shm_read won by 364%, so shm_read stays.
+        // The built-in AMD 2-rank broadcast rows: at 1 MiB every run's chain
+        // beat shm_read, the model's pick, so the latest run's chain
+        // decides; at 4 MiB one run's shm_read beat the chains beyond the
+        // noise, so shm_read stays.
         let builtin = Tables::builtin(AMD2);
-        let call = CallShape {
-            collective: Collective::Broadcast,
-            world: 2,
-            ranks_per_host: 2,
-            ..shape((1 << 20) / 4)
+        let pick = |bytes: usize| {
+            let call = CallShape {
+                collective: Collective::Broadcast,
+                world: 2,
+                ranks_per_host: 2,
+                ..shape(bytes / 4)
+            };
+            builtin
+                .choose(&call, 4, true, Some("shm_read"))
+                .map(|c| c.name())
         };
-        let pick = builtin.choose(&call, 4, true, Some("shm_read"));
-        assert!(matches!(pick.map(|c| c.name()), None | Some("shm_read")));
+        assert_eq!(pick(1 << 20), Some("pipelined_chain"));
+        assert!(matches!(pick(4 << 20), None | Some("shm_read")));
     }
 
     /// The quiet 4-rank broadcast rows (issue 27): shm_read decides where
