@@ -35,7 +35,7 @@ timeout 1200 pip install -q matplotlib torch torchvision scikit-learn expecttest
 # an extension built before shoal became abi3 (_shoal.cpython-3XX-*.so)
 # would shadow the new _shoal.abi3.so on import
 rm -f python/shoal/_shoal.cpython-*.so
-maturin develop --release -q
+maturin develop -q  # the `wheel` profile pyproject.toml names
 
 # static checks (settings in pyproject.toml; mypy reads the extension's types from _shoal.pyi)
 ruff check python tests build_backend
@@ -55,7 +55,7 @@ if timeout 1200 bash -c 'python3 -m venv .venv-torch24 && .venv-torch24/bin/pip 
             torch==2.4.1 torchvision==0.19.1 scikit-learn expecttest'; then
     (
         . .venv-torch24/bin/activate
-        maturin develop --release -q
+        maturin develop -q
         python -m pytest -q tests/test_torch_backend.py tests/test_torch_cuda.py tests/test_torch_dist_suite.py
     )
 else
