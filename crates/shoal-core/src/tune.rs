@@ -1156,10 +1156,10 @@ mod tests {
         assert_eq!(pick(&[chain, other]), Some("pipelined_chain"));
         // A row written by hand stands as written.
         assert_eq!(pick(&[by_hand, read]), Some("pipelined_chain"));
-        // The built-in AMD 2-rank broadcast rows: at 1 MiB every run's chain
-        // beat shm_read, the model's pick, so the latest run's chain
-        // decides; at 4 MiB one run's shm_read beat the chains beyond the
-        // noise, so shm_read stays.
+        // The built-in AMD 2-rank broadcast rows: at 1 and 4 MiB the runs in
+        // fast periods had the chains beat shm_read, the model's pick, and
+        // a run in a slow period had shm_read beat them by 129%, beyond the
+        // noise: so shm_read stays at both.
         let builtin = Tables::builtin(AMD2);
         let pick = |bytes: usize| {
             let call = CallShape {
@@ -1172,7 +1172,7 @@ mod tests {
                 .choose(&call, 4, true, Some("shm_read"))
                 .map(|c| c.name())
         };
-        assert_eq!(pick(1 << 20), Some("pipelined_chain"));
+        assert!(matches!(pick(1 << 20), None | Some("shm_read")));
         assert!(matches!(pick(4 << 20), None | Some("shm_read")));
     }
 
