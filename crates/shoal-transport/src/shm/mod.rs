@@ -393,12 +393,12 @@ impl Transport for ShmTransport {
         // work up to the flow-control window. Collective plans post
         // receives beside sends (verified deadlock-free under rendezvous
         // semantics), so their large messages take the single-copy path,
-        // where their call is too large to be in cache.
-        // A message held back (out of credit, or a collective's beyond its
-        // run-ahead budget) waits for its receive; it is then read in place
-        // only where a large call's would be, else it follows through the
-        // ring on request (cached data copies twice for less).
-        let collective = sig.kind != CallSig::P2P_KIND;
+        // where their call is too large to be in cache, and the others stay
+        // eager within the run-ahead budget. A message held back waits for
+        // its receive; it is then read in place only where a large call's
+        // would be, else it follows through the ring on request (cached
+        // data copies twice for less).
+        let collective = sig.is_collective();
         let may_read = g.outs[i].cma && call_bytes >= self.cma_min_call;
         let how = if may_read && collective && len >= g.cma_threshold {
             How::Read

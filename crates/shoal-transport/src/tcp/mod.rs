@@ -742,10 +742,7 @@ impl Transport for TcpTransport {
         let (id, eager) = {
             let mut m = self.shared.lock();
             let id = m.add_send(peer)?;
-            (
-                id,
-                m.may_send_eagerly(peer, len, sig.kind != CallSig::P2P_KIND),
-            )
+            (id, m.may_send_eagerly(peer, len, sig.is_collective()))
         };
         if !eager {
             self.send_rndv(peer, id, tag, sig, data, len)?;

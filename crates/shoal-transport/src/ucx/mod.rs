@@ -400,11 +400,9 @@ impl Transport for UcxTransport {
             return Err(io_err("transport is closed"));
         }
         let id = g.matcher.add_send(peer)?;
-        let large = len >= self.rndv_bytes && sig.kind != CallSig::P2P_KIND;
-        let out_of_credit = !large
-            && !g
-                .matcher
-                .may_send_eagerly(peer, len, sig.kind != CallSig::P2P_KIND);
+        let collective = sig.is_collective();
+        let large = len >= self.rndv_bytes && collective;
+        let out_of_credit = !large && !g.matcher.may_send_eagerly(peer, len, collective);
         if large || out_of_credit {
             // The payload goes first, so its id is known for the header;
             // UCX keeps it (or, for rendezvous, its descriptor) until the
