@@ -39,7 +39,7 @@ def test_shm_algorithms_exact_across_the_slot_size(world: int, slot_bytes: str) 
 @pytest.mark.parametrize(
     ("world", "wait"),
     # busy spinning oversubscribed (4 ranks on the 2-vCPU VM) must still make progress
-    [(2, "spin"), (4, "spin"), (4, "auto"), (3, "yield")],
+    [(2, "spin"), (2, "auto"), (4, "spin"), (4, "auto"), (3, "yield")],
 )
 def test_shm_algorithms_exact_under_each_wait_policy(world: int, wait: str) -> None:
     env = {"SHOAL_TRANSPORT": "shm", "SHOAL_WAIT": wait}

@@ -367,8 +367,9 @@ pub struct Config {
     /// shared slot buffers; shared-memory collective steps exposing this
     /// little are copied there and read with plain loads (0: never).
     pub shm_slot_bytes: usize,
-    /// `SHOAL_WAIT` (default `yield`): whether shared-memory waits yield,
-    /// spin busily, or spin busily while the host's ranks fit its cores.
+    /// `SHOAL_WAIT` (default `auto`): whether shared-memory waits spin
+    /// busily for their first microseconds while the host's ranks fit its
+    /// cores, yield, or spin busily throughout.
     pub wait: WaitPolicy,
     /// `SHOAL_UNEXPECTED_BYTES` (default 16777216, 65536 to 1 TiB): the
     /// flow-control window: bytes of one peer's messages a rank holds

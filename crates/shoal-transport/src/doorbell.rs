@@ -172,26 +172,34 @@ pub enum Spin {
     /// system call (about a microsecond in a VM) that a rank with a core
     /// of its own gains nothing from.
     Busy,
+    /// Busy for the first [`BUSY_FIRST`], then yielding: a small call's
+    /// answer, which comes within a microsecond or two, is seen without a
+    /// system call in the way, and a long wait still lets others run.
+    BusyFirst,
 }
+
+/// How long a [`Spin::BusyFirst`] wait polls back to back before it yields.
+pub const BUSY_FIRST: Duration = Duration::from_micros(5);
 
 /// `SHOAL_WAIT`: how the shared-memory transport's waits spin.
 ///
-/// Yielding is the default because it is what measured better where it was
-/// measured: on the 2-vCPU VM loaded by other work (load 13-16), 8-byte
-/// `shm_flat` allreduces on 2 ranks took a median 685-813 us yielding and
-/// 1146-1818 us spinning busily, though a busy run now and then took 4 us
-/// (issue 27, docs/benchmarks.md); a quiet machine, where busy spinning
-/// saves only the yields' system calls, was not available to measure.
+/// `auto` is the default. On the quiet 2-vCPU VM, 8-byte calls at 2 ranks
+/// waited out their peer's answer in a `sched_yield` system call when
+/// yielding from the first poll: allreduces took 0.80-0.84 us yielding
+/// against 0.57-0.59 busy first (docs/benchmarks.md). A wait only spins
+/// busily for its first [`BUSY_FIRST`], so the whole-wait spinning that
+/// measured worse on the same VM under load (8-byte allreduces: a median
+/// 0.7-0.8 ms yielding, 1.1-1.8 ms busy, at load 13-16) is `spin` alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum WaitPolicy {
-    /// Busy while the host's ranks fit its cores, yielding once they
-    /// outnumber them: oversubscribed, a busy rank holds the core its peer
-    /// needs to answer.
+    /// Busy for the first [`BUSY_FIRST`] of a wait, then yielding, while
+    /// the host's ranks fit its cores; yielding from the start once they
+    /// outnumber them (a busy rank then holds the core its peer needs).
+    #[default]
     Auto,
     /// Always busy.
     Spin,
     /// Always yielding.
-    #[default]
     Yield,
 }
 
@@ -210,7 +218,7 @@ impl WaitPolicy {
     /// CPUs spins.
     pub fn spin(self, local_ranks: usize, cpus: usize) -> Spin {
         match self {
-            WaitPolicy::Auto if local_ranks <= cpus => Spin::Busy,
+            WaitPolicy::Auto if local_ranks <= cpus => Spin::BusyFirst,
             WaitPolicy::Auto | WaitPolicy::Yield => Spin::Yielding,
             WaitPolicy::Spin => Spin::Busy,
         }
@@ -264,7 +272,12 @@ pub(crate) fn wait_on_napping(
             return Ok(());
         }
         std::hint::spin_loop();
-        if spin == Spin::Yielding {
+        let yields = match spin {
+            Spin::Yielding => true,
+            Spin::Busy => false,
+            Spin::BusyFirst => spun >= BUSY_FIRST,
+        };
+        if yields {
             std::thread::yield_now();
         }
     }
@@ -355,8 +368,8 @@ mod tests {
     #[test]
     fn the_wait_spins_busily_only_while_the_ranks_fit_the_cores() {
         let auto = WaitPolicy::parse("auto").unwrap();
-        assert_eq!(WaitPolicy::default(), WaitPolicy::Yield);
-        assert_eq!(auto.spin(2, 2), Spin::Busy);
+        assert_eq!(WaitPolicy::default(), auto);
+        assert_eq!(auto.spin(2, 2), Spin::BusyFirst);
         assert_eq!(auto.spin(4, 2), Spin::Yielding);
         assert_eq!(WaitPolicy::parse("spin").unwrap().spin(4, 2), Spin::Busy);
         assert_eq!(
