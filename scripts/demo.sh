@@ -10,6 +10,6 @@ pip install -q maturin numpy
 # an extension built before shoal became abi3 (_shoal.cpython-3XX-*.so)
 # would shadow the new _shoal.abi3.so on import
 rm -f python/shoal/_shoal.cpython-*.so
-maturin develop -q  # the `wheel` profile pyproject.toml names
+bash scripts/develop.sh  # the `wheel` profile, optimised by its own profile
 shoal run -n 4 python examples/demo.py
 SHOAL_TRANSPORT=tcp shoal run -n 4 python examples/demo.py

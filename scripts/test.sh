@@ -35,7 +35,7 @@ timeout 1200 pip install -q matplotlib torch torchvision scikit-learn expecttest
 # an extension built before shoal became abi3 (_shoal.cpython-3XX-*.so)
 # would shadow the new _shoal.abi3.so on import
 rm -f python/shoal/_shoal.cpython-*.so
-maturin develop -q  # the `wheel` profile pyproject.toml names
+bash scripts/develop.sh  # the `wheel` profile, optimised by its own profile
 
 # static checks (settings in pyproject.toml; mypy reads the extension's types from _shoal.pyi)
 ruff check python tests build_backend
