@@ -139,8 +139,8 @@ pub const VARIABLES: &[Variable] = &[
     ),
     var(
         "SHOAL_WAIT",
-        "yield",
-        "how shared-memory waits spin: yielding (yield), busily (spin), or busily while the host's ranks fit its cores (auto)",
+        "auto",
+        "how shared-memory waits spin: busily for 5 us then yielding while the host's ranks fit its cores (auto), yielding (yield), or busily (spin)",
         "shoal-core config.rs",
     ),
     var(
