@@ -7,6 +7,7 @@
 #
 #   bash scripts/gpu-bench.sh                                # on the GPU machine, shoal installed
 #   bash .device-carry/remote.sh bash scripts/gpu-bench.sh   # there, from the wheel prepare.sh built
+#   (then scripts/device-wheel.sh rebuilt, here, as the README builds it)
 #
 # STEPS picks steps by name (default: all): info tests allreduce chunks host hostbench algos
 # variants roofline profile ceiling ddp18 ddp50; TEST_K narrows the tests (pytest -k);

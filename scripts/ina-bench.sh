@@ -7,7 +7,8 @@
 # WORKERS x bytes per rank / seconds per allreduce. Logs go under $OUT (default results/ina),
 # steps run in order under a time budget (scripts/lib/budget.sh, BUDGET_S default 300).
 #
-#   bash .device-carry/remote.sh bash scripts/ina-bench.sh    # on the 16-core machine
+#   bash .device-carry/remote.sh bash scripts/ina-bench.sh    # on the 16-core machine, from the wheel
+#   prepare.sh built (then scripts/device-wheel.sh rebuilt, here, as the README builds it)
 #   WORKERS=2 THREADS="1 2" SIZES=4M bash scripts/ina-bench.sh # a small try on 2 cores
 #
 # STEPS picks steps by name (default: info switch); WORKERS (default 8), THREADS (default

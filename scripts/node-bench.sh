@@ -9,6 +9,7 @@
 # allreduce at 8 and 16 ranks against both, 105 s for broadcast.
 #
 #   bash .device-carry/remote.sh bash scripts/node-bench.sh    # there, from the wheel prepare.sh built
+#   (then scripts/device-wheel.sh rebuilt, here, as the README builds it)
 #
 # STEPS picks steps by name (default: all, in this order): info broadcast allreduce algos check
 # allgather reduce_scatter tune
