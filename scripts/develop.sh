@@ -20,7 +20,14 @@ plain() {
     exit 0
 }
 
-[ "${1:-}" = --plain ] && plain "--plain given"
+case "$*" in
+    "") ;;
+    --plain) plain "--plain given" ;;
+    *)
+        echo "develop.sh: unknown arguments '$*' (usage: scripts/develop.sh [--plain])" >&2
+        exit 2
+        ;;
+esac
 host=$(rustc -vV | sed -n 's/^host: //p')
 profdata="$(rustc --print sysroot)/lib/rustlib/$host/bin/llvm-profdata"
 if [ ! -x "$profdata" ] && command -v rustup >/dev/null; then
