@@ -3,7 +3,7 @@
 # `maturin develop`), optimised by the profile of a short run of its own:
 #   1. an instrumented build (target/pgo-generate) runs a workload of
 #      collectives at 2 and 3 ranks over shared memory and TCP, from 8 bytes
-#      to 1 MiB (`shoal bench`, about a minute), each process writing a profile;
+#      to 1 MiB (`shoal bench`, about 20 s), each process writing a profile;
 #   2. llvm-profdata, from rustup's llvm-tools, merges the profiles;
 #   3. the final build (target/pgo-use) inlines and lays out the code by them.
 # Profile-guided, a 1-rank 8-byte call took about 0.30 us in a Python loop

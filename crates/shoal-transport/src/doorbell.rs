@@ -181,6 +181,17 @@ pub enum Spin {
 /// How long a [`Spin::BusyFirst`] wait polls back to back before it yields.
 pub const BUSY_FIRST: Duration = Duration::from_micros(5);
 
+impl Spin {
+    /// How long a wait polls back to back before it yields between polls.
+    fn busy_for(self) -> Duration {
+        match self {
+            Spin::Yielding => Duration::ZERO,
+            Spin::BusyFirst => BUSY_FIRST,
+            Spin::Busy => Duration::MAX,
+        }
+    }
+}
+
 /// `SHOAL_WAIT`: how the shared-memory transport's waits spin.
 ///
 /// `auto` is the default. On the quiet 2-vCPU VM, 8-byte calls at 2 ranks
@@ -272,12 +283,7 @@ pub(crate) fn wait_on_napping(
             return Ok(());
         }
         std::hint::spin_loop();
-        let yields = match spin {
-            Spin::Yielding => true,
-            Spin::Busy => false,
-            Spin::BusyFirst => spun >= BUSY_FIRST,
-        };
-        if yields {
+        if spun >= spin.busy_for() {
             std::thread::yield_now();
         }
     }
