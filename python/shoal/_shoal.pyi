@@ -93,7 +93,7 @@ class Communicator:
     def timeout(self, seconds: float) -> None: ...
     @property
     def cost_model(self) -> dict[str, float]:
-        """The cost model in use: alpha, beta, gamma, alpha_local, beta_local."""
+        """The cost model in use: alpha, beta, gamma, alpha_local, beta_local, beta_read."""
     @property
     def plans_cached(self) -> int:
         """How many compiled plans this process caches (all communicators)."""

@@ -1,7 +1,8 @@
 //! Calibrating the cost model at init: two ranks measure the latency and
-//! bandwidth of the transport in use with a ping-pong, every rank measures its
-//! reduction speed, and rank 0's figures are broadcast so that all ranks
-//! price algorithms alike (otherwise they could pick different ones).
+//! bandwidth of the transport in use with a ping-pong, rank 0 measures its
+//! reduction speed and, with a peer on its host, the speed of reading memory
+//! in place, and rank 0's figures are broadcast so that all ranks price
+//! algorithms alike (otherwise they could pick different ones).
 
 use std::time::Instant;
 
@@ -21,6 +22,11 @@ const PING_BYTES: usize = 8;
 const PINGS: usize = 30;
 const BULK_BYTES: usize = 1 << 20;
 const BULKS: usize = 5;
+/// Bulk transfers on one host: enough to go round the default 4 MiB ring
+/// three times. The first lap touches the ring's pages for the first time,
+/// and with five transfers calibration put the rings at 3-11 GB/s where
+/// 1 MiB messages crossed at 25 GB/s (AMD dev host, issue 27).
+const LOCAL_BULKS: usize = 12;
 const TAG: u32 = (1 << 31) - 1;
 
 /// Who rank 0 measures against: `remote` on another host (the links between
@@ -44,21 +50,23 @@ pub fn calibrate(
         base.gamma,
         base.alpha_local,
         base.beta_local,
+        base.beta_read,
     ];
     let r = world.rank();
     if let Some(local) = partners.local {
         if r == 0 {
-            (f[3], f[4]) = ping_pong(world, local, true)?;
+            (f[3], f[4]) = ping_pong(world, local, true, LOCAL_BULKS)?;
             (f[0], f[1]) = (f[3], f[4]);
+            f[5] = in_place_read_seconds_per_byte().unwrap_or(f[5]);
         } else if r == local {
-            ping_pong(world, 0, false)?;
+            ping_pong(world, 0, false, LOCAL_BULKS)?;
         }
     }
     if let Some(remote) = partners.remote {
         if r == 0 {
-            (f[0], f[1]) = ping_pong(world, remote, true)?;
+            (f[0], f[1]) = ping_pong(world, remote, true, BULKS)?;
         } else if r == remote {
-            ping_pong(world, 0, false)?;
+            ping_pong(world, 0, false, BULKS)?;
         }
     }
     if r == 0 {
@@ -71,6 +79,7 @@ pub fn calibrate(
         gamma: f[2],
         alpha_local: f[3],
         beta_local: f[4],
+        beta_read: f[5],
     };
     if r == 0 {
         let against = |p: Option<usize>| p.map_or_else(|| "nobody".into(), |p| format!("rank {p}"));
@@ -99,9 +108,10 @@ pub fn describe(cost: &CostParams, multi_host: bool) -> String {
         String::new()
     };
     format!(
-        "{between}on this host {:.1} us + {:.2} GB/s, float32 sum {:.2} GB/s",
+        "{between}on this host {:.1} us + {:.2} GB/s, read in place {:.2} GB/s, float32 sum {:.2} GB/s",
         us(cost.alpha_local),
         gbs(cost.beta_local),
+        gbs(cost.beta_read),
         gbs(cost.gamma)
     )
 }
@@ -117,7 +127,12 @@ pub fn describe(cost: &CostParams, multi_host: bool) -> String {
 /// the pings were stretched. The fastest exchange is one the scheduler did
 /// not stretch: the transport's own cost, which is what the model compares
 /// algorithms by.
-fn ping_pong(world: &Communicator, peer: usize, leader: bool) -> Result<(f64, f64)> {
+fn ping_pong(
+    world: &Communicator,
+    peer: usize,
+    leader: bool,
+    bulk_transfers: usize,
+) -> Result<(f64, f64)> {
     let mut small = vec![0u8; PING_BYTES];
     let mut bulk = vec![0u8; BULK_BYTES];
     let mut exchange = |buf: &mut Vec<u8>, reply: usize| -> Result<f64> {
@@ -138,7 +153,7 @@ fn ping_pong(world: &Communicator, peer: usize, leader: bool) -> Result<(f64, f6
         .collect::<Result<Vec<f64>>>()?;
     let alpha = fastest(&pings) / 2.0;
     exchange(&mut bulk, PING_BYTES)?;
-    let bulks = (0..BULKS)
+    let bulks = (0..bulk_transfers)
         .map(|_| exchange(&mut bulk, PING_BYTES))
         .collect::<Result<Vec<f64>>>()?;
     let per_transfer = fastest(&bulks) - 2.0 * alpha;
@@ -160,6 +175,27 @@ fn reduction_seconds_per_byte() -> f64 {
         })
         .collect::<Vec<f64>>();
     (fastest(&passes) / BULK_BYTES as f64).max(1e-12)
+}
+
+/// Seconds per byte of `process_vm_readv`, the way the `shm_*` algorithms
+/// read a peer's memory in place, timed on this process's own memory (the
+/// fastest of a few reads of a buffer in cache, as a peer's just-written
+/// region is): a read pins the pages it copies, so on the AMD dev host it
+/// went at 12 GB/s where the rings carried 25 and a float32 sum ran at 46
+/// (issue 27). `None` where the kernel refuses it; then nothing reads in
+/// place either.
+fn in_place_read_seconds_per_byte() -> Option<f64> {
+    let src = vec![1u8; BULK_BYTES];
+    let mut dst = vec![0u8; BULK_BYTES];
+    shoal_transport::cma::read_own(&src, &mut dst).ok()?;
+    let reads = (0..BULKS)
+        .map(|_| {
+            let t = Instant::now();
+            shoal_transport::cma::read_own(&src, &mut dst).map(|()| t.elapsed().as_secs_f64())
+        })
+        .collect::<std::io::Result<Vec<f64>>>()
+        .ok()?;
+    Some((fastest(&reads) / BULK_BYTES as f64).max(1e-12))
 }
 
 /// The shortest of `samples`: a time the scheduler did not stretch, unless

@@ -37,6 +37,7 @@ pub const SHM_COST: CostParams = CostParams {
     gamma: 1.0 / 4e9,
     alpha_local: 2e-6,
     beta_local: 1.0 / 4e9,
+    beta_read: 1.0 / 4e9,
 };
 /// Cost parameters for TCP (loopback or a LAN).
 pub const TCP_COST: CostParams = CostParams {
@@ -45,6 +46,7 @@ pub const TCP_COST: CostParams = CostParams {
     gamma: 1.0 / 4e9,
     alpha_local: 2e-6,
     beta_local: 1.0 / 4e9,
+    beta_read: 1.0 / 4e9,
 };
 
 /// Where registered algorithms' plans and costs come from. The binding
@@ -85,14 +87,14 @@ impl CostFactors {
     }
 }
 
-/// Parses `SHOAL_COST` (`alpha=2e-6,beta=2.5e-10,gamma=2.5e-10,alpha_local=..,beta_local=..`;
+/// Parses `SHOAL_COST` (`alpha=2e-6,beta=2.5e-10,gamma=2.5e-10,alpha_local=..,beta_local=..,beta_read=..`;
 /// missing keys keep `base`).
 pub fn parse_cost(spec: &str, base: CostParams) -> Result<CostParams> {
     let mut cost = base;
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let bad = || {
             Error::invalid(format!(
-                "SHOAL_COST entry {item:?} is not alpha=, beta=, gamma=, alpha_local= or beta_local=<seconds>"
+                "SHOAL_COST entry {item:?} is not alpha=, beta=, gamma=, alpha_local=, beta_local= or beta_read=<seconds>"
             ))
         };
         let (key, value) = item.split_once('=').ok_or_else(bad)?;
@@ -110,6 +112,7 @@ pub fn parse_cost(spec: &str, base: CostParams) -> Result<CostParams> {
             "gamma" => cost.gamma = value,
             "alpha_local" => cost.alpha_local = value,
             "beta_local" => cost.beta_local = value,
+            "beta_read" => cost.beta_read = value,
             _ => return Err(bad()),
         }
     }

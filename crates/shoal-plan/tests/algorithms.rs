@@ -151,6 +151,7 @@ fn cost_model_orders_the_classics() {
         gamma: 2e-11,
         alpha_local: 1e-6,
         beta_local: 5e-11,
+        beta_read: 5e-11,
     };
     let shape = |collective, count| CallShape {
         collective,

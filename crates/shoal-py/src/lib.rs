@@ -198,7 +198,8 @@ impl PyCommunicator {
         Ok(self.comm()?.engine().selector.shared_memory_allowed())
     }
 
-    /// The cost model in use: {"alpha": s, "beta": s/byte, "gamma": s/byte}.
+    /// The cost model in use: {"alpha": s, "beta": s/byte, "gamma": s/byte,
+    /// "alpha_local": s, "beta_local": s/byte, "beta_read": s/byte}.
     #[getter]
     fn cost_model(&self) -> PyResult<std::collections::HashMap<&'static str, f64>> {
         let c = self.comm()?.engine().selector.cost();
@@ -208,6 +209,7 @@ impl PyCommunicator {
             ("gamma", c.gamma),
             ("alpha_local", c.alpha_local),
             ("beta_local", c.beta_local),
+            ("beta_read", c.beta_read),
         ]
         .into_iter()
         .collect())

@@ -67,6 +67,15 @@ fn bad_address(addr: u64, len: usize) -> io::Error {
     )
 }
 
+/// Copies `src` into `dst` the way a peer's memory is read, through
+/// `process_vm_readv` on this process itself: the pinning and the copy
+/// that an in-place read costs, timed by the core's calibration.
+pub fn read_own(src: &[u8], dst: &mut [u8]) -> io::Result<()> {
+    let pid = i32::try_from(std::process::id()).map_err(io::Error::other)?;
+    let n = src.len().min(dst.len());
+    read_exact(pid, src.as_ptr() as u64, &mut dst[..n])
+}
+
 /// Whether `pid`'s memory at `addr` can be read and holds `expect`.
 pub(crate) fn probe(pid: i32, addr: u64, expect: &[u8]) -> bool {
     let mut got = vec![0u8; expect.len()];

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use shoal_bootstrap::fnv;
 
-mod cma;
+pub mod cma;
 pub mod doorbell;
 pub mod flow;
 mod frame;

@@ -14,25 +14,41 @@ pub struct Model {
     gamma: f64,
     elem_size: f64,
     chunk: usize,
+    /// Seconds per byte of a message that the receiver reads in place
+    /// (`process_vm_readv`): every rank on one host, a large call and a
+    /// large message ([`Model::transfer`]). `None` elsewhere.
+    read_in_place: Option<f64>,
 }
+
+/// The defaults of `SHOAL_SHM_CMA_BYTES` and `SHOAL_SHM_CMA_CALL_BYTES`:
+/// on one host, messages of at least the first in calls of at least the
+/// second are read in place instead of copied through the rings (the
+/// model's guess; the transport decides with the configured sizes).
+const READ_MESSAGE_BYTES: f64 = (1 << 20) as f64;
+const READ_CALL_BYTES: usize = 8 << 20;
 
 impl Model {
     /// Messages over the links between hosts (or the only level there is).
     pub fn new(shape: &CallShape, elem_size: usize, params: &CostParams) -> Model {
+        let one_host = shape.ranks_per_host >= shape.world;
+        let large = shape.count * elem_size >= READ_CALL_BYTES;
         Model {
             alpha: params.alpha,
             beta: params.beta,
             gamma: params.gamma,
             elem_size: elem_size as f64,
             chunk: shape.chunk,
+            read_in_place: (one_host && large).then_some(params.beta_read),
         }
     }
 
     /// Messages between ranks of one host.
     pub fn local(shape: &CallShape, elem_size: usize, params: &CostParams) -> Model {
+        let large = shape.count * elem_size >= READ_CALL_BYTES;
         Model {
             alpha: params.alpha_local,
             beta: params.beta_local,
+            read_in_place: (large).then_some(params.beta_read),
             ..Model::new(shape, elem_size, params)
         }
     }
@@ -68,9 +84,17 @@ impl Model {
         self.latency(elems) * (1.0 + k.saturating_sub(1) as f64 / 2.0)
     }
 
-    /// The beta part of a message of `elems` elements.
+    /// The beta part of a message of `elems` elements: through the rings
+    /// at `beta`, or, where a large call's large message is read in place,
+    /// at `beta_read`. Messages of 2-rank broadcasts of 64 MiB priced at
+    /// the rings' 31 GB/s made the model pick scatter_allgather over
+    /// shm_read, whose reads were priced alike (AMD dev host, issue 27).
     pub fn transfer(&self, elems: usize) -> f64 {
-        self.beta * self.elem_size * elems as f64
+        let bytes = self.elem_size * elems as f64;
+        match self.read_in_place {
+            Some(beta_read) if bytes >= READ_MESSAGE_BYTES => beta_read * bytes,
+            _ => self.beta * bytes,
+        }
     }
 
     /// Reducing `elems` elements locally.
@@ -102,6 +126,7 @@ mod tests {
         gamma: 1.0 / 4e9,
         alpha_local: 2e-6,
         beta_local: 1.0 / 4e9,
+        beta_read: 1.0 / 4e9,
     };
 
     /// An allreduce of `bytes` of float32 with every rank on one host.
@@ -180,6 +205,7 @@ mod tests {
         gamma: 1.0 / 12e9,
         alpha_local: 2e-6,
         beta_local: 1.0 / 1.5e9,
+        beta_read: 1.0 / 1.5e9,
     };
 
     fn cheapest(
@@ -208,31 +234,59 @@ mod tests {
             gamma: 1.0 / 13e9,
             alpha_local: alpha,
             beta_local: 1.0 / (single_copy_gbs * 1e9),
+            beta_read: 1.0 / (single_copy_gbs * 1e9),
         }
     }
 
-    /// Broadcasts of 32 KiB-1 MiB on 2 ranks: each reader's single copy of
-    /// the root's buffer, which the root has just written (in cache), beat
-    /// every message algorithm, whose bytes go through the shm rings, in a
-    /// quiet window (32 KiB 5.96 us against binomial's 14.88 and
-    /// pipelined_chain's 8.87; 64 KiB 7.67 against 9.09-14.06; 512 KiB
-    /// 38.52 against 56.90-89.54; docs/benchmarks.md, "Small calls straight
-    /// to the core"); the model priced the read at the 1 MiB calibration's
-    /// single copy, which mostly misses the cache, and picked binomial.
+    /// Calibration's figures on one host: `alpha_local`, the rings' speed
+    /// (`beta_local`), `process_vm_readv`'s (`beta_read`), a float32 sum at
+    /// 46 GB/s.
+    fn one_host(alpha: f64, ring_gbs: f64, read_gbs: f64) -> CostParams {
+        CostParams {
+            alpha,
+            beta: 1.0 / (ring_gbs * 1e9),
+            gamma: 1.0 / 46e9,
+            alpha_local: alpha,
+            beta_local: 1.0 / (ring_gbs * 1e9),
+            beta_read: 1.0 / (read_gbs * 1e9),
+        }
+    }
+
+    /// 2-rank broadcasts of 64 KiB-1 MiB go the way that calibration found
+    /// faster. On the AMD dev host (issue 27, 2026-11-28 19:14), the rings
+    /// carried 1 MiB at about 25 GB/s and `process_vm_readv` read it at 12:
+    /// the chains took 4.8 us at 64 KiB and 33 at 1 MiB, `shm_read` 8.0
+    /// and 83. In the same VM's slow periods the rings copy 5-10x slower
+    /// and `process_vm_readv` does not, and `shm_read` beat the chains by
+    /// 129% from 64 KiB to 4 MiB (docs/benchmarks.md). The model priced the
+    /// read as a pass over cached memory and picked `shm_read` in both.
     #[test]
-    fn the_model_reads_a_cached_broadcast_in_place() {
-        // From 64 KiB whatever alpha calibration found; at 32 KiB the read's
-        // syscall (half an alpha) decides, so with alpha at 4.4 us binomial
-        // ties it there.
-        for (alpha, gbs) in [(1.3e-6, 9.7), (4.4e-6, 7.1), (2e-6, 1.5)] {
-            let p = calibrated(alpha, gbs);
-            for bytes in [64 << 10, 256 << 10, 512 << 10, 1 << 20] {
-                let pick = cheapest(Collective::Broadcast, 2, bytes, &p);
-                assert_eq!(pick, "shm_read", "{bytes} B, alpha {alpha}, {gbs} GB/s");
+    fn one_host_broadcasts_go_the_way_calibration_found_faster() {
+        for bytes in [64 << 10, 256 << 10, 1 << 20] {
+            for alpha in [1e-6, 4e-6] {
+                let fast_rings = one_host(alpha, 25.0, 12.0);
+                let pick = cheapest(Collective::Broadcast, 2, bytes, &fast_rings);
+                assert_ne!(pick, "shm_read", "{bytes} B, alpha {alpha}, fast rings");
+                let slow_rings = one_host(alpha, 3.0, 12.0);
+                let pick = cheapest(Collective::Broadcast, 2, bytes, &slow_rings);
+                assert_eq!(pick, "shm_read", "{bytes} B, alpha {alpha}, slow rings");
             }
         }
-        let p = calibrated(1.3e-6, 9.7);
-        assert_eq!(cheapest(Collective::Broadcast, 2, 32 << 10, &p), "shm_read");
+        // From 8 MiB the chains' messages are read in place too, and the
+        // single read wins (every AMD tune run had shm_read ahead there by
+        // 8-30%, beyond the noise, docs/tuning-data/2vcpu-dev-vm-amd-ahead-*).
+        for bytes in [16 << 20, 64 << 20] {
+            for ring_gbs in [3.0, 31.0] {
+                let p = one_host(1e-6, ring_gbs, 12.8);
+                let pick = cheapest(Collective::Broadcast, 2, bytes, &p);
+                assert_eq!(pick, "shm_read", "{bytes} B, rings at {ring_gbs} GB/s");
+            }
+        }
+        // Within a slot the read is plain loads, whatever the syscall costs.
+        for ring_gbs in [3.0, 25.0] {
+            let p = one_host(1e-6, ring_gbs, 12.0);
+            assert_eq!(cheapest(Collective::Broadcast, 2, 1 << 10, &p), "shm_read");
+        }
     }
 
     /// One-host broadcasts of 16 and 64 MiB at 8 and 16 ranks (16-core

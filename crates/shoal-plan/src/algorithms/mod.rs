@@ -44,8 +44,14 @@ pub struct CostParams {
     /// Latency of one message between ranks of one host (shared memory);
     /// `alpha`/`beta` are then those of the links between hosts.
     pub alpha_local: f64,
-    /// Seconds per byte moved between two ranks of one host.
+    /// Seconds per byte moved between two ranks of one host (a message
+    /// through the shared-memory rings).
     pub beta_local: f64,
+    /// Seconds per byte read straight from a peer's memory on this host
+    /// (`process_vm_readv`, which pins the pages it reads): the `shm_*`
+    /// algorithms' in-place reads. Its own figure, because on one host it
+    /// and `beta_local` were 2x apart either way round (docs/benchmarks.md).
+    pub beta_read: f64,
 }
 
 /// A named plan generator.

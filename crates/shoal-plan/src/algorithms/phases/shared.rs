@@ -55,11 +55,6 @@ const SYSCALL: f64 = 0.5;
 /// A flag round through the slots (cache lines, no syscall, no doorbell
 /// once everyone polls), in units of `alpha_local`.
 const SLOT_ROUND: f64 = 0.25;
-/// The largest region a plain in-place read takes from the owner's cache
-/// (it has just written it): the size calibration's single copy is timed
-/// at, which mostly misses the cache.
-const CACHED_READ: f64 = (1 << 20) as f64;
-
 /// How a rank's region reaches its peers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exposure {
@@ -84,19 +79,14 @@ impl Exposure {
 /// reducing them (`reduce`), exposed as `via` says, priced by what each way
 /// does. Through the slots: a quarter flag round, the copy in and the plain
 /// loads, each a pass over memory like the reduction's own (so at `gamma`,
-/// the calibrated float32 sum's speed: a slot is in cache, not behind the
-/// transport's `beta_local`, which was calibrated with 1 MiB messages). In
-/// place: a flag round (the owner's Release waits for the readers' counts:
-/// the same round trip, overlapping the reads, so counted once), a syscall
-/// per read (per 32 KiB piece when reducing) and the single-copy read at the
-/// transport's own single-copy speed (`beta_local`), or, for a plain read
-/// of at most [`CACHED_READ`], at the speed of a pass over memory (`gamma`)
-/// where that is faster: the owner has just written the region, so it is
-/// read from cache (measured: 64 KiB broadcasts at 11.7 GB/s against the
-/// 1 MiB calibration's 7-10 GB/s). A reducing read keeps `beta_local`: it
-/// goes in 32 KiB pieces beside the reduction's own pass, and with the
-/// cached speed the model picked `shm_flat` for 64 KiB allreduces, which
-/// measured 1.46x slower than rabenseifner (issue 27).
+/// the calibrated float32 sum's speed: a slot is in cache). In place: a flag
+/// round (the owner's Release waits for the readers' counts: the same round
+/// trip, overlapping the reads, so counted once), a syscall per read (per
+/// 32 KiB piece when reducing) and the bytes at `beta_read`, the calibrated
+/// speed of `process_vm_readv` itself. Pricing these reads as a pass over
+/// memory (`gamma`, 46 GB/s on the AMD dev host) made the model pick
+/// `shm_read` for 2-rank broadcasts of 64 KiB-1 MiB, which read at 8-13
+/// GB/s there and took 1.7-2.5x a chain's time (issue 27).
 pub fn cost(
     params: &crate::algorithms::CostParams,
     peers: usize,
@@ -111,12 +101,7 @@ pub fn cost(
             SLOT_ROUND * params.alpha_local + passes
         }
         Exposure::InPlace => {
-            let read = if !reduce && bytes <= CACHED_READ {
-                params.beta_local.min(params.gamma)
-            } else {
-                params.beta_local
-            };
-            let moved = peers as f64 * bytes * (read + reduced);
+            let moved = peers as f64 * bytes * (params.beta_read + reduced);
             let reads_each = if reduce {
                 (bytes / READ_PIECE).ceil().max(1.0)
             } else {
