@@ -55,6 +55,7 @@ def test_plan_cache_is_bounded() -> None:
         ("SHOAL_TCP_ADDR", "not-an-ip", "IP address"),
         ("SHOAL_COST", "alpha=nan", "alpha"),
         ("SHOAL_COST", "beta=-1", "beta"),
+        ("SHOAL_COST", "beta_read=inf", "beta_read"),
         ("SHOAL_PLAN_CACHE", "0", "at least 1"),
         ("SHOAL_PLAN_CACHE", "many", "number"),
     ],
@@ -77,7 +78,7 @@ def test_good_configuration_is_accepted() -> None:
             "SHOAL_SHM_CMA_BYTES": "0",
             "SHOAL_CALIBRATE": "0",
             "SHOAL_TCP_ADDR": "127.0.0.1",
-            "SHOAL_COST": "alpha=1e-6, beta=0",
+            "SHOAL_COST": "alpha=1e-6, beta=0, beta_read=1e-10",
             "SHOAL_PLAN_CACHE": "8",
         }
     )
