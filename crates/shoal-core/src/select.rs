@@ -284,6 +284,22 @@ impl Selector {
     }
 
     /// Replaces the cost parameters (every rank must set the same ones).
+    /// The cost parameters algorithms are priced by: where this world's
+    /// ranks may not read each other's memory (TCP forced, the kernel
+    /// refusing, several hosts), nothing is read in place, so reads cost
+    /// what the host's messages do.
+    fn pricing(&self) -> CostParams {
+        let cost = self.cost();
+        if self.shared_memory.load(Ordering::Relaxed) {
+            cost
+        } else {
+            CostParams {
+                beta_read: cost.beta_local,
+                ..cost
+            }
+        }
+    }
+
     pub fn set_cost(&self, cost: CostParams) {
         *self.cost.lock().unwrap() = cost;
         self.forget_choices();
@@ -304,7 +320,7 @@ impl Selector {
         if let Some(found) = self.cheapest.lock().unwrap().get(&key) {
             return Ok(found);
         }
-        let cost = self.cost();
+        let cost = self.pricing();
         let builtin = algorithms::for_collective(shape.collective)
             .filter(|a| a.handles(shape))
             .filter(|a| !a.reads_peers() || self.shared_memory.load(Ordering::Relaxed))
@@ -488,6 +504,20 @@ pub(crate) mod tests {
             .unwrap_err()
             .to_string()
             .contains("test_free"));
+    }
+
+    #[test]
+    fn reads_cost_what_messages_do_where_nothing_is_read_in_place() {
+        let calibrated = CostParams {
+            beta_local: 1.0 / 31e9,
+            beta_read: 1.0 / 12.8e9,
+            ..SHM_COST
+        };
+        let selector = Selector::new("", calibrated).unwrap();
+        // TCP forced, the kernel refusing, or several hosts.
+        assert_eq!(selector.pricing().beta_read, calibrated.beta_local);
+        selector.allow_shared_memory(true);
+        assert_eq!(selector.pricing(), calibrated);
     }
 
     #[test]
