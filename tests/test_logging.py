@@ -36,7 +36,10 @@ def test_info_shows_the_setup_on_rank_0_and_debug_the_algorithm(transport: str) 
     else:
         assert re.search(r"on this host: tcp, congestion control \w+ \(SHOAL_TRANSPORT=tcp\)", zero), zero
     assert "transport to the 0 rank(s) on other hosts: none" in zero
-    calibrated = r"calibrated against rank 1 on this host and nobody on other hosts: on this host .* GB/s, read in place [0-9.]+ GB/s"
+    calibrated = (
+        r"calibrated against rank 1 on this host and nobody on other hosts: "
+        r"on this host .* GB/s, read in place [0-9.]+ GB/s"
+    )
     assert re.search(calibrated, zero), zero
     # Only rank 0 tells the setup; every rank logs its calls' algorithm.
     assert "INFO" not in one, one

@@ -182,8 +182,9 @@ fn reduction_seconds_per_byte() -> f64 {
 /// fastest of a few reads of a buffer in cache, as a peer's just-written
 /// region is): a read pins the pages it copies, so on the AMD dev host it
 /// went at 12 GB/s where the rings carried 25 and a float32 sum ran at 46
-/// (issue 27). `None` where the kernel refuses it; then nothing reads in
-/// place either.
+/// (issue 27). `None` where the kernel refuses it (a seccomp filter); where
+/// it refuses only reads of other processes, the selector prices reads as
+/// messages instead (`Selector::pricing`).
 fn in_place_read_seconds_per_byte() -> Option<f64> {
     let src = vec![1u8; BULK_BYTES];
     let mut dst = vec![0u8; BULK_BYTES];

@@ -95,6 +95,9 @@ mod tests {
         assert_eq!(dst, src);
         assert!(probe(pid, src.as_ptr() as u64, &src[..64]));
         assert!(!probe(pid, src.as_ptr() as u64, &[7u8; 64]));
+        let mut shorter = vec![0u8; 100];
+        read_own(&src, &mut shorter).unwrap();
+        assert_eq!(shorter, src[..100]);
     }
 
     #[test]
