@@ -283,7 +283,6 @@ impl Selector {
         *self.cost.lock().unwrap()
     }
 
-    /// Replaces the cost parameters (every rank must set the same ones).
     /// The cost parameters algorithms are priced by: where this world's
     /// ranks may not read each other's memory (TCP forced, the kernel
     /// refusing, several hosts), nothing is read in place, so reads cost
@@ -300,6 +299,7 @@ impl Selector {
         }
     }
 
+    /// Replaces the cost parameters (every rank must set the same ones).
     pub fn set_cost(&self, cost: CostParams) {
         *self.cost.lock().unwrap() = cost;
         self.forget_choices();

@@ -27,28 +27,32 @@ pub struct Model {
 const READ_MESSAGE_BYTES: f64 = (1 << 20) as f64;
 const READ_CALL_BYTES: usize = 8 << 20;
 
+/// Whether a call's buffer is large enough for its large messages to be
+/// read in place (on one host).
+fn large_call(shape: &CallShape, elem_size: usize) -> bool {
+    shape.count * elem_size >= READ_CALL_BYTES
+}
+
 impl Model {
     /// Messages over the links between hosts (or the only level there is).
     pub fn new(shape: &CallShape, elem_size: usize, params: &CostParams) -> Model {
         let one_host = shape.ranks_per_host >= shape.world;
-        let large = shape.count * elem_size >= READ_CALL_BYTES;
         Model {
             alpha: params.alpha,
             beta: params.beta,
             gamma: params.gamma,
             elem_size: elem_size as f64,
             chunk: shape.chunk,
-            read_in_place: (one_host && large).then_some(params.beta_read),
+            read_in_place: (one_host && large_call(shape, elem_size)).then_some(params.beta_read),
         }
     }
 
     /// Messages between ranks of one host.
     pub fn local(shape: &CallShape, elem_size: usize, params: &CostParams) -> Model {
-        let large = shape.count * elem_size >= READ_CALL_BYTES;
         Model {
             alpha: params.alpha_local,
             beta: params.beta_local,
-            read_in_place: (large).then_some(params.beta_read),
+            read_in_place: large_call(shape, elem_size).then_some(params.beta_read),
             ..Model::new(shape, elem_size, params)
         }
     }
@@ -232,12 +236,8 @@ mod tests {
     /// 2026-11-27: alpha 1.3-4.4 us at 7.1-9.7 GB/s), a float32 sum at 13 GB/s.
     fn calibrated(alpha: f64, single_copy_gbs: f64) -> CostParams {
         CostParams {
-            alpha,
-            beta: 1.0 / (single_copy_gbs * 1e9),
             gamma: 1.0 / 13e9,
-            alpha_local: alpha,
-            beta_local: 1.0 / (single_copy_gbs * 1e9),
-            beta_read: 1.0 / (single_copy_gbs * 1e9),
+            ..one_host(alpha, single_copy_gbs, single_copy_gbs)
         }
     }
 
