@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use shoal_plan::Collective;
 use shoal_transport::doorbell::WaitPolicy;
 use shoal_transport::Congestion;
 
@@ -154,6 +155,18 @@ pub const VARIABLES: &[Variable] = &[
         "2097152",
         "... of which collective messages to a peer on the host may take (run-ahead)",
         "shoal-core config.rs",
+    ),
+    var(
+        "SHOAL_ADAPT",
+        "copies",
+        "which automatic choices follow the speeds measured while a job runs: collectives that only copy data (copies), reductions too (all), none (off)",
+        "shoal-core config.rs, comm/adapt.rs",
+    ),
+    var(
+        "SHOAL_ADAPT_BYTES",
+        "32768",
+        "... for calls whose per-rank block is at least this large",
+        "shoal-core config.rs, comm/adapt.rs",
     ),
     var(
         "SHOAL_HOST_ID",
@@ -339,6 +352,30 @@ pub enum RemoteChoice {
     Ucx,
 }
 
+/// Which automatic choices follow the speeds measured while a job runs
+/// (`SHOAL_ADAPT`, see `comm/adapt.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdaptMode {
+    /// None: every call of a shape runs the algorithm chosen at its first.
+    Off,
+    /// The collectives that only copy data, whose results are the same bit
+    /// for bit whichever algorithm runs them.
+    Copies,
+    /// Reductions too, whose rounding may then change from call to call.
+    All,
+}
+
+impl AdaptMode {
+    /// Whether calls of `collective` may change algorithm as they run.
+    pub fn covers(self, collective: Collective) -> bool {
+        match self {
+            AdaptMode::Off => false,
+            AdaptMode::Copies => !collective.reduces(),
+            AdaptMode::All => true,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Config {
     /// `SHOAL_TIMEOUT` (seconds, default 300, at most a year): longest time any wait may make no progress.
@@ -381,6 +418,12 @@ pub struct Config {
     /// take; later ones wait for their receives, so a broadcast's root
     /// runs no further ahead of its receivers than this.
     pub shm_ahead_bytes: usize,
+    /// `SHOAL_ADAPT` (default `copies`): which collectives' automatic
+    /// choices follow the speeds measured while the job runs (`comm/adapt.rs`).
+    pub adapt: AdaptMode,
+    /// `SHOAL_ADAPT_BYTES` (default 32768): ... in calls whose per-rank
+    /// block is at least this large.
+    pub adapt_bytes: usize,
     /// `SHOAL_HOST_ID` (default: the hostname): ranks with equal ids share memory.
     pub host_id: Option<String>,
     /// `SHOAL_TCP_ADDR` (default: the address that reaches the store, else 127.0.0.1):
@@ -512,6 +555,8 @@ impl Config {
                 MIN_UNEXPECTED_BYTES,
                 1 << 40,
             )?,
+            adapt: parse_adapt(env)?,
+            adapt_bytes: whole(env, "SHOAL_ADAPT_BYTES", 32_768, 0, usize::MAX)?,
             host_id: env("SHOAL_HOST_ID").filter(|s| !s.is_empty()),
             tcp_addr: parse_tcp_addr(env)?,
             tcp_congestion: parse_congestion(env)?,
@@ -687,6 +732,19 @@ fn parse_wait(env: &dyn Fn(&str) -> Option<String>) -> Result<WaitPolicy> {
     }
 }
 
+fn parse_adapt(env: &dyn Fn(&str) -> Option<String>) -> Result<AdaptMode> {
+    match value(env, "SHOAL_ADAPT").as_deref() {
+        None | Some("copies") => Ok(AdaptMode::Copies),
+        Some("all") => Ok(AdaptMode::All),
+        Some("off" | "0") => Ok(AdaptMode::Off),
+        Some(_) => Err(Error::invalid(must_be(
+            env,
+            "SHOAL_ADAPT",
+            "copies, all or off",
+        ))),
+    }
+}
+
 fn parse_congestion(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Congestion>> {
     match value(env, "SHOAL_TCP_CC") {
         Some(v) if v == "system" => Ok(None),
@@ -796,6 +854,8 @@ pub(crate) mod tests {
             ("SHOAL_SHM_CMA_CALL_BYTES", "8M", "whole number"),
             ("SHOAL_SHM_SLOT_BYTES", "2097152", "at most"),
             ("SHOAL_WAIT", "busy", "auto, spin or yield"),
+            ("SHOAL_ADAPT", "sometimes", "copies, all or off"),
+            ("SHOAL_ADAPT_BYTES", "32K", "whole number"),
             ("SHOAL_UNEXPECTED_BYTES", "1000", "at least 65536"),
             ("SHOAL_SHM_AHEAD_BYTES", "2M", "whole number"),
             ("SHOAL_CALIBRATE", "2", "0 or 1"),

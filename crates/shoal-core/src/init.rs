@@ -123,6 +123,7 @@ pub fn init_world(args: &InitArgs) -> Result<Communicator> {
     engine
         .selector
         .set_tables(agree_on_tables(&world, transport_class)?);
+    agree_on_adaptation(&world)?;
     start_trace(&world)?;
     Ok(world)
 }
@@ -190,6 +191,31 @@ fn agree_on_tracing(world: &Communicator, on: bool) -> Result<()> {
     let without: Vec<usize> = (0..all.len()).filter(|&r| all[r] == 0).collect();
     Err(Error::invalid(format!(
         "SHOAL_TRACE is set on ranks {with:?} but not on ranks {without:?}: set it on every rank or on none"
+    )))
+}
+
+/// Checks that every rank sets `SHOAL_ADAPT` and `SHOAL_ADAPT_BYTES` alike:
+/// the calls they cover exchange their measurements, in call order, so a
+/// rank whose calls did not would see its next call meet an exchange.
+fn agree_on_adaptation(world: &Communicator) -> Result<()> {
+    if world.size() == 1 {
+        return Ok(());
+    }
+    let config = &world.engine().config;
+    let mut mine = [0u8; 9];
+    mine[0] = config.adapt as u8;
+    mine[1..].copy_from_slice(&(config.adapt_bytes as u64).to_le_bytes());
+    let all = world.allgather_bytes(&mine)?;
+    let differ: Vec<usize> = (0..world.size())
+        .filter(|&r| all[r * 9..(r + 1) * 9] != all[..9])
+        .map(|r| world.members()[r])
+        .collect();
+    if differ.is_empty() {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "SHOAL_ADAPT or SHOAL_ADAPT_BYTES differ between rank {} and ranks {differ:?}: set them alike on every rank",
+        world.members()[0]
     )))
 }
 

@@ -30,6 +30,13 @@ pub fn register(collective: Collective, name: &str) -> Result<Registered> {
 /// Algorithm choices remembered (a few dozen bytes each).
 const CHOICES_CACHED: usize = 4096;
 
+/// How much dearer than the cheapest algorithm, by the cost model, a
+/// contender may be and still be measured while a job runs
+/// (`comm/adapt.rs`): the model has priced a read in place 3.5 times too
+/// fast before now, and a host's speed of moving data between cores can
+/// change fivefold within seconds (docs/benchmarks.md).
+const CONTENDER_SPREAD: f64 = 4.0;
+
 /// Cost parameters for shared memory between ranks of one host.
 pub const SHM_COST: CostParams = CostParams {
     alpha: 2e-6,
@@ -248,6 +255,49 @@ impl Selector {
                 _ => Ok(self.cheapest(shape, elem_size, source)?.0),
             },
         }
+    }
+
+    /// The algorithms a call of `shape` may run while the job measures
+    /// which is fastest (`comm/adapt.rs`): the automatic choice first, then
+    /// the cheapest by the cost model of each way of moving data, by
+    /// messages and by reads in place, where the model prices it within
+    /// [`CONTENDER_SPREAD`] of the cheapest of all. These two ways are the
+    /// ones whose speeds part when a host's state changes. Just the one
+    /// choice where `SHOAL_ALGO` names it or it is a registered algorithm.
+    pub fn contenders(
+        &self,
+        shape: &CallShape,
+        elem_size: usize,
+        source: Option<&dyn PlanSource>,
+    ) -> Result<Vec<Choice>> {
+        let first = self.choose(shape, elem_size, None, source)?;
+        let overridden = self.overrides[shape.collective as usize].is_some_and(|c| c == first);
+        if overridden || matches!(first, Choice::Registered(_)) {
+            return Ok(vec![first]);
+        }
+        let cost = self.pricing();
+        let shared = self.shared_memory.load(Ordering::Relaxed);
+        let priced: Vec<(&'static algorithms::Algorithm, f64)> =
+            algorithms::for_collective(shape.collective)
+                .filter(|a| a.handles(shape))
+                .filter(|a| !a.reads_peers() || shared)
+                .map(|a| (a, (a.cost)(shape, elem_size, &cost)))
+                .collect();
+        let cheapest = priced.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+        let mut contenders = vec![first];
+        for reads in [false, true] {
+            let best = priced
+                .iter()
+                .filter(|(a, _)| a.reads_peers() == reads)
+                .min_by(|x, y| x.1.total_cmp(&y.1));
+            if let Some(&(a, estimate)) = best {
+                let choice = Choice::Builtin(a);
+                if estimate <= CONTENDER_SPREAD * cheapest && !contenders.contains(&choice) {
+                    contenders.push(choice);
+                }
+            }
+        }
+        Ok(contenders)
     }
 
     /// The switch algorithm `SHOAL_ALGO` sends allreduce through, if any.
@@ -518,6 +568,46 @@ pub(crate) mod tests {
         assert_eq!(selector.pricing().beta_read, calibrated.beta_local);
         selector.allow_shared_memory(true);
         assert_eq!(selector.pricing(), calibrated);
+    }
+
+    #[test]
+    fn contenders_are_the_choice_then_the_cheapest_of_each_way_of_moving_data() {
+        let broadcast = CallShape {
+            collective: Collective::Broadcast,
+            world: 2,
+            ranks_per_host: 2,
+            ..shape(1 << 18)
+        };
+        let selector = Selector::new("", SHM_COST).unwrap();
+        selector.allow_shared_memory(true);
+        let found = selector.contenders(&broadcast, 4, None).unwrap();
+        assert_eq!(found[0], selector.choose(&broadcast, 4, None, None).unwrap());
+        let reads: Vec<bool> = found
+            .iter()
+            .map(|c| matches!(c, Choice::Builtin(a) if a.reads_peers()))
+            .collect();
+        assert!(reads.contains(&true) && reads.contains(&false), "{found:?}");
+        assert_eq!(found.len(), 2, "one of each way: {found:?}");
+        // Without shared memory nothing reads in place.
+        let apart = Selector::new("", SHM_COST).unwrap();
+        let found = apart.contenders(&broadcast, 4, None).unwrap();
+        assert!(found.iter().all(|c| matches!(c, Choice::Builtin(a) if !a.reads_peers())));
+        // A read priced far dearer than a message is not tried.
+        let dear = Selector::new(
+            "",
+            CostParams {
+                beta_read: 100.0 * SHM_COST.beta_local,
+                ..SHM_COST
+            },
+        )
+        .unwrap();
+        dear.allow_shared_memory(true);
+        assert_eq!(dear.contenders(&broadcast, 4, None).unwrap().len(), 1);
+        // SHOAL_ALGO's choice is the only one.
+        let named = Selector::new("broadcast:binomial", SHM_COST).unwrap();
+        named.allow_shared_memory(true);
+        let found = named.contenders(&broadcast, 4, None).unwrap();
+        assert_eq!(found.iter().map(|c| c.name()).collect::<Vec<_>>(), ["binomial"]);
     }
 
     #[test]

@@ -33,7 +33,7 @@ fn groups<'a, K: PartialEq>(
 }
 
 /// `ranks [0, 2]`, in global ranks (`members[r]` for group rank `r`).
-fn ranks_text(ranks: &[usize], members: &[usize]) -> String {
+pub(crate) fn ranks_text(ranks: &[usize], members: &[usize]) -> String {
     let global: Vec<usize> = ranks.iter().map(|&r| members[r]).collect();
     format!("ranks {global:?}")
 }

@@ -8,6 +8,7 @@ use std::sync::{Arc, MutexGuard, Weak};
 
 use shoal_plan::{CallShape, Collective};
 
+use super::adapt::Adapt;
 use super::providers;
 use super::{CollArgs, CommState, Communicator, RunCall};
 use crate::dtype::{DType, ReduceOp};
@@ -55,6 +56,52 @@ pub(super) struct Decision {
     /// The selector's generation it was made under: it holds while that is
     /// unchanged (no new cost, tables or registrations).
     made_under: (usize, usize),
+    /// The algorithms its calls measure as they run, `choice` first
+    /// (`adapt.rs`); `None` where they all run `choice`.
+    contenders: Option<Arc<[Choice]>>,
+}
+
+/// The measurements of a communicator's adapting shapes, touched only by
+/// the calls made (not by inspection), so every member keeps and forgets
+/// alike.
+pub(super) struct Adapting(Lru<DecisionKey, Arc<Adapt>>);
+
+impl Default for Adapting {
+    fn default() -> Adapting {
+        Adapting(Lru::new(DECISIONS_CACHED))
+    }
+}
+
+impl Adapting {
+    /// The measurements of `key`'s calls, if any, left where they are in
+    /// the order of forgetting (inspection must not change it).
+    pub(super) fn peek(&self, key: &DecisionKey) -> Option<&Arc<Adapt>> {
+        self.0.peek(key)
+    }
+
+    /// The measurements of `key`'s calls among `contenders`: kept while the
+    /// decision names the same ones (a new cost or table may name others).
+    pub(super) fn of(&mut self, key: &DecisionKey, contenders: &Arc<[Choice]>) -> Arc<Adapt> {
+        if let Some(adapt) = self.0.get(key) {
+            if adapt.contenders[..] == contenders[..] {
+                return adapt;
+            }
+        }
+        let adapt = Arc::new(Adapt::new(contenders.clone()));
+        self.0.insert(key.clone(), adapt.clone());
+        adapt
+    }
+}
+
+impl Decision {
+    /// The decision for a call its shape's measurements give to another of
+    /// its contenders (`adapt.rs`: only the plans' calls have several).
+    pub(super) fn run_by(&mut self, choice: Choice) {
+        self.choice = choice;
+        self.plan_id = choice.id();
+        self.sig_algo = self.plan_id;
+        self.name = choice.name();
+    }
 }
 
 /// A call's decision as preparing it needs it (`Communicator::decided`).
@@ -65,6 +112,8 @@ pub(super) struct Decided {
     pub runs: Box<dyn RunCall>,
     /// The call's shape (its key's).
     pub shape: CallShape,
+    /// Its shape's measurements, where its calls choose as they run.
+    pub adapt: Option<Arc<Adapt>>,
 }
 
 /// A communicator's decisions, bounded like the selector's choices, and
@@ -138,6 +187,7 @@ impl Communicator {
             }
         };
         let runs = self.runner(decision.provider, &key.shape)?;
+        let adapt = (decision.contenders.as_ref()).map(|c| st.adapting.of(&key, c));
         let shape = key.shape;
         Ok((
             Decided {
@@ -145,6 +195,7 @@ impl Communicator {
                 cp,
                 runs,
                 shape,
+                adapt,
             },
             st,
         ))
@@ -206,6 +257,7 @@ impl Communicator {
         let choice = selector.choose(shape, key.dtype.size(), Named::host(key.named), source)?;
         let plan_id = choice.id();
         let cp = self.plan(shape.clone(), choice, source)?;
+        let contenders = self.contenders(key, provider, source)?;
         let (name, sig_algo) = providers::provider(provider)
             .algorithm()
             .unwrap_or((choice.name(), plan_id));
@@ -217,6 +269,7 @@ impl Communicator {
             name,
             plan: Arc::downgrade(&cp),
             made_under,
+            contenders,
         };
         // Without a source registered algorithms were not priced: not a
         // decision to keep (the selector keeps no such choice either).
@@ -225,6 +278,36 @@ impl Communicator {
             st.decisions.insert(key.clone(), decision.clone());
         }
         Ok((decision, cp))
+    }
+
+    /// The algorithms the calls of `key` measure as they run (`adapt.rs`):
+    /// where `SHOAL_ADAPT` covers the collective, the call is the plans'
+    /// and the selector's to decide, without per-rank counts, its per-rank
+    /// block at least `SHOAL_ADAPT_BYTES`, and the selector names several.
+    fn contenders(
+        &self,
+        key: &DecisionKey,
+        provider: ProviderId,
+        source: Option<&dyn PlanSource>,
+    ) -> Result<Option<Arc<[Choice]>>> {
+        let config = &self.engine.config;
+        let shape = &key.shape;
+        let bytes = shape.count * key.dtype.size();
+        let adapts = config.adapt.covers(shape.collective)
+            && provider == ProviderId::PLANS
+            && key.named.is_none()
+            && self.size() > 1
+            && shape.counts.is_none()
+            && bytes > 0
+            && bytes >= config.adapt_bytes;
+        if !adapts {
+            return Ok(None);
+        }
+        let all = self
+            .engine
+            .selector
+            .contenders(shape, key.dtype.size(), source)?;
+        Ok((all.len() > 1).then(|| all.into()))
     }
 
     /// Who runs a call. A provider that insists runs it (the switch, when

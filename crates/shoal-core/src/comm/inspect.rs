@@ -15,7 +15,8 @@ use crate::provider::Named;
 use crate::select::PlanSource;
 
 impl Communicator {
-    /// The algorithm a call runs: the switch's, or the plan's (for
+    /// The algorithm a call runs: the switch's, or the plan's; where its
+    /// shape's calls choose as they run, the one leading now (for
     /// inspection and tests).
     pub fn choose_algorithm(
         &self,
@@ -27,7 +28,8 @@ impl Communicator {
         source: Option<&dyn PlanSource>,
     ) -> Result<String> {
         let (decision, _) = self.inspected(collective, count, dtype, root, explicit, source)?;
-        Ok(decision.name.to_string())
+        let leading = self.leading(collective, count, dtype, root, explicit)?;
+        Ok(leading.unwrap_or(decision.name).to_string())
     }
 
     /// How many steps this rank's plan of a call has: the host algorithm's
@@ -44,6 +46,28 @@ impl Communicator {
     ) -> Result<usize> {
         let (_, cp) = self.inspected(collective, count, dtype, root, explicit, source)?;
         Ok(cp.plan.steps.len())
+    }
+
+    /// The contender leading the measurements of a call's shape, if its
+    /// calls have made any (`adapt.rs`; read without touching them).
+    fn leading(
+        &self,
+        collective: Collective,
+        count: usize,
+        dtype: DType,
+        root: usize,
+        explicit: Option<&str>,
+    ) -> Result<Option<&'static str>> {
+        if explicit.is_some() {
+            return Ok(None);
+        }
+        let args = CollArgs {
+            root,
+            ..CollArgs::new(collective, count, dtype)
+        };
+        let key = self.decision_key(&args, self.shape(&args)?, ReduceOp::Sum, false);
+        let st = self.state.lock().unwrap();
+        Ok(st.adapting.peek(&key).map(|adapt| adapt.leader().name()))
     }
 
     /// The decision of a call that is inspected, not run (`choose_algorithm`,

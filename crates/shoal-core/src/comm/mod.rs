@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use shoal_plan::{Buf, CallShape, Collective};
 use shoal_transport::CallSig;
@@ -20,6 +20,7 @@ use crate::registry::AGREEMENT_ALGO_ID;
 use crate::select::PlanSource;
 use crate::work::Work;
 
+mod adapt;
 mod agreed;
 mod decide;
 mod engine;
@@ -48,8 +49,9 @@ providers! {
     #[cfg(test)] gather_reduce::GATHER_REDUCE,
 }
 
+use adapt::{Adapted, Next};
 use agreed::{Agreed, FirstUse, Verdict};
-use decide::{Decided, Decisions};
+use decide::{Adapting, Decided, Decisions};
 pub use engine::Engine;
 use shape::{block_layout, busiest_host, kind_of, sig_count};
 
@@ -97,6 +99,8 @@ struct CommState {
     decisions: Decisions,
     /// The verdicts of the first-use agreements, per call shape and algorithm.
     agreed: Agreed,
+    /// The measurements of the shapes whose calls choose as they run.
+    adapting: Adapting,
     seq: u32,
     /// The `history` of the next call's signature (see `CallSig::history`).
     history: u32,
@@ -189,6 +193,8 @@ struct Prepared {
     runs: Box<dyn RunCall>,
     /// At the first use of its key: the agreement to run or to wait for.
     first_use: Option<FirstUse>,
+    /// Where its shape's calls choose as they run: which contender it is.
+    adapted: Option<Adapted>,
 }
 
 impl Prepared {
@@ -428,7 +434,13 @@ impl Communicator {
         if let Some(first) = &p.first_use {
             self.agree_on_first_use(p, first)?;
         }
-        p.runs.run(self, p, bufs)
+        let Some(adapted) = p.adapted.as_ref().filter(|a| a.timed) else {
+            return p.runs.run(self, p, bufs);
+        };
+        let started = Instant::now();
+        p.runs.run(self, p, bufs)?;
+        adapted.adapt.record(adapted.index, started.elapsed());
+        Ok(())
     }
 
     /// Validates the call, picks the algorithm, fetches or builds the plan,
@@ -467,13 +479,41 @@ impl Communicator {
         // kept for its sequence numbers.
         let (
             Decided {
-                decision,
-                cp,
+                mut decision,
+                mut cp,
                 mut runs,
                 shape,
+                adapt,
             },
             mut st,
         ) = self.decided(args, shape, op, source)?;
+        let adapted = match adapt {
+            None => None,
+            Some(adapt) => {
+                // An epoch's end is an exchange, in call order, before the call.
+                let (index, timed) = loop {
+                    match adapt.next() {
+                        Next::Run { index, timed } => break (index, timed),
+                        Next::Exchange(record) => {
+                            drop(st);
+                            let all = self.allgather_bytes(&record)?;
+                            adapt.conclude(&all, &self.members)?;
+                            st = self.state.lock().unwrap();
+                        }
+                    }
+                };
+                if index != 0 {
+                    let choice = adapt.contender(index);
+                    cp = self.plan(shape.clone(), choice, source)?;
+                    decision.run_by(choice);
+                }
+                Some(Adapted {
+                    adapt,
+                    index,
+                    timed,
+                })
+            }
+        };
         sig.algo = decision.sig_algo;
         let counts = shape.counts.clone();
         let key = (shape, sig.algo, decision.plan_id);
@@ -529,6 +569,7 @@ impl Communicator {
             in_place,
             runs,
             first_use,
+            adapted,
         })
     }
 }

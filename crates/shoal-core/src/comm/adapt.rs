@@ -1,0 +1,471 @@
+//! Choosing among a call's contenders while the job runs (`SHOAL_ADAPT`).
+//!
+//! A choice made once, at a shape's first call, holds only while the host
+//! stays as it was measured. On the 2-vCPU dev VM, moving data between the
+//! two vCPUs slows fivefold for tens of seconds at a time while a read in
+//! place keeps its speed, so a chain broadcast that is 2.5 times faster than
+//! `shm_read` in one minute is 5 times slower in the next
+//! (docs/benchmarks.md). So the calls of a shape whose decision names
+//! several contenders (`Selector::contenders`) time them as they run:
+//!
+//! - The calls go in epochs. An epoch first explores the contenders that are
+//!   due, two calls each (the first warms it up and is not timed), then runs
+//!   the leader, the contender with the lowest estimate.
+//! - At the end of an epoch the ranks exchange what they timed
+//!   (`Communicator::allgather_bytes`, in call order), and every rank
+//!   computes the same new leader from the same bytes: a contender's
+//!   estimate is the slowest rank's mean time per call.
+//! - A contender that lost is explored again after 1, 2, 4, ... epochs, up
+//!   to as many as keep exploring it within 1% of the time, by the
+//!   estimates. A leader whose
+//!   time moved by half between epochs means the host changed: every
+//!   contender is explored in the next epoch.
+//!
+//! Every rank picks the same contender for every call without a message of
+//! its own, because what decides the picks (the epoch's schedule, the new
+//! leader) is a function of the exchanged bytes. An epoch lasts about 2 ms
+//! of the leader's calls (8 to 4096 calls), so the exchange costs little.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::agree::ranks_text;
+use crate::error::{Error, Result};
+use crate::registry::Choice;
+
+/// The most contenders a shape has: the automatic choice, and the cheapest
+/// by messages and by reads in place.
+pub(super) const MAX_CONTENDERS: usize = 3;
+
+/// The leader's time an epoch lasts, by its estimate.
+const EPOCH_SECONDS: f64 = 2e-3;
+const MIN_EPOCH_CALLS: usize = 8;
+const MAX_EPOCH_CALLS: usize = 4096;
+/// The calls of the leader after an epoch's explorations, at least.
+const MIN_LEADER_CALLS: usize = 4;
+/// Calls per exploration: one to warm the contender up, one timed.
+const CALLS_PER_EXPLORE: usize = 2;
+/// The share of time that exploring a losing contender may cost.
+const EXPLORE_BUDGET: f64 = 0.01;
+/// A losing contender is explored at least this often (epochs).
+const MAX_EXPLORE_EPOCHS: u64 = 256;
+/// A leader whose time changes by this factor between epochs: the host
+/// changed, and every contender is measured again.
+const SHIFT: f64 = 1.5;
+/// A contender takes the lead once it is this much faster than the
+/// leader's estimate (not on a tie, which would flap).
+const TAKE_LEAD: f64 = 0.9;
+
+/// One rank's exchanged record: the epoch, then per contender its id, the
+/// nanoseconds of its timed calls and their number (little-endian).
+pub(super) const RECORD: usize = 8 + MAX_CONTENDERS * (4 + 8 + 4);
+
+/// What a call of an adapting shape does next.
+#[derive(Debug, PartialEq)]
+pub(super) enum Next {
+    /// Runs contender `index`; `timed`: its time counts.
+    Run { index: usize, timed: bool },
+    /// The epoch is over: the ranks exchange these records first
+    /// (`Adapt::conclude`).
+    Exchange([u8; RECORD]),
+}
+
+/// Time this rank measured of one contender in the current epoch.
+#[derive(Clone, Copy, Default)]
+struct Tally {
+    ns: u64,
+    calls: u32,
+}
+
+/// The measurements of one call shape's contenders on one communicator.
+pub(super) struct Adapt {
+    pub(super) contenders: Arc<[Choice]>,
+    state: Mutex<State>,
+}
+
+struct State {
+    leader: usize,
+    /// Seconds per call, the slowest rank's mean, as last measured.
+    estimate: [Option<f64>; MAX_CONTENDERS],
+    /// The epoch in which a contender is explored next, and the epochs it
+    /// last waited (0: it has not lost since the lead or the host changed).
+    due: [u64; MAX_CONTENDERS],
+    wait: [u64; MAX_CONTENDERS],
+    epoch: u64,
+    /// This epoch's explored contenders, in order.
+    explored: Vec<usize>,
+    /// Calls taken in this epoch, and how many it has.
+    taken: usize,
+    length: usize,
+    tally: [Tally; MAX_CONTENDERS],
+}
+
+impl Adapt {
+    /// `contenders[0]` leads until measured (the selector's choice).
+    pub(super) fn new(contenders: Arc<[Choice]>) -> Adapt {
+        assert!((2..=MAX_CONTENDERS).contains(&contenders.len()));
+        let mut state = State {
+            leader: 0,
+            estimate: [None; MAX_CONTENDERS],
+            due: [0; MAX_CONTENDERS],
+            wait: [0; MAX_CONTENDERS],
+            epoch: 0,
+            explored: Vec::new(),
+            taken: 0,
+            length: 0,
+            tally: [Tally::default(); MAX_CONTENDERS],
+        };
+        state.begin_epoch(contenders.len());
+        Adapt {
+            contenders,
+            state: Mutex::new(state),
+        }
+    }
+
+    pub(super) fn contender(&self, index: usize) -> Choice {
+        self.contenders[index]
+    }
+
+    /// The contender that leads now (for inspection).
+    pub(super) fn leader(&self) -> Choice {
+        self.contenders[self.state.lock().unwrap().leader]
+    }
+
+    /// What the next call does (called once per call, in call order, until
+    /// it says `Run`).
+    pub(super) fn next(&self) -> Next {
+        let mut st = self.state.lock().unwrap();
+        if st.taken == st.length {
+            return Next::Exchange(st.record(&self.contenders));
+        }
+        let call = st.taken;
+        st.taken += 1;
+        let exploring = st.explored.len() * CALLS_PER_EXPLORE;
+        if call < exploring {
+            let index = st.explored[call / CALLS_PER_EXPLORE];
+            return Next::Run {
+                index,
+                timed: call % CALLS_PER_EXPLORE == CALLS_PER_EXPLORE - 1,
+            };
+        }
+        // The leader's first call after an exploration warms it up again.
+        Next::Run {
+            index: st.leader,
+            timed: exploring == 0 || call > exploring,
+        }
+    }
+
+    /// Counts a timed call of contender `index` that succeeded.
+    pub(super) fn record(&self, index: usize, took: Duration) {
+        let mut st = self.state.lock().unwrap();
+        let tally = &mut st.tally[index];
+        tally.ns = tally.ns.saturating_add(took.as_nanos() as u64);
+        tally.calls += 1;
+    }
+
+    /// Ends the epoch with every rank's record (`all`, in group rank order;
+    /// `members` names the ranks in an error): the new estimates, leader and
+    /// schedule, the same on every rank.
+    pub(super) fn conclude(&self, all: &[u8], members: &[usize]) -> Result<()> {
+        let mut st = self.state.lock().unwrap();
+        let mine = st.record(&self.contenders);
+        let differ: Vec<usize> = all
+            .chunks_exact(RECORD)
+            .enumerate()
+            .filter(|(_, r)| r[..8] != mine[..8] || ids(r) != ids(&mine))
+            .map(|(rank, _)| rank)
+            .collect();
+        if !differ.is_empty() || all.len() != RECORD * members.len() {
+            return Err(Error::runtime(format!(
+                "{} measured other algorithms or epochs of a {} call than the rest \
+                 (SHOAL_ADAPT): their calls of this shape diverged",
+                ranks_text(&differ, members),
+                self.contenders[0].collective()
+            )));
+        }
+        let n = self.contenders.len();
+        let mut measured = [None; MAX_CONTENDERS];
+        for (c, slot) in measured.iter_mut().enumerate().take(n) {
+            *slot = all
+                .chunks_exact(RECORD)
+                .filter_map(|r| mean_seconds(r, c))
+                .reduce(f64::max);
+        }
+        let leader = st.leader;
+        st.conclude(&measured, n);
+        if st.leader != leader || tracing::enabled!(tracing::Level::TRACE) {
+            let times: Vec<String> = (0..n)
+                .map(|c| match st.estimate[c] {
+                    Some(t) => format!("{} {:.1} us", self.contenders[c].name(), t * 1e6),
+                    None => format!("{} unmeasured", self.contenders[c].name()),
+                })
+                .collect();
+            tracing::debug!(
+                "{} of {} leads from epoch {} ({})",
+                self.contenders[0].collective(),
+                self.contenders[st.leader].name(),
+                st.epoch,
+                times.join(", ")
+            );
+        }
+        Ok(())
+    }
+}
+
+impl State {
+    /// Starts the epoch `self.epoch`: who is explored, and for how many calls.
+    fn begin_epoch(&mut self, n: usize) {
+        let (epoch, leader) = (self.epoch, self.leader);
+        self.explored = (0..n)
+            .filter(|&c| c != leader && self.due[c] <= epoch)
+            .collect();
+        self.length =
+            (self.explored.len() * CALLS_PER_EXPLORE + MIN_LEADER_CALLS).max(self.leader_calls());
+        self.taken = 0;
+        self.tally = [Tally::default(); MAX_CONTENDERS];
+    }
+
+    /// The leader's calls that last about `EPOCH_SECONDS`.
+    fn leader_calls(&self) -> usize {
+        match self.estimate[self.leader] {
+            Some(t) if t > 0.0 => {
+                (EPOCH_SECONDS / t).clamp(MIN_EPOCH_CALLS as f64, MAX_EPOCH_CALLS as f64) as usize
+            }
+            Some(_) => MAX_EPOCH_CALLS,
+            None => MIN_EPOCH_CALLS,
+        }
+    }
+
+    /// The new estimates (`measured`: this epoch's, the slowest rank's mean
+    /// seconds per call), leader and exploration schedule.
+    fn conclude(&mut self, measured: &[Option<f64>; MAX_CONTENDERS], n: usize) {
+        let before = self.estimate[self.leader];
+        for (estimate, now) in self.estimate.iter_mut().zip(measured).take(n) {
+            if now.is_some() {
+                *estimate = *now;
+            }
+        }
+        let shifted = matches!((before, measured[self.leader]),
+            (Some(b), Some(m)) if m > b * SHIFT || m * SHIFT < b);
+        let fastest = (0..n)
+            .filter_map(|c| self.estimate[c].map(|t| (c, t)))
+            .min_by(|x, y| x.1.total_cmp(&y.1));
+        let switched = match (fastest, self.estimate[self.leader]) {
+            (Some((c, t)), Some(lead)) => c != self.leader && t < lead * TAKE_LEAD,
+            (Some((c, _)), None) => c != self.leader,
+            (None, _) => false,
+        };
+        if switched {
+            self.leader = fastest.unwrap().0;
+        }
+        self.epoch += 1;
+        let lead = self.estimate[self.leader].unwrap_or(0.0);
+        let epoch_seconds = lead * self.leader_calls() as f64;
+        for c in (0..n).filter(|&c| c != self.leader) {
+            let unknown = self.estimate[c].is_none();
+            if switched || shifted || unknown {
+                self.due[c] = self.epoch;
+                self.wait[c] = 0;
+            } else if let (Some(_), Some(t)) = (measured[c], self.estimate[c]) {
+                // Explored this epoch and lost: again after twice the wait
+                // of its last loss, up to the wait that keeps the time its
+                // explorations cost within the budget. One unlucky call does
+                // not send a contender away for long.
+                let cost = (t - lead).max(0.0) * CALLS_PER_EXPLORE as f64;
+                let budget = (cost / (EXPLORE_BUDGET * epoch_seconds)).ceil() as u64;
+                self.wait[c] = (self.wait[c] * 2).min(budget).clamp(1, MAX_EXPLORE_EPOCHS);
+                self.due[c] = self.epoch + self.wait[c];
+            }
+        }
+        self.begin_epoch(n);
+    }
+
+    /// This rank's record of the epoch (see [`RECORD`]).
+    fn record(&self, contenders: &[Choice]) -> [u8; RECORD] {
+        let mut r = [0u8; RECORD];
+        r[..8].copy_from_slice(&self.epoch.to_le_bytes());
+        for (c, choice) in contenders.iter().enumerate() {
+            let at = 8 + c * 16;
+            r[at..at + 4].copy_from_slice(&choice.id().to_le_bytes());
+            r[at + 4..at + 12].copy_from_slice(&self.tally[c].ns.to_le_bytes());
+            r[at + 12..at + 16].copy_from_slice(&self.tally[c].calls.to_le_bytes());
+        }
+        r
+    }
+}
+
+/// The contenders' ids in a record.
+fn ids(record: &[u8]) -> [u32; MAX_CONTENDERS] {
+    std::array::from_fn(|c| u32::from_le_bytes(record[8 + c * 16..][..4].try_into().unwrap()))
+}
+
+/// Contender `c`'s mean seconds per timed call in a record, if it has any.
+fn mean_seconds(record: &[u8], c: usize) -> Option<f64> {
+    let at = 8 + c * 16;
+    let ns = u64::from_le_bytes(record[at + 4..at + 12].try_into().unwrap());
+    let calls = u32::from_le_bytes(record[at + 12..at + 16].try_into().unwrap());
+    (calls > 0).then(|| ns as f64 * 1e-9 / calls as f64)
+}
+
+/// A prepared call's part in its shape's measurements.
+pub(super) struct Adapted {
+    pub adapt: Arc<Adapt>,
+    pub index: usize,
+    pub timed: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_plan::algorithms;
+    use shoal_plan::Collective;
+
+    fn contenders(names: &[&str]) -> Arc<[Choice]> {
+        names
+            .iter()
+            .map(|n| Choice::Builtin(algorithms::find(Collective::Broadcast, n).unwrap()))
+            .collect()
+    }
+
+    /// Runs `adapt` on `ranks` ranks whose calls of contender `c` take
+    /// `time(c, call)` seconds, for `calls` calls; returns the contender of
+    /// each call (the same on every rank, or the test fails).
+    fn run(
+        ranks: usize,
+        names: &[&str],
+        calls: usize,
+        time: impl Fn(usize, usize) -> f64,
+    ) -> Vec<usize> {
+        let set = contenders(names);
+        let adapts: Vec<Adapt> = (0..ranks).map(|_| Adapt::new(set.clone())).collect();
+        let members: Vec<usize> = (0..ranks).collect();
+        let mut picks = Vec::new();
+        while picks.len() < calls {
+            let nexts: Vec<Next> = adapts.iter().map(|a| a.next()).collect();
+            match &nexts[0] {
+                Next::Exchange(_) => {
+                    let all: Vec<u8> = nexts
+                        .iter()
+                        .flat_map(|n| match n {
+                            Next::Exchange(r) => r.to_vec(),
+                            other => panic!("ranks out of step: {other:?}"),
+                        })
+                        .collect();
+                    for a in &adapts {
+                        a.conclude(&all, &members).unwrap();
+                    }
+                }
+                Next::Run { index, timed } => {
+                    assert!(nexts.iter().all(|n| n == &nexts[0]), "ranks picked apart");
+                    let call = picks.len();
+                    for (r, a) in adapts.iter().enumerate() {
+                        if *timed {
+                            // The slowest rank sets the time: rank 0's here.
+                            let t = time(*index, call) / (1 + r) as f64;
+                            a.record(*index, Duration::from_secs_f64(t));
+                        }
+                    }
+                    picks.push(*index);
+                }
+            }
+        }
+        picks
+    }
+
+    fn share(picks: &[usize], c: usize) -> f64 {
+        picks.iter().filter(|&&p| p == c).count() as f64 / picks.len() as f64
+    }
+
+    #[test]
+    fn the_faster_contender_leads_and_the_slower_is_seldom_tried() {
+        // The selector's pick (0) is 5 times slower than the other.
+        let picks = run(2, &["binomial", "shm_read"], 20_000, |c, _| {
+            [500e-6, 100e-6][c]
+        });
+        assert_eq!(picks[..2], [1, 1], "epoch 0 explores the other first");
+        assert!(
+            share(&picks[100..], 1) > 0.99,
+            "{}",
+            share(&picks[100..], 1)
+        );
+        // Exploring the loser costs about the budget, not more.
+        let extra = picks[100..].iter().filter(|&&p| p == 0).count() as f64 * 400e-6;
+        let total = (picks.len() - 100) as f64 * 100e-6;
+        assert!(extra / total < 2.0 * EXPLORE_BUDGET, "{}", extra / total);
+    }
+
+    #[test]
+    fn a_tie_keeps_the_selectors_choice() {
+        let picks = run(2, &["binomial", "shm_read"], 2000, |_, _| 50e-6);
+        assert!(share(&picks[20..], 0) > 0.9);
+    }
+
+    #[test]
+    fn the_lead_follows_the_host_when_it_changes() {
+        // Chains (0) are fast until call 4000, then 5 times slower than
+        // the read (1), whose speed does not change; then fast again.
+        let slow = |call: usize| (4000..12_000).contains(&call);
+        let picks = run(2, &["binomial", "shm_read"], 20_000, |c, call| match c {
+            0 if slow(call) => 450e-6,
+            0 => 35e-6,
+            _ => 85e-6,
+        });
+        assert!(share(&picks[500..4000], 0) > 0.97);
+        assert!(
+            share(&picks[4100..12_000], 1) > 0.97,
+            "{}",
+            share(&picks[4100..12_000], 1)
+        );
+        // Back to the chain within a few hundred calls of the read's
+        // (the loser's next exploration, within the budget).
+        assert!(
+            share(&picks[14_000..], 0) > 0.97,
+            "{}",
+            share(&picks[14_000..], 0)
+        );
+    }
+
+    #[test]
+    fn one_unlucky_call_does_not_send_the_faster_away() {
+        // The faster contender's first timed call (call 1) is preempted.
+        let picks = run(2, &["shm_read", "binomial"], 3000, |c, call| {
+            match (c, call) {
+                (1, 1) => 5000e-6,
+                (1, _) => 35e-6,
+                _ => 85e-6,
+            }
+        });
+        assert_eq!(picks[..2], [1, 1]);
+        let led = picks.iter().skip(2).position(|&p| p == 1).unwrap();
+        assert!(led < 150, "led from call {led}");
+        assert!(share(&picks[300..], 1) > 0.98);
+    }
+
+    #[test]
+    fn three_contenders_settle_on_the_fastest() {
+        let picks = run(
+            3,
+            &["binomial", "pipelined_chain", "shm_read"],
+            5000,
+            |c, _| [90e-6, 60e-6, 30e-6][c],
+        );
+        assert!(share(&picks[200..], 2) > 0.98);
+    }
+
+    #[test]
+    fn ranks_that_diverged_are_named() {
+        let a = Adapt::new(contenders(&["binomial", "shm_read"]));
+        let b = Adapt::new(contenders(&["binomial", "pipelined_chain"]));
+        let mut all = Vec::new();
+        for adapt in [&a, &b] {
+            while let Next::Run { .. } = adapt.next() {}
+            let Next::Exchange(r) = adapt.next() else {
+                unreachable!()
+            };
+            all.extend_from_slice(&r);
+        }
+        let e = a.conclude(&all, &[4, 7]).unwrap_err();
+        assert!(e.message.contains("ranks [7]"), "{}", e.message);
+        assert!(e.message.contains("broadcast"), "{}", e.message);
+    }
+}

@@ -1,0 +1,56 @@
+"""Calls whose algorithm is chosen as they run (SHOAL_ADAPT): many calls of a
+few shapes above SHOAL_ADAPT_BYTES, each result checked against numpy, so
+that every contender the calls explore runs and is checked. Launched by
+tests/test_adapt.py through ``shoal run``; prints, on rank 0, the algorithm
+leading each shape at the end."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+import shoal
+
+CALLS = 120
+COUNTS = (20011, 300007)  # 80 KB and 1.2 MB of float32, odd
+
+
+def value(rank: int, call: int, n: int) -> np.ndarray:
+    # Small integers: every sum is exact whatever the order of reduction.
+    return ((np.arange(n) + 7 * rank + call) % 13).astype(np.float32)
+
+
+def run(g: shoal.Group, collective: str, n: int) -> None:
+    world, rank = g.size, g.rank
+    for call in range(CALLS):
+        if collective == "broadcast":
+            root = call % 2 % world
+            x = value(rank, call, n) if rank == root else np.zeros(n, dtype=np.float32)
+            g.broadcast(x, root=root)
+            expected = value(root, call, n)
+        elif collective == "allgather":
+            out = np.empty(n * world, dtype=np.float32)
+            g.allgather(value(rank, call, n), out)
+            x, expected = out, np.concatenate([value(r, call, n) for r in range(world)])
+        else:
+            x = value(rank, call, n)
+            g.allreduce(x)
+            expected = sum(value(r, call, n) for r in range(world))
+        if not np.array_equal(x, expected):
+            bad = int(np.flatnonzero(x != expected)[0])
+            sys.exit(f"rank {rank}: {collective} of {n} call {call}: [{bad}] = {x[bad]}, expected {expected[bad]}")
+
+
+def main() -> None:
+    g = shoal.init()
+    for collective in sys.argv[1].split(","):
+        for n in COUNTS:
+            run(g, collective, n)
+            if g.rank == 0:
+                print("leads", collective, n, g.choose_algorithm(collective, n, "float32"), flush=True)
+    shoal.finalize()
+
+
+if __name__ == "__main__":
+    main()
