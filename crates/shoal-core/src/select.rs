@@ -581,7 +581,10 @@ pub(crate) mod tests {
         let selector = Selector::new("", SHM_COST).unwrap();
         selector.allow_shared_memory(true);
         let found = selector.contenders(&broadcast, 4, None).unwrap();
-        assert_eq!(found[0], selector.choose(&broadcast, 4, None, None).unwrap());
+        assert_eq!(
+            found[0],
+            selector.choose(&broadcast, 4, None, None).unwrap()
+        );
         let reads: Vec<bool> = found
             .iter()
             .map(|c| matches!(c, Choice::Builtin(a) if a.reads_peers()))
@@ -591,7 +594,9 @@ pub(crate) mod tests {
         // Without shared memory nothing reads in place.
         let apart = Selector::new("", SHM_COST).unwrap();
         let found = apart.contenders(&broadcast, 4, None).unwrap();
-        assert!(found.iter().all(|c| matches!(c, Choice::Builtin(a) if !a.reads_peers())));
+        assert!(found
+            .iter()
+            .all(|c| matches!(c, Choice::Builtin(a) if !a.reads_peers())));
         // A read priced far dearer than a message is not tried.
         let dear = Selector::new(
             "",
@@ -607,7 +612,10 @@ pub(crate) mod tests {
         let named = Selector::new("broadcast:binomial", SHM_COST).unwrap();
         named.allow_shared_memory(true);
         let found = named.contenders(&broadcast, 4, None).unwrap();
-        assert_eq!(found.iter().map(|c| c.name()).collect::<Vec<_>>(), ["binomial"]);
+        assert_eq!(
+            found.iter().map(|c| c.name()).collect::<Vec<_>>(),
+            ["binomial"]
+        );
     }
 
     #[test]
