@@ -64,7 +64,7 @@ def test_off_keeps_each_shape_to_one_algorithm(tmp_path: Path) -> None:
     launch(2, "adapt.py", "broadcast", env=env)
     ran = algorithms_by_call(tmp_path, 2)
     calls = ran["broadcast"]
-    assert len(calls) == 2 * 120
+    assert len(calls) == 2 * 400
     # The worker's roots alternate: a shape's calls are every other call of a count.
     for i in range(len(calls) - 2):
         if calls[i][0] == calls[i + 2][0]:

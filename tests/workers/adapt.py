@@ -12,7 +12,7 @@ import numpy as np
 
 import shoal
 
-CALLS = 120
+CALLS = 400  # a shape explores once its leader has run about 100 calls
 COUNTS = (20011, 300007)  # 80 KB and 1.2 MB of float32, odd
 
 
