@@ -38,10 +38,7 @@ use std::time::Duration;
 use crate::agree::ranks_text;
 use crate::error::{Error, Result};
 use crate::registry::Choice;
-
-/// The most contenders a shape has: the automatic choice, and the cheapest
-/// by messages and by reads in place.
-pub(super) const MAX_CONTENDERS: usize = 3;
+use crate::select::MAX_CONTENDERS;
 
 /// The leader's time an epoch lasts, by its estimate.
 const EPOCH_SECONDS: f64 = 2e-3;
