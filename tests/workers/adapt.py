@@ -12,7 +12,7 @@ import numpy as np
 
 import shoal
 
-CALLS = 400  # a shape explores once its leader has run about 100 calls
+CALLS = 400  # a shape explores once its leader has run about 50 calls per contender
 COUNTS = (20011, 300007)  # 80 KB and 1.2 MB of float32, odd
 
 

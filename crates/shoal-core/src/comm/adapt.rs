@@ -19,7 +19,7 @@
 //! - Exploring costs at most 2% of the leader's time, by the estimates: the
 //!   leader's calls build credit at that rate, and an exploration is due
 //!   once the credit covers what it is expected to cost over the leader's
-//!   calls (a contender not yet measured is expected to take twice the
+//!   calls (a contender not yet measured is expected to take 1.5 times the
 //!   leader's time, one measured at most four times: one unlucky call does
 //!   not send it away for long). So a short job of long calls explores
 //!   little, and a contender 5 times slower is tried about once per 150 of
@@ -54,7 +54,7 @@ const EXPLORE_BUDGET: f64 = 0.02;
 /// A contender not yet measured is expected to take this many times the
 /// leader's time, and one measured slower is expected to take at most
 /// this many times (so one unlucky call does not send it away for long).
-const UNKNOWN_SLOWER: f64 = 2.0;
+const UNKNOWN_SLOWER: f64 = 1.5;
 const MOST_SLOWER: f64 = 4.0;
 /// A leader whose time changes by this factor between epochs: the host
 /// changed, and every contender is measured again.
