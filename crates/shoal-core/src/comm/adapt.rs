@@ -30,7 +30,8 @@
 //! Every rank picks the same contender for every call without a message of
 //! its own, because what decides the picks (the epoch's schedule, the new
 //! leader) is a function of the exchanged bytes. An epoch lasts about 2 ms
-//! of the leader's calls (8 to 4096 calls), so the exchange costs little.
+//! of the leader's calls (8 to 4096 calls; a shape's first epochs 8, 16,
+//! 32, ... calls), so the exchange costs little.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -250,15 +251,19 @@ impl State {
         calls * (time - lead).max(0.0)
     }
 
-    /// The leader's calls that last about `EPOCH_SECONDS`.
+    /// The leader's calls that last about `EPOCH_SECONDS`; the first
+    /// epochs are shorter (8, 16, 32, ... calls), so that a shape's first
+    /// explorations come as soon as the credit allows.
     fn leader_calls(&self) -> usize {
-        match self.estimate[self.leader] {
+        let ramp = MIN_EPOCH_CALLS << self.epoch.min(16);
+        let calls = match self.estimate[self.leader] {
             Some(t) if t > 0.0 => {
                 (EPOCH_SECONDS / t).clamp(MIN_EPOCH_CALLS as f64, MAX_EPOCH_CALLS as f64) as usize
             }
             Some(_) => MAX_EPOCH_CALLS,
             None => MIN_EPOCH_CALLS,
-        }
+        };
+        calls.min(ramp)
     }
 
     /// The new estimates (`measured`: this epoch's, the slowest rank's mean
@@ -413,6 +418,17 @@ mod tests {
         let extra = picks[200..].iter().filter(|&&p| p == 0).count() as f64 * 400e-6;
         let total = (picks.len() - 200) as f64 * 100e-6;
         assert!(extra / total < 2.0 * EXPLORE_BUDGET, "{}", extra / total);
+    }
+
+    #[test]
+    fn short_calls_explore_within_their_first_hundred() {
+        // 12 us calls: a whole epoch would be 166 of them.
+        let picks = run(2, &["binomial", "shm_read"], 2000, |c, _| {
+            [12e-6, 5.5e-6][c]
+        });
+        let tried = picks.iter().position(|&p| p == 1).unwrap();
+        assert!(tried < 100, "first tried at call {tried}");
+        assert!(share(&picks[200..], 1) > 0.98);
     }
 
     #[test]
