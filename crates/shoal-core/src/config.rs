@@ -366,6 +366,18 @@ pub enum AdaptMode {
 }
 
 impl AdaptMode {
+    /// Every mode, indexed by its discriminant (`mode as u8`).
+    pub const ALL: [AdaptMode; 3] = [AdaptMode::Off, AdaptMode::Copies, AdaptMode::All];
+
+    /// Its `SHOAL_ADAPT` value.
+    pub fn name(self) -> &'static str {
+        match self {
+            AdaptMode::Off => "off",
+            AdaptMode::Copies => "copies",
+            AdaptMode::All => "all",
+        }
+    }
+
     /// Whether calls of `collective` may change algorithm as they run.
     pub fn covers(self, collective: Collective) -> bool {
         match self {
@@ -733,16 +745,14 @@ fn parse_wait(env: &dyn Fn(&str) -> Option<String>) -> Result<WaitPolicy> {
 }
 
 fn parse_adapt(env: &dyn Fn(&str) -> Option<String>) -> Result<AdaptMode> {
-    match value(env, "SHOAL_ADAPT").as_deref() {
-        None | Some("copies") => Ok(AdaptMode::Copies),
-        Some("all") => Ok(AdaptMode::All),
-        Some("off" | "0") => Ok(AdaptMode::Off),
-        Some(_) => Err(Error::invalid(must_be(
-            env,
-            "SHOAL_ADAPT",
-            "copies, all or off",
-        ))),
-    }
+    let Some(v) = value(env, "SHOAL_ADAPT") else {
+        return Ok(AdaptMode::Copies);
+    };
+    let v = if v == "0" { "off" } else { v.as_str() };
+    AdaptMode::ALL
+        .into_iter()
+        .find(|m| m.name() == v)
+        .ok_or_else(|| Error::invalid(must_be(env, "SHOAL_ADAPT", "copies, all or off")))
 }
 
 fn parse_congestion(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Congestion>> {
@@ -822,6 +832,22 @@ pub(crate) mod tests {
         let named = cc(&[("SHOAL_TCP_CC", "reno")]).unwrap();
         assert_eq!((named.name.as_str(), named.required), ("reno", true));
         assert!(cc(&[("SHOAL_TCP_CC", "system")]).is_none());
+    }
+
+    #[test]
+    fn adapt_modes_are_listed_by_discriminant_and_named_as_parsed() {
+        for mode in AdaptMode::ALL {
+            assert_eq!(AdaptMode::ALL[mode as usize], mode);
+            let name = mode.name();
+            let env = move |k: &str| (k == "SHOAL_ADAPT").then(|| name.to_string());
+            assert_eq!(Config::from_env(&env).unwrap().adapt, mode);
+        }
+        let off = Config::from_env(&env_of(&[("SHOAL_ADAPT", "0")])).unwrap();
+        assert_eq!(off.adapt, AdaptMode::Off);
+        assert_eq!(
+            Config::from_env(&env_of(&[])).unwrap().adapt,
+            AdaptMode::Copies
+        );
     }
 
     #[test]

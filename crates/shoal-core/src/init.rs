@@ -11,10 +11,11 @@ use shoal_transport::tcp::congestion_in_effect;
 use shoal_transport::{KvStore, Routed, RoutedConfig};
 use tracing::{debug, info};
 
+use crate::agree;
 use crate::agree::version::{self, Build};
 use crate::calibrate::{calibrate, describe, Partners};
 use crate::comm::{Communicator, Engine};
-use crate::config::{Config, RemoteChoice, TransportChoice};
+use crate::config::{AdaptMode, Config, RemoteChoice, TransportChoice};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ina::Ina;
@@ -206,16 +207,22 @@ fn agree_on_adaptation(world: &Communicator) -> Result<()> {
     mine[0] = config.adapt as u8;
     mine[1..].copy_from_slice(&(config.adapt_bytes as u64).to_le_bytes());
     let all = world.allgather_bytes(&mine)?;
-    let differ: Vec<usize> = (0..world.size())
-        .filter(|&r| all[r * 9..(r + 1) * 9] != all[..9])
-        .map(|r| world.members()[r])
-        .collect();
-    if differ.is_empty() {
+    let settings = agree::groups(&all, mine.len(), |r| r);
+    if settings.len() == 1 {
         return Ok(());
     }
+    let each: Vec<String> = settings
+        .iter()
+        .map(|(r, ranks)| {
+            let mode = AdaptMode::ALL[usize::from(r[0])].name();
+            let bytes = u64::from_le_bytes(r[1..].try_into().unwrap());
+            let on = agree::ranks_text(ranks, world.members());
+            format!("SHOAL_ADAPT={mode} SHOAL_ADAPT_BYTES={bytes} on {on}")
+        })
+        .collect();
     Err(Error::invalid(format!(
-        "SHOAL_ADAPT or SHOAL_ADAPT_BYTES differ between rank {} and ranks {differ:?}: set them alike on every rank",
-        world.members()[0]
+        "SHOAL_ADAPT or SHOAL_ADAPT_BYTES differ between ranks ({}): set them alike on every rank",
+        each.join("; ")
     )))
 }
 

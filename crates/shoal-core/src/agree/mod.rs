@@ -16,7 +16,7 @@ pub mod version;
 
 /// The group ranks of `n` records of `len` bytes each in `all`, grouped by
 /// `key` of their record, groups in the order of their first rank.
-fn groups<'a, K: PartialEq>(
+pub(crate) fn groups<'a, K: PartialEq>(
     all: &'a [u8],
     len: usize,
     key: impl Fn(&'a [u8]) -> K,

@@ -33,9 +33,10 @@
 //! of the leader's calls (8 to 4096 calls; a shape's first epochs 8, 16,
 //! 32, ... calls), so the exchange costs little.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use super::{CommState, Communicator};
 use crate::agree::ranks_text;
 use crate::error::{Error, Result};
 use crate::registry::Choice;
@@ -66,11 +67,11 @@ const TAKE_LEAD: f64 = 0.9;
 
 /// One rank's exchanged record: the epoch, then per contender its id, the
 /// nanoseconds of its timed calls and their number (little-endian).
-pub(super) const RECORD: usize = 8 + MAX_CONTENDERS * (4 + 8 + 4);
+const RECORD: usize = 8 + MAX_CONTENDERS * (4 + 8 + 4);
 
 /// What a call of an adapting shape does next.
 #[derive(Debug, PartialEq)]
-pub(super) enum Next {
+enum Next {
     /// Runs contender `index`; `timed`: its time counts.
     Run { index: usize, timed: bool },
     /// The epoch is over: the ranks exchange these records first
@@ -142,7 +143,7 @@ impl Adapt {
 
     /// What the next call does (called once per call, in call order, until
     /// it says `Run`).
-    pub(super) fn next(&self) -> Next {
+    fn next(&self) -> Next {
         let mut st = self.state.lock().unwrap();
         if st.taken == st.length {
             return Next::Exchange(st.record(&self.contenders));
@@ -171,7 +172,7 @@ impl Adapt {
     /// Ends the epoch with every rank's record (`all`, in group rank order;
     /// `members` names the ranks in an error): the new estimates, leader and
     /// schedule, the same on every rank.
-    pub(super) fn conclude(&self, all: &[u8], members: &[usize]) -> Result<()> {
+    fn conclude(&self, all: &[u8], members: &[usize]) -> Result<()> {
         let mut st = self.state.lock().unwrap();
         let mine = st.record(&self.contenders);
         let differ: Vec<usize> = all
@@ -330,6 +331,38 @@ fn mean_seconds(record: &[u8], c: usize) -> Option<f64> {
     let ns = u64::from_le_bytes(record[at + 4..at + 12].try_into().unwrap());
     let calls = u32::from_le_bytes(record[at + 12..at + 16].try_into().unwrap());
     (calls > 0).then(|| ns as f64 * 1e-9 / calls as f64)
+}
+
+impl Communicator {
+    /// Which contender of `adapt` the call being prepared runs. An epoch's
+    /// end is first an exchange of the ranks' records, in call order, with
+    /// the state's lock (`st`, returned) let go meanwhile.
+    pub(super) fn next_contender<'a>(
+        &'a self,
+        adapt: Arc<Adapt>,
+        mut st: MutexGuard<'a, CommState>,
+    ) -> Result<(Adapted, MutexGuard<'a, CommState>)> {
+        loop {
+            match adapt.next() {
+                Next::Run { index, timed } => {
+                    return Ok((
+                        Adapted {
+                            adapt,
+                            index,
+                            timed,
+                        },
+                        st,
+                    ))
+                }
+                Next::Exchange(record) => {
+                    drop(st);
+                    let all = self.allgather_bytes(&record)?;
+                    adapt.conclude(&all, &self.members)?;
+                    st = self.state.lock().unwrap();
+                }
+            }
+        }
+    }
 }
 
 /// A prepared call's part in its shape's measurements.

@@ -2,15 +2,12 @@
 //! algorithm chosen for it and the steps of this rank's plan, read from the
 //! decision its calls run by (`decide.rs`).
 
-use std::sync::Arc;
-
 use shoal_plan::Collective;
 
-use super::decide::Decision;
+use super::decide::DecisionKey;
 use super::{CollArgs, Communicator};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
-use crate::exec::CompiledPlan;
 use crate::provider::Named;
 use crate::select::PlanSource;
 
@@ -27,8 +24,11 @@ impl Communicator {
         explicit: Option<&str>,
         source: Option<&dyn PlanSource>,
     ) -> Result<String> {
-        let (decision, _) = self.inspected(collective, count, dtype, root, explicit, source)?;
-        let leading = self.leading(collective, count, dtype, root, explicit)?;
+        let key = self.inspected_key(collective, count, dtype, root, explicit)?;
+        let (decision, _) = self.decision(&key, source)?;
+        // Read without touching the measurements (only calls made do).
+        let st = self.state.lock().unwrap();
+        let leading = st.adapting.peek(&key).map(|adapt| adapt.leader().name());
         Ok(leading.unwrap_or(decision.name).to_string())
     }
 
@@ -44,43 +44,22 @@ impl Communicator {
         explicit: Option<&str>,
         source: Option<&dyn PlanSource>,
     ) -> Result<usize> {
-        let (_, cp) = self.inspected(collective, count, dtype, root, explicit, source)?;
+        let key = self.inspected_key(collective, count, dtype, root, explicit)?;
+        let (_, cp) = self.decision(&key, source)?;
         Ok(cp.plan.steps.len())
     }
 
-    /// The contender leading the measurements of a call's shape, if its
-    /// calls have made any (`adapt.rs`; read without touching them).
-    fn leading(
+    /// The decision key of a call that is inspected, not run
+    /// (`choose_algorithm`, `plan_steps`): it does not count towards the
+    /// switch's retry.
+    fn inspected_key(
         &self,
         collective: Collective,
         count: usize,
         dtype: DType,
         root: usize,
         explicit: Option<&str>,
-    ) -> Result<Option<&'static str>> {
-        if explicit.is_some() {
-            return Ok(None);
-        }
-        let args = CollArgs {
-            root,
-            ..CollArgs::new(collective, count, dtype)
-        };
-        let key = self.decision_key(&args, self.shape(&args)?, ReduceOp::Sum, false);
-        let st = self.state.lock().unwrap();
-        Ok(st.adapting.peek(&key).map(|adapt| adapt.leader().name()))
-    }
-
-    /// The decision of a call that is inspected, not run (`choose_algorithm`,
-    /// `plan_steps`): it does not count towards the switch's retry.
-    fn inspected(
-        &self,
-        collective: Collective,
-        count: usize,
-        dtype: DType,
-        root: usize,
-        explicit: Option<&str>,
-        source: Option<&dyn PlanSource>,
-    ) -> Result<(Decision, Arc<CompiledPlan>)> {
+    ) -> Result<DecisionKey> {
         let named = explicit
             .map(|name| Named::resolve(collective, name))
             .transpose()?;
@@ -90,7 +69,6 @@ impl Communicator {
             ..CollArgs::new(collective, count, dtype)
         };
         let shape = self.shape(&args)?;
-        let key = self.decision_key(&args, shape, ReduceOp::Sum, false);
-        self.decision(&key, source)
+        Ok(self.decision_key(&args, shape, ReduceOp::Sum, false))
     }
 }

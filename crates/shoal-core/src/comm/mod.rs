@@ -49,7 +49,7 @@ providers! {
     #[cfg(test)] gather_reduce::GATHER_REDUCE,
 }
 
-use adapt::{Adapted, Next};
+use adapt::Adapted;
 use agreed::{Agreed, FirstUse, Verdict};
 use decide::{Adapting, Decided, Decisions};
 pub use engine::Engine;
@@ -490,28 +490,14 @@ impl Communicator {
         let adapted = match adapt {
             None => None,
             Some(adapt) => {
-                // An epoch's end is an exchange, in call order, before the call.
-                let (index, timed) = loop {
-                    match adapt.next() {
-                        Next::Run { index, timed } => break (index, timed),
-                        Next::Exchange(record) => {
-                            drop(st);
-                            let all = self.allgather_bytes(&record)?;
-                            adapt.conclude(&all, &self.members)?;
-                            st = self.state.lock().unwrap();
-                        }
-                    }
-                };
-                if index != 0 {
-                    let choice = adapt.contender(index);
+                let (adapted, locked) = self.next_contender(adapt, st)?;
+                st = locked;
+                if adapted.index != 0 {
+                    let choice = adapted.adapt.contender(adapted.index);
                     cp = self.plan(shape.clone(), choice, source)?;
                     decision.run_by(choice);
                 }
-                Some(Adapted {
-                    adapt,
-                    index,
-                    timed,
-                })
+                Some(adapted)
             }
         };
         sig.algo = decision.sig_algo;
