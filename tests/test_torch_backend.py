@@ -18,9 +18,20 @@ torch = pytest.importorskip("torch")
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
-def run_example(n: int, script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_example(
+    n: int, script: str, *args: str, timeout: float = 300, gloo_abort_retries: int = 0
+) -> subprocess.CompletedProcess[str]:
+    """Runs an example under `shoal run`. `gloo_abort_retries`: for a Gloo
+    reference run, how often to run it again when Gloo aborts its process at
+    teardown ("terminate called without an active exception" after the last
+    epoch: torch 2.15's Gloo, once in a CI run); that is Gloo's failure, not
+    the one under test."""
     cmd = [sys.executable, "-m", "shoal.cli", "run", "-n", str(n), "--", sys.executable, str(EXAMPLES / script), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    for _ in range(gloo_abort_retries):
+        if proc.returncode == 0 or "terminate called without an active exception" not in proc.stdout + proc.stderr:
+            break
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return proc
@@ -192,7 +203,7 @@ def test_digits_example_same_loss_curve_as_gloo() -> None:
     pytest.importorskip("sklearn")
     args = ["--epochs", "3", "--seed", "1"]
     shoal_run = losses(run_example(2, "digits_ddp.py", "--backend", "shoal", *args).stdout)
-    gloo_run = losses(run_example(2, "digits_ddp.py", "--backend", "gloo", *args).stdout)
+    gloo_run = losses(run_example(2, "digits_ddp.py", "--backend", "gloo", *args, gloo_abort_retries=2).stdout)
     assert len(shoal_run) == len(gloo_run) == 3, (shoal_run, gloo_run)
     for (ls, acc_s), (lg, acc_g) in zip(shoal_run, gloo_run):
         assert abs(ls - lg) <= 1e-4 * max(1.0, abs(lg)), (shoal_run, gloo_run)
