@@ -59,8 +59,9 @@ def test_a_flood_keeps_the_receivers_memory_bounded(transport: str, flood: str) 
 
 @pytest.mark.parametrize("algorithm", ["pipelined_chain", "binomial"])
 def test_back_to_back_broadcasts_on_four_ranks_of_a_host_finish(algorithm: str) -> None:
-    # With a 2 MiB run-ahead budget by default, the messages held over it
-    # went "on request" and this stream deadlocked every time (issue 27's
-    # session of 2026-11-28, docs/configuration.md SHOAL_SHM_AHEAD_BYTES).
+    # With the 2 MiB run-ahead budget, a barrier's empty message held over
+    # it was read in place from its null address, which the receiver took
+    # for "ask for the payload": this stream deadlocked in 4 runs of 5
+    # (crates/shoal-transport/tests/flow.rs has the transport's own test).
     proc = launch(4, "chain_stream.py", algorithm, env={"SHOAL_TIMEOUT": "60"}, timeout=300)
     assert proc.stdout.count("done") == 4

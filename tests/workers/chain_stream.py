@@ -1,7 +1,8 @@
 """Back-to-back chain broadcasts between barriers on every rank of one host,
-each result checked: the stream that found a deadlock when collective
-messages held over the run-ahead budget were sent on request (4 ranks, 256
-KiB, SHOAL_SHM_AHEAD_BYTES at 2 MiB). Launched by tests/test_flow_control.py."""
+each result checked: the stream that found a deadlock when a barrier's
+empty message, held over the run-ahead budget, was read in place from its
+null address (4 ranks, 256 KiB, SHOAL_SHM_AHEAD_BYTES at 2 MiB). Launched by
+tests/test_flow_control.py."""
 
 from __future__ import annotations
 

@@ -152,7 +152,7 @@ pub const VARIABLES: &[Variable] = &[
     ),
     var(
         "SHOAL_SHM_AHEAD_BYTES",
-        "16777216",
+        "2097152",
         "... of which collective messages to a peer on the host may take (run-ahead)",
         "shoal-core config.rs",
     ),
@@ -425,7 +425,7 @@ pub struct Config {
     /// before their receives are posted; beyond it the sender's messages
     /// wait for their receives (rendezvous).
     pub unexpected_bytes: usize,
-    /// `SHOAL_SHM_AHEAD_BYTES` (default 16777216, the window; 65536 to 1 TiB): of that
+    /// `SHOAL_SHM_AHEAD_BYTES` (default 2097152, 65536 to 1 TiB): of that
     /// window, how much collective messages to a peer on the same host may
     /// take; later ones wait for their receives, so a broadcast's root
     /// runs no further ahead of its receivers than this.

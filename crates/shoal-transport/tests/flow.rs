@@ -268,6 +268,59 @@ fn collective_messages_run_ahead_by_at_most_the_budget_shm_ask() {
     collective_messages_run_ahead_by_at_most_the_budget(Via::ShmAsk);
 }
 
+/// An empty collective message sent once the run-ahead budget is spent
+/// goes by rendezvous too, and still arrives. A barrier's message (no
+/// buffer: a null address) after back-to-back broadcasts went as a read in
+/// place from address 0, which the receiver took for "ask for the payload":
+/// the sender's request completed on the ack and the receiver waited for a
+/// payload that never came (4-rank chain broadcasts between barriers,
+/// tests/test_flow_control.py).
+fn an_empty_message_over_the_budget_arrives(via: Via) {
+    let configure = move |c: &mut Config| {
+        via.configure(c);
+        if let Config::Shm(c) = c {
+            c.run_ahead = MSG + 64;
+        }
+    };
+    run_with(via.kind(), 2, configure, |r, t| {
+        let full = tag(0);
+        let empty = tag(1);
+        if r == 0 {
+            let msg = pattern(MSG, 0);
+            let sent = unsafe { t.isend(1, full, sig(), msg.as_ptr(), MSG, MSG) }.unwrap();
+            let none = unsafe { t.isend(1, empty, sig(), std::ptr::null(), 0, MSG) }.unwrap();
+            wait_all(t, &[sent, none]).unwrap();
+        } else {
+            // (both sends are out before either receive is posted)
+            std::thread::sleep(Duration::from_millis(200));
+            let into = RecvInto::Buffer {
+                dst: std::ptr::null_mut(),
+                len: 0,
+            };
+            let none = unsafe { t.irecv(0, empty, sig(), into) }.unwrap();
+            wait_all(t, &[none]).unwrap();
+            let mut got = vec![0u8; MSG];
+            let into = RecvInto::Buffer {
+                dst: got.as_mut_ptr(),
+                len: MSG,
+            };
+            let q = unsafe { t.irecv(0, full, sig(), into) }.unwrap();
+            wait_all(t, &[q]).unwrap();
+            assert!(got == pattern(MSG, 0));
+        }
+    });
+}
+
+#[test]
+fn an_empty_message_over_the_budget_arrives_shm_read() {
+    an_empty_message_over_the_budget_arrives(Via::ShmRead);
+}
+
+#[test]
+fn an_empty_message_over_the_budget_arrives_shm_ask() {
+    an_empty_message_over_the_budget_arrives(Via::ShmAsk);
+}
+
 /// Receives point-to-point message `step` of `len` bytes from rank 0.
 fn recv_p2p(t: &dyn Transport, step: u32, len: usize) -> Vec<u8> {
     let mut buf = vec![0u8; len];

@@ -78,14 +78,12 @@ pub const DEFAULT_CMA_THRESHOLD: usize = 1 << 20;
 /// docs/benchmarks.md).
 pub const DEFAULT_CMA_MIN_CALL: usize = 8 << 20;
 /// Default run-ahead budget of collective messages per peer
-/// (`ShmConfig::run_ahead`): the flow-control window, so no budget of its
-/// own. A 2 MiB budget kept a broadcast's root from running far ahead of
-/// its receiver (2-rank pipelined_chain broadcasts of 1 MiB on the 2-vCPU
-/// AMD EPYC VM took 32-95 us with the window, 31-58 us held to 2 MiB), but
-/// the messages it held back went "on request", and back-to-back chain
-/// broadcasts on 4 ranks of a host then deadlocked every time (as with an
-/// 8 MiB budget; tests/test_flow_control.py, docs/benchmarks.md).
-pub const DEFAULT_RUN_AHEAD: usize = crate::flow::DEFAULT_WINDOW;
+/// (`ShmConfig::run_ahead`): back to back, a broadcast's root otherwise ran
+/// up to the 16 MiB window ahead of its receiver, whose early payloads then
+/// missed its caches. 2-rank pipelined_chain broadcasts of 1 MiB on the
+/// 2-vCPU AMD EPYC VM took 32-95 us with the window, 31-58 us held to 2 MiB
+/// (docs/benchmarks.md).
+pub const DEFAULT_RUN_AHEAD: usize = 2 << 20;
 /// Default bytes of each of a rank's slot buffers (`ShmConfig::slot_size`).
 pub const DEFAULT_SLOT_SIZE: usize = 16 << 10;
 
@@ -401,7 +399,9 @@ impl Transport for ShmTransport {
         // would be, else it follows through the ring on request (cached
         // data copies twice for less).
         let collective = sig.is_collective();
-        let may_read = g.outs[i].cma && call_bytes >= self.cma_min_call;
+        // An empty message is never read in place: its address may be null,
+        // and a descriptor's address 0 means "ask for the payload".
+        let may_read = g.outs[i].cma && call_bytes >= self.cma_min_call && len > 0;
         let how = if may_read && collective && len >= g.cma_threshold {
             How::Read
         } else if g.matcher.may_send_eagerly(peer, len, collective) {
