@@ -576,9 +576,9 @@ pub(crate) mod tests {
             ("SHOAL_JOB_ID", "twice"),
             ("SHOAL_HOST_ID", "h"),
             ("SHOAL_SECRET", TEST_SECRET),
-            ("WORLD_SIZE", "2"),
+            ("WORLD_SIZE", "3"),
         ];
-        let join = |rank: &'static str, timeout_ms| {
+        let join = |rank: &'static str| {
             let mut vars: Vec<(String, String)> = base
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -587,19 +587,35 @@ pub(crate) mod tests {
             thread::spawn(move || {
                 let pairs: Vec<(&str, &str)> =
                     vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-                let t = Duration::from_millis(timeout_ms);
+                let t = Duration::from_secs(30);
                 establish(&Explicit::default(), &env_of(&pairs), t, None)
                     .map(|a| a.generation)
                     .map_err(|e| e.to_string())
             })
         };
-        let (first, second) = (join("1", 3000), join("1", 3000));
-        let zero = join("0", 3000);
+        let (zero, first, second) = (join("0"), join("1"), join("1"));
+        // Rank 2 comes once both have claimed rank 1, so the generation is
+        // still open for the second however late it runs. (A process that
+        // comes after rank 0 closed it waits for the next one, as a rank of
+        // the job's next initialisation would.)
+        let store = crate::store::FileStore::new(&dir, Duration::from_secs(1)).unwrap();
+        let claims = format!("{}/rdzv/claim/1", scope("twice", 0));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !(store.check(&[&claims]).unwrap() && store.get(&claims).unwrap() == b"2") {
+            assert!(Instant::now() < deadline, "rank 1 was not claimed twice");
+            thread::sleep(Duration::from_millis(10));
+        }
+        let two = join("2");
         let results = [first.join().unwrap(), second.join().unwrap()];
         assert_eq!(zero.join().unwrap(), Ok(0));
+        assert_eq!(two.join().unwrap(), Ok(0));
         let errors: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
         assert_eq!(errors.len(), 1, "{results:?}");
-        assert!(errors[0].contains("already joined initialisation 0 of job 'twice' as rank 1"));
+        assert!(
+            errors[0].contains("already joined initialisation 0 of job 'twice' as rank 1"),
+            "{}",
+            errors[0]
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
