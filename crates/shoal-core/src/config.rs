@@ -127,6 +127,12 @@ pub const VARIABLES: &[Variable] = &[
         "shoal-core config.rs",
     ),
     var(
+        "SHOAL_SHM_SPLIT_BYTES",
+        "1048576",
+        "... and those this large are split: the sender writes half (0: never)",
+        "shoal-core config.rs",
+    ),
+    var(
         "SHOAL_SHM_CMA_CALL_BYTES",
         "8388608",
         "... in calls this large (smaller ones' data is likely in cache)",
@@ -409,6 +415,10 @@ pub struct Config {
     /// `SHOAL_SHM_CMA_BYTES` (default 1048576): shared-memory messages this
     /// large are read once from the sender's memory (0: always through the ring).
     pub shm_cma_bytes: usize,
+    /// `SHOAL_SHM_SPLIT_BYTES` (default 1048576): of those, messages this
+    /// large are split, the sender writing the second half into the
+    /// receiver while the receiver reads the first (0: never).
+    pub shm_split_bytes: usize,
     /// `SHOAL_SHM_CMA_CALL_BYTES` (default 8388608): ... in calls whose
     /// buffers are this large (0: in every call).
     pub shm_cma_call_bytes: usize,
@@ -550,6 +560,13 @@ impl Config {
             chunk_bytes: whole(env, "SHOAL_CHUNK_BYTES", 1_048_576, 64, MAX_CHUNK_BYTES)?,
             shm_ring_bytes: whole(env, "SHOAL_SHM_RING_BYTES", 4_194_304, 4096, MAX_RING_BYTES)?,
             shm_cma_bytes: whole(env, "SHOAL_SHM_CMA_BYTES", 1_048_576, 0, usize::MAX)?,
+            shm_split_bytes: whole(
+                env,
+                "SHOAL_SHM_SPLIT_BYTES",
+                shoal_transport::shm::DEFAULT_SPLIT_BYTES,
+                0,
+                usize::MAX,
+            )?,
             shm_cma_call_bytes: whole(env, "SHOAL_SHM_CMA_CALL_BYTES", 8_388_608, 0, usize::MAX)?,
             shm_slot_bytes: whole(env, "SHOAL_SHM_SLOT_BYTES", 16_384, 0, 1 << 20)?,
             wait: parse_wait(env)?,
@@ -878,6 +895,7 @@ pub(crate) mod tests {
             ("SHOAL_SHM_RING_BYTES", "99999999999", "at most"),
             ("SHOAL_SHM_CMA_BYTES", "-1", "whole number"),
             ("SHOAL_SHM_CMA_CALL_BYTES", "8M", "whole number"),
+            ("SHOAL_SHM_SPLIT_BYTES", "1M", "whole number"),
             ("SHOAL_SHM_SLOT_BYTES", "2097152", "at most"),
             ("SHOAL_WAIT", "busy", "auto, spin or yield"),
             ("SHOAL_ADAPT", "sometimes", "copies, all or off"),

@@ -266,6 +266,7 @@ fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Routed> {
     cfg.ring_size = config.shm_ring_bytes;
     cfg.cma_threshold = config.shm_cma_bytes;
     cfg.cma_min_call = config.shm_cma_call_bytes;
+    cfg.split_bytes = config.shm_split_bytes;
     cfg.slot_size = config.shm_slot_bytes;
     cfg.wait = config.wait;
     cfg.unexpected_bytes = config.unexpected_bytes;

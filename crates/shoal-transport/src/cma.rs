@@ -33,7 +33,7 @@ pub(crate) fn read(pid: i32, addr: u64, dst: &mut [u8]) -> io::Result<usize> {
         }
         let e = io::Error::last_os_error();
         if e.raw_os_error() == Some(libc::EFAULT) {
-            return Err(bad_address(addr, dst.len()));
+            return Err(bad_address("sender's", addr, dst.len()));
         }
         if e.kind() != io::ErrorKind::Interrupted {
             return Err(e);
@@ -47,8 +47,44 @@ pub(crate) fn read_exact(pid: i32, addr: u64, dst: &mut [u8]) -> io::Result<()> 
     while done < dst.len() {
         let at = addr + done as u64;
         match read(pid, at, &mut dst[done..])? {
-            0 => return Err(bad_address(at, dst.len() - done)),
+            0 => return Err(bad_address("sender's", at, dst.len() - done)),
             n => done += n,
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `src` to `addr` in process `pid` (`process_vm_writev`):
+/// the sender's half of a split rendezvous message, written into its
+/// receiver's buffer. Errors as [`read`]'s.
+pub(crate) fn write_all(pid: i32, addr: u64, src: &[u8]) -> io::Result<()> {
+    let mut done = 0;
+    while done < src.len() {
+        let at = addr + done as u64;
+        let local = libc::iovec {
+            iov_base: src[done..].as_ptr() as *mut libc::c_void,
+            iov_len: src.len() - done,
+        };
+        let remote = libc::iovec {
+            iov_base: at as usize as *mut libc::c_void,
+            iov_len: src.len() - done,
+        };
+        // SAFETY: `local` describes memory we own and only read; the kernel
+        // checks the remote range and the permission.
+        let n = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
+        match n {
+            0 => return Err(bad_address("receiver's", at, src.len() - done)),
+            n if n > 0 => done += n as usize,
+            _ => {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EFAULT) => {
+                        return Err(bad_address("receiver's", at, src.len() - done))
+                    }
+                    Some(libc::EINTR) => {}
+                    _ => return Err(e),
+                }
+            }
         }
     }
     Ok(())
@@ -58,11 +94,11 @@ pub(crate) fn read_exact(pid: i32, addr: u64, dst: &mut [u8]) -> io::Result<()> 
 /// it offered is not mapped, because its owner freed or unmapped the buffer
 /// while the message was in flight, or the address was never valid. Saying
 /// so keeps it from being taken for a dead rank.
-fn bad_address(addr: u64, len: usize) -> io::Error {
+fn bad_address(whose: &str, addr: u64, len: usize) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidInput,
         format!(
-            "bad address: the sender's buffer at {addr:#x} ({len} bytes) was freed or is not mapped (EFAULT)"
+            "bad address: the {whose} buffer at {addr:#x} ({len} bytes) was freed or is not mapped (EFAULT)"
         ),
     )
 }
@@ -98,6 +134,17 @@ mod tests {
         let mut shorter = vec![0u8; 100];
         read_own(&src, &mut shorter).unwrap();
         assert_eq!(shorter, src[..100]);
+    }
+
+    #[test]
+    fn writes_own_memory() {
+        let src: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let mut dst = vec![0u8; src.len()];
+        let pid = std::process::id() as i32;
+        write_all(pid, dst.as_mut_ptr() as u64, &src).unwrap();
+        assert_eq!(dst, src);
+        let e = write_all(pid, 8, &src[..8]).unwrap_err();
+        assert!(e.to_string().starts_with("bad address"), "{e}");
     }
 
     #[test]

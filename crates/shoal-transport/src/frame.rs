@@ -52,15 +52,32 @@ pub enum Kind {
     /// The payload of a rendezvous message whose `Ack` asked for it (tcp);
     /// bytes 56..64 are the descriptor's cookie.
     Payload = 9,
+    /// shm: the receiver of a rendezvous message read in place asks its
+    /// sender to write the message's second half ([`split_at`] onwards)
+    /// into the receive's buffer, at the [`RndvInfo`] address plus that
+    /// offset, while it reads the first half. No payload follows.
+    Split = 10,
+    /// shm: the sender answers a `Split`: the [`RndvInfo`] status is 0 when
+    /// it wrote the second half, 1 when it could not (the receiver then
+    /// reads it). No payload follows.
+    Wrote = 11,
 }
 
-/// The extra fields of `Rndv`, `Ack`, `Payload` and `Credit` frames
-/// (header bytes 48..64).
+/// Where a split rendezvous message's second half starts: half its bytes,
+/// rounded down to a page so that the two copies never touch one page.
+/// 0: too short to split.
+pub fn split_at(len: usize) -> usize {
+    len / 2 / 4096 * 4096
+}
+
+/// The extra fields of `Rndv`, `Ack`, `Payload`, `Credit`, `Split` and
+/// `Wrote` frames (header bytes 48..64).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct RndvInfo {
     /// `Rndv`: the message's address in the sender's memory (shm; 0 on
     /// tcp). `Ack`: a status, 0 when the bytes were read (shm) or are
-    /// wanted (tcp). `Credit`: the bytes given back.
+    /// wanted (tcp). `Credit`: the bytes given back. `Split`: the receive
+    /// buffer's address in the receiver's memory. `Wrote`: a status.
     pub word: u64,
     /// Names the send request; echoed by the `Ack`.
     pub cookie: u64,
@@ -226,6 +243,8 @@ impl Header {
             7 => Kind::Query,
             8 => Kind::Credit,
             9 => Kind::Payload,
+            10 => Kind::Split,
+            11 => Kind::Wrote,
             k => return Err(TransportError::Io(format!("unknown frame kind {k}"))),
         };
         Ok(Header {

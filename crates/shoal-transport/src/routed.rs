@@ -46,6 +46,8 @@ pub struct RoutedConfig {
     pub cma_threshold: usize,
     /// ... in calls of at least this many bytes (`ShmConfig::cma_min_call`).
     pub cma_min_call: usize,
+    /// ... and split from this size (`ShmConfig::split_bytes`).
+    pub split_bytes: usize,
     /// Bytes of each shm slot buffer (`ShmConfig::slot_size`).
     pub slot_size: usize,
     /// How shm waits spin (`ShmConfig::wait`).
@@ -92,6 +94,7 @@ impl RoutedConfig {
             ring_size: DEFAULT_RING_SIZE,
             cma_threshold: DEFAULT_CMA_THRESHOLD,
             cma_min_call: DEFAULT_CMA_MIN_CALL,
+            split_bytes: crate::shm::DEFAULT_SPLIT_BYTES,
             slot_size: DEFAULT_SLOT_SIZE,
             wait: WaitPolicy::default(),
             unexpected_bytes: crate::flow::DEFAULT_WINDOW,
@@ -164,6 +167,7 @@ impl Routed {
                 timeout: cfg.timeout,
                 cma_threshold: cfg.cma_threshold,
                 cma_min_call: cfg.cma_min_call,
+                split_bytes: cfg.split_bytes,
                 slot_size: cfg.slot_size,
                 unexpected_bytes: cfg.unexpected_bytes,
                 run_ahead: cfg.shm_run_ahead,

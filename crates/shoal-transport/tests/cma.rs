@@ -128,6 +128,46 @@ fn into_sink() {
 
 /// The send stays pending until the receiver has read the bytes, even when
 /// they would fit the ring; the descriptor waits in the unexpected queue.
+/// A large message read in place is split: the receiver reads its first
+/// half while the sender writes the second into the receive's buffer. The
+/// bytes arrive whole, with both ranks sending at once; messages below the
+/// split size, and every message with splitting off, are read whole.
+#[test]
+fn large_messages_are_split_between_sender_and_receiver() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for split in [THRESHOLD + 4096, 0] {
+        let configure = move |_: usize, c: &mut ShmConfig| {
+            c.cma_threshold = THRESHOLD;
+            c.cma_min_call = 0;
+            c.split_bytes = split;
+        };
+        run_configured(2, configure, move |r, t| {
+            let peer = 1 - r;
+            // read whole: below the split size; split: the others
+            let sizes = [THRESHOLD + 64, 3 * MIB + 4160, THRESHOLD + 8192];
+            let msgs: Vec<Vec<u8>> = (0..3).map(|i| pattern(sizes[i], i + 10 * r)).collect();
+            let sends: Vec<ReqId> = (0..3).map(|i| isend(t, peer, i as u32, &msgs[i])).collect();
+            let mut bufs: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n]).collect();
+            let recvs: Vec<ReqId> = bufs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, b)| irecv(t, peer, i as u32, b))
+                .collect();
+            wait_all(t, &recvs).unwrap();
+            wait_all(t, &sends).unwrap();
+            for (i, b) in bufs.iter().enumerate() {
+                assert!(
+                    *b == pattern(sizes[i], i + 10 * peer),
+                    "message {i} differs"
+                );
+            }
+            // (oversubscribed, nothing is split)
+            let halves = if split > 0 && cpus >= 2 { 2 } else { 0 };
+            assert_eq!(t.split_halves_written(), halves, "split at {split}");
+        });
+    }
+}
+
 #[test]
 fn receive_posted_after_arrival() {
     let barrier = Arc::new(Barrier::new(2));

@@ -83,6 +83,15 @@ impl Incoming {
         }
     }
 
+    /// The address of the receive's buffer, when the payload goes straight
+    /// to one (not to a sink, the heap or nowhere).
+    pub fn buffer_addr(&self) -> Option<u64> {
+        match self.dest {
+            Dest::Buffer(p) => Some(p as u64),
+            _ => None,
+        }
+    }
+
     pub fn advance(&mut self, n: usize) {
         debug_assert!(n <= self.remaining());
         self.received += n;

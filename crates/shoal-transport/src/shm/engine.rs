@@ -1,6 +1,14 @@
 //! The progress loop: streams queued frames into the peers' rings, reads
 //! the rings into receives, runs rendezvous reads (`process_vm_readv`) and
 //! acks them, and picks up peers' abort and bye flags and deaths.
+//!
+//! A large rendezvous message read in place may be split: the receiver
+//! reads the first half while its sender, which only waits for the ack,
+//! writes the second half into the receive's buffer (`process_vm_writev`),
+//! so two cores copy it. The receiver asks with a `Split` frame (naming the
+//! buffer) when it starts reading; the sender answers `Wrote` once its half
+//! is in (or that it could not write it: then the receiver reads it too);
+//! the receiver acks as usual once both halves are in.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -12,8 +20,8 @@ use super::segment::{read_reason, Mapping};
 use crate::cma;
 use crate::doorbell::Doorbell;
 use crate::frame::{
-    credit, decode_waiting, waiting, Header, Kind, RndvInfo, ACK_FAILED, ACK_OK, ACK_UNWANTED,
-    HEADER_LEN,
+    credit, decode_waiting, split_at, waiting, Header, Kind, RndvInfo, ACK_FAILED, ACK_OK,
+    ACK_UNWANTED, HEADER_LEN,
 };
 use crate::matching::{closed, Incoming, Matcher, Pull};
 use crate::{ReqId, TransportError};
@@ -39,8 +47,9 @@ pub(super) struct SendOp {
     pub(super) data: *const u8,
     /// Payload bytes in the ring (0 for a rendezvous descriptor).
     pub(super) len: usize,
-    /// A rendezvous descriptor: the request completes on the peer's ack.
-    pub(super) rndv: bool,
+    /// A rendezvous descriptor: the message's length (its request completes
+    /// on the peer's ack).
+    pub(super) rndv: Option<usize>,
     /// Frame bytes (header + padded payload) already in the ring.
     pub(super) sent: usize,
 }
@@ -49,6 +58,38 @@ impl SendOp {
     fn frame_len(&self) -> usize {
         HEADER_LEN + pad64(self.len)
     }
+}
+
+/// A rendezvous send waiting for its ack: the request, and the message (its
+/// second half is written to the receiver if it asks, `Split`).
+pub(super) struct Awaiting {
+    pub(super) id: ReqId,
+    data: *const u8,
+    len: usize,
+}
+
+/// A rendezvous message being read in place, `until` bytes of it by this
+/// rank (the whole message, or its first half once split).
+struct Reading {
+    pull: Pull,
+    until: usize,
+    /// Why reading it failed (a split one still waits for the sender's half).
+    failed: Option<TransportError>,
+}
+
+/// `Wrote` status: the sender wrote its half of a split message.
+const WROTE_OK: u64 = 0;
+/// `Wrote` status: it could not; the receiver reads that half too.
+const WROTE_FAILED: u64 = 1;
+
+/// A sender's half of a split message, being written into its receiver.
+struct Write {
+    ch: usize,
+    cookie: u64,
+    /// The rest of the half: from here in our memory, to `dst` in the receiver's.
+    src: *const u8,
+    dst: u64,
+    left: usize,
 }
 
 pub(super) struct OutChan {
@@ -62,7 +103,7 @@ pub(super) struct OutChan {
     /// Whether large messages to this peer take the rendezvous path.
     pub(super) cma: bool,
     /// Rendezvous sends whose descriptor is out, waiting for the peer's ack.
-    pub(super) awaiting: Vec<ReqId>,
+    pub(super) awaiting: Vec<Awaiting>,
     /// Payloads the peer is to ask for (it may not read our memory), by
     /// request id: the `Payload` header, the data and its length.
     pub(super) held: HashMap<ReqId, ([u8; HEADER_LEN], *const u8, usize)>,
@@ -77,6 +118,11 @@ struct InChan {
     /// Rendezvous messages whose payload we asked for, by cookie: where
     /// each goes when its `Payload` frame comes through the ring.
     asked: HashMap<u64, Incoming>,
+    /// Split messages from this peer, by cookie: its `Wrote` status once
+    /// it came (`None` before).
+    split: HashMap<u64, Option<u64>>,
+    /// Split messages whose first half we have read, waiting for `Wrote`.
+    parked: HashMap<u64, Reading>,
     /// Rung after freeing space, in case the producer waits for it.
     producer_bell: Doorbell,
     producer: Arc<Mapping>,
@@ -89,7 +135,14 @@ pub(super) struct Inner {
     pub(super) outs: Vec<OutChan>,
     ins: Vec<InChan>,
     /// Rendezvous messages being read, oldest first.
-    pulls: VecDeque<Pull>,
+    pulls: VecDeque<Reading>,
+    /// Halves of split messages this rank writes into their receivers.
+    writes: VecDeque<Write>,
+    /// Messages of at least this many bytes read in place are split
+    /// (`ShmConfig::split_bytes`; 0: never).
+    pub(super) split_bytes: usize,
+    /// Halves of split messages this rank has written.
+    pub(super) halves_written: u64,
     /// Staging for rendezvous reads into sinks (`STAGE` bytes, 64-aligned).
     stage: Vec<Line>,
     pub(super) cma_threshold: usize,
@@ -130,6 +183,9 @@ impl Inner {
             outs: Vec::new(),
             ins: Vec::new(),
             pulls: VecDeque::new(),
+            writes: VecDeque::new(),
+            split_bytes: 0,
+            halves_written: 0,
             stage: Vec::new(),
             cma_threshold,
             index: vec![None; world.max(locals.iter().max().map_or(0, |m| m + 1))],
@@ -169,6 +225,8 @@ impl Inner {
             head: 0,
             incoming: None,
             asked: HashMap::new(),
+            split: HashMap::new(),
+            parked: HashMap::new(),
             producer_bell: theirs.bell(),
             producer: theirs,
             pid,
@@ -197,6 +255,7 @@ impl Inner {
             }
         }
         changed |= self.run_pulls();
+        changed |= self.run_writes();
         self.check_flags();
         // A dead peer shows as silence, so liveness is checked only while
         // nothing moves: a busy poll does not read the clock.
@@ -236,12 +295,11 @@ impl Inner {
                 let free = (size - (o.tail - o.head_seen)) as usize;
                 o.tail += push_chunk(&o.ring, o.tail, op, free.min(CHUNK)) as u64;
                 if op.sent == op.frame_len() {
-                    let (id, rndv) = (op.id, op.rndv);
+                    let (id, data, rndv) = (op.id, op.data, op.rndv);
                     o.queue.pop_front();
-                    if rndv {
-                        o.awaiting.push(id);
-                    } else {
-                        matcher.complete(id);
+                    match rndv {
+                        Some(len) => o.awaiting.push(Awaiting { id, data, len }),
+                        None => matcher.complete(id),
                     }
                 }
             }
@@ -257,7 +315,11 @@ impl Inner {
     /// are talk about progress, not progress).
     pub(super) fn pull_in(&mut self, i: usize) -> bool {
         let Inner {
-            ins, outs, matcher, ..
+            ins,
+            outs,
+            matcher,
+            writes,
+            ..
         } = self;
         let c = &mut ins[i];
         let tail = c.ring.hdr().tail.0.load(Ordering::Acquire);
@@ -289,7 +351,7 @@ impl Inner {
                         Kind::Ack => {
                             // (No out channel once closed: nothing awaits.)
                             if let Some(o) = outs.get_mut(i) {
-                                on_ack(o, matcher, c.peer, info);
+                                on_ack(o, writes, matcher, c.peer, info);
                             }
                             continue;
                         }
@@ -308,6 +370,28 @@ impl Inner {
                             matcher.on_credit(c.peer, info.word);
                             continue;
                         }
+                        Kind::Split => {
+                            let Some(w) = outs.get(i).and_then(|o| half_to_write(o, i, info))
+                            else {
+                                let why =
+                                    format!("a split of no message of ours ({})", info.cookie);
+                                matcher.peer_down(c.peer, &why);
+                                return true;
+                            };
+                            writes.push_back(w);
+                            continue;
+                        }
+                        Kind::Wrote => match c.split.get_mut(&info.cookie) {
+                            Some(status @ None) => {
+                                *status = Some(info.word);
+                                continue;
+                            }
+                            _ => {
+                                let why = format!("a write nobody asked for ({})", info.cookie);
+                                matcher.peer_down(c.peer, &why);
+                                return true;
+                            }
+                        },
                         Kind::Payload => match c.asked.remove(&info.cookie) {
                             Some(inc) if inc.len as u64 == h.len => inc,
                             _ => {
@@ -346,29 +430,34 @@ impl Inner {
     /// and acks the finished ones: per call at most `PULL_BUDGET` bytes and
     /// at most one finished message (a long message takes several calls).
     pub(super) fn run_pulls(&mut self) -> bool {
-        self.pulls.extend(self.matcher.take_pulls());
+        let new = self.matcher.take_pulls().into_iter();
+        self.pulls.extend(new.map(|pull| Reading {
+            until: pull.inc.len,
+            pull,
+            failed: None,
+        }));
+        let mut moved = self.finish_splits();
         let mut budget = PULL_BUDGET;
-        let mut moved = false;
         while budget > 0 {
-            let Some(p) = self.pulls.front_mut() else {
+            let Some(r) = self.pulls.front_mut() else {
                 break;
             };
-            let peer = p.peer;
+            let peer = r.pull.peer;
             let ch = self.index[peer].expect("pulls come from local peers");
             if !self.matcher.may_pull(peer) {
                 // The peer died or closed, or the job failed: nobody to ack.
                 // (Failing it is a no-op when the matcher did already, and
                 // after an abort the request reports the abort.)
-                let p = self.pulls.pop_front().unwrap();
+                let r = self.pulls.pop_front().unwrap();
                 if !self.matcher.is_fatal() {
-                    self.matcher.fail_incoming(p.inc, closed(peer));
+                    self.matcher.fail_incoming(r.pull.inc, closed(peer));
                 }
                 continue;
             }
             moved = true;
-            if p.rndv.word == 0 {
+            if r.pull.rndv.word == 0 {
                 // The sender holds the payload until we ask for it.
-                let p = self.pulls.pop_front().unwrap();
+                let p = self.pulls.pop_front().unwrap().pull;
                 let status = if p.inc.wanted() {
                     self.ins[ch].asked.insert(p.rndv.cookie, p.inc);
                     ACK_OK
@@ -378,16 +467,21 @@ impl Inner {
                 self.ack(ch, p.rndv.cookie, status);
                 continue;
             }
+            let may_write = self.outs[ch].cma;
+            if let Some(frame) = split(r, self.split_bytes, may_write, &mut self.ins[ch].split) {
+                self.send_control(peer, frame);
+                continue;
+            }
             let pid = self.ins[ch].pid;
-            let status = if p.inc.wanted() {
-                let step = budget.min(p.inc.remaining());
-                match pull_step(pid, p, step, &mut self.stage) {
+            let status = if r.pull.inc.wanted() {
+                let step = budget.min(r.until - r.pull.inc.received);
+                match pull_step(pid, &mut r.pull, step, &mut self.stage) {
                     Ok(n) => {
                         budget -= n;
-                        if !p.inc.done() {
+                        if r.pull.inc.received < r.until {
                             continue;
                         }
-                        0
+                        ACK_OK
                     }
                     Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
                         let why = format!("process {pid} exited (process_vm_readv: {e})");
@@ -396,27 +490,138 @@ impl Inner {
                         continue;
                     }
                     Err(e) => {
-                        let p = self.pulls.pop_front().unwrap();
                         let what = format!(
                             "shm: reading {} bytes from rank {peer} (process_vm_readv): {e}",
-                            p.inc.len
+                            r.pull.inc.len
                         );
-                        self.matcher.fail_incoming(p.inc, TransportError::Io(what));
-                        self.ack(ch, p.rndv.cookie, ACK_FAILED);
-                        continue;
+                        r.failed = Some(TransportError::Io(what));
+                        ACK_FAILED
                     }
                 }
             } else {
-                0
+                ACK_OK
             };
-            let p = self.pulls.pop_front().unwrap();
-            if p.inc.wanted() {
-                self.matcher.on_complete(peer, p.inc);
+            let r = self.pulls.pop_front().unwrap();
+            if r.until < r.pull.inc.len {
+                // Split: done once the sender has written its half.
+                self.ins[ch].parked.insert(r.pull.rndv.cookie, r);
+                continue;
             }
-            self.ack(ch, p.rndv.cookie, status);
+            self.finish(ch, r, status);
             // Let the caller act on it (post the steps it unblocks, which
             // keeps pipelined plans flowing) before reading the next one.
             break;
+        }
+        moved
+    }
+
+    /// Finishes the split messages whose sender has answered: done if it
+    /// wrote its half, else read on by this rank. Those from a peer that is
+    /// gone fail (its half may never come).
+    fn finish_splits(&mut self) -> bool {
+        let mut moved = false;
+        for ch in 0..self.ins.len() {
+            if self.ins[ch].parked.is_empty() {
+                continue;
+            }
+            let peer = self.ins[ch].peer;
+            let gone = !self.matcher.may_pull(peer);
+            let c = &mut self.ins[ch];
+            let answered: Vec<(u64, u64)> = c
+                .parked
+                .keys()
+                .filter_map(|k| c.split.get(k).copied().flatten().map(|st| (*k, st)))
+                .collect();
+            for (cookie, wrote) in answered {
+                moved = true;
+                let mut r = self.ins[ch].parked.remove(&cookie).unwrap();
+                self.ins[ch].split.remove(&cookie);
+                if r.failed.is_some() || wrote == WROTE_OK {
+                    let rest = r.pull.inc.len - r.until;
+                    r.pull.inc.advance(rest);
+                    let status = if r.failed.is_some() {
+                        ACK_FAILED
+                    } else {
+                        ACK_OK
+                    };
+                    self.finish(ch, r, status);
+                } else {
+                    r.until = r.pull.inc.len;
+                    self.pulls.push_front(r);
+                }
+            }
+            if gone {
+                let parked: Vec<(u64, Reading)> = self.ins[ch].parked.drain().collect();
+                for (cookie, r) in parked {
+                    self.ins[ch].split.remove(&cookie);
+                    if !self.matcher.is_fatal() {
+                        self.matcher.fail_incoming(r.pull.inc, closed(peer));
+                    }
+                }
+            }
+        }
+        moved
+    }
+
+    /// Completes (or fails) the read message `r` and acks it with `status`.
+    fn finish(&mut self, ch: usize, r: Reading, status: u64) {
+        let cookie = r.pull.rndv.cookie;
+        match r.failed {
+            Some(e) => self.matcher.fail_incoming(r.pull.inc, e),
+            None if r.pull.inc.wanted() => self.matcher.on_complete(r.pull.peer, r.pull.inc),
+            None => {}
+        }
+        self.ack(ch, cookie, status);
+    }
+
+    /// Writes the halves of split messages into their receivers, oldest
+    /// first, at most `PULL_BUDGET` bytes per call, and answers `Wrote`
+    /// for each one done.
+    fn run_writes(&mut self) -> bool {
+        let mut budget = PULL_BUDGET;
+        let mut moved = false;
+        while budget > 0 {
+            let Some(w) = self.writes.front_mut() else {
+                break;
+            };
+            moved = true;
+            let (peer, pid) = (self.ins[w.ch].peer, self.ins[w.ch].pid);
+            if !self.matcher.may_pull(peer) {
+                // (nobody left to answer)
+                self.writes.pop_front();
+                continue;
+            }
+            let n = budget.min(w.left);
+            // SAFETY: the send's request (and so its buffer) lasts until the
+            // receiver's ack, which comes after our `Wrote`, and an ack
+            // drops the send's queued writes.
+            let src = unsafe { std::slice::from_raw_parts(w.src, n) };
+            let status = match cma::write_all(pid, w.dst, src) {
+                Ok(()) => {
+                    w.src = w.src.wrapping_add(n);
+                    w.dst += n as u64;
+                    w.left -= n;
+                    budget -= n;
+                    if w.left > 0 {
+                        continue;
+                    }
+                    self.halves_written += 1;
+                    WROTE_OK
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                    self.writes.pop_front();
+                    let why = format!("process {pid} exited (process_vm_writev: {e})");
+                    self.matcher.peer_down(peer, &why);
+                    continue;
+                }
+                Err(_) => WROTE_FAILED,
+            };
+            let cookie = self.writes.pop_front().unwrap().cookie;
+            let info = RndvInfo {
+                word: status,
+                cookie,
+            };
+            self.send_control(peer, info.encode(&Header::control(Kind::Wrote, 0)));
         }
         moved
     }
@@ -473,8 +678,8 @@ impl Inner {
         for (o, c) in self.outs.iter_mut().zip(&self.ins) {
             if c.bye_done && !fatal {
                 o.held.clear();
-                for id in o.awaiting.drain(..) {
-                    self.matcher.fail(id, closed(c.peer));
+                for a in o.awaiting.drain(..) {
+                    self.matcher.fail(a.id, closed(c.peer));
                 }
             }
         }
@@ -495,11 +700,20 @@ impl Inner {
 
 /// Completes (or fails) the rendezvous send `info.cookie` to `peer`, acked;
 /// or queues its payload, when the peer asks for it.
-fn on_ack(o: &mut OutChan, matcher: &mut Matcher, peer: usize, info: RndvInfo) {
-    let Some(k) = o.awaiting.iter().position(|&id| id == info.cookie) else {
+fn on_ack(
+    o: &mut OutChan,
+    writes: &mut VecDeque<Write>,
+    matcher: &mut Matcher,
+    peer: usize,
+    info: RndvInfo,
+) {
+    let Some(k) = o.awaiting.iter().position(|a| a.id == info.cookie) else {
         return;
     };
-    let id = o.awaiting.swap_remove(k);
+    let id = o.awaiting.swap_remove(k).id;
+    // (a peer acks a split message only after our `Wrote`; one that acks
+    // earlier gets no more of it)
+    writes.retain(|w| w.cookie != id);
     if let Some((header, data, len)) = o.held.remove(&id) {
         if info.word == ACK_OK && matcher.is_pending(id) {
             // Completes once written, as an eager send does.
@@ -508,7 +722,7 @@ fn on_ack(o: &mut OutChan, matcher: &mut Matcher, peer: usize, info: RndvInfo) {
                 header,
                 data,
                 len,
-                rndv: false,
+                rndv: None,
                 sent: 0,
             });
         } else {
@@ -522,6 +736,51 @@ fn on_ack(o: &mut OutChan, matcher: &mut Matcher, peer: usize, info: RndvInfo) {
         let what = format!("shm: rank {peer} could not read this message from our memory");
         matcher.fail(id, TransportError::Io(what));
     }
+}
+
+/// Splits the message `r` if it is worth it (`may_write`: its sender may
+/// write into our memory, as it may read it): this rank will read only its
+/// first half, and gets the `Split` frame that asks the sender to write the
+/// rest; `split` notes that it was asked.
+fn split(
+    r: &mut Reading,
+    split_bytes: usize,
+    may_write: bool,
+    split: &mut HashMap<u64, Option<u64>>,
+) -> Option<[u8; HEADER_LEN]> {
+    let len = r.pull.inc.len;
+    let fresh = r.pull.inc.received == 0 && r.until == len;
+    if !fresh || split_bytes == 0 || len < split_bytes || !may_write {
+        return None;
+    }
+    let addr = r.pull.inc.buffer_addr()?;
+    let at = split_at(len);
+    if at == 0 {
+        return None;
+    }
+    r.until = at;
+    let cookie = r.pull.rndv.cookie;
+    split.insert(cookie, None);
+    let info = RndvInfo { word: addr, cookie };
+    Some(info.encode(&Header::control(Kind::Split, 0)))
+}
+
+/// The half of the message a `Split` frame (`info`, from `o`'s peer on
+/// channel `ch`) asks this rank to write, if it names a message of ours
+/// that the peer reads in place.
+fn half_to_write(o: &OutChan, ch: usize, info: RndvInfo) -> Option<Write> {
+    let a = o.awaiting.iter().find(|a| a.id == info.cookie)?;
+    let at = split_at(a.len);
+    if a.data.is_null() || o.held.contains_key(&a.id) || at == 0 {
+        return None;
+    }
+    Some(Write {
+        ch,
+        cookie: a.id,
+        src: a.data.wrapping_add(at),
+        dst: info.word.checked_add(at as u64)?,
+        left: a.len - at,
+    })
 }
 
 /// Reads up to `max` more bytes of pull `p` from process `pid`: straight into

@@ -84,6 +84,11 @@ pub const DEFAULT_CMA_MIN_CALL: usize = 8 << 20;
 /// 2-vCPU AMD EPYC VM took 32-95 us with the window, 31-58 us held to 2 MiB
 /// (docs/benchmarks.md).
 pub const DEFAULT_RUN_AHEAD: usize = 2 << 20;
+/// Default size from which a message read in place is split
+/// (`ShmConfig::split_bytes`): its sender, which only waits, writes the
+/// second half into the receive's buffer while the receiver reads the
+/// first, so two cores copy it.
+pub const DEFAULT_SPLIT_BYTES: usize = 1 << 20;
 /// Default bytes of each of a rank's slot buffers (`ShmConfig::slot_size`).
 pub const DEFAULT_SLOT_SIZE: usize = 16 << 10;
 
@@ -111,6 +116,11 @@ pub struct ShmConfig {
     /// single copy takes half the CPU time of the ring's two: 4 ranks on 2
     /// vCPUs ran 4 MiB allreduces and broadcasts faster reading in place.
     pub cma_min_call: usize,
+    /// Messages read in place of at least this many bytes are split, the
+    /// sender writing their second half ([`engine`]), while the host's
+    /// ranks fit its logical CPUs (oversubscribed, the sender's core is
+    /// busy with another rank); 0: never.
+    pub split_bytes: usize,
     /// Bytes of each of this rank's slot buffers (rounded up to a cache
     /// line): exposures this small are copied there and read by peers with
     /// plain loads; 0 turns slots off. Equal on all local ranks.
@@ -137,6 +147,7 @@ impl ShmConfig {
             timeout: Duration::from_secs(60),
             cma_threshold: DEFAULT_CMA_THRESHOLD,
             cma_min_call: DEFAULT_CMA_MIN_CALL,
+            split_bytes: DEFAULT_SPLIT_BYTES,
             slot_size: DEFAULT_SLOT_SIZE,
             unexpected_bytes: crate::flow::DEFAULT_WINDOW,
             run_ahead: DEFAULT_RUN_AHEAD,
@@ -261,6 +272,10 @@ impl ShmTransport {
             cfg.unexpected_bytes,
         );
         inner.matcher.limit_run_ahead(cfg.run_ahead);
+        let cpus = host_cpus();
+        if locals.len() <= cpus {
+            inner.split_bytes = cfg.split_bytes;
+        }
         for (r, map, peer_pid) in maps.into_iter().filter(|(r, ..)| *r != cfg.rank) {
             let theirs = slot_of(r).unwrap();
             // The peer published (before the barrier) whether it reads us.
@@ -271,7 +286,6 @@ impl ShmTransport {
             inner.add_peer(r, peer_pid, map, to_peer, from_peer, cma);
         }
         let bell = own.bell();
-        let cpus = host_cpus();
         let reads_all = window
             .iter()
             .enumerate()
@@ -300,6 +314,12 @@ impl ShmTransport {
     /// tcp side ring it too so one sleep covers both.
     pub fn doorbell(&self) -> Doorbell {
         self.bell.clone()
+    }
+
+    /// How many split messages this rank has written the second half of
+    /// into their receivers (see [`engine`]).
+    pub fn split_halves_written(&self) -> u64 {
+        self.lock().halves_written
     }
 
     /// Whether `peer` is another local rank of this transport.
@@ -431,7 +451,7 @@ impl Transport for ShmTransport {
             header,
             data,
             len: payload,
-            rndv: how != How::Eager,
+            rndv: (how != How::Eager).then_some(len),
             sent: 0,
         });
         g.push_out(i);

@@ -255,6 +255,9 @@ impl ReadSide {
                 sh.lock().on_credit(peer, RndvInfo::decode(buf).word);
                 State::Header
             }
+            Kind::Split | Kind::Wrote => {
+                return self.broken(sh, "a shared-memory frame (split message) over tcp");
+            }
             Kind::Payload => {
                 let cookie = RndvInfo::decode(buf).cookie;
                 match self.awaiting.remove(&cookie) {
