@@ -319,6 +319,7 @@ impl Inner {
             outs,
             matcher,
             writes,
+            pulls,
             ..
         } = self;
         let c = &mut ins[i];
@@ -371,14 +372,27 @@ impl Inner {
                             continue;
                         }
                         Kind::Split => {
-                            let Some(w) = outs.get(i).and_then(|o| half_to_write(o, i, info))
-                            else {
+                            let Some(o) = outs.get_mut(i) else {
+                                continue;
+                            };
+                            let Some(w) = half_to_write(o, i, info) else {
                                 let why =
                                     format!("a split of no message of ours ({})", info.cookie);
                                 matcher.peer_down(c.peer, &why);
                                 return true;
                             };
-                            writes.push_back(w);
+                            if pulls.is_empty() {
+                                writes.push_back(w);
+                            } else {
+                                // Busy copying already (both ranks of an
+                                // exchange read at once): the receiver
+                                // reads it all, as it would unsplit.
+                                let no = RndvInfo {
+                                    word: WROTE_FAILED,
+                                    cookie: info.cookie,
+                                };
+                                o.ctl.push_back(no.encode(&Header::control(Kind::Wrote, 0)));
+                            }
                             continue;
                         }
                         Kind::Wrote => match c.split.get_mut(&info.cookie) {
@@ -467,7 +481,9 @@ impl Inner {
                 self.ack(ch, p.rndv.cookie, status);
                 continue;
             }
-            let may_write = self.outs[ch].cma;
+            // (not in an exchange: the peer, reading our message to it,
+            // has no core to spare)
+            let may_write = self.outs[ch].cma && self.outs[ch].awaiting.is_empty();
             if let Some(frame) = split(r, self.split_bytes, may_write, &mut self.ins[ch].split) {
                 self.send_control(peer, frame);
                 continue;
