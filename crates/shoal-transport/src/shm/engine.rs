@@ -1,14 +1,7 @@
 //! The progress loop: streams queued frames into the peers' rings, reads
 //! the rings into receives, runs rendezvous reads (`process_vm_readv`) and
-//! acks them, and picks up peers' abort and bye flags and deaths.
-//!
-//! A large rendezvous message read in place may be split: the receiver
-//! reads the first half while its sender, which only waits for the ack,
-//! writes the second half into the receive's buffer (`process_vm_writev`),
-//! so two cores copy it. The receiver asks with a `Split` frame (naming the
-//! buffer) when it starts reading; the sender answers `Wrote` once its half
-//! is in (or that it could not write it: then the receiver reads it too);
-//! the receiver acks as usual once both halves are in.
+//! acks them, and picks up peers' abort and bye flags and deaths. Large
+//! messages read in place are split between the two ranks in `split`.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -17,11 +10,12 @@ use std::time::{Duration, Instant};
 
 use super::ring::{pad64, Ring};
 use super::segment::{read_reason, Mapping};
+use super::split::{on_split, split, Write};
 use crate::cma;
 use crate::doorbell::Doorbell;
 use crate::frame::{
-    credit, decode_waiting, split_at, waiting, Header, Kind, RndvInfo, ACK_FAILED, ACK_OK,
-    ACK_UNWANTED, HEADER_LEN,
+    credit, decode_waiting, waiting, Header, Kind, RndvInfo, ACK_FAILED, ACK_OK, ACK_UNWANTED,
+    HEADER_LEN,
 };
 use crate::matching::{closed, Incoming, Matcher, Pull};
 use crate::{ReqId, TransportError};
@@ -32,7 +26,7 @@ const STAGE: usize = 128 << 10;
 /// Bytes one `progress` call reads at most (it also finishes at most one
 /// message), so the caller gets to post the steps a finished piece unblocks
 /// and other channels keep moving during a long pull.
-const PULL_BUDGET: usize = 256 << 10;
+pub(super) const PULL_BUDGET: usize = 256 << 10;
 
 /// Bytes published per step, so the receiver copies out while the sender
 /// still copies in.
@@ -64,32 +58,17 @@ impl SendOp {
 /// second half is written to the receiver if it asks, `Split`).
 pub(super) struct Awaiting {
     pub(super) id: ReqId,
-    data: *const u8,
-    len: usize,
+    pub(super) data: *const u8,
+    pub(super) len: usize,
 }
 
 /// A rendezvous message being read in place, `until` bytes of it by this
 /// rank (the whole message, or its first half once split).
-struct Reading {
-    pull: Pull,
-    until: usize,
+pub(super) struct Reading {
+    pub(super) pull: Pull,
+    pub(super) until: usize,
     /// Why reading it failed (a split one still waits for the sender's half).
-    failed: Option<TransportError>,
-}
-
-/// `Wrote` status: the sender wrote its half of a split message.
-const WROTE_OK: u64 = 0;
-/// `Wrote` status: it could not; the receiver reads that half too.
-const WROTE_FAILED: u64 = 1;
-
-/// A sender's half of a split message, being written into its receiver.
-struct Write {
-    ch: usize,
-    cookie: u64,
-    /// The rest of the half: from here in our memory, to `dst` in the receiver's.
-    src: *const u8,
-    dst: u64,
-    left: usize,
+    pub(super) failed: Option<TransportError>,
 }
 
 pub(super) struct OutChan {
@@ -110,8 +89,8 @@ pub(super) struct OutChan {
     pub(super) bell: Doorbell,
 }
 
-struct InChan {
-    peer: usize,
+pub(super) struct InChan {
+    pub(super) peer: usize,
     ring: Ring,
     head: u64,
     incoming: Option<Incoming>,
@@ -120,24 +99,24 @@ struct InChan {
     asked: HashMap<u64, Incoming>,
     /// Split messages from this peer, by cookie: its `Wrote` status once
     /// it came (`None` before).
-    split: HashMap<u64, Option<u64>>,
+    pub(super) split: HashMap<u64, Option<u64>>,
     /// Split messages whose first half we have read, waiting for `Wrote`.
-    parked: HashMap<u64, Reading>,
+    pub(super) parked: HashMap<u64, Reading>,
     /// Rung after freeing space, in case the producer waits for it.
     producer_bell: Doorbell,
     producer: Arc<Mapping>,
-    pid: i32,
+    pub(super) pid: i32,
     bye_done: bool,
 }
 
 pub(super) struct Inner {
     pub(super) matcher: Matcher,
     pub(super) outs: Vec<OutChan>,
-    ins: Vec<InChan>,
+    pub(super) ins: Vec<InChan>,
     /// Rendezvous messages being read, oldest first.
-    pulls: VecDeque<Reading>,
+    pub(super) pulls: VecDeque<Reading>,
     /// Halves of split messages this rank writes into their receivers.
-    writes: VecDeque<Write>,
+    pub(super) writes: VecDeque<Write>,
     /// Messages of at least this many bytes read in place are split
     /// (`ShmConfig::split_bytes`; 0: never).
     pub(super) split_bytes: usize,
@@ -375,23 +354,11 @@ impl Inner {
                             let Some(o) = outs.get_mut(i) else {
                                 continue;
                             };
-                            let Some(w) = half_to_write(o, i, info) else {
+                            if !on_split(o, i, info, !pulls.is_empty(), writes) {
                                 let why =
                                     format!("a split of no message of ours ({})", info.cookie);
                                 matcher.peer_down(c.peer, &why);
                                 return true;
-                            };
-                            if pulls.is_empty() {
-                                writes.push_back(w);
-                            } else {
-                                // Busy copying already (both ranks of an
-                                // exchange read at once): the receiver
-                                // reads it all, as it would unsplit.
-                                let no = RndvInfo {
-                                    word: WROTE_FAILED,
-                                    cookie: info.cookie,
-                                };
-                                o.ctl.push_back(no.encode(&Header::control(Kind::Wrote, 0)));
                             }
                             continue;
                         }
@@ -531,56 +498,8 @@ impl Inner {
         moved
     }
 
-    /// Finishes the split messages whose sender has answered: done if it
-    /// wrote its half, else read on by this rank. Those from a peer that is
-    /// gone fail (its half may never come).
-    fn finish_splits(&mut self) -> bool {
-        let mut moved = false;
-        for ch in 0..self.ins.len() {
-            if self.ins[ch].parked.is_empty() {
-                continue;
-            }
-            let peer = self.ins[ch].peer;
-            let gone = !self.matcher.may_pull(peer);
-            let c = &mut self.ins[ch];
-            let answered: Vec<(u64, u64)> = c
-                .parked
-                .keys()
-                .filter_map(|k| c.split.get(k).copied().flatten().map(|st| (*k, st)))
-                .collect();
-            for (cookie, wrote) in answered {
-                moved = true;
-                let mut r = self.ins[ch].parked.remove(&cookie).unwrap();
-                self.ins[ch].split.remove(&cookie);
-                if r.failed.is_some() || wrote == WROTE_OK {
-                    let rest = r.pull.inc.len - r.until;
-                    r.pull.inc.advance(rest);
-                    let status = if r.failed.is_some() {
-                        ACK_FAILED
-                    } else {
-                        ACK_OK
-                    };
-                    self.finish(ch, r, status);
-                } else {
-                    r.until = r.pull.inc.len;
-                    self.pulls.push_front(r);
-                }
-            }
-            if gone {
-                let parked: Vec<(u64, Reading)> = self.ins[ch].parked.drain().collect();
-                for (cookie, r) in parked {
-                    self.ins[ch].split.remove(&cookie);
-                    if !self.matcher.is_fatal() {
-                        self.matcher.fail_incoming(r.pull.inc, closed(peer));
-                    }
-                }
-            }
-        }
-        moved
-    }
-
     /// Completes (or fails) the read message `r` and acks it with `status`.
-    fn finish(&mut self, ch: usize, r: Reading, status: u64) {
+    pub(super) fn finish(&mut self, ch: usize, r: Reading, status: u64) {
         let cookie = r.pull.rndv.cookie;
         match r.failed {
             Some(e) => self.matcher.fail_incoming(r.pull.inc, e),
@@ -588,58 +507,6 @@ impl Inner {
             None => {}
         }
         self.ack(ch, cookie, status);
-    }
-
-    /// Writes the halves of split messages into their receivers, oldest
-    /// first, at most `PULL_BUDGET` bytes per call, and answers `Wrote`
-    /// for each one done.
-    fn run_writes(&mut self) -> bool {
-        let mut budget = PULL_BUDGET;
-        let mut moved = false;
-        while budget > 0 {
-            let Some(w) = self.writes.front_mut() else {
-                break;
-            };
-            moved = true;
-            let (peer, pid) = (self.ins[w.ch].peer, self.ins[w.ch].pid);
-            if !self.matcher.may_pull(peer) {
-                // (nobody left to answer)
-                self.writes.pop_front();
-                continue;
-            }
-            let n = budget.min(w.left);
-            // SAFETY: the send's request (and so its buffer) lasts until the
-            // receiver's ack, which comes after our `Wrote`, and an ack
-            // drops the send's queued writes.
-            let src = unsafe { std::slice::from_raw_parts(w.src, n) };
-            let status = match cma::write_all(pid, w.dst, src) {
-                Ok(()) => {
-                    w.src = w.src.wrapping_add(n);
-                    w.dst += n as u64;
-                    w.left -= n;
-                    budget -= n;
-                    if w.left > 0 {
-                        continue;
-                    }
-                    self.halves_written += 1;
-                    WROTE_OK
-                }
-                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
-                    self.writes.pop_front();
-                    let why = format!("process {pid} exited (process_vm_writev: {e})");
-                    self.matcher.peer_down(peer, &why);
-                    continue;
-                }
-                Err(_) => WROTE_FAILED,
-            };
-            let cookie = self.writes.pop_front().unwrap().cookie;
-            let info = RndvInfo {
-                word: status,
-                cookie,
-            };
-            self.send_control(peer, info.encode(&Header::control(Kind::Wrote, 0)));
-        }
-        moved
     }
 
     /// Sends a header-only control frame to `peer` ahead of queued data;
@@ -752,51 +619,6 @@ fn on_ack(
         let what = format!("shm: rank {peer} could not read this message from our memory");
         matcher.fail(id, TransportError::Io(what));
     }
-}
-
-/// Splits the message `r` if it is worth it (`may_write`: its sender may
-/// write into our memory, as it may read it): this rank will read only its
-/// first half, and gets the `Split` frame that asks the sender to write the
-/// rest; `split` notes that it was asked.
-fn split(
-    r: &mut Reading,
-    split_bytes: usize,
-    may_write: bool,
-    split: &mut HashMap<u64, Option<u64>>,
-) -> Option<[u8; HEADER_LEN]> {
-    let len = r.pull.inc.len;
-    let fresh = r.pull.inc.received == 0 && r.until == len;
-    if !fresh || split_bytes == 0 || len < split_bytes || !may_write {
-        return None;
-    }
-    let addr = r.pull.inc.buffer_addr()?;
-    let at = split_at(len);
-    if at == 0 {
-        return None;
-    }
-    r.until = at;
-    let cookie = r.pull.rndv.cookie;
-    split.insert(cookie, None);
-    let info = RndvInfo { word: addr, cookie };
-    Some(info.encode(&Header::control(Kind::Split, 0)))
-}
-
-/// The half of the message a `Split` frame (`info`, from `o`'s peer on
-/// channel `ch`) asks this rank to write, if it names a message of ours
-/// that the peer reads in place.
-fn half_to_write(o: &OutChan, ch: usize, info: RndvInfo) -> Option<Write> {
-    let a = o.awaiting.iter().find(|a| a.id == info.cookie)?;
-    let at = split_at(a.len);
-    if a.data.is_null() || o.held.contains_key(&a.id) || at == 0 {
-        return None;
-    }
-    Some(Write {
-        ch,
-        cookie: a.id,
-        src: a.data.wrapping_add(at),
-        dst: info.word.checked_add(at as u64)?,
-        left: a.len - at,
-    })
 }
 
 /// Reads up to `max` more bytes of pull `p` from process `pid`: straight into

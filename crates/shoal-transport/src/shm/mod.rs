@@ -35,12 +35,14 @@
 //! Parts: `segment` (the mapped segment of each rank: its layout, control
 //! block, naming and permissions), `ring` (the single-producer,
 //! single-consumer byte ring), `engine` (the progress loop that streams
-//! frames through the rings, runs rendezvous reads and watches peers), and
+//! frames through the rings, runs rendezvous reads and watches peers),
+//! `split` (a large message read in place, copied by both its ranks), and
 //! this module, the [`Transport`] built from them.
 
 mod engine;
 mod ring;
 mod segment;
+mod split;
 mod window;
 
 use std::sync::atomic::Ordering;
