@@ -442,6 +442,14 @@ mod tests {
         picks
     }
 
+    /// The call from which contender `c` ran `streak` calls in a row.
+    fn led_from(picks: &[usize], c: usize, streak: usize) -> usize {
+        picks
+            .windows(streak)
+            .position(|w| w.iter().all(|&p| p == c))
+            .unwrap_or_else(|| panic!("contender {c} never ran {streak} calls in a row"))
+    }
+
     fn share(picks: &[usize], c: usize) -> f64 {
         picks.iter().filter(|&&p| p == c).count() as f64 / picks.len() as f64
     }
@@ -487,10 +495,7 @@ mod tests {
             400,
             |c, _| [82e-6, 50e-6, 33e-6][c],
         );
-        let led = picks
-            .windows(10)
-            .position(|w| w.iter().all(|&p| p == 2))
-            .unwrap();
+        let led = led_from(&picks, 2, 10);
         assert!(led < 50, "the fastest led from call {led}");
     }
 
@@ -503,10 +508,7 @@ mod tests {
             60,
             |c, _| [4.9e-3, 4.0e-3, 2.9e-3][c],
         );
-        let led = picks
-            .windows(5)
-            .position(|w| w.iter().all(|&p| p == 2))
-            .unwrap();
+        let led = led_from(&picks, 2, 5);
         assert!(led < 14, "the fastest led from call {led}");
     }
 
@@ -551,11 +553,7 @@ mod tests {
             _ => 85e-6,
         });
         let tried = picks.iter().position(|&p| p == 1).unwrap();
-        let led = tried
-            + picks[tried..]
-                .windows(10)
-                .position(|w| w.iter().all(|&p| p == 1))
-                .unwrap();
+        let led = tried + led_from(&picks[tried..], 1, 10);
         assert!(
             led < tried + 400,
             "tried at call {tried}, led from call {led}"

@@ -62,12 +62,12 @@ pub(super) fn on_split(
 /// Splits the message `r` if it is worth it (`may_write`: its sender may
 /// write into our memory, as it may read it): this rank will read only its
 /// first half, and gets the `Split` frame that asks the sender to write the
-/// rest; `split` notes that it was asked.
+/// rest; `asked` notes that it was asked.
 pub(super) fn split(
     r: &mut Reading,
     split_bytes: usize,
     may_write: bool,
-    split: &mut HashMap<u64, Option<u64>>,
+    asked: &mut HashMap<u64, Option<u64>>,
 ) -> Option<[u8; HEADER_LEN]> {
     let len = r.pull.inc.len;
     let fresh = r.pull.inc.received == 0 && r.until == len;
@@ -81,7 +81,7 @@ pub(super) fn split(
     }
     r.until = at;
     let cookie = r.pull.rndv.cookie;
-    split.insert(cookie, None);
+    asked.insert(cookie, None);
     let info = RndvInfo { word: addr, cookie };
     Some(info.encode(&Header::control(Kind::Split, 0)))
 }
