@@ -390,3 +390,59 @@ def test_an_unwritable_log_dir_is_refused_before_starting(tmp_path: Path):
     assert proc.returncode == 2
     assert "cannot write rank logs" in proc.stderr and str(blocker) in proc.stderr, proc.stderr
     assert not marker.exists()
+
+
+AFFINITY = """
+    import json, os
+    print(json.dumps({"cpus": sorted(os.sched_getaffinity(0)), "host": os.environ.get("SHOAL_HOST_CPUS")}))
+"""
+
+
+def affinities(*args: str) -> dict[int, dict]:
+    proc = run(*args, "--", *py(AFFINITY))
+    assert proc.returncode == 0, proc.stderr
+    return {rank: json.loads(lines[0]) for rank, lines in by_rank(proc.stdout).items()}
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_ranks_that_fit_the_cores_are_bound_to_shares_of_them():
+    launcher = load_launcher()
+    mine = os.sched_getaffinity(0)
+    seen = affinities("-n", "2")
+    shares = [set(seen[r]["cpus"]) for r in (0, 1)]
+    assert shares == [set(s) for s in launcher.core_shares(2, mine)]
+    # disjoint, non-empty, and together every CPU this launcher may use
+    assert shares[0] and shares[1] and not shares[0] & shares[1] and shares[0] | shares[1] == mine
+    # a bound rank sees its share only: the ranks are told the machine's count
+    assert {seen[r]["host"] for r in (0, 1)} == {str(launcher.usable_cpus())}
+
+
+def test_ranks_are_not_bound_when_asked_or_when_they_outnumber_the_cores():
+    mine = sorted(os.sched_getaffinity(0))
+    for args in (["-n", "2", "--bind", "none"], ["-n", str(len(mine) + 1)]):
+        seen = affinities(*args)
+        assert all(s["cpus"] == mine and s["host"] is None for s in seen.values()), (args, seen)
+
+
+def test_shares_are_whole_cores_split_evenly():
+    launcher = load_launcher()
+    # CPUs with no topology in sysfs: each is a core of its own
+    cpus = set(range(5000, 5016))
+    shares = launcher.core_shares(3, cpus)
+    assert [sorted(s) for s in shares] == [list(range(5000, 5006)), list(range(5006, 5011)), list(range(5011, 5016))]
+    assert launcher.core_shares(17, cpus) is None and launcher.core_shares(16, cpus)[15] == {5015}
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_a_bound_rank_counts_the_machines_cpus_not_its_share():
+    pytest.importorskip("shoal._shoal")
+    # the machine class of the tuning rows (and whether the host's ranks fit
+    # their cores: how shm waits spin, whether large messages are split)
+    code = """
+        from shoal import _shoal
+        print(_shoal.tune_tables("")["cpus"])
+    """
+    launcher = load_launcher()
+    proc = run("-n", "2", "--", *py(code))
+    assert proc.returncode == 0, proc.stderr
+    assert {lines[0] for lines in by_rank(proc.stdout).values()} == {str(launcher.usable_cpus())}

@@ -145,6 +145,12 @@ pub const VARIABLES: &[Variable] = &[
         "shoal-core config.rs",
     ),
     var(
+        "SHOAL_HOST_CPUS",
+        "",
+        "logical CPUs this host's ranks share: the machine class of tuning rows, and whether the ranks fit their cores (default: the CPUs this process may use; `shoal run` sets it when it binds each rank to its share of the cores)",
+        "shoal-core config.rs",
+    ),
+    var(
         "SHOAL_WAIT",
         "auto",
         "how shared-memory waits spin: busily for 5 us then yielding while the host's ranks fit its cores (auto), yielding (yield), or busily (spin)",
@@ -430,6 +436,11 @@ pub struct Config {
     /// busily for their first microseconds while the host's ranks fit its
     /// cores, yield, or spin busily throughout.
     pub wait: WaitPolicy,
+    /// `SHOAL_HOST_CPUS` (default: the CPUs this process may use, 1 to
+    /// 1048576): the logical CPUs this host's ranks share. A launcher that
+    /// binds each rank to a share of the cores sets it, since a bound rank
+    /// sees only its own share.
+    pub host_cpus: usize,
     /// `SHOAL_UNEXPECTED_BYTES` (default 16777216, 65536 to 1 TiB): the
     /// flow-control window: bytes of one peer's messages a rank holds
     /// before their receives are posted; beyond it the sender's messages
@@ -519,6 +530,8 @@ const MAX_RING_BYTES: usize = 1 << 30;
 /// Chunks beyond this are no different from one piece, and keep plan arithmetic far from overflow.
 const MAX_CHUNK_BYTES: usize = 1 << 40;
 const MAX_PLAN_CACHE: usize = 65_536;
+/// A count no host reaches (Linux's own limit on CPUs is 8192 by default).
+const MAX_HOST_CPUS: usize = 1 << 20;
 /// A smaller flow-control window only sends more messages by rendezvous.
 const MIN_UNEXPECTED_BYTES: usize = 65_536;
 /// More calls than anyone reads in a dump.
@@ -570,6 +583,7 @@ impl Config {
             shm_cma_call_bytes: whole(env, "SHOAL_SHM_CMA_CALL_BYTES", 8_388_608, 0, usize::MAX)?,
             shm_slot_bytes: whole(env, "SHOAL_SHM_SLOT_BYTES", 16_384, 0, 1 << 20)?,
             wait: parse_wait(env)?,
+            host_cpus: host_cpus(env)?,
             unexpected_bytes: whole(
                 env,
                 "SHOAL_UNEXPECTED_BYTES",
@@ -753,6 +767,12 @@ fn parse_tcp_addr(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<String>
 }
 
 /// The default only applies where the kernel has it; one the user names is required.
+/// `SHOAL_HOST_CPUS`, or the CPUs this process may use.
+pub fn host_cpus(env: &dyn Fn(&str) -> Option<String>) -> Result<usize> {
+    let own = shoal_transport::shm::process_cpus();
+    whole(env, "SHOAL_HOST_CPUS", own, 1, MAX_HOST_CPUS)
+}
+
 fn parse_wait(env: &dyn Fn(&str) -> Option<String>) -> Result<WaitPolicy> {
     match value(env, "SHOAL_WAIT") {
         None => Ok(WaitPolicy::default()),
@@ -898,6 +918,8 @@ pub(crate) mod tests {
             ("SHOAL_SHM_SPLIT_BYTES", "1M", "whole number"),
             ("SHOAL_SHM_SLOT_BYTES", "2097152", "at most"),
             ("SHOAL_WAIT", "busy", "auto, spin or yield"),
+            ("SHOAL_HOST_CPUS", "0", "at least 1"),
+            ("SHOAL_HOST_CPUS", "two", "whole number"),
             ("SHOAL_ADAPT", "sometimes", "copies, all or off"),
             ("SHOAL_ADAPT_BYTES", "32K", "whole number"),
             ("SHOAL_UNEXPECTED_BYTES", "1000", "at least 65536"),

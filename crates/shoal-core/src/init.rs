@@ -137,7 +137,7 @@ fn agree_on_tables(world: &Communicator, transport: tune::Transport) -> Result<T
     let path = config.tune_file.as_deref();
     let machine = tune::Machine {
         transport,
-        cpus: tune::local_cpus(),
+        cpus: config.host_cpus,
         vendor: tune::local_vendor(),
     };
     let tables = Tables::load(path, config.tune_builtin, machine)?;
@@ -269,6 +269,7 @@ fn build_transport(config: &Config, rdzv: &Rendezvous) -> Result<Routed> {
     cfg.split_bytes = config.shm_split_bytes;
     cfg.slot_size = config.shm_slot_bytes;
     cfg.wait = config.wait;
+    cfg.cpus = config.host_cpus;
     cfg.unexpected_bytes = config.unexpected_bytes;
     cfg.shm_run_ahead = config.shm_ahead_bytes;
     cfg.timeout = config.timeout;

@@ -52,6 +52,8 @@ pub struct RoutedConfig {
     pub slot_size: usize,
     /// How shm waits spin (`ShmConfig::wait`).
     pub wait: WaitPolicy,
+    /// Logical CPUs of this host's ranks (`ShmConfig::cpus`).
+    pub cpus: usize,
     /// The flow-control window per peer, on every transport ([`crate::flow`]).
     pub unexpected_bytes: usize,
     /// Of it, how far collective messages to shm peers may run ahead
@@ -97,6 +99,7 @@ impl RoutedConfig {
             split_bytes: crate::shm::DEFAULT_SPLIT_BYTES,
             slot_size: DEFAULT_SLOT_SIZE,
             wait: WaitPolicy::default(),
+            cpus: crate::shm::process_cpus(),
             unexpected_bytes: crate::flow::DEFAULT_WINDOW,
             shm_run_ahead: DEFAULT_RUN_AHEAD,
             bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
@@ -172,6 +175,7 @@ impl Routed {
                 unexpected_bytes: cfg.unexpected_bytes,
                 run_ahead: cfg.shm_run_ahead,
                 wait: cfg.wait,
+                cpus: cfg.cpus,
             };
             Some(ShmTransport::connect(&c, store)?)
         } else {

@@ -136,6 +136,10 @@ pub struct ShmConfig {
     pub run_ahead: usize,
     /// How waits spin before sleeping (`SHOAL_WAIT`).
     pub wait: WaitPolicy,
+    /// Logical CPUs this host's ranks share (`SHOAL_HOST_CPUS`; by default
+    /// this process's): whether they fit them decides how waits spin and
+    /// whether large messages are split.
+    pub cpus: usize,
 }
 
 impl ShmConfig {
@@ -154,6 +158,7 @@ impl ShmConfig {
             unexpected_bytes: crate::flow::DEFAULT_WINDOW,
             run_ahead: DEFAULT_RUN_AHEAD,
             wait: WaitPolicy::default(),
+            cpus: process_cpus(),
         }
     }
 }
@@ -274,7 +279,7 @@ impl ShmTransport {
             cfg.unexpected_bytes,
         );
         inner.matcher.limit_run_ahead(cfg.run_ahead);
-        let cpus = host_cpus();
+        let cpus = cfg.cpus;
         if locals.len() <= cpus {
             inner.split_bytes = cfg.split_bytes;
         }
@@ -534,8 +539,9 @@ impl Transport for ShmTransport {
     }
 }
 
-/// Logical CPUs this process may run on: whether the host's ranks fit them.
-fn host_cpus() -> usize {
+/// Logical CPUs this process may run on (its affinity, and its cgroup's
+/// quota): the default count of the CPUs its host's ranks share.
+pub fn process_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
