@@ -152,6 +152,57 @@ def test_bench_against_mpi(tmp_path: Path) -> None:
     assert "mpi/shoal" in output
 
 
+def _turns(doc: dict) -> list[tuple[float, float, str, int]]:
+    """Every job's timed repeats: (start, end, job, size), in the order they ran."""
+    return sorted((a, b, s["name"], r["size"]) for s in doc["series"] for r in s["results"] for a, b in r["ran_unix"])
+
+
+@pytest.mark.parametrize("interleave", ["repeat", "job"])
+def test_jobs_take_turns_repeat_by_repeat(tmp_path: Path, interleave: str) -> None:
+    args = ["--algo", "ring,binomial", "--interleave", interleave, "--no-roofline", *TINY]
+    code, doc, output = bench(tmp_path, "allreduce", "-n", "2", *args)
+    assert code == 0, output
+    assert doc["settings"]["interleave"] == interleave
+    assert_good(doc, tmp_path / "results", ["shoal", "shoal"], [8, 4096, 65536])
+    turns = _turns(doc)
+    assert len(turns) == 2 * 3 * 2  # jobs x sizes x repeats
+    # one job at a time, never two at once
+    assert all(a[1] <= b[0] for a, b in zip(turns, turns[1:])), turns
+    ran = [(job, size) for _, _, job, size in turns]
+    if interleave == "repeat":
+        # each job's first repeat of a size, then each one's second (in the
+        # other order), then the next size
+        ring, binomial = "shoal:ring", "shoal:binomial"
+        assert [size for _, size in ran] == [8] * 4 + [4096] * 4 + [65536] * 4, ran
+        assert [job for job, _ in ran[:4]] == [ring, binomial, binomial, ring], ran
+    else:
+        # a job runs all its sizes, then the next job
+        assert [job for job, _ in ran[:6]] == ["shoal:ring"] * 6, ran
+
+
+@pytest.mark.skipif(not HAS_MPI, reason="needs mpirun and mpi4py (bash scripts/bench-deps.sh mpi)")
+def test_a_job_that_stops_early_ends_its_turns(tmp_path: Path) -> None:
+    # MPI has no bfloat16: its job stops at the first size; shoal's jobs run
+    # on, and nothing waits for the stopped one
+    args = ["--algo", "ring,auto", "--against", "mpi", "--dtype", "bfloat16", "--no-roofline", *TINY]
+    code, doc, output = bench(tmp_path, "allreduce", "-n", "2", *args)
+    assert code == 0, output
+    mpi = next(s for s in doc["series"] if s["library"] == "mpi")
+    assert mpi["status"] == "unsupported" and "bfloat16" in mpi["unsupported"]
+    assert all(len(s["results"]) == 3 for s in doc["series"] if s["library"] == "shoal")
+
+
+def test_a_job_that_fails_ends_its_turns(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    # shoal's ranks cannot start (a bad setting): Gloo's job still runs every size
+    env = {"SHOAL_TIMEOUT": "soon"}
+    code, doc, output = bench(tmp_path, "allreduce", "-n", "2", "--against", "gloo", "--no-roofline", *TINY, env=env)
+    assert code == 1, output
+    by = {s["library"]: s for s in doc["series"]}
+    assert by["shoal"]["status"] == "failed" and by["gloo"]["status"] == "ok", output
+    assert [r["size"] for r in by["gloo"]["results"]] == [8, 4096, 65536]
+
+
 def test_missing_competitor_names_the_install_command(tmp_path: Path) -> None:
     # no mpirun on PATH: nothing runs, and the message says what provides it
     code, doc, output = bench(tmp_path, "allreduce", "--against", "mpi", *TINY, env={"PATH": str(tmp_path)})

@@ -5,7 +5,9 @@
 Every library runs its own N-rank job in this invocation (shoal through
 ``shoal run``, Gloo as N torch.distributed processes, OpenMPI through
 ``mpirun``), all with the same worker loop, sizes, timing and checking (see
-:mod:`shoal.bench.worker`). Prints an nccl-tests style table per library and
+:mod:`shoal.bench.worker`). By default a round's jobs run together and take
+turns repeat by repeat (:mod:`shoal.bench.turns`), so that every competitor
+measures a size on the same machine state. Prints an nccl-tests style table per library and
 a speedup table; writes ``results.json``, ``table.txt``, ``algbw.png`` and
 ``speedup.png`` (and the ranks' logs) to ``--out``.
 """
@@ -27,6 +29,7 @@ from shoal.bench import COLLECTIVES, INA, check, report, shoal_algorithms
 from shoal.bench.progress import Progress
 from shoal.bench.runners import DEPS_HINT, LIBRARIES, JobResult, get_runner
 from shoal.bench.sizes import human, parse_sizes
+from shoal.bench.turns import run_round
 from shoal.bench.worker import Spec
 from shoal.cli import did_you_mean
 
@@ -89,6 +92,13 @@ def parser(prog: str = "shoal bench", nprocs_option: bool = True) -> argparse.Ar
         type=_positive,
         default=1,
         help="run every library's job this many times, interleaved, pooling repeats (evens out load drift)",
+    )
+    p.add_argument(
+        "--interleave",
+        choices=("repeat", "job"),
+        default="repeat",
+        help="repeat (default): a round's jobs run together, taking turns repeat by repeat, so competitors meet "
+        "the same machine; job: each job runs all its sizes alone, one job after another",
     )
     p.add_argument("--out", type=Path, help="results folder (default results/bench-<collective>-<timestamp>)")
     p.add_argument("--mpi-args", default="", help="extra mpirun arguments, e.g. '--bind-to none'")
@@ -258,8 +268,10 @@ def run(ns: argparse.Namespace, command: str, prog: str = "shoal bench", testbed
             "transport": ns.transport or "auto",
             "algo": ns.algo or "auto",
             "mpi_args": ns.mpi_args,
+            "interleave": ns.interleave,
             "timing": "per repeat: barrier, then iters back-to-back calls; time/iters, max over ranks; "
-            "median over repeats (pooled over rounds)",
+            "median over repeats (pooled over rounds)"
+            + ("; a round's jobs take turns repeat by repeat" if ns.interleave == "repeat" else ""),
             "busbw_factor": check.BUS_FACTOR[ns.collective](ns.nprocs),
         },
         "machine": machine(),
@@ -274,23 +286,31 @@ def run(ns: argparse.Namespace, command: str, prog: str = "shoal bench", testbed
         progress.advance(label="")
 
     results: dict[str, list[JobResult]] = {name: [] for name, _, _ in jobs}
+    specs = {
+        name: Spec(
+            collective=ns.collective,
+            sizes=sizes,
+            dtype=ns.dtype,
+            op=ns.op,
+            iters=ns.iters,
+            warmup=ns.warmup,
+            repeats=ns.repeats,
+            root=ns.root,
+            algo=algo,
+            check=not ns.no_check,
+        )
+        for name, _, algo in jobs
+    }
     try:
         for rnd in range(ns.rounds):
+            if ns.interleave == "repeat":
+                round_jobs = [(name, runners[lib], specs[name]) for name, lib, _ in jobs]
+                for name, job in _run_turns(round_jobs, ns, out_dir, rnd, len(sizes), progress).items():
+                    results[name].append(job)
+                continue
             order = jobs if rnd % 2 == 0 else list(reversed(jobs))
-            for name, lib, algo in order:
-                spec = Spec(
-                    collective=ns.collective,
-                    sizes=sizes,
-                    dtype=ns.dtype,
-                    op=ns.op,
-                    iters=ns.iters,
-                    warmup=ns.warmup,
-                    repeats=ns.repeats,
-                    root=ns.root,
-                    algo=algo,
-                    check=not ns.no_check,
-                )
-                results[name].append(_run_one(runners[lib], name, spec, ns, out_dir, rnd, len(sizes), progress))
+            for name, lib, _ in order:
+                results[name].append(_run_one(runners[lib], name, specs[name], ns, out_dir, rnd, len(sizes), progress))
     except KeyboardInterrupt:
         progress.note(f"{prog}: interrupted; reporting what finished")
     progress.finish()
@@ -345,6 +365,43 @@ def _unwritable(out_dir: Path) -> str | None:
     return None
 
 
+def _log_path(ns: argparse.Namespace, out_dir: Path, rnd: int, name: str) -> Path:
+    suffix = f"-round{rnd + 1}" if ns.rounds > 1 else ""
+    return out_dir / "logs" / f"{name.replace(':', '-')}{suffix}.log"
+
+
+def _run_turns(
+    jobs: list[tuple[str, Any, Spec]], ns: argparse.Namespace, out_dir: Path, rnd: int, nsizes: int, progress: Progress
+) -> dict[str, JobResult]:
+    """One round whose jobs run together, taking turns repeat by repeat (:mod:`shoal.bench.turns`)."""
+    done = {name: 0 for name, _, _ in jobs}
+
+    def on_record(name: str, rec: dict[str, Any]) -> None:
+        if rec.get("type") == "result":
+            done[name] += 1
+            progress.advance(label=f"{name} {human(rec['size'])}")
+        elif rec.get("type") == "unsupported":
+            progress.note(f"  {name}: unsupported: {rec['reason']}")
+
+    progress.set_label(f"round {rnd + 1}: starting {len(jobs)} jobs")
+    results = run_round(
+        jobs,
+        ns.nprocs,
+        nsizes,
+        ns.repeats,
+        lambda name: _log_path(ns, out_dir, rnd, name),
+        on_record,
+        ns.timeout,
+        first_reversed=rnd % 2 == 1,
+    )
+    for name, job in results.items():
+        if done[name] < nsizes:
+            progress.advance(nsizes - done[name])
+        status = "ok" if job.returncode == 0 else f"FAILED (exit {job.returncode}, log {job.log})"
+        progress.note(f"  {name}: {done[name]}/{nsizes} sizes, in turns: {status}")
+    return results
+
+
 def _run_one(
     runner: Any, name: str, spec: Spec, ns: argparse.Namespace, out_dir: Path, rnd: int, nsizes: int, progress: Progress
 ) -> JobResult:
@@ -358,8 +415,7 @@ def _run_one(
         elif rec.get("type") == "unsupported":
             progress.note(f"  {name}: unsupported: {rec['reason']}")
 
-    suffix = f"-round{rnd + 1}" if ns.rounds > 1 else ""
-    log = out_dir / "logs" / f"{name.replace(':', '-')}{suffix}.log"
+    log = _log_path(ns, out_dir, rnd, name)
     progress.set_label(f"{name} starting")
     job: JobResult = runner.run(spec, ns.nprocs, log, on_record, ns.timeout)
     if done < nsizes:

@@ -62,9 +62,11 @@ def merge_series(
                     "samples_us": [],
                     "errors": None,
                     "algo": r.get("algo"),
+                    "ran_unix": [],  # [start, end] of each timed repeat (wall clock, rank 0)
                 },
             )
             d["samples_us"].extend(r["samples_us"])
+            d["ran_unix"].extend(r.get("repeats_unix", []))
             if r.get("errors") is not None:
                 d["errors"] = (d["errors"] or 0) + int(r["errors"])
     factor = check.BUS_FACTOR[collective](nranks)
