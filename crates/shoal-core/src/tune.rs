@@ -636,15 +636,6 @@ fn differing_tables(digests: &[u64], rank: usize, path: Option<&str>) -> String 
     )
 }
 
-/// Logical CPUs of this host's ranks (the machine class of `cpus=` rows):
-/// `SHOAL_HOST_CPUS` where it is a valid count (`shoal run` sets it when it
-/// binds each rank to its share of the cores), else the CPUs this process
-/// may use. (`Config` refuses a bad value at init.)
-pub fn local_cpus() -> usize {
-    crate::config::host_cpus(&|k| std::env::var(k).ok())
-        .unwrap_or_else(|_| shoal_transport::shm::process_cpus())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use shoal_core::tune::{local_cpus, local_vendor, Machine, Tables, Transport};
+use shoal_core::config::host_cpus;
+use shoal_core::tune::{local_vendor, Machine, Tables, Transport};
 
 /// The tables the selector consults, in order: `path`'s (default
 /// `SHOAL_TUNE_FILE`'s; empty: none) and the built-in one (unless
@@ -19,7 +20,11 @@ pub fn tune_tables(py: Python<'_>, path: Option<String>) -> PyResult<Bound<'_, P
         .filter(|p| !p.trim().is_empty());
     let machine = Machine {
         transport: Transport::Shm,
-        cpus: local_cpus(),
+        // As init counts them; a bad SHOAL_HOST_CPUS (which fails init,
+        // reported by `config_error`) counts as unset: this process's CPUs.
+        cpus: host_cpus(&|k| std::env::var(k).ok())
+            .or_else(|_| host_cpus(&|_| None))
+            .unwrap_or(1),
         vendor: local_vendor(),
     };
     // As the core reads the flag (a bad value fails init, reported by `config_error`).
