@@ -274,3 +274,37 @@ def test_the_node_benchmark_script_runs_every_step(tmp_path: Path) -> None:
     assert {s["name"] for s in algos["series"]} >= {"shoal", "shoal:shm_flat", "shoal:rabenseifner"}
     assert (results / "tune-2.txt").read_text().count("world=2") == 2
     assert (out / "bench.tgz").stat().st_size > 0
+
+
+def test_paired_ratios_compare_repeats_that_ran_together() -> None:
+    from shoal.bench import report
+
+    # the machine slowed 10x for shoal's 2nd and 3rd repeats and the other's
+    # 3rd and 4th (they ran in the same turns): medians alone would make the
+    # other look 2.5x slower; every pair says 2x
+    shoal = [1.0, 10.0, 10.0, 1.0, 1.0]
+    other = [2.0, 20.0, 20.0, 2.0, 2.0]
+    assert report.paired_ratio(other, shoal) == 2.0
+    assert report.paired_ratio(other[:4], shoal) is None  # a repeat without its pair
+    series = [
+        {
+            "name": "shoal",
+            "library": "shoal",
+            "algo": None,
+            "results": [{"size": 8, "time_us": 2.0, "samples_us": shoal}],
+        },
+        {
+            "name": "shoal:ring",
+            "library": "shoal",
+            "algo": "ring",
+            "results": [{"size": 8, "time_us": 1.0, "samples_us": [0.5] * 5}],
+        },
+        {"name": "mpi", "library": "mpi", "algo": None, "results": [{"size": 8, "time_us": 3.0, "samples_us": other}]},
+    ]
+    row = report.ratios(series, paired=True)["others"]["mpi"]["rows"][0]
+    assert row["ratio"] == 1.5 and row["paired_ratio"] == 2.0
+    assert "paired_ratio" not in report.ratios(series)["others"]["mpi"]["rows"][0]
+    at = report.algorithm_table(series, paired=True)
+    assert at is not None and at["automatic"] == "shoal"
+    assert at["rows"][0]["fastest_forced"] == "shoal:ring" and at["rows"][0]["auto_over_fastest"] == 2.0
+    assert at["rows"][0]["auto_over_fastest_paired"] == 2.0

@@ -321,8 +321,9 @@ def run(ns: argparse.Namespace, command: str, prog: str = "shoal bench", testbed
         s = report.merge_series(name, lib, algo, results[name], ns.collective, ns.nprocs, ns.dtype, ns.op)
         s["label"] = report.series_label(s)
         doc["series"].append(s)
-    doc["ratios"] = report.ratios(doc["series"])
-    doc["algorithms"] = report.algorithm_table(doc["series"])
+    paired = ns.interleave == "repeat"  # (repeat i of every job ran in the same turn)
+    doc["ratios"] = report.ratios(doc["series"], paired)
+    doc["algorithms"] = report.algorithm_table(doc["series"], paired)
     doc["files"] = {"json": "results.json", "table": "table.txt", "markdown": "table.md", "logs": "logs/"}
     if not ns.no_plot:
         pngs = report.plot(doc, out_dir)

@@ -110,28 +110,44 @@ def reference(series: list[dict[str, Any]]) -> dict[str, Any] | None:
     return (auto or shoals)[0] if auto or shoals else None
 
 
-def ratios(series: list[dict[str, Any]]) -> dict[str, Any]:
-    """time(other) / time(shoal) per size; > 1 means shoal is faster."""
+def paired_ratio(samples: list[float], ref_samples: list[float]) -> float | None:
+    """The median of ``samples[i] / ref_samples[i]``: repeats that took their
+    turns together (``--interleave repeat``) compared pair by pair, so a
+    change in the machine's speed between turns does not fall on one side
+    only. None unless every repeat has its pair."""
+    if not samples or len(samples) != len(ref_samples) or min(ref_samples) <= 0:
+        return None
+    return statistics.median(a / b for a, b in zip(samples, ref_samples))
+
+
+def ratios(series: list[dict[str, Any]], paired: bool = False) -> dict[str, Any]:
+    """time(other) / time(shoal) per size; > 1 means shoal is faster. With
+    `paired` (repeats that took turns), also the median of the ratios of
+    repeats that ran together (``paired_ratio``)."""
     ref = reference(series)
     out: dict[str, Any] = {"reference": ref["name"] if ref else None, "definition": "time(other) / time(shoal)"}
     if ref is None:
         out["others"] = {}
         return out
-    ref_t = {r["size"]: r["time_us"] for r in ref["results"]}
+    by_size = {r["size"]: r for r in ref["results"] if r["time_us"] > 0}
     others = {}
     for s in series:
         if s["library"] == "shoal" or not s["results"]:
             continue
-        rows = [
-            {
+        rows = []
+        for r in s["results"]:
+            mine = by_size.get(r["size"])
+            if mine is None:
+                continue
+            row = {
                 "size": r["size"],
-                "shoal_us": ref_t[r["size"]],
+                "shoal_us": mine["time_us"],
                 "other_us": r["time_us"],
-                "ratio": r["time_us"] / ref_t[r["size"]],
+                "ratio": r["time_us"] / mine["time_us"],
             }
-            for r in s["results"]
-            if r["size"] in ref_t and ref_t[r["size"]] > 0
-        ]
+            if paired:
+                row["paired_ratio"] = paired_ratio(r["samples_us"], mine["samples_us"])
+            rows.append(row)
         others[s["name"]] = {"rows": rows, **_ratio_summary(rows)}
     out["others"] = others
     return out
@@ -151,21 +167,44 @@ def _ratio_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         sel = [r["ratio"] for r in rows if r["size"] >= lo]
         if sel:
             summary[label] = min(sel)
+    pairs = [r for r in rows if r.get("paired_ratio") is not None]
+    if pairs:
+        worst = min(pairs, key=lambda r: r["paired_ratio"])
+        summary["paired_min"], summary["paired_min_at"] = worst["paired_ratio"], worst["size"]
     return summary
 
 
-def algorithm_table(series: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """With several shoal series: each one's time per size and the fastest."""
+def algorithm_table(series: list[dict[str, Any]], paired: bool = False) -> dict[str, Any] | None:
+    """With several shoal series: each one's time per size and the fastest;
+    with the automatic choice among them, its time over the fastest forced
+    algorithm's (``auto_over_fastest``; with `paired`, also the median of
+    the ratios of repeats that ran together)."""
     shoals = [s for s in series if s["library"] == "shoal" and s["results"]]
     if len(shoals) < 2:
         return None
-    sizes = sorted({r["size"] for s in shoals for r in s["results"]})
+    auto = next((s["name"] for s in shoals if s["algo"] is None), None)
+    results = {s["name"]: {r["size"]: r for r in s["results"]} for s in shoals}
+    sizes = sorted({size for by_size in results.values() for size in by_size})
     rows = []
     for size in sizes:
-        times = {s["name"]: next((r["time_us"] for r in s["results"] if r["size"] == size), None) for s in shoals}
+        times = {n: (by_size[size]["time_us"] if size in by_size else None) for n, by_size in results.items()}
         known = {k: v for k, v in times.items() if v is not None}
-        rows.append({"size": size, "times_us": times, "fastest": min(known, key=lambda k: known[k]) if known else None})
-    return {"series": [s["name"] for s in shoals], "rows": rows}
+        row: dict[str, Any] = {
+            "size": size,
+            "times_us": times,
+            "fastest": min(known, key=lambda k: known[k]) if known else None,
+        }
+        forced = {k: v for k, v in known.items() if k != auto}
+        if auto in known and forced and known[auto] > 0:
+            best = min(forced, key=lambda k: forced[k])
+            row["fastest_forced"] = best
+            row["auto_over_fastest"] = known[auto] / forced[best]
+            if paired:
+                row["auto_over_fastest_paired"] = paired_ratio(
+                    results[auto][size]["samples_us"], results[best][size]["samples_us"]
+                )
+        rows.append(row)
+    return {"series": [s["name"] for s in shoals], "automatic": auto, "rows": rows}
 
 
 # ---------------------------------------------------------------- text
@@ -216,11 +255,13 @@ def ratio_table(doc: dict[str, Any]) -> str:
         return ""
     ref = next(s for s in doc["series"] if s["name"] == rat["reference"])
     names = list(rat["others"])
+    paired = any(row.get("paired_ratio") is not None for n in names for row in rat["others"][n]["rows"])
     lines = [
         f"# speedup of {series_label(ref)}: time(other) / time(shoal) per size, medians over repeats; "
-        "> 1 means shoal is faster",
+        "> 1 means shoal is faster"
+        + ("; paired: the median of the ratios of repeats that ran in the same turn" if paired else ""),
         f"#{'size(B)':>13} {'size':>8} {'shoal(us)':>12}"
-        + "".join(f" {n + '(us)':>12} {n + '/shoal':>11}" for n in names),
+        + "".join(f" {n + '(us)':>12} {n + '/shoal':>11}" + (f" {'paired':>8}" if paired else "") for n in names),
     ]
     sizes = [r["size"] for r in ref["results"]]
     per = {n: {row["size"]: row for row in rat["others"][n]["rows"]} for n in names}
@@ -230,6 +271,9 @@ def ratio_table(doc: dict[str, Any]) -> str:
         for n in names:
             row = per[n].get(size)
             line += f" {_fmt_time(row['other_us'])} {row['ratio']:>10.2f}x" if row else f" {'-':>12} {'-':>11}"
+            if paired:
+                pr = row.get("paired_ratio") if row else None
+                line += f" {pr:>7.2f}x" if pr is not None else f" {'-':>8}"
         lines.append(line)
     for n in names:
         sm = rat["others"][n]
@@ -243,6 +287,8 @@ def ratio_table(doc: dict[str, Any]) -> str:
             text += f"; min from 64 KiB {sm['min_from_64KiB']:.2f}x"
         if "min_from_16MiB" in sm:
             text += f"; min from 16 MiB {sm['min_from_16MiB']:.2f}x"
+        if "paired_min" in sm:
+            text += f"; paired min {sm['paired_min']:.2f}x (at {human(sm['paired_min_at'])})"
         lines.append(text)
     return "\n".join(lines)
 
@@ -252,9 +298,15 @@ def algo_text(doc: dict[str, Any]) -> str:
     if not at:
         return ""
     names = at["series"]
+    paired = any(row.get("auto_over_fastest_paired") is not None for row in at["rows"])
+    ratio_head = ""
+    if at.get("automatic"):
+        ratio_head = f" {'auto/fastest':>13}" + (f" {'paired':>7}" if paired else "")
     lines = [
-        "# shoal algorithms: time (us) per size; * marks the fastest",
-        f"#{'size(B)':>13}" + "".join(f" {n:>22}" for n in names),
+        "# shoal algorithms: time (us) per size; * marks the fastest; auto/fastest: the automatic choice's time "
+        "over the fastest forced algorithm's"
+        + ("; paired: the median of the ratios of repeats that ran together" if paired else ""),
+        f"#{'size(B)':>13}" + "".join(f" {n:>22}" for n in names) + ratio_head,
     ]
     for row in at["rows"]:
         line = f"{row['size']:>14}"
@@ -262,6 +314,11 @@ def algo_text(doc: dict[str, Any]) -> str:
             t = row["times_us"][n]
             cell = "-" if t is None else f"{t:.2f}" + ("*" if n == row["fastest"] else " ")
             line += f" {cell:>22}"
+        if ratio_head:
+            r, pr = row.get("auto_over_fastest"), row.get("auto_over_fastest_paired")
+            line += f" {r:>12.2f}x" if r is not None else f" {'-':>13}"
+            if paired:
+                line += f" {pr:>6.2f}x" if pr is not None else f" {'-':>7}"
         lines.append(line)
     return "\n".join(lines)
 
@@ -443,14 +500,20 @@ def markdown_report(doc: dict[str, Any]) -> str:
     if rat["reference"] and rat["others"]:
         ref = series[rat["reference"]]
         names = list(rat["others"])
+        paired = any(row.get("paired_ratio") is not None for n in names for row in rat["others"][n]["rows"])
         lines += [
             "",
-            "Speedup = time(other) / time(shoal), medians over repeats; **> 1 means shoal is faster**.",
+            "Speedup = time(other) / time(shoal), medians over repeats"
+            + ("; paired: the median of the ratios of repeats that ran in the same turn" if paired else "")
+            + "; **> 1 means shoal is faster**.",
             "",
             "| size | shoal (us) | "
-            + " | ".join(f"{series_label(series[n])} (us) | {series_label(series[n])}/shoal" for n in names)
+            + " | ".join(
+                f"{series_label(series[n])} (us) | {series_label(series[n])}/shoal" + (" | paired" if paired else "")
+                for n in names
+            )
             + " |",
-            "|---:|---:|" + "---:|---:|" * len(names),
+            "|---:|---:|" + ("---:|---:|" + ("---:|" if paired else "")) * len(names),
         ]
         per = {n: {row["size"]: row for row in rat["others"][n]["rows"]} for n in names}
         for r in ref["results"]:
@@ -458,6 +521,9 @@ def markdown_report(doc: dict[str, Any]) -> str:
             for n in names:
                 row = per[n].get(r["size"])
                 cells += [f"{row['other_us']:.1f}", f"{row['ratio']:.2f}x"] if row else ["-", "-"]
+                if paired:
+                    pr = row.get("paired_ratio") if row else None
+                    cells.append("-" if pr is None else f"{pr:.2f}x")
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
         for n in names:
