@@ -119,9 +119,9 @@ def run_round(
     first_reversed: bool = False,
 ) -> dict[str, JobResult]:
     """Runs ``jobs`` (name, runner, spec) together, taking turns repeat by
-    repeat (``repeats`` per size); each job's result by name. A job may take ``timeout`` seconds of its own
-    turns; it lives through everyone's, so the bench waits for it at most
-    ``timeout`` times the number of jobs."""
+    repeat (``repeats`` per size); each job's result by name. A job may take
+    ``timeout`` seconds of its own turns; it lives through everyone's, so the
+    bench waits for it at most ``timeout`` times the number of jobs."""
     with tempfile.TemporaryDirectory(prefix="shoal-bench-turns-") as folder:
         turns: list[TurnJob] = []
         try:
