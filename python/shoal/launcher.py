@@ -326,8 +326,7 @@ def rank_specs(opts: Options, job_id: str | None = None) -> list[RankSpec]:
         for spec, share in zip(specs, shares):
             spec.cpus = share
             # a bound rank sees only its share (the user's own value stands)
-            if "SHOAL_HOST_CPUS" not in os.environ and "SHOAL_HOST_CPUS" not in opts.env:
-                spec.env["SHOAL_HOST_CPUS"] = host_cpus
+            spec.env.setdefault("SHOAL_HOST_CPUS", host_cpus)
     return specs
 
 

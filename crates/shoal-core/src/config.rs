@@ -766,13 +766,13 @@ fn parse_tcp_addr(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<String>
     Ok(Some(v))
 }
 
-/// The default only applies where the kernel has it; one the user names is required.
 /// `SHOAL_HOST_CPUS`, or the CPUs this process may use.
 pub fn host_cpus(env: &dyn Fn(&str) -> Option<String>) -> Result<usize> {
     let own = shoal_transport::shm::process_cpus();
     whole(env, "SHOAL_HOST_CPUS", own, 1, MAX_HOST_CPUS)
 }
 
+/// The default only applies where the kernel has it; one the user names is required.
 fn parse_wait(env: &dyn Fn(&str) -> Option<String>) -> Result<WaitPolicy> {
     match value(env, "SHOAL_WAIT") {
         None => Ok(WaitPolicy::default()),

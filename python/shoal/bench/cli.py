@@ -7,8 +7,8 @@ Every library runs its own N-rank job in this invocation (shoal through
 ``mpirun``), all with the same worker loop, sizes, timing and checking (see
 :mod:`shoal.bench.worker`). By default a round's jobs run together and take
 turns repeat by repeat (:mod:`shoal.bench.turns`), so that every competitor
-measures a size on the same machine state. Prints an nccl-tests style table per library and
-a speedup table; writes ``results.json``, ``table.txt``, ``algbw.png`` and
+measures a size on the same machine state. Prints an nccl-tests style table
+per library and a speedup table; writes ``results.json``, ``table.txt``, ``algbw.png`` and
 ``speedup.png`` (and the ranks' logs) to ``--out``.
 """
 
@@ -371,19 +371,32 @@ def _log_path(ns: argparse.Namespace, out_dir: Path, rnd: int, name: str) -> Pat
     return out_dir / "logs" / f"{name.replace(':', '-')}{suffix}.log"
 
 
+class _JobProgress:
+    """The progress bar's part in one job: a step per size reported, a note
+    when a size is unsupported, and the job's line when it ends."""
+
+    def __init__(self, progress: Progress, name: str, nsizes: int) -> None:
+        self.progress, self.name, self.nsizes, self.done = progress, name, nsizes, 0
+
+    def on_record(self, rec: dict[str, Any]) -> None:
+        if rec.get("type") == "result":
+            self.done += 1
+            self.progress.advance(label=f"{self.name} {human(rec['size'])}")
+        elif rec.get("type") == "unsupported":
+            self.progress.note(f"  {self.name}: unsupported: {rec['reason']}")
+
+    def ended(self, job: JobResult, how: str) -> None:
+        if self.done < self.nsizes:
+            self.progress.advance(self.nsizes - self.done)
+        status = "ok" if job.returncode == 0 else f"FAILED (exit {job.returncode}, log {job.log})"
+        self.progress.note(f"  {self.name}: {self.done}/{self.nsizes} sizes {how}: {status}")
+
+
 def _run_turns(
     jobs: list[tuple[str, Any, Spec]], ns: argparse.Namespace, out_dir: Path, rnd: int, nsizes: int, progress: Progress
 ) -> dict[str, JobResult]:
     """One round whose jobs run together, taking turns repeat by repeat (:mod:`shoal.bench.turns`)."""
-    done = {name: 0 for name, _, _ in jobs}
-
-    def on_record(name: str, rec: dict[str, Any]) -> None:
-        if rec.get("type") == "result":
-            done[name] += 1
-            progress.advance(label=f"{name} {human(rec['size'])}")
-        elif rec.get("type") == "unsupported":
-            progress.note(f"  {name}: unsupported: {rec['reason']}")
-
+    shown = {name: _JobProgress(progress, name, nsizes) for name, _, _ in jobs}
     progress.set_label(f"round {rnd + 1}: starting {len(jobs)} jobs")
     results = run_round(
         jobs,
@@ -391,38 +404,22 @@ def _run_turns(
         nsizes,
         ns.repeats,
         lambda name: _log_path(ns, out_dir, rnd, name),
-        on_record,
+        lambda name, rec: shown[name].on_record(rec),
         ns.timeout,
         first_reversed=rnd % 2 == 1,
     )
     for name, job in results.items():
-        if done[name] < nsizes:
-            progress.advance(nsizes - done[name])
-        status = "ok" if job.returncode == 0 else f"FAILED (exit {job.returncode}, log {job.log})"
-        progress.note(f"  {name}: {done[name]}/{nsizes} sizes, in turns: {status}")
+        shown[name].ended(job, "in turns")
     return results
 
 
 def _run_one(
     runner: Any, name: str, spec: Spec, ns: argparse.Namespace, out_dir: Path, rnd: int, nsizes: int, progress: Progress
 ) -> JobResult:
-    done = 0
-
-    def on_record(rec: dict[str, Any]) -> None:
-        nonlocal done
-        if rec.get("type") == "result":
-            done += 1
-            progress.advance(label=f"{name} {human(rec['size'])}")
-        elif rec.get("type") == "unsupported":
-            progress.note(f"  {name}: unsupported: {rec['reason']}")
-
-    log = _log_path(ns, out_dir, rnd, name)
+    shown = _JobProgress(progress, name, nsizes)
     progress.set_label(f"{name} starting")
-    job: JobResult = runner.run(spec, ns.nprocs, log, on_record, ns.timeout)
-    if done < nsizes:
-        progress.advance(nsizes - done)
-    status = "ok" if job.returncode == 0 else f"FAILED (exit {job.returncode}, log {log})"
-    progress.note(f"  {name}: {done}/{nsizes} sizes in {job.seconds:.1f}s: {status}")
+    job: JobResult = runner.run(spec, ns.nprocs, _log_path(ns, out_dir, rnd, name), shown.on_record, ns.timeout)
+    shown.ended(job, f"in {job.seconds:.1f}s")
     return job
 
 

@@ -54,7 +54,7 @@ class Spec:
     root: int = 0
     algo: str | None = None  # shoal only: a forced algorithm
     check: bool = True
-    gate: str | None = None  # a FIFO: one byte per rank before each size (None: no turns)
+    gate: str | None = None  # a FIFO: one byte per rank before each repeat (None: no turns)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
