@@ -248,3 +248,55 @@ fn segments_are_private_to_the_user_and_gone_once_every_rank_has_mapped_them() {
     assert_eq!(*seen.lock().unwrap(), vec![0o600]);
     assert_eq!(segments_of(&job), Vec::<String>::new());
 }
+
+/// Bytes this process's page tables map of each mapping of `job`'s
+/// segments (their `Rss` in /proc/self/smaps).
+fn mapped_segment_bytes(job: &str) -> Vec<usize> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let name = format!("/dev/shm/shoal-{job}-");
+    let mut mapped = Vec::new();
+    let mut lines = smaps.lines();
+    while let Some(line) = lines.next() {
+        if line.contains(&name) {
+            let rss = lines.find(|l| l.starts_with("Rss:")).unwrap();
+            let kb: usize = rss.split_whitespace().nth(1).unwrap().parse().unwrap();
+            mapped.push(kb * 1024);
+        }
+    }
+    mapped
+}
+
+#[test]
+fn every_ring_is_mapped_by_its_writer_and_its_reader_at_setup() {
+    // Not at a message's first pass through it, a fault per 4 KiB.
+    let job = job_id("prefault");
+    let ring = 1 << 20;
+    let store = Arc::new(MemStore::default());
+    let connected = Arc::new(std::sync::Barrier::new(2));
+    let mapped = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let handles: Vec<_> = (0..2)
+        .map(|r| {
+            let (store, job, connected) = (store.clone(), job.clone(), connected.clone());
+            let mapped = mapped.clone();
+            std::thread::spawn(move || {
+                let mut c = ShmConfig::new(r, 2, vec![0, 1], &job);
+                c.ring_size = ring;
+                let t = ShmTransport::connect(&c, &*store).unwrap();
+                connected.wait();
+                if r == 0 {
+                    *mapped.lock().unwrap() = mapped_segment_bytes(&job);
+                }
+                connected.wait();
+                drop(t);
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    // Each rank maps its own segment (the peer's ring to it) and the
+    // peer's (its ring to the peer): four mappings in this process.
+    let mapped = mapped.lock().unwrap();
+    assert_eq!(mapped.len(), 4, "{mapped:?}");
+    assert!(mapped.iter().all(|&b| b >= ring), "{mapped:?}");
+}

@@ -236,12 +236,15 @@ impl ShmTransport {
                 maps.push((r, own.clone(), pid as i32));
                 continue;
             }
+            // The ring rank r writes to us (here) and ours to it (below).
+            own.prefault_ring(slot_of(r).unwrap(), ring_size);
             let v = wait_for_rank(store, &key(r), r)?;
             let peer_pid = String::from_utf8_lossy(&v)
                 .trim()
                 .parse::<i32>()
                 .map_err(|_| io_err(&format!("rank {r} published a bad pid {v:?}")))?;
             let map = Arc::new(open_segment(&seg_path(&cfg.job_id, r), seg_len)?);
+            map.prefault_ring(me, ring_size);
             let owner = map.control().pid.load(Ordering::Acquire);
             if owner as i32 != peer_pid {
                 return Err(io_err(&format!(
