@@ -2,7 +2,8 @@
 few shapes above SHOAL_ADAPT_BYTES, each result checked against numpy, so
 that every contender the calls explore runs and is checked. Launched by
 tests/test_adapt.py through ``shoal run``; prints, on rank 0, the algorithm
-leading each shape at the end."""
+leading each shape at the end. Arguments: the collectives, and optionally the
+dtype (float32 by default)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ import numpy as np
 import shoal
 
 CALLS = 400  # a shape explores once its leader has run about 50 calls per contender
-COUNTS = (20011, 300007)  # 80 KB and 1.2 MB of float32, odd
+COUNTS = (20011, 300007)  # 80 KB and 1.2 MB of 4-byte values, odd
+
+
+DTYPE = np.dtype(sys.argv[2] if len(sys.argv) > 2 else "float32")
 
 
 def value(rank: int, call: int, n: int) -> np.ndarray:
     # Small integers: every sum is exact whatever the order of reduction.
-    return ((np.arange(n) + 7 * rank + call) % 13).astype(np.float32)
+    return ((np.arange(n) + 7 * rank + call) % 13).astype(DTYPE)
 
 
 def run(g: shoal.Group, collective: str, n: int) -> None:
@@ -26,11 +30,11 @@ def run(g: shoal.Group, collective: str, n: int) -> None:
     for call in range(CALLS):
         if collective == "broadcast":
             root = call % 2 % world
-            x = value(rank, call, n) if rank == root else np.zeros(n, dtype=np.float32)
+            x = value(rank, call, n) if rank == root else np.zeros(n, dtype=DTYPE)
             g.broadcast(x, root=root)
             expected = value(root, call, n)
         elif collective == "allgather":
-            out = np.empty(n * world, dtype=np.float32)
+            out = np.empty(n * world, dtype=DTYPE)
             g.allgather(value(rank, call, n), out)
             x, expected = out, np.concatenate([value(r, call, n) for r in range(world)])
         else:
@@ -48,7 +52,7 @@ def main() -> None:
         for n in COUNTS:
             run(g, collective, n)
             if g.rank == 0:
-                print("leads", collective, n, g.choose_algorithm(collective, n, "float32"), flush=True)
+                print("leads", collective, n, g.choose_algorithm(collective, n, DTYPE.name), flush=True)
     shoal.finalize()
 
 

@@ -11,6 +11,7 @@ use shoal_plan::Collective;
 use shoal_transport::doorbell::WaitPolicy;
 use shoal_transport::Congestion;
 
+use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::select::{parse_cost, Selector, SHM_COST};
 
@@ -170,8 +171,8 @@ pub const VARIABLES: &[Variable] = &[
     ),
     var(
         "SHOAL_ADAPT",
-        "copies",
-        "which automatic choices follow the speeds measured while a job runs: collectives that only copy data (copies), reductions too (all), none (off)",
+        "exact",
+        "which automatic choices follow the speeds measured while a job runs: calls whose results keep their bits whatever the algorithm (exact), every reduction too (all), none (off)",
         "shoal-core config.rs, comm/adapt.rs",
     ),
     var(
@@ -370,31 +371,34 @@ pub enum RemoteChoice {
 pub enum AdaptMode {
     /// None: every call of a shape runs the algorithm chosen at its first.
     Off,
-    /// The collectives that only copy data, whose results are the same bit
-    /// for bit whichever algorithm runs them.
-    Copies,
-    /// Reductions too, whose rounding may then change from call to call.
+    /// The calls whose results are the same bit for bit whichever algorithm
+    /// runs them: the collectives that only copy data, and reductions whose
+    /// arithmetic gives the same bits in any order
+    /// ([`ReduceOp::same_bits_in_any_order`]).
+    Exact,
+    /// Every reduction too, whose rounding may then change from call to call.
     All,
 }
 
 impl AdaptMode {
     /// Every mode, indexed by its discriminant (`mode as u8`).
-    pub const ALL: [AdaptMode; 3] = [AdaptMode::Off, AdaptMode::Copies, AdaptMode::All];
+    pub const ALL: [AdaptMode; 3] = [AdaptMode::Off, AdaptMode::Exact, AdaptMode::All];
 
     /// Its `SHOAL_ADAPT` value.
     pub fn name(self) -> &'static str {
         match self {
             AdaptMode::Off => "off",
-            AdaptMode::Copies => "copies",
+            AdaptMode::Exact => "exact",
             AdaptMode::All => "all",
         }
     }
 
-    /// Whether calls of `collective` may change algorithm as they run.
-    pub fn covers(self, collective: Collective) -> bool {
+    /// Whether calls of `collective` over `dtype` on `ranks` ranks may
+    /// change algorithm as they run (`op` is `Sum` where it does not reduce).
+    pub fn covers(self, collective: Collective, dtype: DType, op: ReduceOp, ranks: usize) -> bool {
         match self {
             AdaptMode::Off => false,
-            AdaptMode::Copies => !collective.reduces(),
+            AdaptMode::Exact => !collective.reduces() || op.same_bits_in_any_order(dtype, ranks),
             AdaptMode::All => true,
         }
     }
@@ -451,7 +455,7 @@ pub struct Config {
     /// take; later ones wait for their receives, so a broadcast's root
     /// runs no further ahead of its receivers than this.
     pub shm_ahead_bytes: usize,
-    /// `SHOAL_ADAPT` (default `copies`): which collectives' automatic
+    /// `SHOAL_ADAPT` (default `exact`): which collectives' automatic
     /// choices follow the speeds measured while the job runs (`comm/adapt.rs`).
     pub adapt: AdaptMode,
     /// `SHOAL_ADAPT_BYTES` (default 32768): ... in calls whose per-rank
@@ -783,13 +787,18 @@ fn parse_wait(env: &dyn Fn(&str) -> Option<String>) -> Result<WaitPolicy> {
 
 fn parse_adapt(env: &dyn Fn(&str) -> Option<String>) -> Result<AdaptMode> {
     let Some(v) = value(env, "SHOAL_ADAPT") else {
-        return Ok(AdaptMode::Copies);
+        return Ok(AdaptMode::Exact);
     };
-    let v = if v == "0" { "off" } else { v.as_str() };
+    // `copies`, the default's name when it left out every reduction.
+    let v = match v.as_str() {
+        "0" => "off",
+        "copies" => "exact",
+        v => v,
+    };
     AdaptMode::ALL
         .into_iter()
         .find(|m| m.name() == v)
-        .ok_or_else(|| Error::invalid(must_be(env, "SHOAL_ADAPT", "copies, all or off")))
+        .ok_or_else(|| Error::invalid(must_be(env, "SHOAL_ADAPT", "exact, all or off")))
 }
 
 fn parse_congestion(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Congestion>> {
@@ -883,8 +892,10 @@ pub(crate) mod tests {
         assert_eq!(off.adapt, AdaptMode::Off);
         assert_eq!(
             Config::from_env(&env_of(&[])).unwrap().adapt,
-            AdaptMode::Copies
+            AdaptMode::Exact
         );
+        let copies = Config::from_env(&env_of(&[("SHOAL_ADAPT", "copies")])).unwrap();
+        assert_eq!(copies.adapt, AdaptMode::Exact);
     }
 
     #[test]
@@ -920,7 +931,7 @@ pub(crate) mod tests {
             ("SHOAL_WAIT", "busy", "auto, spin or yield"),
             ("SHOAL_HOST_CPUS", "0", "at least 1"),
             ("SHOAL_HOST_CPUS", "two", "whole number"),
-            ("SHOAL_ADAPT", "sometimes", "copies, all or off"),
+            ("SHOAL_ADAPT", "sometimes", "exact, all or off"),
             ("SHOAL_ADAPT_BYTES", "32K", "whole number"),
             ("SHOAL_UNEXPECTED_BYTES", "1000", "at least 65536"),
             ("SHOAL_SHM_AHEAD_BYTES", "2M", "whole number"),

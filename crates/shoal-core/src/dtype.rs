@@ -167,6 +167,20 @@ impl ReduceOp {
         Ok(())
     }
 
+    /// Whether reducing `dtype` values of `ranks` ranks gives the same bits
+    /// in any order and grouping, so that any algorithm gives the same
+    /// result. Integers wrap, and wrapping sums and products, min, max and
+    /// the bitwise ops are associative and commutative. Floats round at each
+    /// step, so grouping matters from 3 ranks; at 2 every element is one
+    /// operation of two values, and IEEE addition and multiplication
+    /// commute (but for which of two NaNs' payloads survives). Float min and
+    /// max do not: `min(+0, -0)` keeps whichever came first, as does a NaN
+    /// against a number.
+    pub fn same_bits_in_any_order(self, dtype: DType, ranks: usize) -> bool {
+        !dtype.is_float()
+            || (ranks <= 2 && matches!(self, ReduceOp::Sum | ReduceOp::Prod | ReduceOp::Avg))
+    }
+
     /// The op the pairwise kernels apply: avg combines by summing.
     pub fn combining(self) -> ReduceOp {
         if self == ReduceOp::Avg {

@@ -302,6 +302,98 @@ mod tests {
         assert_eq!(typed::<f64>(&d), [1.0, 3.0]);
     }
 
+    /// `parts` reduced left to right: `((p0 op p1) op p2) ...`.
+    fn folded(dtype: DType, op: ReduceOp, parts: &[&[u8]]) -> Vec<u8> {
+        let mut acc = parts[0].to_vec();
+        for p in &parts[1..] {
+            reduce_into(dtype, op, &mut acc, p);
+        }
+        acc
+    }
+
+    /// `count` values of `dtype` from every bit pattern, but NaNs (an
+    /// addition of two keeps either's payload): signed zeros, infinities
+    /// and subnormals among them.
+    fn any_values(dtype: DType, count: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed | 1;
+        let mut out = Vec::with_capacity(count * dtype.size());
+        for _ in 0..count {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let specials = [0u64, 1 << (dtype.size() * 8 - 1)]; // +0, -0
+            let bits = if x.is_multiple_of(8) {
+                specials[(x >> 3) as usize % 2]
+            } else {
+                x
+            };
+            let (le, zero) = (bits.to_le_bytes(), [0u8; 8]);
+            let v = &le[..dtype.size()];
+            let nan = match dtype {
+                DType::F32 => f32::from_le_bytes(v.try_into().unwrap()).is_nan(),
+                DType::F64 => f64::from_le_bytes(v.try_into().unwrap()).is_nan(),
+                DType::F16 => f16::from_le_bytes(v.try_into().unwrap()).is_nan(),
+                DType::BF16 => bf16::from_le_bytes(v.try_into().unwrap()).is_nan(),
+                _ => false,
+            };
+            out.extend_from_slice(if nan { &zero[..dtype.size()] } else { v });
+        }
+        out
+    }
+
+    #[test]
+    fn reductions_claimed_exact_give_the_same_bits_in_any_order() {
+        for dtype in DType::ALL {
+            let [a, b, c] = [1, 2, 3].map(|seed| any_values(dtype, 4096, seed * 0x9e37_79b9));
+            for op in ReduceOp::ALL
+                .into_iter()
+                .filter(|op| op.check(dtype).is_ok())
+            {
+                if op.same_bits_in_any_order(dtype, 2) {
+                    let ab = folded(dtype, op, &[&a, &b]);
+                    assert_eq!(ab, folded(dtype, op, &[&b, &a]), "{op} of {dtype}, 2 ranks");
+                }
+                if op.same_bits_in_any_order(dtype, 3) {
+                    let want = folded(dtype, op, &[&a, &b, &c]);
+                    let bc = folded(dtype, op, &[&b, &c]);
+                    for order in [
+                        [&a, &c, &b],
+                        [&b, &a, &c],
+                        [&b, &c, &a],
+                        [&c, &a, &b],
+                        [&c, &b, &a],
+                    ] {
+                        let order = order.map(Vec::as_slice);
+                        assert_eq!(want, folded(dtype, op, &order), "{op} of {dtype}, 3 ranks");
+                    }
+                    assert_eq!(
+                        want,
+                        folded(dtype, op, &[&a, &bc]),
+                        "{op} of {dtype}, grouped"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn reductions_not_claimed_exact_do_change_with_the_order() {
+        // Float min keeps whichever zero came first.
+        let (pos, neg) = (bytes(&[0.0f32]), bytes(&[-0.0f32]));
+        assert!(!ReduceOp::Min.same_bits_in_any_order(DType::F32, 2));
+        assert_ne!(
+            folded(DType::F32, ReduceOp::Min, &[&pos, &neg]),
+            folded(DType::F32, ReduceOp::Min, &[&neg, &pos])
+        );
+        // A float sum of 3 rounds differently as it is grouped.
+        let [big, minus_big, one] = [1e8f32, -1e8, 1.0].map(|v| bytes(&[v]));
+        assert!(!ReduceOp::Sum.same_bits_in_any_order(DType::F32, 3));
+        assert_ne!(
+            folded(DType::F32, ReduceOp::Sum, &[&big, &minus_big, &one]),
+            folded(DType::F32, ReduceOp::Sum, &[&big, &one, &minus_big])
+        );
+    }
+
     #[test]
     fn op_dtype_rules() {
         assert!(ReduceOp::Avg.check(DType::I32).is_err());

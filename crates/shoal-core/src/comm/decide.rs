@@ -281,7 +281,7 @@ impl Communicator {
     }
 
     /// The algorithms the calls of `key` measure as they run (`adapt.rs`):
-    /// where `SHOAL_ADAPT` covers the collective, the call is the plans'
+    /// where `SHOAL_ADAPT` covers the call, the call is the plans'
     /// and the selector's to decide, without per-rank counts, its per-rank
     /// block at least `SHOAL_ADAPT_BYTES`, and the selector names several.
     fn contenders(
@@ -293,7 +293,9 @@ impl Communicator {
         let config = &self.engine.config;
         let shape = &key.shape;
         let bytes = shape.count * key.dtype.size();
-        let adapts = config.adapt.covers(shape.collective)
+        let adapts = config
+            .adapt
+            .covers(shape.collective, key.dtype, key.op, shape.world)
             && provider == ProviderId::PLANS
             && key.named.is_none()
             && self.size() > 1
