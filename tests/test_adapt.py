@@ -78,13 +78,19 @@ def algorithms_by_count(trace_dir: Path, n: int, collective: str) -> dict[int, s
     return by_count
 
 
-@pytest.mark.parametrize(("n", "dtype"), [(2, "float32"), (3, "int32")])
-def test_reductions_whose_bits_cannot_change_adapt_by_default(tmp_path: Path, n: int, dtype: str) -> None:
+@pytest.mark.parametrize(
+    ("n", "collective", "dtype"),
+    [(2, "allreduce", "float32"), (3, "allreduce", "int32"), (2, "reduce_scatter", "float32")],
+)
+def test_reductions_whose_bits_cannot_change_adapt_by_default(
+    tmp_path: Path, n: int, collective: str, dtype: str
+) -> None:
     # A float sum of 2 ranks is one rounding whatever the algorithm;
-    # integer reductions are exact in any order.
+    # integer reductions are exact in any order. The worker checks every
+    # call's result, the trace that every rank ran the same algorithm.
     env = {**PRICED_ALIKE, "SHOAL_TRACE": str(tmp_path)}
-    launch(n, "adapt.py", "allreduce", dtype, env=env)
-    by_count = algorithms_by_count(tmp_path, n, "allreduce")
+    launch(n, "adapt.py", collective, dtype, env=env)
+    by_count = algorithms_by_count(tmp_path, n, collective)
     assert all(len(a) >= 2 for a in by_count.values()), by_count
 
 

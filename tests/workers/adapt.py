@@ -37,6 +37,9 @@ def run(g: shoal.Group, collective: str, n: int) -> None:
             out = np.empty(n * world, dtype=DTYPE)
             g.allgather(value(rank, call, n), out)
             x, expected = out, np.concatenate([value(r, call, n) for r in range(world)])
+        elif collective == "reduce_scatter":
+            x = g.reduce_scatter(value(rank, call, n * world))
+            expected = sum(value(r, call, n * world) for r in range(world))[rank * n : (rank + 1) * n]
         else:
             x = value(rank, call, n)
             g.allreduce(x)
