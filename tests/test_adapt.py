@@ -13,10 +13,13 @@ from conftest import launch, spawn_ranks
 from shoal.trace import load_rank
 
 # Reads in place priced as messages, so that both ways of moving data are
-# contenders whatever this machine's calibration says; no measured rows.
+# contenders whatever this machine's calibration says; no measured rows; and
+# the host's CPUs counted as more than its ranks, since calls do not adapt
+# where ranks outnumber CPUs (3 ranks on a 2-CPU machine would not).
 PRICED_ALIKE = {
     "SHOAL_COST": "alpha=2e-6,beta=1e-10,gamma=1e-10,alpha_local=1e-6,beta_local=1e-10,beta_read=1e-10",
     "SHOAL_TUNE_BUILTIN": "0",
+    "SHOAL_HOST_CPUS": "64",
 }
 
 
@@ -100,6 +103,19 @@ def test_float_reductions_of_3_ranks_do_not_adapt_by_default(tmp_path: Path) -> 
     launch(3, "adapt.py", "allreduce", env=env)
     by_count = algorithms_by_count(tmp_path, 3, "allreduce")
     assert all(len(a) == 1 for a in by_count.values()), by_count
+
+
+@pytest.mark.parametrize("cpus", [("1", "1"), ("1", "2")])
+def test_no_call_adapts_where_some_host_runs_more_ranks_than_cpus(tmp_path: Path, cpus: tuple[str, str]) -> None:
+    # A call's time no longer measures the job's throughput. Every rank
+    # agrees, even one whose own count says its ranks fit.
+    env = {**PRICED_ALIKE, "SHOAL_TRACE": str(tmp_path)}
+    results = spawn_ranks(
+        2, "adapt.py", "broadcast", env=env, rank_env=lambda r: {"SHOAL_HOST_CPUS": cpus[r]}, timeout=240
+    )
+    for r, res in enumerate(results):
+        assert res.returncode == 0, f"rank {r}: {res.stderr[-2000:]}"
+    assert all(len(a) == 1 for a in algorithms_by_count(tmp_path, 2, "broadcast").values())
 
 
 def test_the_setting_must_be_alike_on_every_rank() -> None:

@@ -2,6 +2,7 @@
 //! returning the world communicator.
 
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -198,16 +199,27 @@ fn agree_on_tracing(world: &Communicator, on: bool) -> Result<()> {
 /// Checks that every rank sets `SHOAL_ADAPT` and `SHOAL_ADAPT_BYTES` alike:
 /// the calls they cover exchange their measurements, in call order, so a
 /// rank whose calls did not would see its next call meet an exchange.
+/// Also agrees whether some host runs more ranks than it has CPUs: then no
+/// call adapts, on any rank. A call's time then does not measure what the
+/// job gets done: each rank's calls return while others wait for a CPU.
+/// 4 ranks on 2 vCPUs: the adapting 32 KiB broadcast flapped between
+/// chains each epoch, measured at 5-11 us a call, and ran at 26-29 us a
+/// call, against 18-23 without adapting (docs/benchmarks.md).
 fn agree_on_adaptation(world: &Communicator) -> Result<()> {
     if world.size() == 1 {
         return Ok(());
     }
-    let config = &world.engine().config;
-    let mut mine = [0u8; 9];
+    let engine = world.engine();
+    let config = &engine.config;
+    let oversubscribed = engine.local_ranks.len() > config.host_cpus;
+    let mut mine = [0u8; 10];
     mine[0] = config.adapt as u8;
-    mine[1..].copy_from_slice(&(config.adapt_bytes as u64).to_le_bytes());
+    mine[1..9].copy_from_slice(&(config.adapt_bytes as u64).to_le_bytes());
+    mine[9] = u8::from(oversubscribed);
     let all = world.allgather_bytes(&mine)?;
-    let settings = agree::groups(&all, mine.len(), |r| r);
+    let anywhere = all.chunks_exact(mine.len()).any(|r| r[9] == 1);
+    engine.oversubscribed.store(anywhere, Ordering::Relaxed);
+    let settings = agree::groups(&all, mine.len(), |r| &r[..9]);
     if settings.len() == 1 {
         return Ok(());
     }
@@ -215,7 +227,7 @@ fn agree_on_adaptation(world: &Communicator) -> Result<()> {
         .iter()
         .map(|(r, ranks)| {
             let mode = AdaptMode::ALL[usize::from(r[0])].name();
-            let bytes = u64::from_le_bytes(r[1..].try_into().unwrap());
+            let bytes = u64::from_le_bytes(r[1..9].try_into().unwrap());
             let on = agree::ranks_text(ranks, world.members());
             format!("SHOAL_ADAPT={mode} SHOAL_ADAPT_BYTES={bytes} on {on}")
         })

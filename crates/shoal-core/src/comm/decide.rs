@@ -4,6 +4,7 @@
 //! The providers are asked through the table of `comm/mod.rs`
 //! (`providers.rs`): none is named here.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard, Weak};
 
 use shoal_plan::{CallShape, Collective};
@@ -283,7 +284,8 @@ impl Communicator {
     /// The algorithms the calls of `key` measure as they run (`adapt.rs`):
     /// where `SHOAL_ADAPT` covers the call, the call is the plans'
     /// and the selector's to decide, without per-rank counts, its per-rank
-    /// block at least `SHOAL_ADAPT_BYTES`, and the selector names several.
+    /// block at least `SHOAL_ADAPT_BYTES`, no host of the job runs more ranks
+    /// than it has CPUs, and the selector names several.
     fn contenders(
         &self,
         key: &DecisionKey,
@@ -301,7 +303,8 @@ impl Communicator {
             && self.size() > 1
             && shape.counts.is_none()
             && bytes > 0
-            && bytes >= config.adapt_bytes;
+            && bytes >= config.adapt_bytes
+            && !self.engine.oversubscribed.load(Ordering::Relaxed);
         if !adapts {
             return Ok(None);
         }
