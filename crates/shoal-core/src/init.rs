@@ -211,14 +211,17 @@ fn agree_on_adaptation(world: &Communicator) -> Result<()> {
     }
     let engine = world.engine();
     let config = &engine.config;
-    let oversubscribed = engine.local_ranks.len() > config.host_cpus;
+    let oversubscribed =
+        shoal_transport::shm::oversubscribed(engine.local_ranks.len(), config.host_cpus);
     let mut mine = [0u8; 10];
     mine[0] = config.adapt as u8;
     mine[1..9].copy_from_slice(&(config.adapt_bytes as u64).to_le_bytes());
     mine[9] = u8::from(oversubscribed);
     let all = world.allgather_bytes(&mine)?;
     let anywhere = all.chunks_exact(mine.len()).any(|r| r[9] == 1);
-    engine.oversubscribed.store(anywhere, Ordering::Relaxed);
+    engine
+        .oversubscribed_somewhere
+        .store(anywhere, Ordering::Relaxed);
     let settings = agree::groups(&all, mine.len(), |r| &r[..9]);
     if settings.len() == 1 {
         return Ok(());

@@ -229,7 +229,7 @@ impl WaitPolicy {
     /// CPUs spins.
     pub fn spin(self, local_ranks: usize, cpus: usize) -> Spin {
         match self {
-            WaitPolicy::Auto if local_ranks <= cpus => Spin::BusyFirst,
+            WaitPolicy::Auto if !crate::shm::oversubscribed(local_ranks, cpus) => Spin::BusyFirst,
             WaitPolicy::Auto | WaitPolicy::Yield => Spin::Yielding,
             WaitPolicy::Spin => Spin::Busy,
         }

@@ -61,6 +61,10 @@ const EXPLORE_BUDGET: f64 = 0.02;
 /// this many times (so one unlucky call does not send it away for long).
 const UNKNOWN_SLOWER: f64 = 1.5;
 const MOST_SLOWER: f64 = 4.0;
+/// An exploration's calls of its contender: an untimed one, which pays
+/// for the switch from the leader's algorithm (its buffers, its rings'
+/// cache lines), then a timed one.
+const EXPLORE_CALLS: usize = 2;
 /// A leader whose time changes by this factor between epochs: the host
 /// changed, and every contender is measured again.
 const SHIFT: f64 = 1.5;
@@ -246,8 +250,8 @@ impl State {
                 } else {
                     self.credit -= cost;
                 }
-                self.exploring.push((c, false));
-                self.exploring.push((c, true));
+                let timed = (1..=EXPLORE_CALLS).map(|call| (c, call == EXPLORE_CALLS));
+                self.exploring.extend(timed);
             }
         }
         self.length = (self.exploring.len() + MIN_LEADER_CALLS).max(self.leader_calls());
@@ -259,7 +263,7 @@ impl State {
     /// leader (`lead` seconds a call) instead.
     fn exploring_cost(&self, c: usize, lead: f64) -> f64 {
         let time = self.estimate[c].map_or(UNKNOWN_SLOWER * lead, |t| t.min(MOST_SLOWER * lead));
-        2.0 * (time - lead).max(0.0)
+        EXPLORE_CALLS as f64 * (time - lead).max(0.0)
     }
 
     /// The leader's calls that last about `EPOCH_SECONDS`; the first

@@ -304,7 +304,7 @@ impl Communicator {
             && shape.counts.is_none()
             && bytes > 0
             && bytes >= config.adapt_bytes
-            && !self.engine.oversubscribed.load(Ordering::Relaxed);
+            && !self.engine.oversubscribed_somewhere.load(Ordering::Relaxed);
         if !adapts {
             return Ok(None);
         }

@@ -49,7 +49,7 @@ pub struct Engine {
     pub(super) has_failed: AtomicBool,
     /// Whether some host of the job runs more ranks than it has CPUs,
     /// agreed at init (`init::agree_on_adaptation`): no call adapts then.
-    pub(crate) oversubscribed: AtomicBool,
+    pub(crate) oversubscribed_somewhere: AtomicBool,
     /// The trace (`SHOAL_TRACE`) and the flight recorder.
     pub tracing: Tracing,
     /// Keeps whatever the transport needs alive (store, store server).
@@ -82,7 +82,7 @@ impl Engine {
             ina_backup: Mutex::new(Vec::new()),
             failed: Mutex::new(None),
             has_failed: AtomicBool::new(false),
-            oversubscribed: AtomicBool::new(false),
+            oversubscribed_somewhere: AtomicBool::new(false),
             tracing,
             _keepalive: keepalive,
         }

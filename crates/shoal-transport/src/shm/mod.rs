@@ -282,8 +282,8 @@ impl ShmTransport {
             cfg.unexpected_bytes,
         );
         inner.matcher.limit_run_ahead(cfg.run_ahead);
-        let cpus = cfg.cpus;
-        if locals.len() <= cpus {
+        let oversubscribed = oversubscribed(locals.len(), cfg.cpus);
+        if !oversubscribed {
             inner.split_bytes = cfg.split_bytes;
         }
         for (r, map, peer_pid) in maps.into_iter().filter(|(r, ..)| *r != cfg.rank) {
@@ -310,13 +310,9 @@ impl ShmTransport {
             window,
             reads_all,
             slot_size,
-            cma_min_call: if locals.len() <= cpus {
-                cfg.cma_min_call
-            } else {
-                0
-            },
+            cma_min_call: if oversubscribed { 0 } else { cfg.cma_min_call },
             next_slot: std::sync::atomic::AtomicUsize::new(0),
-            spin: cfg.wait.spin(locals.len(), cpus),
+            spin: cfg.wait.spin(locals.len(), cfg.cpus),
         })
     }
 
@@ -546,6 +542,14 @@ impl Transport for ShmTransport {
 /// quota): the default count of the CPUs its host's ranks share.
 pub fn process_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Whether a host's `local_ranks` outnumber its `cpus`: then some rank
+/// always waits for a CPU, so no rank may busy-wait, a call's time does
+/// not measure the job's throughput, and splitting a message across
+/// helpers only adds switches.
+pub fn oversubscribed(local_ranks: usize, cpus: usize) -> bool {
+    local_ranks > cpus
 }
 
 impl Drop for ShmTransport {

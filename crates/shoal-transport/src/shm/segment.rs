@@ -133,9 +133,16 @@ impl Mapping {
         unsafe { &*(self.ptr as *const Control) }
     }
 
-    pub(super) fn ring(self: &Arc<Self>, slot: usize, size: usize) -> Ring {
+    /// Where ring `slot` (of `size` bytes, after its header) begins: the
+    /// rings follow the control block, each header then data.
+    fn ring_offset(&self, slot: usize, size: usize) -> usize {
         let off = CONTROL_SIZE + slot * (RING_HDR_SIZE + size);
         assert!(off + RING_HDR_SIZE + size <= self.len);
+        off
+    }
+
+    pub(super) fn ring(self: &Arc<Self>, slot: usize, size: usize) -> Ring {
+        let off = self.ring_offset(slot, size);
         // SAFETY: in bounds (asserted).
         let hdr = unsafe { self.ptr.add(off) } as *const RingHdr;
         let data = unsafe { self.ptr.add(off + RING_HDR_SIZE) };
@@ -154,9 +161,7 @@ impl Mapping {
     /// 32 KiB allreduces by recursive_doubling (4 MiB through the ring, the
     /// default size) took 20 us each, the rest 5 (docs/benchmarks.md).
     pub(super) fn prefault_ring(&self, slot: usize, size: usize) {
-        let off = CONTROL_SIZE + slot * (RING_HDR_SIZE + size);
-        let len = RING_HDR_SIZE + size;
-        assert!(off + len <= self.len);
+        let (off, len) = (self.ring_offset(slot, size), RING_HDR_SIZE + size);
         if !self.populate(off, len) {
             self.touch(off, len);
         }
