@@ -266,11 +266,10 @@ fn mapped_segment_bytes(job: &str) -> Vec<usize> {
     mapped
 }
 
-#[test]
-fn every_ring_is_mapped_by_its_writer_and_its_reader_at_setup() {
-    // Not at a message's first pass through it, a fault per 4 KiB.
-    let job = job_id("prefault");
-    let ring = 1 << 20;
+/// Bytes mapped of each mapping of a 2-rank setup's segments, as rank 0
+/// sees them once both ranks have connected with `configure`d configs.
+fn mapped_at_setup(name: &str, configure: fn(&mut ShmConfig)) -> Vec<usize> {
+    let job = job_id(name);
     let store = Arc::new(MemStore::default());
     let connected = Arc::new(std::sync::Barrier::new(2));
     let mapped = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -280,7 +279,7 @@ fn every_ring_is_mapped_by_its_writer_and_its_reader_at_setup() {
             let mapped = mapped.clone();
             std::thread::spawn(move || {
                 let mut c = ShmConfig::new(r, 2, vec![0, 1], &job);
-                c.ring_size = ring;
+                configure(&mut c);
                 let t = ShmTransport::connect(&c, &*store).unwrap();
                 connected.wait();
                 if r == 0 {
@@ -294,9 +293,33 @@ fn every_ring_is_mapped_by_its_writer_and_its_reader_at_setup() {
     for h in handles {
         h.join().unwrap();
     }
-    // Each rank maps its own segment (the peer's ring to it) and the
-    // peer's (its ring to the peer): four mappings in this process.
-    let mapped = mapped.lock().unwrap();
+    // Each rank maps its own segment and the peer's: four mappings in
+    // this process.
+    let mapped = std::mem::take(&mut *mapped.lock().unwrap());
     assert_eq!(mapped.len(), 4, "{mapped:?}");
-    assert!(mapped.iter().all(|&b| b >= ring), "{mapped:?}");
+    mapped
+}
+
+#[test]
+fn every_ring_is_mapped_by_its_writer_and_its_reader_at_setup() {
+    // Not at a message's first pass through it, a fault per 4 KiB. Each
+    // mapping holds a ring: the peer's to the rank in its own segment,
+    // the rank's to the peer in the peer's.
+    let mapped = mapped_at_setup("prefault", |c| {
+        c.ring_size = 1 << 20;
+        c.slot_size = 0;
+    });
+    assert!(mapped.iter().all(|&b| b >= 1 << 20), "{mapped:?}");
+}
+
+#[test]
+fn every_slot_buffer_is_mapped_by_its_writer_and_its_reader_at_setup() {
+    // Not at a job's first calls through the slots, a fault each: its own
+    // slots the rank writes, the peer's it reads.
+    let mapped = mapped_at_setup("prefault-slots", |c| {
+        c.ring_size = 4096;
+        c.slot_size = 64 << 10;
+    });
+    let slots = shoal_transport::shm::SLOT_BUFFERS * (64 << 10);
+    assert!(mapped.iter().all(|&b| b >= slots), "{mapped:?}");
 }

@@ -36,12 +36,13 @@
 //! of the leader's calls (4 to 4096 calls; a shape's first epochs 4, 8,
 //! 16, ... calls), so the exchange costs little.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use super::{CommState, Communicator};
 use crate::agree::ranks_text;
 use crate::error::{Error, Result};
+use crate::exec::CompiledPlan;
 use crate::registry::Choice;
 use crate::select::MAX_CONTENDERS;
 
@@ -97,6 +98,10 @@ struct Tally {
 pub(super) struct Adapt {
     pub(super) contenders: Arc<[Choice]>,
     state: Mutex<State>,
+    /// Each contender's plan for this shape, as last fetched: a leader
+    /// other than the selector's choice then runs without a plan-cache
+    /// lookup per call. Weak, so the plan cache's bound still holds.
+    plans: Mutex<[Weak<CompiledPlan>; MAX_CONTENDERS]>,
 }
 
 struct State {
@@ -140,11 +145,27 @@ impl Adapt {
         Adapt {
             contenders,
             state: Mutex::new(state),
+            plans: Mutex::new(std::array::from_fn(|_| Weak::new())),
         }
     }
 
     pub(super) fn contender(&self, index: usize) -> Choice {
         self.contenders[index]
+    }
+
+    /// Contender `index`'s plan: the one it last ran while still cached,
+    /// else `fetch`'s (from the plan cache, or built).
+    pub(super) fn plan(
+        &self,
+        index: usize,
+        fetch: impl FnOnce() -> Result<Arc<CompiledPlan>>,
+    ) -> Result<Arc<CompiledPlan>> {
+        if let Some(plan) = self.plans.lock().unwrap()[index].upgrade() {
+            return Ok(plan);
+        }
+        let plan = fetch()?;
+        self.plans.lock().unwrap()[index] = Arc::downgrade(&plan);
+        Ok(plan)
     }
 
     /// The contender that leads now (for inspection).

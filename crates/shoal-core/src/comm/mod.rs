@@ -494,7 +494,8 @@ impl Communicator {
                 st = locked;
                 if adapted.index != 0 {
                     let choice = adapted.adapt.contender(adapted.index);
-                    cp = self.plan(shape.clone(), choice, source)?;
+                    cp = (adapted.adapt)
+                        .plan(adapted.index, || self.plan(shape.clone(), choice, source))?;
                     decision.run_by(choice);
                 }
                 Some(adapted)

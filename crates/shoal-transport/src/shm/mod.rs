@@ -221,6 +221,7 @@ impl ShmTransport {
 
         let path = seg_path(&cfg.job_id, cfg.rank);
         let own = Arc::new(create_segment(&path, seg_len)?);
+        own.prefault_slots(slot_size);
         // Unlinks the name once every local rank has mapped the segment, or
         // on any early return: a failed setup leaves nothing in /dev/shm.
         let name = Unlink(path);
@@ -245,6 +246,7 @@ impl ShmTransport {
                 .map_err(|_| io_err(&format!("rank {r} published a bad pid {v:?}")))?;
             let map = Arc::new(open_segment(&seg_path(&cfg.job_id, r), seg_len)?);
             map.prefault_ring(me, ring_size);
+            map.prefault_slots(slot_size);
             let owner = map.control().pid.load(Ordering::Acquire);
             if owner as i32 != peer_pid {
                 return Err(io_err(&format!(

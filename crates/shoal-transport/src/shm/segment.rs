@@ -161,7 +161,25 @@ impl Mapping {
     /// 32 KiB allreduces by recursive_doubling (4 MiB through the ring, the
     /// default size) took 20 us each, the rest 5 (docs/benchmarks.md).
     pub(super) fn prefault_ring(&self, slot: usize, size: usize) {
-        let (off, len) = (self.ring_offset(slot, size), RING_HDR_SIZE + size);
+        self.prefault(self.ring_offset(slot, size), RING_HDR_SIZE + size);
+    }
+
+    /// Maps the slot buffers (each of `size` bytes) into this process's
+    /// page tables now, as [`Mapping::prefault_ring`] a ring: a call through
+    /// the slots uses the next one, so without it each of a job's first
+    /// `SLOT_BUFFERS` calls that exposes data faults in its writer and its
+    /// readers (8 KiB allreduces by shm_flat on the 2-vCPU dev VM: 10-13 us
+    /// each, then 2-3).
+    pub(super) fn prefault_slots(&self, size: usize) {
+        let len = SLOT_BUFFERS * size;
+        if len > 0 {
+            self.prefault(self.slot_offset(0, size), len);
+        }
+    }
+
+    /// Maps bytes `off..off + len` of this mapping writable now.
+    fn prefault(&self, off: usize, len: usize) {
+        assert!(off + len <= self.len);
         if !self.populate(off, len) {
             self.touch(off, len);
         }
@@ -200,10 +218,17 @@ impl Mapping {
 
     /// Slot buffer `index` of `size` bytes: the segment ends with them.
     pub(super) fn slot_data(&self, index: usize, size: usize) -> *mut u8 {
+        let off = self.slot_offset(index, size);
+        // SAFETY: in bounds (`slot_offset` asserts it).
+        unsafe { self.ptr.add(off) }
+    }
+
+    /// Where slot buffer `index` of `size` bytes begins: the segment ends
+    /// with them.
+    fn slot_offset(&self, index: usize, size: usize) -> usize {
         let off = self.len - (SLOT_BUFFERS - index) * size;
         assert!(index < SLOT_BUFFERS && off >= CONTROL_SIZE);
-        // SAFETY: in bounds (asserted).
-        unsafe { self.ptr.add(off) }
+        off
     }
 
     pub(super) fn bell(self: &Arc<Self>) -> Doorbell {
