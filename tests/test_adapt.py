@@ -62,6 +62,16 @@ def test_adapting_calls_are_right_and_every_rank_runs_the_same(
         assert len(tried) >= 2, f"{collective} ran only {tried}"
 
 
+def test_calls_of_16_kib_adapt_by_default(tmp_path: Path) -> None:
+    # 4096 float32 values, SHOAL_ADAPT_BYTES' default: on the dev VM, which
+    # of shm_read and the chains is the faster 16 KiB broadcast moves with
+    # the VM's state from one run to the next (docs/benchmarks.md).
+    env = {**PRICED_ALIKE, "SHOAL_TRACE": str(tmp_path), "ADAPT_COUNTS": "4096"}
+    launch(2, "adapt.py", "broadcast", env=env)
+    tried = {a for _, a in algorithms_by_call(tmp_path, 2)["broadcast"]}
+    assert len(tried) >= 2, f"16 KiB broadcasts ran only {tried}"
+
+
 def test_off_keeps_each_shape_to_one_algorithm(tmp_path: Path) -> None:
     env = {**PRICED_ALIKE, "SHOAL_ADAPT": "off", "SHOAL_TRACE": str(tmp_path)}
     launch(2, "adapt.py", "broadcast", env=env)

@@ -7,6 +7,7 @@ dtype (float32 by default)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -14,7 +15,8 @@ import numpy as np
 import shoal
 
 CALLS = 400  # a shape explores once its leader has run about 50 calls per contender
-COUNTS = (20011, 300007)  # 80 KB and 1.2 MB of 4-byte values, odd
+# 80 KB and 1.2 MB of 4-byte values, odd; ADAPT_COUNTS names others.
+COUNTS = tuple(int(c) for c in os.environ.get("ADAPT_COUNTS", "20011,300007").split(","))
 
 
 DTYPE = np.dtype(sys.argv[2] if len(sys.argv) > 2 else "float32")

@@ -458,7 +458,7 @@ pub struct Config {
     /// `SHOAL_ADAPT` (default `exact`): which collectives' automatic
     /// choices follow the speeds measured while the job runs (`comm/adapt.rs`).
     pub adapt: AdaptMode,
-    /// `SHOAL_ADAPT_BYTES` (default 32768): ... in calls whose per-rank
+    /// `SHOAL_ADAPT_BYTES` (default 16384): ... in calls whose per-rank
     /// block is at least this large.
     pub adapt_bytes: usize,
     /// `SHOAL_HOST_ID` (default: the hostname): ranks with equal ids share memory.
@@ -603,7 +603,7 @@ impl Config {
                 1 << 40,
             )?,
             adapt: parse_adapt(env)?,
-            adapt_bytes: whole(env, "SHOAL_ADAPT_BYTES", 32_768, 0, usize::MAX)?,
+            adapt_bytes: whole(env, "SHOAL_ADAPT_BYTES", 16_384, 0, usize::MAX)?,
             host_id: env("SHOAL_HOST_ID").filter(|s| !s.is_empty()),
             tcp_addr: parse_tcp_addr(env)?,
             tcp_congestion: parse_congestion(env)?,
