@@ -177,7 +177,7 @@ pub const VARIABLES: &[Variable] = &[
     ),
     var(
         "SHOAL_ADAPT_BYTES",
-        "32768",
+        "16384",
         "... for calls whose per-rank block is at least this large",
         "shoal-core config.rs, comm/adapt.rs",
     ),
