@@ -321,15 +321,18 @@ impl State {
         let fastest = (0..n)
             .filter_map(|c| self.estimate[c].map(|t| (c, t)))
             .min_by(|x, y| x.1.total_cmp(&y.1));
-        // A leader whose time moved is not compared with the others' older
-        // estimates, which the same change (a slow spell of the whole host)
-        // may not show yet: they are measured again first, below.
-        let switched = !shifted
-            && match (fastest, self.estimate[self.leader]) {
-                (Some((c, t)), Some(lead)) => c != self.leader && t < lead * TAKE_LEAD,
-                (Some((c, _)), None) => c != self.leader,
-                (None, _) => false,
-            };
+        // Only a contender measured in this epoch takes the lead: alongside
+        // the leader, in the same state of the host. One whose older
+        // estimate beats the leader's time of this epoch (a slow spell of
+        // the whole host, a preempted call) is explored first: by the
+        // estimates that costs nothing, so the next epoch does it.
+        let switched = match (fastest, self.estimate[self.leader]) {
+            (Some((c, t)), Some(lead)) => {
+                c != self.leader && t < lead * TAKE_LEAD && measured[c].is_some()
+            }
+            (Some((c, _)), None) => c != self.leader,
+            (None, _) => false,
+        };
         if switched {
             self.leader = fastest.unwrap().0;
         }
@@ -603,6 +606,31 @@ mod tests {
             .max()
             .unwrap();
         assert!(longest_run_of_another <= EXPLORE_CALLS, "{picks:?}");
+    }
+
+    #[test]
+    fn only_a_contender_measured_in_the_epoch_takes_the_lead() {
+        // The leader (0) measured 1.0 ms, then one epoch at 1.35 ms (a
+        // preempted call; not a shift). Contender 1's estimate, 1.2 ms, is
+        // from an earlier epoch: it is explored again, not given the lead.
+        let adapt = Adapt::new(contenders(&["binomial", "shm_read"]));
+        let mut st = adapt.state.lock().unwrap();
+        let mut measured = [None; MAX_CONTENDERS];
+        measured[..2].copy_from_slice(&[Some(1.0e-3), Some(1.2e-3)]);
+        st.conclude(&measured, 2);
+        assert_eq!(st.leader, 0);
+        measured[..2].copy_from_slice(&[Some(1.35e-3), None]);
+        st.conclude(&measured, 2);
+        assert_eq!(st.leader, 0);
+        assert!(
+            st.exploring.iter().any(|&(c, _)| c == 1),
+            "{:?}",
+            st.exploring
+        );
+        // Measured alongside the leader's slow epoch, it leads.
+        measured[..2].copy_from_slice(&[Some(1.35e-3), Some(1.2e-3)]);
+        st.conclude(&measured, 2);
+        assert_eq!(st.leader, 1);
     }
 
     #[test]
