@@ -18,7 +18,10 @@
 //! - At the end of an epoch the ranks exchange what they timed
 //!   (`Communicator::allgather_bytes`, in call order), and every rank
 //!   computes the same new leader from the same bytes: a contender's
-//!   estimate is the slowest rank's mean time per call.
+//!   estimate is the slowest rank's mean time per call. A contender takes
+//!   the lead only when measured in the same epoch as the leader, in the
+//!   same state of the host; one whose older estimate is the faster is
+//!   explored first.
 //! - Exploring costs at most 2% of the leader's time, by the estimates: the
 //!   leader's calls build credit at that rate, and an exploration is due
 //!   once the credit covers what it is expected to cost over the leader's
