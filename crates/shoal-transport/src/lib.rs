@@ -332,8 +332,8 @@ impl Exposed {
 pub enum SlotExpose {
     /// Copied into slot buffer `index`.
     Placed(usize),
-    /// The slot buffer to fill next is still read by peers (of the call
-    /// before the last one): try again when they are done.
+    /// Every slot buffer is still read by peers (of the calls before):
+    /// try again when they are done.
     Busy,
     /// The region does not fit a slot buffer (or slots are off).
     TooBig,
@@ -349,11 +349,12 @@ pub trait SharedWindow {
     /// call `stamp` with signature `sig`, with no reads done yet, and wakes
     /// the local peers.
     fn expose(&self, flag: u32, stamp: u64, sig: &CallSig, addr: u64, len: usize) -> Result<()>;
-    /// Copies `src` into this rank's next slot buffer and publishes it under
-    /// `flag` like [`SharedWindow::expose`]; the owner need not wait for its
-    /// readers (they are awaited when the buffer is reused).
+    /// Copies `src` into the first of this rank's slot buffers whose reads
+    /// are all counted, and publishes it under `flag` like
+    /// [`SharedWindow::expose`]; the owner need not wait for its readers
+    /// (they are awaited when the buffer is reused).
     fn expose_slot(&self, flag: u32, stamp: u64, sig: &CallSig, src: &[u8]) -> Result<SlotExpose>;
-    /// Whether the slot buffer this rank fills next is still being read.
+    /// Whether every slot buffer of this rank is still being read.
     fn slot_busy(&self) -> bool;
     /// Records that `reads` peer reads will be made of slot buffer `index`
     /// (its plan's Release), after which the buffer may be filled again.

@@ -66,3 +66,34 @@ fn slots_are_taken_in_turn_and_wait_for_their_readers() {
         }
     });
 }
+
+/// Calls whose readers keep up reuse the same buffers (warm in both ranks'
+/// caches): an owner fills the first buffer whose reads are counted, not the
+/// next in turn.
+#[test]
+fn the_first_buffer_read_out_is_filled_again() {
+    let barrier = Arc::new(Barrier::new(2));
+    run(Kind::Shm, 2, 1 << 16, move |rank, t| {
+        let w = t.shared().expect("shm has a shared window");
+        let s = sig();
+        // Call 1 in buffer 0; call 2, while buffer 0 is unread, in buffer 1;
+        // once rank 1 has read call 1, call 3 in buffer 0 again.
+        if rank == 0 {
+            for (call, want) in [(1u64, 0usize), (2, 1)] {
+                let placed = w.expose_slot(0, call, &s, b"data").unwrap();
+                assert_eq!(placed, SlotExpose::Placed(want), "call {call}");
+                w.slot_release(want, 1).unwrap();
+            }
+            barrier.wait();
+            barrier.wait();
+            let placed = w.expose_slot(0, 3, &s, b"data").unwrap();
+            assert_eq!(placed, SlotExpose::Placed(0), "call 3");
+        } else {
+            barrier.wait();
+            let (data, index) = slot_bytes(w.exposed(0, 0, 1, &s).unwrap().expect("exposed"));
+            assert_eq!((&data[..], index), (&b"data"[..], 0));
+            w.read_done(0, 0, Some(0)).unwrap();
+            barrier.wait();
+        }
+    });
+}

@@ -197,8 +197,6 @@ pub struct ShmTransport {
     /// Large messages are read in place only in calls this large
     /// (`ShmConfig::cma_min_call`, 0 when oversubscribed).
     cma_min_call: usize,
-    /// The slot buffer this rank fills next.
-    next_slot: std::sync::atomic::AtomicUsize,
     /// How this rank's waits spin (`SHOAL_WAIT`).
     spin: Spin,
 }
@@ -313,7 +311,6 @@ impl ShmTransport {
             reads_all,
             slot_size,
             cma_min_call: if oversubscribed { 0 } else { cfg.cma_min_call },
-            next_slot: std::sync::atomic::AtomicUsize::new(0),
             spin: cfg.wait.spin(locals.len(), cfg.cpus),
         })
     }

@@ -50,10 +50,10 @@ pub(super) struct Control {
     pub(super) slots: [SlotHdr; SLOT_BUFFERS],
 }
 
-/// Slot buffers per rank, used in turn: a call fills one while peers may
-/// still read those of the calls before, so a rank that exposes (a
-/// broadcast's root) runs up to this many calls ahead of its slowest reader
-/// before it waits. Two made the root wait for readers that had not been
+/// Slot buffers per rank: a call fills a free one while peers may still
+/// read those of the calls before, so a rank that exposes (a broadcast's
+/// root) runs up to this many calls ahead of its slowest reader before it
+/// waits. Two made the root wait for readers that had not been
 /// scheduled yet: 8-byte `shm_read` broadcasts at 4 ranks on 2 vCPUs took
 /// 22.7 us with two, 14.0 us with eight (docs/benchmarks.md). Eight headers
 /// are what fits the control block.
@@ -165,9 +165,8 @@ impl Mapping {
     }
 
     /// Maps the slot buffers (each of `size` bytes) into this process's
-    /// page tables now, as [`Mapping::prefault_ring`] a ring: a call through
-    /// the slots uses the next one, so without it each of a job's first
-    /// `SLOT_BUFFERS` calls that exposes data faults in its writer and its
+    /// page tables now, as [`Mapping::prefault_ring`] a ring: without it
+    /// the first call through each slot faults in its writer and its
     /// readers (8 KiB allreduces by shm_flat on the 2-vCPU dev VM: 10-13 us
     /// each, then 2-3).
     pub(super) fn prefault_slots(&self, size: usize) {

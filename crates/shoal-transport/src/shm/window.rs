@@ -6,11 +6,14 @@
 //! waits for that count before it writes the region again.
 //!
 //! Small regions go through slots instead (`expose_slot`): the owner copies
-//! them into the next of its slot buffers at the end of its segment, which
-//! every local peer has mapped, and peers read them with plain loads. The
-//! owner does not wait for those reads: it takes the buffers in turn, and before
-//! filling one again waits until the reads its last plan declared
-//! (`slot_release`) are counted, which by then is almost always so.
+//! them into one of its slot buffers at the end of its segment, which every
+//! local peer has mapped, and peers read them with plain loads. The owner
+//! does not wait for those reads: it fills the first buffer whose reads, as
+//! its plan declared them (`slot_release`), are all counted. Calls whose
+//! readers keep up so reuse one or two buffers, which stay in both ranks'
+//! caches (taking the eight in turn, 8 KiB broadcasts took 1.5 times as
+//! long on the 2-vCPU dev VM: docs/benchmarks.md); a rank whose readers
+//! lag, as a broadcast's root, runs ahead on the others.
 //!
 //! Waits spin (yielding), then sleep on this rank's doorbell, which exposing
 //! and reading peers ring; each round polls the transport, so a peer that
@@ -20,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::segment::{Mapping, SlotHdr, EXPOSED_FLAGS, SLOT_BUFFERS};
+use super::segment::{Mapping, SlotHdr, EXPOSED_FLAGS};
 use super::{io, io_err, ShmTransport};
 use crate::doorbell::{wait_on_spinning, Doorbell};
 use crate::{cma, CallSig, Exposed, Result, SharedWindow, SlotExpose, TransportError};
@@ -78,10 +81,9 @@ impl SharedWindow for ShmTransport {
         if src.len() > self.slot_size {
             return Ok(SlotExpose::TooBig);
         }
-        if self.slot_busy() {
+        let Some(index) = self.free_slot() else {
             return Ok(SlotExpose::Busy);
-        }
-        let index = self.next_slot.load(Ordering::Relaxed);
+        };
         let h = &self.own.control().slots[index];
         // SAFETY: the buffer is this rank's and no peer reads it (every read
         // of its last content is counted); src fits (checked above).
@@ -97,8 +99,6 @@ impl SharedWindow for ShmTransport {
             word.store(value, Ordering::Relaxed);
         }
         h.stamp.store(stamp, Ordering::Release);
-        self.next_slot
-            .store((index + 1) % SLOT_BUFFERS, Ordering::Relaxed);
         for p in self.window.iter().flatten() {
             p.bell.ring();
         }
@@ -106,8 +106,7 @@ impl SharedWindow for ShmTransport {
     }
 
     fn slot_busy(&self) -> bool {
-        let h = &self.own.control().slots[self.next_slot.load(Ordering::Relaxed)];
-        h.reads.load(Ordering::Acquire) < h.expected.load(Ordering::Acquire)
+        self.free_slot().is_none()
     }
 
     fn slot_release(&self, index: usize, reads: u32) -> Result<()> {
@@ -177,6 +176,15 @@ impl SharedWindow for ShmTransport {
 }
 
 impl ShmTransport {
+    /// The first slot buffer whose reads are all counted.
+    fn free_slot(&self) -> Option<usize> {
+        self.own
+            .control()
+            .slots
+            .iter()
+            .position(|h| h.reads.load(Ordering::Acquire) >= h.expected.load(Ordering::Acquire))
+    }
+
     /// Errors unless the peer's exposure (signature words `words`) belongs
     /// to a call with our signature.
     fn same_call(
