@@ -31,7 +31,8 @@
 //!   calls (a contender not yet measured is expected to take 1.5 times the
 //!   leader's time, one measured at most four times: one unlucky call does
 //!   not send it away for long). So a contender 5 times slower is tried
-//!   about once per 300 of the leader's calls, 600 where calls are short.
+//!   about once per 300 of the leader's calls (600 where calls are short,
+//!   150 where they are long).
 //! - The leader's first estimate (after a shape's first epoch), a new
 //!   leader, or a leader whose time moved by half between epochs (the host
 //!   changed) has every other contender explored in the next epoch.
