@@ -306,14 +306,14 @@ impl State {
                 self.exploring.extend(timed);
             }
         }
-        let leader_calls = if self.long {
+        let min_leader = if self.long {
             MIN_LEADER_CALLS_LONG
         } else {
             MIN_LEADER_CALLS
         };
         self.length = match self.exploring.len() {
             0 => self.leader_calls(),
-            exploring => (exploring + leader_calls).max(self.leader_calls()),
+            exploring => (exploring + min_leader).max(self.leader_calls()),
         };
         self.taken = 0;
         self.tally = [Tally::default(); MAX_CONTENDERS];
@@ -558,6 +558,16 @@ mod tests {
             .unwrap_or_else(|| panic!("contender {c} never ran {streak} calls in a row"))
     }
 
+    /// The longest run of calls in a row by contenders other than `c`.
+    fn longest_run_of_others(picks: &[usize], c: usize) -> usize {
+        picks
+            .chunk_by(|a, b| a == b)
+            .filter(|run| run[0] != c)
+            .map(<[usize]>::len)
+            .max()
+            .unwrap()
+    }
+
     fn share(picks: &[usize], c: usize) -> f64 {
         picks.iter().filter(|&&p| p == c).count() as f64 / picks.len() as f64
     }
@@ -665,13 +675,10 @@ mod tests {
         // After the first epochs, the others run only their explorations
         // (one call each: the calls are long).
         let led = led_from(&picks, 0, 8);
-        let longest_run_of_another = picks[led..]
-            .chunk_by(|a, b| a == b)
-            .filter(|run| run[0] != 0)
-            .map(<[usize]>::len)
-            .max()
-            .unwrap();
-        assert!(longest_run_of_another <= EXPLORE_CALLS, "{picks:?}");
+        assert!(
+            longest_run_of_others(&picks[led..], 0) <= EXPLORE_CALLS,
+            "{picks:?}"
+        );
     }
 
     #[test]
@@ -720,13 +727,10 @@ mod tests {
         // The other runs only its explorations (free on a tie, so one an
         // epoch), never leads.
         let picks = run(2, &["binomial", "shm_read"], 2000, |_, _| 50e-6);
-        let longest_run_of_another = picks
-            .chunk_by(|a, b| a == b)
-            .filter(|run| run[0] != 0)
-            .map(<[usize]>::len)
-            .max()
-            .unwrap();
-        assert!(longest_run_of_another <= EXPLORE_CALLS_SHORT, "{picks:?}");
+        assert!(
+            longest_run_of_others(&picks, 0) <= EXPLORE_CALLS_SHORT,
+            "{picks:?}"
+        );
         assert!(share(&picks[20..], 0) > 0.85);
     }
 
