@@ -32,7 +32,9 @@
 //!   leader's time, one measured at most four times: one unlucky call does
 //!   not send it away for long). So a contender 5 times slower is tried
 //!   about once per 300 of the leader's calls (600 where calls are short,
-//!   150 where they are long).
+//!   150 where they are long). Contenders take turns, the one measured
+//!   longest ago first, so one cheaper to explore cannot take all the
+//!   credit.
 //! - The leader's first estimate (after a shape's first epoch), a new
 //!   leader, or a leader whose time moved by half between epochs (the host
 //!   changed) has every other contender explored in the next epoch.
@@ -140,6 +142,8 @@ struct State {
     warmed: [bool; MAX_CONTENDERS],
     /// Contenders the next epoch explores whatever the credit.
     due: [bool; MAX_CONTENDERS],
+    /// The epoch in which each contender was last measured.
+    measured_in: [u64; MAX_CONTENDERS],
     epoch: u64,
     /// This epoch's exploring calls, first in the epoch: the contender, and
     /// whether the call is timed.
@@ -162,6 +166,7 @@ impl Adapt {
             credit: 0.0,
             warmed: [false; MAX_CONTENDERS],
             due: [false; MAX_CONTENDERS],
+            measured_in: [0; MAX_CONTENDERS],
             epoch: 0,
             exploring: Vec::new(),
             taken: 0,
@@ -284,19 +289,26 @@ impl Adapt {
 
 impl State {
     /// Starts the epoch `self.epoch`: who is explored, and for how many
-    /// calls. A contender is explored when the credit covers what it is
-    /// expected to cost over the leader's calls; none before the leader has
-    /// an estimate.
+    /// calls. Contenders take turns, the one measured longest ago first: it
+    /// is explored when the credit covers what it is expected to cost over
+    /// the leader's calls, and none measured since goes before it (else a
+    /// contender cheaper to explore would take the credit whenever it
+    /// sufficed, and a dearer one would never be tried again). None is
+    /// explored before the leader has an estimate.
     fn begin_epoch(&mut self, n: usize) {
         self.exploring.clear();
         let lead = self.estimate[self.leader];
         self.long = lead.is_some_and(|t| t >= LONG_CALL);
         if let Some(lead) = lead {
-            for c in (0..n).filter(|&c| c != self.leader) {
+            let mut turns: Vec<usize> = (0..n).filter(|&c| c != self.leader).collect();
+            turns.sort_by_key(|&c| self.measured_in[c]);
+            let mut waiting = false;
+            for c in turns {
                 let cost = self.exploring_cost(c, lead);
                 if std::mem::take(&mut self.due[c]) {
                     // (not charged: the host changed, or the shape is new)
-                } else if cost > self.credit {
+                } else if waiting || cost > self.credit {
+                    waiting = true;
                     continue;
                 } else {
                     self.credit -= cost;
@@ -346,10 +358,9 @@ impl State {
     fn conclude(&mut self, measured: &[Option<f64>; MAX_CONTENDERS], n: usize) {
         let before = self.estimate[self.leader];
         let leader_calls = self.length - self.exploring.len();
-        for (estimate, now) in self.estimate.iter_mut().zip(measured).take(n) {
-            if now.is_some() {
-                *estimate = *now;
-            }
+        for c in (0..n).filter(|&c| measured[c].is_some()) {
+            self.estimate[c] = measured[c];
+            self.measured_in[c] = self.epoch;
         }
         if let Some(lead) = self.estimate[self.leader] {
             self.credit += EXPLORE_BUDGET * leader_calls as f64 * lead;
@@ -777,6 +788,29 @@ mod tests {
             "tried at call {tried}, led from call {led}"
         );
         assert!(share(&picks[led..], 1) > 0.98);
+    }
+
+    #[test]
+    fn a_contender_dearer_to_explore_is_not_starved_by_a_cheaper_one() {
+        // The chain (2) is the fastest, but its first exploration measured
+        // 50 us (unlucky): exploring it again is expected to cost more than
+        // exploring the read (1), at 40 us. Spent on the read whenever it
+        // covered it, the credit never grew to cover the chain, which was
+        // not tried again in the dev VM's jobs (a 512 KiB broadcast led by
+        // binomial for 15 epochs with the chain at 18 us).
+        let picks = run(
+            2,
+            &["binomial", "shm_read", "pipelined_chain"],
+            5000,
+            |c, call| match c {
+                0 => 20e-6,
+                1 => 40e-6,
+                _ if call < 100 => 50e-6,
+                _ => 15e-6,
+            },
+        );
+        let led = led_from(&picks, 2, 50);
+        assert!(led < 1000, "the fastest led from call {led}");
     }
 
     #[test]
