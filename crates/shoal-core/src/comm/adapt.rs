@@ -32,8 +32,9 @@
 //!   leader's time, one measured at most four times: one unlucky call does
 //!   not send it away for long). So a contender 5 times slower is tried
 //!   about once per 300 of the leader's calls (600 where calls are short,
-//!   150 where they are long; with more contenders, each has an equal
-//!   share of the credit, so one cheaper to explore cannot take it all).
+//!   150 where they are long). With more contenders, the credit goes to
+//!   the one charged least so far, so each is charged alike: one cheaper
+//!   to explore is explored more often, but cannot take all the credit.
 //! - The leader's first estimate (after a shape's first epoch), or a
 //!   leader whose time moved by half between epochs (the host changed), has
 //!   every other contender explored in the next epoch. A new leader does
@@ -138,8 +139,10 @@ struct State {
     /// Seconds per call, the slowest rank's mean, as last measured.
     estimate: [Option<f64>; MAX_CONTENDERS],
     /// Seconds of exploring the budget allows now.
-    /// Each contender's share of it: every other contender's grows alike.
-    credit: [f64; MAX_CONTENDERS],
+    credit: f64,
+    /// What each contender's explorations were charged, in all: the
+    /// credit goes to the one charged least, so each is charged alike.
+    charged: [f64; MAX_CONTENDERS],
     /// Whether a contender has led (a shape's first call, untimed, warms up
     /// the selector's choice).
     warmed: [bool; MAX_CONTENDERS],
@@ -164,7 +167,8 @@ impl Adapt {
         let mut state = State {
             leader: 0,
             estimate: [None; MAX_CONTENDERS],
-            credit: [0.0; MAX_CONTENDERS],
+            credit: 0.0,
+            charged: [0.0; MAX_CONTENDERS],
             warmed: [false; MAX_CONTENDERS],
             due: [false; MAX_CONTENDERS],
             epoch: 0,
@@ -289,26 +293,21 @@ impl Adapt {
 
 impl State {
     /// Starts the epoch `self.epoch`: who is explored, and for how many
-    /// calls. A contender is explored when its share of the credit covers
-    /// what that is expected to cost over the leader's calls (each has its
-    /// own share, so that one cheaper to explore, taking the credit whenever
-    /// it sufficed, does not keep a dearer one from ever being tried
-    /// again). None is explored before the leader has an estimate.
+    /// calls: the contenders that are due, then, while the credit covers
+    /// what exploring it is expected to cost over the leader's calls, the
+    /// one charged least so far (stride scheduling: each is charged alike,
+    /// so one cheaper to explore is explored more often, but cannot take
+    /// the credit whenever it suffices and keep a dearer one from ever
+    /// being tried again). None is explored before the leader has an
+    /// estimate.
     fn begin_epoch(&mut self, n: usize) {
         self.exploring.clear();
         let lead = self.estimate[self.leader];
         self.long = lead.is_some_and(|t| t >= LONG_CALL);
         if let Some(lead) = lead {
-            for c in (0..n).filter(|&c| c != self.leader) {
-                let cost = self.exploring_cost(c, lead);
-                if std::mem::take(&mut self.due[c]) {
-                    // (not charged: the host changed, or the shape is new)
-                } else if cost > self.credit[c] {
-                    continue;
-                } else {
-                    self.credit[c] -= cost;
-                }
-                let calls = explore_calls(lead);
+            let explored = self.explored(n, lead);
+            let calls = explore_calls(lead);
+            for c in (0..n).filter(|&c| explored[c]) {
                 let timed = (1..=calls).map(|call| (c, calls == 1 || call > 1));
                 self.exploring.extend(timed);
             }
@@ -324,6 +323,31 @@ impl State {
         };
         self.taken = 0;
         self.tally = [Tally::default(); MAX_CONTENDERS];
+    }
+
+    /// The contenders this epoch explores, the leader taking `lead` seconds
+    /// a call: those due, then those the credit covers, one charged least
+    /// first.
+    fn explored(&mut self, n: usize, lead: f64) -> [bool; MAX_CONTENDERS] {
+        let mut explored = [false; MAX_CONTENDERS];
+        for (c, due) in self.due.iter_mut().enumerate().take(n) {
+            // (not charged: the host changed, or the shape is new)
+            explored[c] = std::mem::take(due) && c != self.leader;
+        }
+        let leader = self.leader;
+        while let Some(c) = (0..n)
+            .filter(|&c| c != leader && !explored[c])
+            .min_by(|&x, &y| self.charged[x].total_cmp(&self.charged[y]))
+        {
+            let cost = self.exploring_cost(c, lead);
+            if cost > self.credit {
+                break;
+            }
+            self.credit -= cost;
+            self.charged[c] += cost;
+            explored[c] = true;
+        }
+        explored
     }
 
     /// What exploring contender `c` is expected to cost over running the
@@ -357,10 +381,7 @@ impl State {
             self.estimate[c] = measured[c];
         }
         if let Some(lead) = self.estimate[self.leader] {
-            let share = EXPLORE_BUDGET * leader_calls as f64 * lead / (n - 1) as f64;
-            for c in (0..n).filter(|&c| c != self.leader) {
-                self.credit[c] += share;
-            }
+            self.credit += EXPLORE_BUDGET * leader_calls as f64 * lead;
         }
         let shifted = matches!((before, measured[self.leader]),
             (Some(b), Some(m)) if m > b * SHIFT || m * SHIFT < b);
@@ -381,7 +402,17 @@ impl State {
             (None, _) => false,
         };
         if switched {
-            self.leader = fastest.unwrap().0;
+            // The old leader is charged as the least charged of the others,
+            // so it does not take the credit until it has caught up.
+            let new = fastest.unwrap().0;
+            let least = (0..n)
+                .filter(|&c| c != self.leader && c != new)
+                .map(|c| self.charged[c])
+                .fold(f64::INFINITY, f64::min);
+            if least.is_finite() {
+                self.charged[self.leader] = self.charged[self.leader].max(least);
+            }
+            self.leader = new;
         }
         // The leader's first estimate, or a leader whose time moved (the
         // host changed): every other contender not measured in this epoch
