@@ -377,8 +377,10 @@ impl State {
     fn conclude(&mut self, measured: &[Option<f64>; MAX_CONTENDERS], n: usize) {
         let before = self.estimate[self.leader];
         let leader_calls = self.length - self.exploring.len();
-        for c in (0..n).filter(|&c| measured[c].is_some()) {
-            self.estimate[c] = measured[c];
+        for (estimate, now) in self.estimate.iter_mut().zip(measured).take(n) {
+            if now.is_some() {
+                *estimate = *now;
+            }
         }
         if let Some(lead) = self.estimate[self.leader] {
             self.credit += EXPLORE_BUDGET * leader_calls as f64 * lead;
@@ -405,11 +407,8 @@ impl State {
             // The old leader is charged as the least charged of the others,
             // so it does not take the credit until it has caught up.
             let new = fastest.unwrap().0;
-            let least = (0..n)
-                .filter(|&c| c != self.leader && c != new)
-                .map(|c| self.charged[c])
-                .fold(f64::INFINITY, f64::min);
-            if least.is_finite() {
+            let others = (0..n).filter(|&c| c != self.leader && c != new);
+            if let Some(least) = others.map(|c| self.charged[c]).reduce(f64::min) {
                 self.charged[self.leader] = self.charged[self.leader].max(least);
             }
             self.leader = new;
